@@ -1,0 +1,35 @@
+# spyrejax developer entry points. `make test` and `make demo` are all a fresh clone needs.
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: test demo lint format bench clean
+
+$(PY):
+	@py=$$(tools/find-python) || exit 1; \
+	echo "creating $(VENV) with $$py"; \
+	"$$py" -m venv $(VENV)
+
+$(STAMP): $(PY) pyproject.toml
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m ruff check spyrejax tests
+	$(PY) -m ruff format --check spyrejax tests
+	$(PY) -m pytest -q
+
+demo: $(STAMP)
+	$(PY) -m spyrejax
+
+lint: $(STAMP)
+	$(PY) -m ruff check spyrejax tests
+	$(PY) -m ruff format --check spyrejax tests
+
+format: $(STAMP)
+	$(PY) -m ruff format spyrejax tests
+	$(PY) -m ruff check --fix spyrejax tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
