@@ -1,0 +1,160 @@
+"""Spyre device data formats and their mapping from host dtypes (spec section 1).
+
+Pure NumPy: no JAX import. ``ml_dtypes`` (a NumPy extension that JAX depends on)
+supplies bfloat16 and the float8 types.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from ._errors import LayoutError
+
+__all__ = [
+    "BYTES_PER_STICK",
+    "DTypeLike",
+    "DataFormats",
+    "format_for_dtype",
+    "host_dtype",
+    "poison_value",
+]
+
+BYTES_PER_STICK = 128
+"""Bytes in one stick: the unit of all Spyre memory traffic and compute."""
+
+DTypeLike = Any
+"""Anything :func:`numpy.dtype` accepts (including ``jnp.bfloat16``) or a DataFormats member."""
+
+
+class DataFormats(enum.IntEnum):
+    """Spyre device data formats, with torch-spyre's enum values.
+
+    spyrejax stores IEEE float16/bfloat16 values for ``SEN169_FP16`` (the real
+    device uses a 1-6-9 bit format); numerics are those of the host dtype.
+    """
+
+    SEN169_FP16 = 0
+    IEEE_FP32 = 1
+    INVALID = 2
+    SEN143_FP8 = 3
+    SEN152_FP8 = 4
+    SEN153_FP9 = 5
+    SENINT2 = 6
+    SENINT4 = 7
+    SENINT8 = 8
+    SENINT16 = 9
+    SENINT24 = 10
+    IEEE_INT64 = 11
+    IEEE_INT32 = 12
+    SENUINT32 = 13
+    SENUINT2 = 14
+    IEEE_FP16 = 15
+    BOOL = 16
+    BFLOAT16 = 17
+    SEN18F_FP24 = 18
+
+    @property
+    def bits(self) -> int:
+        """Storage bits of one element in this format."""
+        if self is DataFormats.INVALID:
+            raise LayoutError("DataFormats.INVALID has no element size")
+        return _BITS[self]
+
+    def elems_per_stick(self) -> int:
+        """Elements in one 128-byte stick ("eps"): ``128 / element bytes``."""
+        return BYTES_PER_STICK * 8 // self.bits
+
+    def __repr__(self) -> str:
+        return f"DataFormats.{self.name}"
+
+    __str__ = __repr__
+
+
+_BITS: dict[DataFormats, int] = {
+    DataFormats.SEN169_FP16: 16,
+    DataFormats.IEEE_FP32: 32,
+    DataFormats.SEN143_FP8: 8,
+    DataFormats.SEN152_FP8: 8,
+    # FP9 values are stored in 16-bit containers on the device.
+    DataFormats.SEN153_FP9: 16,
+    DataFormats.SENINT2: 2,
+    DataFormats.SENINT4: 4,
+    DataFormats.SENINT8: 8,
+    DataFormats.SENINT16: 16,
+    # INT24 and FP24 are stored in 32-bit containers on the device.
+    DataFormats.SENINT24: 32,
+    DataFormats.IEEE_INT64: 64,
+    DataFormats.IEEE_INT32: 32,
+    DataFormats.SENUINT32: 32,
+    DataFormats.SENUINT2: 2,
+    DataFormats.IEEE_FP16: 16,
+    DataFormats.BOOL: 8,
+    DataFormats.BFLOAT16: 16,
+    DataFormats.SEN18F_FP24: 32,
+}
+
+_HOST_TO_FORMAT: dict[np.dtype, DataFormats] = {
+    np.dtype(np.float16): DataFormats.SEN169_FP16,
+    np.dtype(ml_dtypes.bfloat16): DataFormats.SEN169_FP16,
+    # torch-spyre stores bool tensors in the fp16 format.
+    np.dtype(np.bool_): DataFormats.SEN169_FP16,
+    np.dtype(np.float32): DataFormats.IEEE_FP32,
+    np.dtype(ml_dtypes.float8_e4m3fn): DataFormats.SEN143_FP8,
+    np.dtype(ml_dtypes.float8_e5m2): DataFormats.SEN152_FP8,
+    np.dtype(np.int8): DataFormats.SENINT8,
+    np.dtype(np.int32): DataFormats.IEEE_INT32,
+}
+
+SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(_HOST_TO_FORMAT)
+"""Host dtypes that have a Spyre data format."""
+
+
+def host_dtype(dtype: DTypeLike) -> np.dtype:
+    """Normalise a host dtype-like to a :class:`numpy.dtype` that has a Spyre format.
+
+    Raises:
+        LayoutError: if ``dtype`` is not a dtype or has no Spyre data format.
+    """
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as err:
+        raise LayoutError(f"{dtype!r} is not a dtype") from err
+    if dt not in _HOST_TO_FORMAT:
+        names = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+        hint = " (cast it to int32: torch-spyre narrows int64 to int32)" if dt == np.int64 else ""
+        raise LayoutError(f"host dtype {dt} has no Spyre data format{hint}; supported: {names}")
+    return dt
+
+
+def format_for_dtype(dtype: DTypeLike) -> DataFormats:
+    """The Spyre data format of a host dtype, or ``dtype`` itself if it is a format.
+
+    Args:
+        dtype: a host dtype (``np.float16``, ``jnp.bfloat16``, ``"float32"``...) or a
+            :class:`DataFormats` member.
+
+    Raises:
+        LayoutError: if the dtype has no Spyre data format (float64, complex, ...).
+    """
+    if isinstance(dtype, DataFormats):
+        if dtype is DataFormats.INVALID:
+            raise LayoutError("DataFormats.INVALID is not a usable device format")
+        return dtype
+    return _HOST_TO_FORMAT[host_dtype(dtype)]
+
+
+def poison_value(dtype: DTypeLike) -> np.generic:
+    """The fill of a fresh device image: a value no kernel may let leak into a result.
+
+    NaN for float formats, the most negative value for integer formats, ``True`` for bool.
+    """
+    dt = host_dtype(dtype)
+    if dt == np.bool_:
+        return np.bool_(True)
+    if np.issubdtype(dt, np.integer):
+        return dt.type(np.iinfo(dt).min)
+    return dt.type(np.nan)

@@ -1,0 +1,21 @@
+"""Exception types raised by spyrejax.
+
+Every error a user can trigger with bad input is one of these, so callers can catch
+spyrejax problems specifically while still catching the builtin they subclass.
+"""
+
+from __future__ import annotations
+
+__all__ = ["LayoutError", "SpyreError", "SpyreUnsupportedError"]
+
+
+class SpyreError(Exception):
+    """Base class of every spyrejax error."""
+
+
+class LayoutError(SpyreError, ValueError):
+    """A layout, shape, dtype or dim order that is not valid for the requested operation."""
+
+
+class SpyreUnsupportedError(SpyreError, NotImplementedError):
+    """An operation, primitive or transformation that spyrejax does not support."""

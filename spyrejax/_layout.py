@@ -1,0 +1,526 @@
+"""SpyreTensorLayout: how a host tensor is tiled and padded into device sticks.
+
+Spec sections 2-5. A layout is a frozen, hashable value: ``device_size`` (the padded,
+row-major device shape, stick dim last), ``stride_map`` (one host stride per device dim:
+``-1`` synthetic, ``0`` broadcast) and ``device_dtype``. The ground truth of a layout is
+its index map: host element -> device coordinate, with
+``host_offset == dot(device_coord, stride_map)`` on every data position.
+
+Pure Python/NumPy: no JAX import.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._dtypes import DataFormats, DTypeLike, format_for_dtype
+from ._errors import LayoutError
+from ._segments import Segmentation, row_major_strides, segment_axes
+
+__all__ = ["HostMapping", "SpyreTensorLayout"]
+
+
+def _int_tuple(values: Any, name: str) -> tuple[int, ...]:
+    """Python ints from a sequence of integers, or a LayoutError naming ``values``."""
+    try:
+        items = tuple(values)
+    except TypeError:
+        raise LayoutError(f"{name} must be a sequence of ints, got {values!r}") from None
+    out = []
+    for v in items:
+        if isinstance(v, bool) or not isinstance(v, int | np.integer):
+            raise LayoutError(f"{name} must be a sequence of ints, got {values!r}")
+        out.append(int(v))
+    return tuple(out)
+
+
+def _check_shape(size: Any) -> tuple[int, ...]:
+    shape = _int_tuple(size, "size")
+    if any(n < 1 for n in shape):
+        raise LayoutError(f"sizes must be >= 1, got size {list(shape)}")
+    if len(shape) > 8:
+        raise LayoutError(f"rank must be at most 8, got size {list(shape)}")
+    return shape
+
+
+def _check_host_strides(shape: tuple[int, ...], host_strides: Any) -> tuple[int, ...]:
+    if host_strides is None:
+        return row_major_strides(shape)
+    strides = _int_tuple(host_strides, "host_strides")
+    if len(strides) != len(shape):
+        raise LayoutError(
+            f"host_strides {list(strides)} must have one entry per dim of size {list(shape)}"
+        )
+    if any(s < 1 for s, n in zip(strides, shape, strict=True) if n > 1):
+        raise LayoutError(f"host_strides must be positive, got {list(strides)}")
+    return strides
+
+
+def _check_dim_order(dim_order: Any, rank: int) -> tuple[int, ...]:
+    if dim_order is None:
+        return tuple(range(rank))
+    order = _int_tuple(dim_order, "dim_order")
+    dense = order[:-1] if len(order) == rank + 1 and order and order[-1] == -1 else order
+    if len(dense) != rank or sorted(dense) != list(range(rank)):
+        raise LayoutError(
+            f"dim_order {list(order)} must be a permutation of range({rank}), optionally "
+            "followed by -1 for a sparse layout"
+        )
+    return order
+
+
+def _default_dims(
+    shape: tuple[int, ...], strides: tuple[int, ...], order: tuple[int, ...], eps: int
+) -> list[tuple[int, int]]:
+    """``(device size, stride_map entry)`` of the default layout, outermost first."""
+    if not shape:
+        return [(1, -1), (eps, -1)]
+    stick = order[-1]
+
+    def host(d: int) -> tuple[int, int]:
+        return (1, -1) if shape[d] == 1 else (shape[d], strides[d])
+
+    if stick == -1 or shape[stick] == 1:
+        tile, within = (1, -1), (eps, -1)
+    else:
+        tile = (math.ceil(shape[stick] / eps), strides[stick] * eps)
+        within = (eps, strides[stick])
+    if len(order) == 1:
+        return [tile, within]
+    return [host(d) for d in order[1:-1]] + [tile, host(order[0]), within]
+
+
+@dataclass(frozen=True)
+class HostMapping:
+    """A layout's index map for one host shape and host strides (spec section 4).
+
+    Attributes:
+        shape: host sizes.
+        strides: host strides in elements.
+        segmentation: which device dims walk which host dims (see ``_segments``).
+    """
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    segmentation: Segmentation
+
+
+class SpyreTensorLayout:
+    """The device layout of a Spyre tensor: ``device_size``, ``stride_map``, ``device_dtype``.
+
+    ``SpyreTensorLayout(size, dtype, dim_order=None)`` builds the default layout of a
+    host tensor (spec section 2); :meth:`from_stride_map` builds any explicit layout.
+    Layouts compare and hash by value, and print exactly like torch-spyre's.
+
+    Example:
+        >>> import numpy as np
+        >>> SpyreTensorLayout((5, 100, 150), np.float16)
+        SpyreTensorLayout(device_size=[100, 3, 5, 64], stride_map =[150, 64, 15000, 1], \
+device_dtype=DataFormats.SEN169_FP16)
+    """
+
+    __slots__ = ("_hash", "device_dtype", "device_size", "stride_map")
+
+    device_size: tuple[int, ...]
+    stride_map: tuple[int, ...]
+    device_dtype: DataFormats
+
+    def __init__(
+        self,
+        size: Sequence[int],
+        dtype: DTypeLike,
+        dim_order: Sequence[int] | None = None,
+        *,
+        host_strides: Sequence[int] | None = None,
+    ) -> None:
+        """The default layout of a host tensor.
+
+        Args:
+            size: host shape (rank 0 to 8, every size >= 1).
+            dtype: host dtype (or a :class:`DataFormats` member).
+            dim_order: host dims outermost first; the last is the stick dim. A trailing
+                ``-1`` (one entry longer than the rank) asks for a sparse layout with a
+                synthetic stick dim. Defaults to ``range(rank)``.
+            host_strides: host strides in elements; defaults to row-major.
+
+        Raises:
+            LayoutError: on a bad size, dtype, dim order or host strides.
+        """
+        shape = _check_shape(size)
+        fmt = format_for_dtype(dtype)
+        strides = _check_host_strides(shape, host_strides)
+        order = _check_dim_order(dim_order, len(shape))
+        dims = _default_dims(shape, strides, order, fmt.elems_per_stick())
+        self._init([n for n, _ in dims], [s for _, s in dims], fmt)
+
+    def _init(self, device_size: Any, stride_map: Any, device_dtype: Any) -> None:
+        """The one canonicalising constructor: validates and freezes the three fields."""
+        fmt = format_for_dtype(device_dtype)
+        dsize = _int_tuple(device_size, "device_size")
+        smap = _int_tuple(stride_map, "stride_map")
+        if len(dsize) != len(smap):
+            raise LayoutError(
+                f"device_size {list(dsize)} and stride_map {list(smap)} must have the same length"
+            )
+        if not dsize:
+            raise LayoutError("a layout needs at least one device dim (the stick dim)")
+        if any(n < 1 for n in dsize):
+            raise LayoutError(f"device sizes must be >= 1, got device_size {list(dsize)}")
+        eps = fmt.elems_per_stick()
+        if dsize[-1] != eps:
+            raise LayoutError(
+                f"the last device size must be the stick size {eps} for {fmt!r}, "
+                f"got device_size {list(dsize)}"
+            )
+        if any(s < -1 for s in smap):
+            raise LayoutError(
+                f"stride_map entries must be >= -1 (-1 synthetic, 0 broadcast), got {list(smap)}"
+            )
+        object.__setattr__(self, "device_size", dsize)
+        object.__setattr__(self, "stride_map", smap)
+        object.__setattr__(self, "device_dtype", fmt)
+        object.__setattr__(self, "_hash", hash((dsize, smap, int(fmt))))
+
+    @classmethod
+    def from_stride_map(
+        cls,
+        device_size: Sequence[int],
+        stride_map: Sequence[int],
+        device_dtype: DTypeLike,
+    ) -> SpyreTensorLayout:
+        """An explicit layout.
+
+        Any tiling is allowed: a host dim split over several device dims, host dims
+        folded into one device dim, padding beyond one stick, broadcast (stride 0) and
+        synthetic (stride -1) dims. Whether it fits a given host shape is checked when
+        it is used with one (:meth:`host_mapping`).
+
+        Args:
+            device_size: padded device shape, row-major, stick dim last.
+            stride_map: host stride per device dim (``-1`` synthetic, ``0`` broadcast).
+            device_dtype: a :class:`DataFormats` member or a host dtype.
+
+        Raises:
+            LayoutError: if the lengths differ, a size is < 1, the last size is not the
+                stick size of the format, or a stride is < -1.
+        """
+        layout = cls.__new__(cls)
+        layout._init(device_size, stride_map, device_dtype)
+        return layout
+
+    @classmethod
+    def from_dim_map(
+        cls,
+        size: Sequence[int],
+        dim_map: Sequence[int],
+        device_size: Sequence[int],
+        dtype: DTypeLike,
+        *,
+        host_strides: Sequence[int] | None = None,
+    ) -> SpyreTensorLayout:
+        """A layout from the legacy ``dim_map`` form (spec section 3, seed 000).
+
+        ``dim_map[j]`` names the host dim of device dim ``j`` (``-1`` synthetic). The
+        device dims of one host dim combine with strides growing right to left.
+
+        Raises:
+            LayoutError: if ``dim_map`` and ``device_size`` differ in length, name a dim
+                out of range, or leave a host dim of size > 1 unmapped.
+        """
+        shape = _check_shape(size)
+        strides = _check_host_strides(shape, host_strides)
+        dmap = _int_tuple(dim_map, "dim_map")
+        dsize = _int_tuple(device_size, "device_size")
+        if len(dmap) != len(dsize):
+            raise LayoutError(
+                f"dim_map {list(dmap)} and device_size {list(dsize)} must have the same length"
+            )
+        if any(not -1 <= d < len(shape) for d in dmap):
+            raise LayoutError(f"dim_map {list(dmap)} names a dim outside range(-1, {len(shape)})")
+        missing = [d for d, n in enumerate(shape) if n > 1 and d not in dmap]
+        if missing:
+            raise LayoutError(f"dim_map {list(dmap)} leaves host dims {missing} unmapped")
+        smap = [-1] * len(dsize)
+        inner = [1] * len(shape)
+        for j in reversed(range(len(dsize))):
+            d = dmap[j]
+            if d >= 0 and shape[d] > 1:
+                smap[j] = strides[d] * inner[d]
+                inner[d] *= dsize[j]
+        return cls.from_stride_map(dsize, smap, dtype)
+
+    # -- value semantics -------------------------------------------------------------
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"SpyreTensorLayout is immutable; cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"SpyreTensorLayout is immutable; cannot delete {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SpyreTensorLayout):
+            return NotImplemented
+        return (
+            self.device_size == other.device_size
+            and self.stride_map == other.stride_map
+            and self.device_dtype == other.device_dtype
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            SpyreTensorLayout.from_stride_map,
+            (self.device_size, self.stride_map, self.device_dtype),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"SpyreTensorLayout(device_size={list(self.device_size)}, "
+            f"stride_map ={list(self.stride_map)}, device_dtype={self.device_dtype!r})"
+        )
+
+    __str__ = __repr__
+
+    # -- derived quantities ----------------------------------------------------------
+
+    @property
+    def device_rank(self) -> int:
+        """Number of device dims."""
+        return len(self.device_size)
+
+    @property
+    def elems_per_stick(self) -> int:
+        """Elements in one stick of this layout's format."""
+        return self.device_size[-1]
+
+    @property
+    def device_strides(self) -> tuple[int, ...]:
+        """Implicit row-major device strides in elements: ``prod(device_size[i+1:])``."""
+        return row_major_strides(self.device_size)
+
+    @property
+    def num_sticks(self) -> int:
+        """Sticks in the device image: ``prod(device_size[:-1])``."""
+        return math.prod(self.device_size[:-1])
+
+    @property
+    def nbytes(self) -> int:
+        """Device bytes: ``128 * prod(device_size[:-1])``."""
+        return 128 * self.num_sticks
+
+    @property
+    def is_sparse(self) -> bool:
+        """True when the stick dim is synthetic: one element per stick (spec 2.5)."""
+        return self.stride_map[-1] == -1
+
+    # -- the index map ---------------------------------------------------------------
+
+    def host_mapping(
+        self, shape: Sequence[int], host_strides: Sequence[int] | None = None
+    ) -> HostMapping:
+        """The index map of this layout for a host tensor, validated.
+
+        Raises:
+            LayoutError: if the layout cannot hold a host tensor of this shape (too
+                small, a host dim it does not reach, or overlapping device positions).
+        """
+        shape_t = _check_shape(shape)
+        strides = _check_host_strides(shape_t, host_strides)
+        return _host_mapping(self, shape_t, strides)
+
+    def stick_dim(
+        self, shape: Sequence[int], host_strides: Sequence[int] | None = None
+    ) -> int | None:
+        """The host dim that runs along the sticks, or None when sparse or size 1.
+
+        When host dims are folded into the stick, the innermost of them is returned.
+        """
+        seg = self.host_mapping(shape, host_strides).segmentation
+        found = seg.segment_of(self.device_rank - 1)
+        return None if found is None else seg.segments[found[0]].host_dims[-1]
+
+    def dim_map(
+        self, shape: Sequence[int], host_strides: Sequence[int] | None = None
+    ) -> tuple[int, ...]:
+        """The legacy ``dim_map`` for a host shape: host dim per device dim, -1 synthetic.
+
+        A device dim over folded host dims reports the innermost of them; a size-1 device
+        dim with a host stride reports the host dim whose stride divides it.
+        """
+        mapping = self.host_mapping(shape, host_strides)
+        seg = mapping.segmentation
+        out = []
+        for j, stride in enumerate(self.stride_map):
+            found = seg.segment_of(j)
+            if found is not None:
+                out.append(seg.segments[found[0]].host_dims[-1])
+            elif stride > 0:
+                out.append(_dividing_dim(mapping, stride))
+            else:
+                out.append(-1)
+        return tuple(out)
+
+    def device_coords(
+        self, shape: Sequence[int], host_strides: Sequence[int] | None = None
+    ) -> np.ndarray:
+        """Device coordinate of every host element (spec section 4).
+
+        Returns:
+            An int64 array of shape ``(*shape, device_rank)``. Broadcast device dims
+            report coordinate 0 (the element sits at every coordinate along them).
+        """
+        mapping = self.host_mapping(shape, host_strides)
+        index = np.indices(mapping.shape, dtype=np.int64)
+        out = np.zeros((*mapping.shape, self.device_rank), dtype=np.int64)
+        for segment in mapping.segmentation.segments:
+            x = _segment_linear(mapping, segment.host_dims, index)
+            rest = x
+            for j, ratio in segment.axes:
+                out[..., j] = rest // ratio
+                rest = rest % ratio
+        return out
+
+    def device_coord(
+        self,
+        index: Sequence[int],
+        shape: Sequence[int],
+        host_strides: Sequence[int] | None = None,
+    ) -> tuple[int, ...]:
+        """Device coordinate of one host element.
+
+        Raises:
+            LayoutError: if ``index`` is not an index into ``shape``.
+        """
+        idx = _check_index(index, shape)
+        mapping = self.host_mapping(shape, host_strides)
+        out = [0] * self.device_rank
+        for segment in mapping.segmentation.segments:
+            rest = _segment_linear(mapping, segment.host_dims, idx)
+            for j, ratio in segment.axes:
+                out[j], rest = divmod(rest, ratio)
+        return tuple(out)
+
+    def host_index(
+        self,
+        coord: Sequence[int],
+        shape: Sequence[int],
+        host_strides: Sequence[int] | None = None,
+    ) -> tuple[int, ...] | None:
+        """Host index held at a device coordinate, or None if it is padding.
+
+        Raises:
+            LayoutError: if ``coord`` is not a coordinate of ``device_size``.
+        """
+        c = _check_index(coord, self.device_size, what="device coordinate")
+        mapping = self.host_mapping(shape, host_strides)
+        if not bool(_valid(self, mapping, c)):
+            return None
+        index = [0] * len(mapping.shape)
+        for segment in mapping.segmentation.segments:
+            x = sum(c[j] * ratio for j, ratio in segment.axes)
+            for d in reversed(segment.host_dims):
+                x, index[d] = divmod(x, mapping.shape[d])
+        return tuple(index)
+
+    def padding_mask(
+        self, shape: Sequence[int], host_strides: Sequence[int] | None = None
+    ) -> np.ndarray:
+        """Boolean array of shape ``device_size``: True where the device image is padding.
+
+        Exact, including positions whose ``dot(coord, stride_map)`` aliases a real host
+        offset (spec section 4): validity is decided per host dim.
+        """
+        mapping = self.host_mapping(shape, host_strides)
+        grids = np.ogrid[tuple(slice(0, n) for n in self.device_size)]
+        return ~np.broadcast_to(_valid(self, mapping, grids), self.device_size)
+
+    def data_mask(
+        self, shape: Sequence[int], host_strides: Sequence[int] | None = None
+    ) -> np.ndarray:
+        """Boolean array of shape ``device_size``: True where the image holds host data."""
+        return ~self.padding_mask(shape, host_strides)
+
+
+@functools.lru_cache(maxsize=4096)
+def _host_mapping(
+    layout: SpyreTensorLayout, shape: tuple[int, ...], strides: tuple[int, ...]
+) -> HostMapping:
+    what = f"layout {layout} for host shape {list(shape)}"
+    axes = tuple(zip(layout.device_size, layout.stride_map, strict=True))
+    seg = segment_axes(shape, strides, axes, what=what)
+    for segment in seg.segments:
+        _check_nesting(layout, segment, what)
+    return HostMapping(shape, strides, seg)
+
+
+def _check_nesting(layout: SpyreTensorLayout, segment: Any, what: str) -> None:
+    """The device dims of one host segment must form an exact mixed radix."""
+    dims = segment.host_dims
+    ratios = [r for _, r in segment.axes]
+    if len(set(ratios)) != len(ratios):
+        raise LayoutError(f"{what}: two device dims step host dims {dims} by the same stride")
+    if ratios[-1] != 1:
+        raise LayoutError(f"{what}: host dims {dims} are only reached every {ratios[-1]} elements")
+    for (outer, r_outer), (inner, r_inner) in zip(segment.axes, segment.axes[1:], strict=False):
+        if r_outer % r_inner or r_outer // r_inner > layout.device_size[inner]:
+            raise LayoutError(
+                f"{what}: device dim {inner} (size {layout.device_size[inner]}, step "
+                f"{r_inner}) does not tile device dim {outer} (step {r_outer}) of host dims {dims}"
+            )
+    top, r_top = segment.axes[0]
+    if math.ceil(segment.size / r_top) > layout.device_size[top]:
+        raise LayoutError(
+            f"{what}: too small; host dims {dims} need {math.ceil(segment.size / r_top)} "
+            f"along device dim {top}, which has {layout.device_size[top]}"
+        )
+
+
+def _segment_linear(mapping: HostMapping, dims: tuple[int, ...], index: Any) -> Any:
+    """Linear position inside a (folded) segment of the host coordinates ``index``."""
+    x = 0
+    for d in dims:
+        x = x * mapping.shape[d] + index[d]
+    return x
+
+
+def _valid(layout: SpyreTensorLayout, mapping: HostMapping, c: Any) -> Any:
+    """Whether device coordinates ``c`` (ints or broadcastable arrays) hold data."""
+    ok: Any = True
+    seg = mapping.segmentation
+    for j in seg.ignored:
+        if layout.stride_map[j] != 0:
+            ok = ok & (c[j] == 0)
+    for segment in seg.segments:
+        (top, r_top), *inner = segment.axes
+        x = c[top] * r_top
+        prev = r_top
+        for j, ratio in inner:
+            ok = ok & (c[j] < prev // ratio)
+            x = x + c[j] * ratio
+            prev = ratio
+        ok = ok & (x < segment.size)
+    return ok
+
+
+def _dividing_dim(mapping: HostMapping, stride: int) -> int:
+    """Host dim (size > 1) with the largest stride that divides ``stride``, else -1."""
+    best = -1
+    for d, (n, s) in enumerate(zip(mapping.shape, mapping.strides, strict=True)):
+        if n > 1 and s <= stride and stride % s == 0 and (best < 0 or s > mapping.strides[best]):
+            best = d
+    return best
+
+
+def _check_index(index: Any, shape: Sequence[int], what: str = "host index") -> tuple[int, ...]:
+    idx = _int_tuple(index, what)
+    if len(idx) != len(shape) or any(not 0 <= i < n for i, n in zip(idx, shape, strict=True)):
+        raise LayoutError(f"{what} {list(idx)} is outside shape {list(shape)}")
+    return idx

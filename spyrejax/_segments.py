@@ -1,0 +1,162 @@
+"""Which host dims a set of strided axes walks: the shared index math of layouts and DMA.
+
+A Spyre device dim (or a loop of a DMA descriptor) is an axis ``(size, stride)`` over a
+strided host buffer. Spec section 4 assigns each axis to the host dim with the largest
+host stride ``<=`` the axis stride. When that stride does not divide the axis stride,
+or a host dim is walked by no axis, the host dim is *folded* into the next inner one
+(the two must be contiguous): the pair then behaves as one dim, a **segment**. Host
+dims of size 1 never matter and are dropped.
+
+This module is pure Python: it runs at trace time on Python ints.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ._errors import LayoutError
+
+__all__ = ["Segment", "Segmentation", "row_major_strides", "segment_axes"]
+
+
+def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """Row-major (C order) element strides of ``shape``."""
+    strides = []
+    acc = 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= n
+    return tuple(reversed(strides))
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Host dims that behave as one: ``size`` elements ``stride`` apart.
+
+    Attributes:
+        host_dims: the host dims, outermost first (more than one when folded).
+        stride: host stride of the innermost of them.
+        size: product of their sizes.
+        axes: ``(axis, ratio)`` for every axis that walks this segment, ratio
+            descending; an axis steps ``ratio`` segment elements.
+    """
+
+    host_dims: tuple[int, ...]
+    stride: int
+    size: int
+    axes: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class Segmentation:
+    """The assignment of axes to host segments.
+
+    Attributes:
+        segments: host segments, outermost (largest stride) first.
+        ignored: axes that walk no host dim: size 1, or stride ``-1`` (synthetic)
+            or ``0`` (broadcast).
+    """
+
+    segments: tuple[Segment, ...]
+    ignored: tuple[int, ...]
+
+    def segment_of(self, axis: int) -> tuple[int, int] | None:
+        """``(segment index, ratio)`` of an axis, or None if it walks no host dim."""
+        for g, seg in enumerate(self.segments):
+            for a, ratio in seg.axes:
+                if a == axis:
+                    return g, ratio
+        return None
+
+
+def segment_axes(
+    host_shape: Sequence[int],
+    host_strides: Sequence[int],
+    axes: Sequence[tuple[int, int]],
+    *,
+    what: str,
+    fold_unwalked: bool = True,
+) -> Segmentation:
+    """Assign strided axes to (possibly folded) host dims.
+
+    Args:
+        host_shape: host sizes.
+        host_strides: host strides in elements (positive, non-overlapping).
+        axes: ``(size, stride)`` per axis.
+        what: how to name the axes' owner in error messages.
+        fold_unwalked: fold a host dim that no axis walks into the next inner one (a
+            layout must reach every element). When False such a dim stays a segment
+            of its own with no axes (a box may take one index of it).
+
+    Returns:
+        The segmentation. Every host dim of size > 1 lies in exactly one segment; with
+        ``fold_unwalked`` every segment is walked by at least one axis.
+
+    Raises:
+        LayoutError: if some host dim cannot be reached (an uncovered inner dim, or a
+            fold across non-contiguous host dims).
+    """
+    live = sorted((d for d, n in enumerate(host_shape) if n > 1), key=lambda d: -host_strides[d])
+    groups: list[list[int]] = [[d] for d in live]
+    walking = [a for a, (size, stride) in enumerate(axes) if size > 1 and stride > 0]
+    while True:
+        strides = [host_strides[g[-1]] for g in groups]
+        assigned, fold = _assign(strides, axes, walking, what, fold_unwalked)
+        if fold is None:
+            break
+        if fold == len(groups) - 1:
+            dims = groups[fold]
+            raise LayoutError(
+                f"{what} does not reach every element of host dim(s) {tuple(dims)} "
+                f"(host shape {tuple(host_shape)}, strides {tuple(host_strides)})"
+            )
+        outer, inner = groups[fold], groups[fold + 1]
+        inner_span = host_strides[inner[-1]] * math.prod(host_shape[d] for d in inner)
+        if host_strides[outer[-1]] != inner_span:
+            raise LayoutError(
+                f"{what} folds host dims {tuple(outer)} and {tuple(inner)}, which are not "
+                f"contiguous (host shape {tuple(host_shape)}, strides {tuple(host_strides)})"
+            )
+        groups[fold : fold + 2] = [outer + inner]
+    segments = []
+    for g, dims in enumerate(groups):
+        mine = sorted(((a, r) for a, (gg, r) in assigned.items() if gg == g), key=lambda t: -t[1])
+        segments.append(
+            Segment(
+                host_dims=tuple(dims),
+                stride=host_strides[dims[-1]],
+                size=math.prod(host_shape[d] for d in dims),
+                axes=tuple(mine),
+            )
+        )
+    ignored = tuple(a for a in range(len(axes)) if a not in assigned)
+    return Segmentation(tuple(segments), ignored)
+
+
+def _assign(
+    seg_strides: list[int],
+    axes: Sequence[tuple[int, int]],
+    walking: list[int],
+    what: str,
+    fold_unwalked: bool,
+) -> tuple[dict[int, tuple[int, int]], int | None]:
+    """One assignment pass: ``{axis: (segment, ratio)}`` and the first segment to fold."""
+    assigned: dict[int, tuple[int, int]] = {}
+    for a in walking:
+        stride = axes[a][1]
+        g = next((g for g, s in enumerate(seg_strides) if s <= stride), None)
+        if g is None:
+            raise LayoutError(
+                f"{what}: axis {a} has stride {stride}, smaller than every host stride "
+                f"{tuple(seg_strides)}"
+            )
+        if stride % seg_strides[g]:
+            return assigned, g
+        assigned[a] = (g, stride // seg_strides[g])
+    if not fold_unwalked:
+        return assigned, None
+    used = {g for g, _ in assigned.values()}
+    unused = next((g for g in range(len(seg_strides)) if g not in used), None)
+    return assigned, unused

@@ -1,0 +1,87 @@
+"""Independent NumPy oracles for layouts, written from the spec's text (section 4).
+
+They share no code with spyrejax: each is the most direct reading of a rule.
+"""
+
+import numpy as np
+
+
+def row_major(shape):
+    return tuple(int(np.prod(shape[i + 1 :], dtype=np.int64)) for i in range(len(shape)))
+
+
+def coords_by_rule(shape, layout, host_strides=None):
+    """Spec section 4 for layouts without folding: device coords of every host element.
+
+    Each device dim (size > 1, stride > 0) belongs to the host dim (size > 1) with the
+    largest host stride <= its stride_map entry; a host coordinate x is spread over its
+    device dims from the largest stride_map entry to the smallest:
+    ``c_j = x // (stride_map[j] / hs[d]); x %= stride_map[j] / hs[d]``.
+    Returns an array of shape (num host elements, device rank), host elements in
+    row-major order.
+    """
+    hs = host_strides or row_major(shape)
+    idx = np.indices(shape).reshape(len(shape), int(np.prod(shape)))
+    coords = np.zeros((idx.shape[1], len(layout.device_size)), dtype=np.int64)
+    live = [d for d, n in enumerate(shape) if n > 1]
+    owner = {}
+    for j, (size, m) in enumerate(zip(layout.device_size, layout.stride_map, strict=True)):
+        if size > 1 and m > 0:
+            owner[j] = max((d for d in live if hs[d] <= m), key=lambda d: hs[d])
+    for d in live:
+        mine = sorted((j for j in owner if owner[j] == d), key=lambda j: -layout.stride_map[j])
+        x = idx[d].astype(np.int64)
+        for j in mine:
+            ratio = layout.stride_map[j] // hs[d]
+            coords[:, j] = x // ratio
+            x = x % ratio
+    return coords
+
+
+def host_offsets(shape, host_strides=None):
+    hs = host_strides or row_major(shape)
+    idx = np.indices(shape).reshape(len(shape), int(np.prod(shape)))
+    return (idx * np.array(hs, dtype=np.int64)[:, None]).sum(axis=0)
+
+
+def dot_stride_map(coords, layout):
+    """``dot(c, stride_map)`` with -1 entries contributing 0 (spec section 3)."""
+    m = np.array([max(s, 0) for s in layout.stride_map], dtype=np.int64)
+    return coords @ m
+
+
+def random_bits(shape, dtype, rng):
+    """Arbitrary bit patterns of ``dtype`` (NaN payloads, -0.0 and inf included)."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    bits = np.dtype(f"uint{8 * dtype.itemsize}")
+    raw = rng.integers(0, np.iinfo(bits).max, size=shape, dtype=bits, endpoint=True)
+    return raw.view(dtype)
+
+
+def same_bits(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype == np.bool_:
+        return a.shape == b.shape and bool((a == b).all())
+    bits = np.dtype(f"uint{8 * a.dtype.itemsize}")
+    return a.shape == b.shape and a.dtype == b.dtype and bool((a.view(bits) == b.view(bits)).all())
+
+
+def run_descriptors(dci, src_flat, dst_flat):
+    """Execute DCI descriptors literally, one element per loop index (brute force).
+
+    ``dst[offset_dst + dot(i, stride_dst)] = src[offset_src + dot(i, stride_src)]`` for
+    every loop index ``i`` of every descriptor. Returns the new destination and how many
+    times each destination element was written.
+    """
+    dst = np.array(dst_flat, copy=True)
+    writes = np.zeros(dst.shape, dtype=np.int64)
+    for d in dci:
+        n = int(np.prod(d.size))
+        idx = np.indices(d.size).reshape(len(d.size), n)
+        src_off = d.offset_src + (idx * np.array(d.stride_src)[:, None]).sum(axis=0)
+        dst_off = d.offset_dst + (idx * np.array(d.stride_dst)[:, None]).sum(axis=0)
+        dst[dst_off] = src_flat[src_off]
+        np.add.at(writes, dst_off, 1)
+    return dst, writes

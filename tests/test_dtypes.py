@@ -1,0 +1,92 @@
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import spyrejax as sj
+from spyrejax import DataFormats
+
+
+def test_enum_values_are_torch_spyres():
+    expected = {
+        "SEN169_FP16": 0,
+        "IEEE_FP32": 1,
+        "INVALID": 2,
+        "SEN143_FP8": 3,
+        "SEN152_FP8": 4,
+        "SEN153_FP9": 5,
+        "SENINT2": 6,
+        "SENINT4": 7,
+        "SENINT8": 8,
+        "SENINT16": 9,
+        "SENINT24": 10,
+        "IEEE_INT64": 11,
+        "IEEE_INT32": 12,
+        "SENUINT32": 13,
+        "SENUINT2": 14,
+        "IEEE_FP16": 15,
+        "BOOL": 16,
+        "BFLOAT16": 17,
+        "SEN18F_FP24": 18,
+    }
+    assert {f.name: int(f) for f in DataFormats} == expected
+
+
+@pytest.mark.parametrize(
+    ("dtype", "fmt", "eps"),
+    [
+        (np.float16, DataFormats.SEN169_FP16, 64),
+        (jnp.bfloat16, DataFormats.SEN169_FP16, 64),
+        (np.bool_, DataFormats.SEN169_FP16, 64),
+        (np.float32, DataFormats.IEEE_FP32, 32),
+        (ml_dtypes.float8_e4m3fn, DataFormats.SEN143_FP8, 128),
+        (ml_dtypes.float8_e5m2, DataFormats.SEN152_FP8, 128),
+        (np.int8, DataFormats.SENINT8, 128),
+        (np.int32, DataFormats.IEEE_INT32, 32),
+        ("float16", DataFormats.SEN169_FP16, 64),
+    ],
+)
+def test_host_dtype_mapping_and_eps(dtype, fmt, eps):
+    assert sj.format_for_dtype(dtype) is fmt
+    assert fmt.elems_per_stick() == eps
+
+
+def test_every_format_has_a_stick_size():
+    for fmt in DataFormats:
+        if fmt is DataFormats.INVALID:
+            with pytest.raises(sj.LayoutError, match="INVALID"):
+                fmt.elems_per_stick()
+        else:
+            assert fmt.elems_per_stick() * fmt.bits == 8 * sj.BYTES_PER_STICK
+
+
+def test_format_passes_through():
+    assert sj.format_for_dtype(DataFormats.IEEE_INT32) is DataFormats.IEEE_INT32
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64, np.uint8, np.int16, "int64"])
+def test_unmapped_dtype_is_an_error_naming_it(dtype):
+    with pytest.raises(sj.LayoutError, match=str(np.dtype(dtype))):
+        sj.format_for_dtype(dtype)
+
+
+def test_int64_error_suggests_int32():
+    with pytest.raises(sj.LayoutError, match="int32"):
+        sj.format_for_dtype(np.int64)
+
+
+def test_not_a_dtype():
+    with pytest.raises(sj.LayoutError, match="not a dtype"):
+        sj.format_for_dtype(object())
+    with pytest.raises(ValueError):  # LayoutError is a ValueError
+        sj.format_for_dtype("not-a-dtype-name")
+
+
+def test_poison_values():
+    assert np.isnan(sj.poison_value(np.float16))
+    assert np.isnan(sj.poison_value(jnp.bfloat16).astype(np.float32))
+    assert np.isnan(sj.poison_value(np.float32))
+    assert np.isnan(sj.poison_value(ml_dtypes.float8_e4m3fn).astype(np.float32))
+    assert sj.poison_value(np.int8) == -128
+    assert sj.poison_value(np.int32) == np.iinfo(np.int32).min
+    assert sj.poison_value(np.int32).dtype == np.int32

@@ -1,0 +1,341 @@
+import ast
+import pathlib
+import pickle
+
+import numpy as np
+import pytest
+from cases import MORE_EXPLICIT, SPEC_EXPLICIT, SPEC_VECTORS
+from hypothesis import given
+from hypothesis import strategies as st
+from oracles import coords_by_rule, dot_stride_map, host_offsets
+from strategies import dim_orders, dtypes, shapes
+
+import spyrejax as sj
+from spyrejax import DataFormats, SpyreTensorLayout
+
+F16 = np.float16
+
+
+@pytest.mark.parametrize(("size", "order", "dsize", "smap"), SPEC_VECTORS)
+def test_spec_default_layouts(size, order, dsize, smap):
+    layout = SpyreTensorLayout(size, F16, order)
+    assert list(layout.device_size) == dsize
+    assert list(layout.stride_map) == smap
+    assert layout.device_dtype is DataFormats.SEN169_FP16
+
+
+def test_repr_is_torch_spyres():
+    layout = SpyreTensorLayout([5, 100, 150], F16)
+    expected = (
+        "SpyreTensorLayout(device_size=[100, 3, 5, 64], stride_map =[150, 64, 15000, 1], "
+        "device_dtype=DataFormats.SEN169_FP16)"
+    )
+    assert repr(layout) == expected
+    assert str(layout) == expected
+    other = SpyreTensorLayout.from_stride_map([4, 512, 64], [64, 256, 1], DataFormats.SEN169_FP16)
+    assert repr(other) == (
+        "SpyreTensorLayout(device_size=[4, 512, 64], stride_map =[64, 256, 1], "
+        "device_dtype=DataFormats.SEN169_FP16)"
+    )
+
+
+def test_value_semantics():
+    a = SpyreTensorLayout([5, 100, 150], F16)
+    b = SpyreTensorLayout.from_stride_map((100, 3, 5, 64), (150, 64, 15000, 1), "float16")
+    c = SpyreTensorLayout([5, 100, 150], F16, [1, 0, 2])
+    assert a == b and hash(a) == hash(b)
+    assert a != c
+    assert len({a, b, c}) == 2
+    assert a != "not a layout"
+    assert pickle.loads(pickle.dumps(a)) == a
+    assert isinstance(a.device_size, tuple) and isinstance(a.stride_map, tuple)
+
+
+def test_layout_is_frozen():
+    layout = SpyreTensorLayout([8], F16)
+    with pytest.raises(AttributeError, match="immutable"):
+        layout.device_size = (1, 64)
+    with pytest.raises(AttributeError, match="immutable"):
+        del layout.stride_map
+
+
+def test_dtype_changes_eps():
+    assert SpyreTensorLayout([100], np.float32).device_size == (4, 32)
+    assert SpyreTensorLayout([100], np.int8).device_size == (1, 128)
+    assert SpyreTensorLayout([100], np.int8).device_dtype is DataFormats.SENINT8
+
+
+def test_size_one_dims_never_change_device_memory():
+    a = SpyreTensorLayout([512, 1, 256], F16)
+    assert a.device_size == (1, 4, 512, 64)
+    assert a.stride_map == (-1, 64, 256, 1)
+    # A size-1 stick dim gives the sparse layout's shape.
+    assert SpyreTensorLayout([256, 1], F16).device_size == (1, 256, 64)
+    assert SpyreTensorLayout([256, 1], F16).stride_map == (-1, 1, -1)
+
+
+def test_host_strides_build_the_stride_map():
+    # A transposed host view (column-major [512, 256]) stuck on dim 1.
+    layout = SpyreTensorLayout([512, 256], F16, host_strides=[1, 512])
+    assert layout.device_size == (4, 512, 64)
+    assert layout.stride_map == (32768, 1, 512)
+
+
+def test_derived_quantities():
+    layout = SpyreTensorLayout([5, 100, 150], F16)
+    assert layout.device_strides == (960, 320, 64, 1)
+    assert layout.device_rank == 4
+    assert layout.elems_per_stick == 64
+    assert layout.num_sticks == 1500
+    assert layout.nbytes == 128 * 1500
+    assert not layout.is_sparse
+    assert SpyreTensorLayout([512, 256], F16, [0, 1, -1]).is_sparse
+    assert layout.stick_dim([5, 100, 150]) == 2
+    assert SpyreTensorLayout([5, 100, 150], F16, [2, 0, 1]).stick_dim([5, 100, 150]) == 1
+    assert SpyreTensorLayout([512, 256], F16, [0, 1, -1]).stick_dim([512, 256]) is None
+
+
+# -- the index map ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("size", "order", "dsize", "smap"), SPEC_VECTORS)
+def test_spec_layouts_coords_follow_the_rule(size, order, dsize, smap):
+    layout = SpyreTensorLayout(size, F16, order)
+    coords = layout.device_coords(size).reshape(-1, layout.device_rank)
+    np.testing.assert_array_equal(coords, coords_by_rule(tuple(size), layout))
+    np.testing.assert_array_equal(dot_stride_map(coords, layout), host_offsets(tuple(size)))
+
+
+def test_aliasing_padding_is_detected():
+    # Spec section 4: the padded coordinate (0, 7, 0, 63) has dot(c, stride_map) = 511,
+    # the offset of the real element (0, 1, 11).
+    layout = SpyreTensorLayout.from_stride_map(
+        [256, 8, 128, 64], [500, 64, 100000, 1], DataFormats.SEN169_FP16
+    )
+    shape = [100, 200, 500]
+    assert np.dot((0, 7, 0, 63), layout.stride_map) == 511
+    assert layout.host_index((0, 7, 0, 63), shape) is None
+    assert layout.padding_mask(shape)[0, 7, 0, 63]
+    assert layout.device_coord((0, 1, 11), shape) == (1, 0, 0, 11)
+    assert layout.host_index((1, 0, 0, 11), shape) == (0, 1, 11)
+    assert layout.data_mask(shape).sum() == 100 * 200 * 500
+
+
+def test_host_index_and_device_coord_invert_each_other():
+    layout = SpyreTensorLayout([5, 100, 150], F16)
+    shape = (5, 100, 150)
+    for index in [(0, 0, 0), (4, 99, 149), (2, 50, 64), (3, 7, 127), (1, 1, 128)]:
+        coord = layout.device_coord(index, shape)
+        assert layout.host_index(coord, shape) == index
+        assert np.dot(coord, layout.stride_map) == np.dot(index, (15000, 150, 1))
+    assert layout.host_index((0, 2, 0, 22), shape) is None  # lane 150 of a row: padding
+    with pytest.raises(sj.LayoutError, match="outside shape"):
+        layout.device_coord((5, 0, 0), shape)
+    with pytest.raises(sj.LayoutError, match="device coordinate"):
+        layout.host_index((0, 3, 0, 0), shape)
+
+
+def test_padding_mask_of_a_partial_stick():
+    layout = SpyreTensorLayout([3, 150], F16)
+    mask = layout.padding_mask([3, 150])
+    assert mask.shape == (3, 3, 64)
+    assert not mask[:2].any()
+    assert not mask[2, :, :22].any()
+    assert mask[2, :, 22:].all()
+
+
+def test_sparse_layout_keeps_lane_zero_only():
+    layout = SpyreTensorLayout([512, 256], F16, [0, 1, -1])
+    mask = layout.data_mask([512, 256])
+    assert mask[:, 0, :, 0].all()
+    assert mask.sum() == 512 * 256
+
+
+@pytest.mark.parametrize(("size", "dsize", "smap"), SPEC_EXPLICIT + MORE_EXPLICIT)
+def test_explicit_layouts_identity(size, dsize, smap):
+    layout = SpyreTensorLayout.from_stride_map(dsize, smap, F16)
+    coords = layout.device_coords(size).reshape(-1, layout.device_rank)
+    assert (coords < np.array(dsize)).all()
+    np.testing.assert_array_equal(dot_stride_map(coords, layout), host_offsets(tuple(size)))
+    # Every host element lands on its own data position...
+    flat = np.ravel_multi_index(tuple(coords.T), dsize)
+    assert len(np.unique(flat)) == len(flat)
+    data = layout.data_mask(size)
+    assert data.reshape(-1)[flat].all()
+    # ...and every data position is one of them, broadcast copies included.
+    copies = np.prod([n for n, s in zip(dsize, smap, strict=True) if s == 0], dtype=np.int64)
+    assert data.sum() == len(flat) * copies
+
+
+def test_folded_layout_maps_through_the_flat_offset():
+    layout = SpyreTensorLayout.from_stride_map([38, 64], [64, 1], F16)
+    assert layout.device_coord((1, 10), [40, 60]) == (1, 6)  # offset 70 = 1 * 64 + 6
+    assert layout.padding_mask([40, 60]).sum() == 38 * 64 - 2400
+
+
+# -- legacy dim_map -----------------------------------------------------------------
+
+
+def test_dim_map_of_the_seed_example():
+    layout = SpyreTensorLayout([128, 256, 512], F16)
+    assert layout.dim_map([128, 256, 512]) == (1, 2, 0, 2)
+    rebuilt = SpyreTensorLayout.from_dim_map([128, 256, 512], [1, 2, 0, 2], [256, 8, 128, 64], F16)
+    assert rebuilt == layout
+    # The same dim_map with padding: the spec's aliasing layout.
+    padded = SpyreTensorLayout.from_dim_map([100, 200, 500], [1, 2, 0, 2], [256, 8, 128, 64], F16)
+    assert padded.stride_map == (500, 64, 100000, 1)
+
+
+@pytest.mark.parametrize(("size", "order", "dsize", "smap"), SPEC_VECTORS)
+def test_dim_map_round_trips(size, order, dsize, smap):
+    layout = SpyreTensorLayout(size, F16, order)
+    dim_map = layout.dim_map(size)
+    assert SpyreTensorLayout.from_dim_map(size, dim_map, dsize, F16) == layout
+
+
+def test_sparse_dim_map_marks_synthetic_dims():
+    layout = SpyreTensorLayout([512, 256], F16, [0, 1, -1])
+    assert layout.dim_map([512, 256]) == (1, -1, 0, -1)
+
+
+def test_dim_map_errors():
+    with pytest.raises(sj.LayoutError, match="same length"):
+        SpyreTensorLayout.from_dim_map([4, 64], [1, 0], [1, 4, 64], F16)
+    with pytest.raises(sj.LayoutError, match="outside range"):
+        SpyreTensorLayout.from_dim_map([4, 64], [1, 2, 1], [1, 4, 64], F16)
+    with pytest.raises(sj.LayoutError, match=r"unmapped"):
+        SpyreTensorLayout.from_dim_map([4, 64], [1, 1, 1], [1, 1, 64], F16)
+
+
+# -- errors ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("size", "order", "match"),
+    [
+        ([4, 8], [0], r"dim_order \[0\]"),
+        ([4, 8], [0, 0], r"dim_order \[0, 0\]"),
+        ([4, 8], [0, 1, 2], r"dim_order \[0, 1, 2\]"),
+        ([4, 8], [0, 1, -1, -1], "permutation"),
+        ([4, 8], [-1, 0, 1], "permutation"),
+        ([4, 8], "ab", "dim_order"),
+    ],
+)
+def test_bad_dim_order(size, order, match):
+    with pytest.raises(sj.LayoutError, match=match):
+        SpyreTensorLayout(size, F16, order)
+
+
+@pytest.mark.parametrize(
+    ("size", "match"),
+    [
+        ([4, 0], r"\[4, 0\]"),
+        ([-3], r"\[-3\]"),
+        ([2.5], "ints"),
+        ([1] * 9, "at most 8"),
+        (3, "ints"),
+    ],
+)
+def test_bad_size(size, match):
+    with pytest.raises(sj.LayoutError, match=match):
+        SpyreTensorLayout(size, F16)
+
+
+def test_bad_dtype():
+    with pytest.raises(sj.LayoutError, match="float64"):
+        SpyreTensorLayout([4], np.float64)
+
+
+def test_bad_host_strides():
+    with pytest.raises(sj.LayoutError, match="one entry per dim"):
+        SpyreTensorLayout([4, 8], F16, host_strides=[1])
+    with pytest.raises(sj.LayoutError, match="positive"):
+        SpyreTensorLayout([4, 8], F16, host_strides=[8, 0])
+
+
+@pytest.mark.parametrize(
+    ("dsize", "smap", "match"),
+    [
+        ([4, 32], [64, 1], "stick size 64"),
+        ([4, 64], [64], "same length"),
+        ([0, 64], [64, 1], "must be >= 1"),
+        ([4, 64], [-2, 1], "must be >= -1"),
+        ([], [], "at least one"),
+    ],
+)
+def test_bad_explicit_layout(dsize, smap, match):
+    with pytest.raises(sj.LayoutError, match=match):
+        SpyreTensorLayout.from_stride_map(dsize, smap, F16)
+
+
+@pytest.mark.parametrize(
+    ("size", "dsize", "smap", "match"),
+    [
+        ([20, 64], [1, 10, 64], [64, 64, 1], "too small"),
+        ([200], [3, 64], [64, 1], "too small"),
+        ([10, 64], [10, 1, 64], [64, -1, 2], "only reached every 2"),
+        ([8, 64], [8, 64], [64, -1], r"does not reach every element of host dim\(s\) \(1,\)"),
+        ([128], [2, 128, 64], [64, 1, 1], "same stride"),
+        ([128], [3, 2, 64], [64, 48, 1], "does not tile"),
+        ([128], [3, 2, 64], [192, 64, 1], "does not tile"),
+    ],
+)
+def test_layout_that_cannot_hold_the_host_shape(size, dsize, smap, match):
+    layout = SpyreTensorLayout.from_stride_map(dsize, smap, F16)
+    with pytest.raises(sj.LayoutError, match=match):
+        layout.host_mapping(size)
+
+
+def test_fold_across_non_contiguous_host_dims_is_an_error():
+    layout = SpyreTensorLayout.from_stride_map([38, 64], [64, 1], F16)
+    with pytest.raises(sj.LayoutError, match="not contiguous"):
+        layout.host_mapping([40, 60], host_strides=[61, 1])
+
+
+def test_layout_error_is_a_value_error():
+    assert issubclass(sj.LayoutError, ValueError)
+    assert issubclass(sj.SpyreUnsupportedError, NotImplementedError)
+
+
+# -- properties -----------------------------------------------------------------------
+
+
+@given(shape=shapes(max_elements=5000), data=st.data(), dtype=dtypes)
+def test_default_layouts_follow_the_rule(shape, data, dtype):
+    order = data.draw(dim_orders(len(shape)))
+    layout = SpyreTensorLayout(shape, dtype, order)
+    eps = layout.device_size[-1]
+    assert eps == sj.format_for_dtype(dtype).elems_per_stick()
+    coords = layout.device_coords(shape).reshape(-1, layout.device_rank)
+    np.testing.assert_array_equal(coords, coords_by_rule(shape, layout))
+    np.testing.assert_array_equal(dot_stride_map(coords, layout), host_offsets(shape))
+    flat = np.ravel_multi_index(tuple(coords.T), layout.device_size)
+    assert len(np.unique(flat)) == len(flat)
+    data_mask = layout.data_mask(shape).reshape(-1)
+    assert data_mask[flat].all() and data_mask.sum() == len(flat)
+    # Only the tile-count dim is padded; every other dim keeps its host size.
+    full_order = list(range(len(shape))) if order is None else list(order)
+    stick = full_order[-1] if full_order else -1
+    tiles = 1 if stick == -1 or shape[stick] == 1 else -(-shape[stick] // eps)
+    expected = [n for d, n in enumerate(shape) if n > 1 and d != stick] + [tiles]
+    assert sorted(n for n in layout.device_size[:-1] if n > 1) == sorted(
+        n for n in expected if n > 1
+    )
+    assert np.prod(layout.device_size[:-1]) * eps >= np.prod(shape)
+
+
+# -- import direction -----------------------------------------------------------------
+
+CORE = ["_errors.py", "_dtypes.py", "_segments.py", "_layout.py", "_dci.py"]
+
+
+@pytest.mark.parametrize("name", CORE)
+def test_layout_core_does_not_import_jax(name):
+    source = pathlib.Path(sj.__file__).with_name(name).read_text()
+    imported = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            imported.add(node.module)
+    assert not {m for m in imported if m == "jax" or m.startswith("jax.")}
