@@ -1,0 +1,305 @@
+"""DMA descriptors (DCI) for host <-> device transfers (spec sections 6 and 10.1).
+
+A transfer is a list of descriptors; each is a loop nest over the device dims with
+sizes, source and destination strides and offsets, **innermost loop first**. Host dims
+that do not fill their device dims evenly (a partial last stick, any padded dim) get a
+*remainder* descriptor, and every remainder doubles the list.
+
+Pure Python: no JAX import. The descriptors generated here are what the DMA engine in
+``_dma`` executes, so they are the single source of truth for every transfer.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from ._dtypes import DataFormats
+from ._errors import LayoutError
+from ._layout import HostMapping, SpyreTensorLayout
+
+__all__ = ["DCI", "Descriptor", "LoopNest", "generate_dci"]
+
+
+class LoopNest(NamedTuple):
+    """A descriptor in the seed documents' notation: outermost loop first.
+
+    Loops are in decreasing device-stride order (the device dims' order).
+    """
+
+    ranges: tuple[int, ...]
+    host_strides: tuple[int, ...]
+    device_strides: tuple[int, ...]
+    host_offset: int
+    device_offset: int
+
+    def pseudocode(self, host: str = "host", device: str = "device", h2d: bool = True) -> str:
+        """The loop nest as readable Python-like code, one loop per line."""
+        lines = []
+        names = [f"i{k}" for k in range(len(self.ranges))]
+        for depth, (name, n) in enumerate(zip(names, self.ranges, strict=True)):
+            lines.append("  " * depth + f"for {name} in range({n}):")
+        host_idx = _affine(names, self.host_strides, self.host_offset, self.ranges)
+        dev_idx = _affine(names, self.device_strides, self.device_offset, self.ranges)
+        dst, src = (f"{device}[{dev_idx}]", f"{host}[{host_idx}]")
+        if not h2d:
+            dst, src = f"{host}[{host_idx}]", f"{device}[{dev_idx}]"
+        lines.append("  " * len(names) + f"{dst} = {src}")
+        return "\n".join(lines)
+
+
+def _affine(names: list[str], strides: Sequence[int], offset: int, ranges: Sequence[int]) -> str:
+    terms = [str(offset)] if offset else []
+    for name, stride, n in zip(names, strides, ranges, strict=True):
+        if n == 1 or stride == 0:
+            continue
+        terms.append(name if stride == 1 else f"{name}*{stride}")
+    return " + ".join(terms) or "0"
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    """One DMA loop nest, innermost loop first (torch-spyre's ``dcsi_`` entry).
+
+    Element ``k`` of ``size`` is the trip count of loop ``k``; the transfer copies
+    ``src[offset_src + dot(i, stride_src)]`` to ``dst[offset_dst + dot(i, stride_dst)]``
+    for every loop index ``i``. Units are elements.
+
+    Attributes:
+        size: loop trip counts, innermost first.
+        stride_src: source strides, innermost first.
+        stride_dst: destination strides, innermost first.
+        offset_src: source offset of the first element.
+        offset_dst: destination offset of the first element.
+        host_to_device: True when the source is host memory.
+    """
+
+    size: tuple[int, ...]
+    stride_src: tuple[int, ...]
+    stride_dst: tuple[int, ...]
+    offset_src: int
+    offset_dst: int
+    host_to_device: bool = True
+
+    @property
+    def num_elements(self) -> int:
+        """Elements this descriptor copies."""
+        n = 1
+        for s in self.size:
+            n *= s
+        return n
+
+    def loop_nest(self) -> LoopNest:
+        """The seed-style loop nest: ranges, host and device strides, outermost first."""
+        host, dev = self.stride_src, self.stride_dst
+        host_off, dev_off = self.offset_src, self.offset_dst
+        if not self.host_to_device:
+            host, dev, host_off, dev_off = dev, host, dev_off, host_off
+        return LoopNest(self.size[::-1], host[::-1], dev[::-1], host_off, dev_off)
+
+    def to_dict(self) -> dict[str, Any]:
+        """torch-spyre's ``dcsi_`` entry."""
+        return {
+            "size_": list(self.size),
+            "stride_src_": list(self.stride_src),
+            "stride_dst_": list(self.stride_dst),
+            "offset_src_": self.offset_src,
+            "offset_dst_": self.offset_dst,
+        }
+
+
+@dataclass(frozen=True)
+class DCI(Sequence[Descriptor]):
+    """A whole transfer: the descriptor list plus what torch-spyre's DCI JSON records.
+
+    Behaves as a sequence of :class:`Descriptor`.
+
+    Attributes:
+        descriptors: the loop nests; together they copy every host element once.
+        host_to_device: direction (``isHostToSen_``).
+        dataformat: the device data format.
+        host_shape: host sizes.
+        device_shape: the layout's ``device_size``.
+        name: ``dsName_``.
+    """
+
+    descriptors: tuple[Descriptor, ...]
+    host_to_device: bool
+    dataformat: DataFormats
+    host_shape: tuple[int, ...]
+    device_shape: tuple[int, ...]
+    name: str = ""
+
+    def __len__(self) -> int:
+        return len(self.descriptors)
+
+    def __iter__(self) -> Iterator[Descriptor]:
+        return iter(self.descriptors)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.descriptors[i]
+
+    def loop_nests(self) -> list[LoopNest]:
+        """Every descriptor in the seed-style notation."""
+        return [d.loop_nest() for d in self.descriptors]
+
+    def pseudocode(self) -> str:
+        """All descriptors as Python-like loop nests."""
+        parts = []
+        for k, d in enumerate(self.descriptors):
+            parts.append(f"# descriptor {k}: {d.num_elements} elements")
+            parts.append(d.loop_nest().pseudocode(h2d=self.host_to_device))
+        return "\n".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """torch-spyre's DCI JSON object (shapes innermost first)."""
+        src, dst = self.host_shape, self.device_shape
+        if not self.host_to_device:
+            src, dst = dst, src
+        return {
+            "dsName_": self.name,
+            "isHostToSen_": int(self.host_to_device),
+            "dataformat_src_": int(self.dataformat),
+            "dataformat_dst_": int(self.dataformat),
+            "dcsi_": [d.to_dict() for d in self.descriptors],
+            "input_shape_": list(src)[::-1],
+            "output_shape_": list(dst)[::-1],
+        }
+
+    def to_json(self, **kwargs: Any) -> str:
+        """The DCI as a JSON string with torch-spyre's field names."""
+        return json.dumps(self.to_dict(), **kwargs)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DCI:
+        """Read a DCI from torch-spyre's JSON object.
+
+        Raises:
+            LayoutError: if a field is missing or malformed.
+        """
+        try:
+            h2d = bool(data["isHostToSen_"])
+            src = tuple(int(n) for n in data["input_shape_"])[::-1]
+            dst = tuple(int(n) for n in data["output_shape_"])[::-1]
+            fmt = DataFormats(int(data["dataformat_src_"]))
+            descs = tuple(
+                Descriptor(
+                    size=tuple(int(v) for v in e["size_"]),
+                    stride_src=tuple(int(v) for v in e["stride_src_"]),
+                    stride_dst=tuple(int(v) for v in e["stride_dst_"]),
+                    offset_src=int(e["offset_src_"]),
+                    offset_dst=int(e["offset_dst_"]),
+                    host_to_device=h2d,
+                )
+                for e in data["dcsi_"]
+            )
+            name = str(data.get("dsName_", ""))
+        except (KeyError, TypeError, ValueError) as err:
+            raise LayoutError(f"not a DCI JSON object ({err!r}): {data!r:.200}") from err
+        host, dev = (src, dst) if h2d else (dst, src)
+        return cls(descs, h2d, fmt, host, dev, name)
+
+    @classmethod
+    def from_json(cls, text: str) -> DCI:
+        """Read a DCI from a JSON string (see :meth:`from_dict`)."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise LayoutError(f"not valid JSON: {err}") from err
+        return cls.from_dict(data)
+
+
+class _Piece(NamedTuple):
+    """Part of one host segment: per device dim ``(trip count, first coordinate)``."""
+
+    loops: dict[int, tuple[int, int]]
+    offset: int  # in segment elements
+
+
+def _cover(n: int, axes: Sequence[tuple[int, int]]) -> list[_Piece]:
+    """Pieces that cover ``n`` segment elements with nested device dims ``axes``.
+
+    The outermost dim gets the floor count of whole tiles; a leftover gets one more
+    piece (trip count 1 on the outer dim) whose inner dims cover the rest.
+    """
+    if not axes:
+        return [_Piece({}, 0)] if n == 1 else []
+    (top, r_top), inner = axes[0], axes[1:]
+    full, rest = divmod(n, r_top)
+    whole = {j: (r_prev // r, 0) for (_, r_prev), (j, r) in zip(axes, inner, strict=False)}
+    pieces = [_Piece({top: (full, 0), **whole}, 0)] if full else []
+    for sub in _cover(rest, inner) if rest else []:
+        pieces.append(_Piece({top: (1, full), **sub.loops}, full * r_top + sub.offset))
+    return pieces
+
+
+def generate_dci(
+    shape: Sequence[int],
+    layout: SpyreTensorLayout,
+    *,
+    host_strides: Sequence[int] | None = None,
+    host_to_device: bool = True,
+    name: str = "",
+) -> DCI:
+    """The DMA descriptors that move a host tensor of ``shape`` to or from ``layout``.
+
+    Args:
+        shape: host sizes.
+        layout: the device layout.
+        host_strides: host strides in elements; defaults to row-major.
+        host_to_device: direction; D2H swaps source and destination and reads one
+            copy of every broadcast device dim.
+        name: stored as ``dsName_``.
+
+    Returns:
+        The :class:`DCI`. Descriptors come main first, then remainders; the
+        remainders of inner host dims vary fastest (spec section 6).
+
+    Raises:
+        LayoutError: if the layout cannot hold a host tensor of this shape.
+    """
+    mapping = layout.host_mapping(shape, host_strides)
+    descs = _descriptors(layout, mapping, bool(host_to_device))
+    return DCI(
+        descs, bool(host_to_device), layout.device_dtype, mapping.shape, layout.device_size, name
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _descriptors(
+    layout: SpyreTensorLayout, mapping: HostMapping, h2d: bool
+) -> tuple[Descriptor, ...]:
+    segments = mapping.segmentation.segments
+    dstrides = layout.device_strides
+    out = []
+    for combo in itertools.product(*(_cover(s.size, s.axes) for s in segments)):
+        loops: dict[int, tuple[int, int]] = {}
+        host_off = 0
+        for seg, piece in zip(segments, combo, strict=True):
+            loops.update(piece.loops)
+            host_off += piece.offset * seg.stride
+        size, host, dev = [], [], []
+        dev_off = 0
+        for j in reversed(range(layout.device_rank)):
+            stride = layout.stride_map[j]
+            if j in loops:
+                count, first = loops[j]
+            elif stride == 0 and h2d:
+                count, first = layout.device_size[j], 0
+            else:
+                count, first = 1, 0
+            size.append(count)
+            host.append(stride)
+            dev.append(dstrides[j])
+            dev_off += first * dstrides[j]
+        src, dst, src_off, dst_off = host, dev, host_off, dev_off
+        if not h2d:
+            src, dst, src_off, dst_off = dev, host, dev_off, host_off
+        out.append(Descriptor(tuple(size), tuple(src), tuple(dst), src_off, dst_off, h2d))
+    if not out:
+        raise LayoutError(f"no descriptors for host shape {list(mapping.shape)} and {layout}")
+    return tuple(out)
