@@ -1,0 +1,203 @@
+import chex
+import jax
+import jax.extend.core
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from cases import MORE_EXPLICIT, SPEC_EXPLICIT, SPEC_VECTORS
+from hypothesis import given
+from hypothesis import strategies as st
+from oracles import coords_by_rule, random_bits, run_descriptors, same_bits
+from strategies import dim_orders, dtypes, shapes
+
+import spyrejax as sj
+from spyrejax import SpyreTensorLayout
+
+F16 = np.float16
+RNG = np.random.default_rng(0)
+
+# What a transfer may lower to: reshapes, slices, transposes and box updates. No gather,
+# no scatter, no iota-built index arrays.
+ALLOWED_PRIMITIVES = {
+    "bitcast_convert_type",
+    "broadcast_in_dim",
+    "dynamic_update_slice",
+    "jit",
+    "pjit",
+    "reshape",
+    "slice",
+    "squeeze",
+    "transpose",
+}
+
+
+def test_spec_example_image():
+    shape = (5, 100, 150)
+    x = RNG.standard_normal(shape).astype(F16)
+    layout = SpyreTensorLayout(shape, F16)
+    image = np.asarray(sj.dma_h2d(x, layout))
+    assert image.shape == (100, 3, 5, 64) and image.dtype == F16
+    # device[i0*960 + i1*320 + i2*64 + i3] = host[i0*150 + i1*64 + i2*15000 + i3]
+    np.testing.assert_array_equal(image[7, 1, 4, 5], x[4, 7, 69])
+    np.testing.assert_array_equal(
+        image[:, :2].transpose(2, 0, 1, 3).reshape(5, 100, 128), x[..., :128]
+    )
+    np.testing.assert_array_equal(image[:, 2, :, :22].transpose(1, 0, 2), x[..., 128:])
+    assert np.isnan(image[:, 2, :, 22:]).all()  # padding is poison
+    assert not np.isnan(image[:, :2]).any()
+
+
+def test_pad_value_overrides_the_poison():
+    x = np.ones((3, 70), F16)
+    image = np.asarray(sj.dma_h2d(x, SpyreTensorLayout(x.shape, F16), pad_value=0))
+    assert image.sum() == 3 * 70
+
+
+@pytest.mark.parametrize(("dtype", "poison"), [(np.int8, -128), (np.int32, -(2**31))])
+def test_integer_padding_is_the_most_negative_value(dtype, poison):
+    x = np.zeros((2, 5), dtype)
+    image = np.asarray(sj.dma_h2d(x, SpyreTensorLayout(x.shape, dtype)))
+    assert (image[..., 5:] == poison).all() and (image[..., :5] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", sj.SUPPORTED_DTYPES, ids=str)
+def test_round_trip_is_bit_exact_for_every_dtype(dtype):
+    shape = (3, 5, 150)
+    x = random_bits(shape, dtype, RNG)
+    if np.dtype(dtype).kind == "f":  # make sure the special values are in
+        specials = np.array([np.nan, -0.0, np.inf, -np.inf], dtype=np.float32).astype(dtype)
+        x.reshape(-1)[: len(specials)] = specials
+    for order in (None, [2, 0, 1], [0, 1, 2, -1]):
+        layout = SpyreTensorLayout(shape, dtype, order)
+        image = sj.dma_h2d(x, layout)
+        assert image.dtype == x.dtype
+        assert same_bits(sj.dma_d2h(image, shape, layout), x)
+
+
+def test_nan_payloads_survive():
+    payloads = np.array([0x7E01, 0xFE55, 0x7C01, 0x7FFF], dtype=np.uint16).view(F16)
+    layout = SpyreTensorLayout(payloads.shape, F16)
+    back = sj.dma_d2h(sj.dma_h2d(payloads, layout), payloads.shape, layout)
+    assert same_bits(back, payloads)
+
+
+@pytest.mark.parametrize(("size", "dsize", "smap"), SPEC_EXPLICIT + MORE_EXPLICIT)
+def test_explicit_layouts_round_trip(size, dsize, smap):
+    layout = SpyreTensorLayout.from_stride_map(dsize, smap, F16)
+    x = random_bits(size, F16, RNG)
+    image = sj.dma_h2d(x, layout, pad_value=0)
+    assert same_bits(sj.dma_d2h(image, size, layout), x)
+    # The image is exactly what the descriptors say, executed literally.
+    expected, _ = run_descriptors(
+        sj.generate_dci(size, layout), x.reshape(-1), np.zeros(np.prod(dsize), F16)
+    )
+    assert same_bits(np.asarray(image).reshape(-1), expected)
+
+
+def test_broadcast_layout_repeats_the_element():
+    layout = SpyreTensorLayout.from_stride_map([1, 512, 64], [64, 0, 1], F16)
+    x = np.arange(60).astype(F16)
+    image = np.asarray(sj.dma_h2d(x, layout))
+    np.testing.assert_array_equal(image[0, :, :60], np.broadcast_to(x, (512, 60)))
+    assert np.isnan(image[0, :, 60:]).all()
+
+
+def test_jit_matches_eager_and_traces_once_per_layout():
+    h2d = jax.jit(chex.assert_max_traces(sj.dma_h2d, n=2), static_argnames="layout")
+    x = jnp.asarray(RNG.standard_normal((5, 100, 150)), jnp.bfloat16)
+    a = SpyreTensorLayout(x.shape, jnp.bfloat16)
+    b = SpyreTensorLayout(x.shape, jnp.bfloat16, [1, 0, 2])
+    for layout in (a, b, a, b):
+        assert same_bits(h2d(x, layout), sj.dma_h2d(x, layout))
+    d2h = jax.jit(sj.dma_d2h, static_argnames=("shape", "layout"))
+    assert same_bits(d2h(h2d(x, a), x.shape, a), x)
+
+
+def test_transfers_lower_to_boxes_without_index_arrays():
+    shape = (64, 100, 150)
+    layout = SpyreTensorLayout.from_stride_map([2, 3, 64, 100, 64], [9600, 64, 15000, 150, 1], F16)
+    layout.host_mapping(shape)
+    for fn, arg in (
+        (lambda x: sj.dma_h2d(x, layout), jnp.zeros(shape, F16)),
+        (lambda y: sj.dma_d2h(y, shape, layout), jnp.zeros(layout.device_size, F16)),
+    ):
+        closed = jax.make_jaxpr(fn)(arg)
+        prims = set()
+        consts = []
+        _walk(closed.jaxpr, prims, consts)
+        assert prims <= ALLOWED_PRIMITIVES, prims - ALLOWED_PRIMITIVES
+        assert all(np.size(c) <= 1 for c in consts)
+
+
+def _walk(jaxpr, prims, consts):
+    for eqn in jaxpr.eqns:
+        prims.add(eqn.primitive.name)
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            consts.extend(getattr(sub, "consts", ()))
+            _walk(getattr(sub, "jaxpr", sub), prims, consts)
+
+
+def test_errors():
+    layout = SpyreTensorLayout((4, 64), F16)
+    with pytest.raises(sj.LayoutError, match=r"float32.*SEN169_FP16"):
+        sj.dma_h2d(np.zeros((4, 64), np.float32), layout)
+    with pytest.raises(sj.LayoutError, match="too small"):
+        sj.dma_h2d(np.zeros((8, 64), F16), layout)
+    with pytest.raises(sj.LayoutError, match=r"device image has shape \(4, 64\)"):
+        sj.dma_d2h(np.zeros((4, 64), F16), (4, 64), layout)
+    with pytest.raises(sj.LayoutError, match="SpyreTensorLayout"):
+        sj.dma_h2d(np.zeros((4, 64), F16), (1, 4, 64))
+    with pytest.raises(sj.LayoutError, match="float64"):
+        sj.dma_h2d(np.zeros((4, 64)), layout)
+
+
+@pytest.mark.parametrize(("size", "order", "dsize", "smap"), SPEC_VECTORS)
+def test_spec_layouts_place_every_element_by_the_rule(size, order, dsize, smap):
+    _check_dma(tuple(size), SpyreTensorLayout(size, np.int32, order))
+
+
+def _check_dma(shape, layout):
+    """arange through the DMA: each element once, where the rule says; padding untouched."""
+    n = int(np.prod(shape))
+    x = np.arange(n, dtype=np.int32).reshape(shape)
+    image = np.asarray(sj.dma_h2d(x, layout))
+    coords = coords_by_rule(shape, layout)
+    flat = np.ravel_multi_index(tuple(coords.T), layout.device_size)
+    np.testing.assert_array_equal(image.reshape(-1)[flat], x.reshape(-1))
+    written = image != np.iinfo(np.int32).min
+    np.testing.assert_array_equal(written, layout.data_mask(shape))
+    assert written.sum() == n
+    np.testing.assert_array_equal(np.asarray(sj.dma_d2h(image, shape, layout)), x)
+
+
+@given(shape=shapes(), data=st.data())
+def test_property_every_element_copied_once_to_its_position(shape, data):
+    _check_dma(shape, SpyreTensorLayout(shape, np.int32, data.draw(dim_orders(len(shape)))))
+
+
+@given(shape=shapes(), data=st.data(), dtype=dtypes)
+def test_property_round_trip_is_bit_exact(shape, data, dtype):
+    layout = SpyreTensorLayout(shape, dtype, data.draw(dim_orders(len(shape))))
+    x = random_bits(shape, dtype, np.random.default_rng(data.draw(st.integers(0, 2**32 - 1))))
+    image = sj.dma_h2d(x, layout)
+    assert same_bits(sj.dma_d2h(image, shape, layout), x)
+    poison = sj.poison_value(dtype)
+    pad = np.asarray(image)[layout.padding_mask(shape)]
+    assert same_bits(pad, np.full(pad.shape, poison, dtype))
+
+
+@pytest.mark.slow
+@given(shape=shapes(), data=st.data(), dtype=dtypes)
+def test_property_long_run(shape, data, dtype):
+    # Run with HYPOTHESIS_PROFILE=long for hundreds of examples.
+    layout = SpyreTensorLayout(shape, dtype, data.draw(dim_orders(len(shape))))
+    x = random_bits(shape, dtype, np.random.default_rng(0))
+    assert same_bits(sj.dma_d2h(sj.dma_h2d(x, layout), shape, layout), x)
+
+
+def test_float8_formats_move_as_bytes():
+    x = np.linspace(-4, 4, 300).astype(ml_dtypes.float8_e4m3fn)
+    layout = SpyreTensorLayout(x.shape, ml_dtypes.float8_e4m3fn)
+    assert layout.device_size == (3, 128)
+    assert same_bits(sj.dma_d2h(sj.dma_h2d(x, layout), x.shape, layout), x)
