@@ -1,0 +1,5 @@
+"""``python -m spyrejax`` runs the main demo."""
+
+from ._demo import main
+
+main()

@@ -1,0 +1,23 @@
+import subprocess
+import sys
+
+from spyrejax._demo import main
+
+
+def test_demo_prints_the_seed_examples(capsys):
+    main()
+    out = capsys.readouterr().out
+    assert "device[i0*65536 + i1*64 + i2] = host[i0*64 + i1*256 + i2]" in out
+    assert "size=[22, 5, 1, 100]" in out and "offsets=(128, 640)" in out
+    assert "stride_map =[15000, 64, 150, 1]" in out
+    assert "host_index -> None" in out
+    assert "padding positions: 21000, all still poison (NaN): 21000" in out
+    assert "device -> host is bit-exact: True" in out
+
+
+def test_python_dash_m_runs_the_demo():
+    done = subprocess.run(
+        [sys.executable, "-m", "spyrejax"], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert "bit-exact: True" in done.stdout
