@@ -30,7 +30,16 @@ from ._errors import LayoutError
 from ._layout import SpyreTensorLayout
 from ._segments import row_major_strides, segment_axes
 
-__all__ = ["BoxPlan", "box_plan", "dma_d2h", "dma_h2d", "read_box", "write_box"]
+__all__ = [
+    "BoxPlan",
+    "box_plan",
+    "d2h_values",
+    "dma_d2h",
+    "dma_h2d",
+    "h2d_values",
+    "read_box",
+    "write_box",
+]
 
 
 @dataclass(frozen=True)
@@ -83,7 +92,9 @@ def box_plan(
     bstrides = row_major_strides(buffer_shape)
     what = f"loops {list(sizes)} x {list(strides)} at {offset} over buffer {list(buffer_shape)}"
     axes = tuple(zip(sizes, strides, strict=True))
-    seg = segment_axes(buffer_shape, bstrides, axes, what=what, fold_unwalked=False)
+    seg = segment_axes(
+        buffer_shape, bstrides, axes, what=what, fold_unwalked=False, fold_overflow=True
+    )
     coord = [(offset // s) % n for s, n in zip(bstrides, buffer_shape, strict=True)]
     ranges, split, order = [], [], []
     for segment in seg.segments:
@@ -176,12 +187,29 @@ def _dtype_of(x: Any) -> np.dtype:
 
 def _check_format(dtype: Any, layout: SpyreTensorLayout, what: str) -> np.dtype:
     dt = host_dtype(dtype)
-    if format_for_dtype(dt) != layout.device_dtype:
+    # Predicates (bool) may follow the layout of the values they were computed from.
+    if dt != np.bool_ and format_for_dtype(dt) != layout.device_dtype:
         raise LayoutError(
             f"{what} has dtype {dt} (format {format_for_dtype(dt)!r}) but the layout's "
             f"device_dtype is {layout.device_dtype!r}"
         )
     return dt
+
+
+def h2d_values(x: jax.Array, layout: SpyreTensorLayout, fill: Any = 0) -> jax.Array:
+    """Host -> device moving values (not bits): differentiable, for tangents.
+
+    Unlike :func:`dma_h2d` it does not validate and may canonicalise NaN payloads.
+    """
+    dci = generate_dci(x.shape, layout, host_to_device=True)
+    image = jnp.full(layout.device_size, fill, dtype=x.dtype)
+    return _execute(x, image, dci)
+
+
+def d2h_values(image: jax.Array, shape: tuple[int, ...], layout: SpyreTensorLayout) -> jax.Array:
+    """Device -> host moving values (not bits): differentiable, for tangents."""
+    dci = generate_dci(shape, layout, host_to_device=False)
+    return _execute(image, jnp.zeros(shape, image.dtype), dci)
 
 
 @functools.partial(jax.jit, static_argnames=("layout",))

@@ -6,7 +6,7 @@ spyrejax problems specifically while still catching the builtin they subclass.
 
 from __future__ import annotations
 
-__all__ = ["LayoutError", "SpyreError", "SpyreUnsupportedError"]
+__all__ = ["LayoutError", "SpyreError", "SpyreTypeError", "SpyreUnsupportedError"]
 
 
 class SpyreError(Exception):
@@ -19,3 +19,7 @@ class LayoutError(SpyreError, ValueError):
 
 class SpyreUnsupportedError(SpyreError, NotImplementedError):
     """An operation, primitive or transformation that spyrejax does not support."""
+
+
+class SpyreTypeError(SpyreError, TypeError):
+    """An argument of the wrong kind or dtype (a host array where a Spyre array is needed...)."""

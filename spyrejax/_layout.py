@@ -23,7 +23,7 @@ from ._dtypes import DataFormats, DTypeLike, format_for_dtype
 from ._errors import LayoutError
 from ._segments import Segmentation, row_major_strides, segment_axes
 
-__all__ = ["HostMapping", "SpyreTensorLayout"]
+__all__ = ["HostMapping", "SpyreTensorLayout", "data_positions"]
 
 
 def _int_tuple(values: Any, name: str) -> tuple[int, ...]:
@@ -421,7 +421,7 @@ device_dtype=DataFormats.SEN169_FP16)
         """
         c = _check_index(coord, self.device_size, what="device coordinate")
         mapping = self.host_mapping(shape, host_strides)
-        if not bool(_valid(self, mapping, c)):
+        if not bool(data_positions(self, mapping, c)):
             return None
         index = [0] * len(mapping.shape)
         for segment in mapping.segmentation.segments:
@@ -440,7 +440,7 @@ device_dtype=DataFormats.SEN169_FP16)
         """
         mapping = self.host_mapping(shape, host_strides)
         grids = np.ogrid[tuple(slice(0, n) for n in self.device_size)]
-        return ~np.broadcast_to(_valid(self, mapping, grids), self.device_size)
+        return ~np.broadcast_to(data_positions(self, mapping, grids), self.device_size)
 
     def data_mask(
         self, shape: Sequence[int], host_strides: Sequence[int] | None = None
@@ -491,8 +491,19 @@ def _segment_linear(mapping: HostMapping, dims: tuple[int, ...], index: Any) -> 
     return x
 
 
-def _valid(layout: SpyreTensorLayout, mapping: HostMapping, c: Any) -> Any:
-    """Whether device coordinates ``c`` (ints or broadcastable arrays) hold data."""
+def data_positions(layout: SpyreTensorLayout, mapping: HostMapping, c: Any) -> Any:
+    """Whether device coordinates hold host data (spec section 4), array-agnostic.
+
+    Args:
+        layout: the layout.
+        mapping: its index map for the host shape (``layout.host_mapping(shape)``).
+        c: one coordinate per device dim: ints, or broadcastable integer arrays of any
+            array library (NumPy grids, JAX iotas); only ``*``, ``+``, ``<``, ``==``
+            and ``&`` are used.
+
+    Returns:
+        True where the position holds data (a bool or a broadcast bool array).
+    """
     ok: Any = True
     seg = mapping.segmentation
     for j in seg.ignored:

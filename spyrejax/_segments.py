@@ -78,6 +78,7 @@ def segment_axes(
     *,
     what: str,
     fold_unwalked: bool = True,
+    fold_overflow: bool = False,
 ) -> Segmentation:
     """Assign strided axes to (possibly folded) host dims.
 
@@ -89,6 +90,9 @@ def segment_axes(
         fold_unwalked: fold a host dim that no axis walks into the next inner one (a
             layout must reach every element). When False such a dim stays a segment
             of its own with no axes (a box may take one index of it).
+        fold_overflow: fold a host dim into the next outer one when an axis walking it
+            runs past its end (a loop over merged dims). For a layout such an overrun
+            is padding, so layouts leave this off.
 
     Returns:
         The segmentation. Every host dim of size > 1 lies in exactly one segment; with
@@ -103,7 +107,8 @@ def segment_axes(
     walking = [a for a, (size, stride) in enumerate(axes) if size > 1 and stride > 0]
     while True:
         strides = [host_strides[g[-1]] for g in groups]
-        assigned, fold = _assign(strides, axes, walking, what, fold_unwalked)
+        sizes = [math.prod(host_shape[d] for d in g) for g in groups]
+        assigned, fold = _assign(strides, sizes, axes, walking, what, fold_unwalked, fold_overflow)
         if fold is None:
             break
         if fold == len(groups) - 1:
@@ -137,10 +142,12 @@ def segment_axes(
 
 def _assign(
     seg_strides: list[int],
+    seg_sizes: list[int],
     axes: Sequence[tuple[int, int]],
     walking: list[int],
     what: str,
     fold_unwalked: bool,
+    fold_overflow: bool,
 ) -> tuple[dict[int, tuple[int, int]], int | None]:
     """One assignment pass: ``{axis: (segment, ratio)}`` and the first segment to fold."""
     assigned: dict[int, tuple[int, int]] = {}
@@ -154,7 +161,12 @@ def _assign(
             )
         if stride % seg_strides[g]:
             return assigned, g
-        assigned[a] = (g, stride // seg_strides[g])
+        ratio = stride // seg_strides[g]
+        if fold_overflow and (axes[a][0] - 1) * ratio >= seg_sizes[g]:
+            if g == 0:
+                raise LayoutError(f"{what}: axis {a} runs past the end of the buffer")
+            return assigned, g - 1
+        assigned[a] = (g, ratio)
     if not fold_unwalked:
         return assigned, None
     used = {g for g, _ in assigned.values()}
