@@ -1,0 +1,320 @@
+"""SpyreArray and its abstract value SpyreType: a device image plus its Spyre layout.
+
+``SpyreType`` is a ``jax.experimental.hijax`` ``HiType``: it carries the logical shape,
+dtype, :class:`SpyreTensorLayout`, the view over the layout's base tensor and what the
+padding is known to hold, so layouts appear on every variable of a printed jaxpr and
+layout rules run at trace time. It lowers to one plain array: the device image, of
+shape ``layout.device_size``.
+
+Operators and methods (``+``, ``@``, ``.T``, ``.sum()``...) are attached by
+``spyrejax.primitives``, which defines the operations they call.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import jax
+import numpy as np
+
+from ._devdims import DevDim, device_dims, is_contiguous, stick_dim
+from ._dtypes import format_for_dtype, host_dtype
+from ._errors import LayoutError, SpyreUnsupportedError
+from ._jax import HiType, ShapedArray, register_hitype
+from ._layout import SpyreTensorLayout
+from ._segments import row_major_strides
+
+__all__ = ["PadFill", "SpyreArray", "SpyreType"]
+
+_SHORT_DTYPES = {
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "float32": "f32",
+    "int8": "i8",
+    "int32": "i32",
+    "bool": "bool",
+    "float8_e4m3fn": "f8e4m3fn",
+    "float8_e5m2": "f8e5m2",
+}
+
+
+class PadFill(enum.Enum):
+    """What the padding positions of a device image are known to hold."""
+
+    POISON = "poison"
+    """Undefined (filled with poison by transfers): kernels must mask it."""
+    ZERO = "zero"
+    """Zeros: a matmul may use the operand without masking its padding."""
+
+
+def _ints(xs: Any) -> tuple[int, ...]:
+    return tuple(int(x) for x in xs)
+
+
+@dataclass(frozen=True)
+class SpyreType(HiType):
+    """The abstract value of a :class:`SpyreArray`.
+
+    Attributes:
+        shape: logical shape.
+        dtype: element dtype (the host dtype; its format is ``layout.device_dtype``).
+        layout: the device layout of the image.
+        base_shape: the contiguous host tensor the layout was built for.
+        strides: the view: host-offset strides of each logical dim over the base
+            (0 for broadcast dims).
+        pad: what the padding holds.
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    layout: SpyreTensorLayout
+    base_shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    pad: PadFill = PadFill.POISON
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", _ints(self.shape))
+        object.__setattr__(self, "base_shape", _ints(self.base_shape))
+        object.__setattr__(self, "strides", _ints(self.strides))
+        dt = host_dtype(self.dtype)
+        object.__setattr__(self, "dtype", dt)
+        # Predicates (bool) follow the layout of the values they were computed from.
+        if dt != np.bool_ and format_for_dtype(dt) != self.layout.device_dtype:
+            raise LayoutError(
+                f"dtype {dt} does not match the layout's format {self.layout.device_dtype!r}"
+            )
+        if len(self.strides) != len(self.shape):
+            raise LayoutError(f"strides {self.strides} do not match shape {self.shape}")
+        self.dims  # noqa: B018  (validates the view against the layout)
+
+    @classmethod
+    def contiguous(
+        cls,
+        shape: tuple[int, ...],
+        dtype: Any,
+        layout: SpyreTensorLayout,
+        pad: PadFill = PadFill.POISON,
+    ) -> SpyreType:
+        """The type of a fresh array whose layout was built for its own shape."""
+        shape = _ints(shape)
+        return cls(shape, dtype, layout, shape, row_major_strides(shape), pad)
+
+    # -- derived ------------------------------------------------------------------
+
+    @property
+    def ndim(self) -> int:
+        """Logical rank."""
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        """Logical number of elements."""
+        return math.prod(self.shape)
+
+    @property
+    def dims(self) -> tuple[DevDim, ...]:
+        """Tags of the device dims: which logical dims each walks."""
+        return device_dims(self.layout, self.base_shape, self.shape, self.strides)
+
+    @property
+    def stick_dim(self) -> int | None:
+        """The logical dim along the sticks, or None for a sparse array."""
+        return stick_dim(self.dims)
+
+    @property
+    def is_view(self) -> bool:
+        """Whether the logical array differs from the layout's base tensor."""
+        return self.shape != self.base_shape or not is_contiguous(self.shape, self.strides)
+
+    @property
+    def weak_type(self) -> bool:
+        """Spyre arrays are never weakly typed."""
+        return False
+
+    @property
+    def mat(self) -> Any:
+        """Varying manual axes (read by ``lax.cond``): those of the device image."""
+        return self.lo_ty()[0].mat
+
+    # -- hijax lowering -----------------------------------------------------------
+
+    def lo_ty(self) -> list[ShapedArray]:
+        """The device image's plain type."""
+        return [ShapedArray(self.layout.device_size, self.dtype)]
+
+    def lower_val(self, hi_val: SpyreArray) -> list[jax.Array]:
+        """The device image of a value."""
+        return [hi_val.image]
+
+    def raise_val(self, image: jax.Array) -> SpyreArray:
+        """A value of this type around a device image."""
+        return SpyreArray(image, self)
+
+    def str_short(self, short_dtypes: bool = False, mesh_axis_types: bool = False) -> str:
+        """Compact form used in jaxprs: ``f16[5,100,150]{[100,3,5,64]/[150,64,15000,1]}``."""
+        name = _SHORT_DTYPES.get(self.dtype.name, self.dtype.name)
+        lay = self.layout
+        text = f"{list(lay.device_size)}/{list(lay.stride_map)}".replace(" ", "")
+        if self.is_view:
+            text += f" view={list(self.base_shape)}:{list(self.strides)}".replace(", ", ",")
+        if self.pad is PadFill.ZERO:
+            text += " pad=0"
+        return f"{name}[{','.join(map(str, self.shape))}]{{{text}}}"
+
+    def __repr__(self) -> str:
+        return f"SpyreType({self.str_short()})"
+
+    # -- autodiff -----------------------------------------------------------------
+
+    def to_tangent_aval(self) -> SpyreType:
+        """Tangents share the layout; their padding is undefined."""
+        return replace(self, pad=PadFill.POISON)
+
+    def vspace_zero(self) -> SpyreArray:
+        """A zero tangent of this type."""
+        from .primitives._base import wrap
+
+        return wrap(jax.numpy.zeros(self.layout.device_size, self.dtype), self)
+
+    def vspace_add(self, x: SpyreArray, y: SpyreArray) -> SpyreArray:
+        """Sum of two tangents of this type (image-wise: padding stays undefined)."""
+        from .primitives._base import image, wrap
+
+        return wrap(image(x) + image(y), self.to_tangent_aval())
+
+    # -- vmap and scan: the batch dim is logical dim 0 and device dim 0 -------------
+
+    def leading_axis_spec(self) -> int:
+        """Scan and vmap map over logical dim 0."""
+        return 0
+
+    def dec_rank(self, size: int | None, spec: Any) -> SpyreType:
+        """The per-example type of a batched array (batch at dim 0)."""
+        d0 = self.dims[0] if self.dims else None
+        ok = (
+            spec == 0
+            and self.ndim >= 1
+            and d0 == DevDim((0,), 1, self.shape[0])
+            and not any(0 in d.dims for d in self.dims[1:])
+            and self.base_shape[:1] == self.shape[:1]
+            and self.strides[0] == math.prod(self.base_shape[1:])
+        )
+        if not ok:
+            raise SpyreUnsupportedError(
+                f"jax.vmap/scan cannot map over axis {spec} of {self.str_short()}: spyrejax "
+                "maps over logical dim 0 when it is the outermost device dim (for a 3-d "
+                "array, to_device(x, dim_order=[1, 0, 2]) or restickify puts it there)"
+            )
+        lay = self.layout
+        inner = SpyreTensorLayout.from_stride_map(
+            lay.device_size[1:], lay.stride_map[1:], lay.device_dtype
+        )
+        return SpyreType(
+            self.shape[1:], self.dtype, inner, self.base_shape[1:], self.strides[1:], self.pad
+        )
+
+    def inc_rank(self, size: int | None, spec: Any) -> SpyreType:
+        """The batched type: a new logical dim 0 that is the outermost device dim."""
+        if spec != 0 or size is None:
+            raise SpyreUnsupportedError(
+                f"spyrejax batches Spyre arrays along axis 0, not {spec!r}: {self.str_short()}"
+            )
+        return batched_type(self, int(size))
+
+
+def batched_layout(
+    layout: SpyreTensorLayout, base_shape: tuple[int, ...], size: int
+) -> SpyreTensorLayout:
+    """A layout for ``(size, *base_shape)``: ``layout`` repeated along a new outer dim."""
+    return SpyreTensorLayout.from_stride_map(
+        (size, *layout.device_size),
+        (math.prod(base_shape), *layout.stride_map),
+        layout.device_dtype,
+    )
+
+
+def batched_type(t: SpyreType, size: int) -> SpyreType:
+    """``t`` with a batch dim of ``size`` in front (logical dim 0, device dim 0)."""
+    return SpyreType(
+        (size, *t.shape),
+        t.dtype,
+        batched_layout(t.layout, t.base_shape, size),
+        (size, *t.base_shape),
+        (math.prod(t.base_shape), *t.strides),
+        t.pad,
+    )
+
+
+class SpyreArray:
+    """A tensor in (emulated) Spyre device memory: a device image and its type.
+
+    Create one with :func:`spyrejax.to_device`; ``np.asarray(a)`` or
+    :func:`spyrejax.to_host` brings the values back. SpyreArrays pass into and out of
+    ``jax.jit`` and through ``lax.scan``/``cond``/``fori_loop``.
+
+    Attributes:
+        image: the raw device image, shape ``layout.device_size``, padding included.
+        type: the :class:`SpyreType`.
+    """
+
+    __slots__ = ("image", "type")
+
+    image: jax.Array
+    type: SpyreType
+
+    def __init__(self, image: jax.Array, type: SpyreType) -> None:
+        if tuple(image.shape) != type.layout.device_size:
+            raise LayoutError(
+                f"image of shape {tuple(image.shape)} does not fit {type.str_short()}"
+            )
+        object.__setattr__(self, "image", image)
+        object.__setattr__(self, "type", type)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("SpyreArray is immutable")
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Logical shape."""
+        return self.type.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """Element dtype."""
+        return self.type.dtype
+
+    @property
+    def ndim(self) -> int:
+        """Logical rank."""
+        return self.type.ndim
+
+    @property
+    def size(self) -> int:
+        """Logical number of elements."""
+        return self.type.size
+
+    @property
+    def layout(self) -> SpyreTensorLayout:
+        """The device layout."""
+        return self.type.layout
+
+    def block_until_ready(self) -> SpyreArray:
+        """Wait for the device image to be computed."""
+        self.image.block_until_ready()
+        return self
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        from .primitives import to_host
+
+        out = np.asarray(to_host(self))
+        return out if dtype is None else out.astype(dtype)
+
+    def __repr__(self) -> str:
+        body = np.array2string(np.asarray(self), separator=", ", threshold=50, prefix="    ")
+        return f"SpyreArray({body}, {self.type.str_short()})"
+
+
+register_hitype(SpyreArray, lambda a: a.type)

@@ -1,0 +1,211 @@
+"""Device-dim tags: which logical dims each device dim of a typed Spyre array walks.
+
+A Spyre array is a device image (shape ``layout.device_size``) plus a *view*: a logical
+shape and strides over the host offsets of the base tensor the layout was built for
+(transpose, reshape, squeeze, expand_dims and broadcast_to only change the view). A
+device dim's tag says which logical dims it walks and by how many logical elements one
+step moves. Tags are the common language of the primitives' layout rules: operands are
+compatible when their tags match up to order, broadcasting inserts missing dims, and
+output layouts are built back from tags.
+
+Pure Python: no JAX import.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ._dtypes import DataFormats
+from ._errors import LayoutError
+from ._layout import SpyreTensorLayout
+from ._segments import row_major_strides, segment_axes
+
+__all__ = [
+    "AlignPlan",
+    "DevDim",
+    "align",
+    "device_dims",
+    "layout_from_dims",
+    "stick_dim",
+]
+
+
+@dataclass(frozen=True)
+class DevDim:
+    """One device dim of a typed array.
+
+    Attributes:
+        dims: logical dims it walks, outermost first (several when folded); empty for a
+            synthetic, size-1 or broadcast device dim, which holds data at index 0 only.
+        ratio: logical elements (in the folded dims' row-major units) per step.
+        size: device size.
+    """
+
+    dims: tuple[int, ...]
+    ratio: int
+    size: int
+
+    @property
+    def is_data(self) -> bool:
+        """Whether this dim walks logical data (else only index 0 matters)."""
+        return bool(self.dims)
+
+    def renumber(self, shift: int) -> DevDim:
+        """The same dim with logical dims shifted (right-aligned broadcasting)."""
+        return DevDim(tuple(d + shift for d in self.dims), self.ratio, self.size)
+
+
+@functools.lru_cache(maxsize=8192)
+def device_dims(
+    layout: SpyreTensorLayout,
+    base_shape: tuple[int, ...],
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+) -> tuple[DevDim, ...]:
+    """Tags of every device dim for a view ``(shape, strides)`` over ``base_shape``.
+
+    Logical dims of stride 0 (broadcast views) are walked by no device dim.
+
+    Raises:
+        LayoutError: if the view cannot be expressed over the layout's device dims.
+    """
+    layout.host_mapping(base_shape)
+    live_shape = tuple(1 if s == 0 else n for n, s in zip(shape, strides, strict=True))
+    axes = tuple(zip(layout.device_size, layout.stride_map, strict=True))
+    what = f"view {list(shape)} with strides {list(strides)} over {layout}"
+    seg = segment_axes(live_shape, tuple(max(s, 1) for s in strides), axes, what=what)
+    tags = [DevDim((), 1, n) for n in layout.device_size]
+    for segment in seg.segments:
+        for j, ratio in segment.axes:
+            tags[j] = DevDim(segment.host_dims, ratio, layout.device_size[j])
+    return tuple(tags)
+
+
+def stick_dim(dims: Sequence[DevDim]) -> int | None:
+    """The logical dim along the sticks (innermost of a fold), or None if sparse."""
+    last = dims[-1]
+    return last.dims[-1] if last.is_data and last.ratio == 1 else None
+
+
+@dataclass(frozen=True)
+class AlignPlan:
+    """How to bring an operand's image onto a target's device dims.
+
+    Apply as: index ``take`` dims at 0, transpose the rest by ``perm``, reshape to
+    ``shape`` (inserting size-1 axes), then broadcast to the target's device size.
+    """
+
+    take: tuple[int, ...]
+    perm: tuple[int, ...]
+    shape: tuple[int, ...]
+
+    @property
+    def is_identity(self) -> bool:
+        """Whether the image already matches the target's device dims."""
+        return not self.take and self.perm == tuple(range(len(self.perm)))
+
+
+def align(
+    src: Sequence[DevDim],
+    target: Sequence[DevDim],
+    broadcast_dims: frozenset[int],
+) -> AlignPlan | None:
+    """Match an operand's device dims to a target's, or None if they are incompatible.
+
+    Args:
+        src: the operand's tags, logical dims already renumbered to the target's.
+        target: the target's tags.
+        broadcast_dims: target logical dims along which the operand is broadcast (it
+            has size 1 there, or walks them with no device dim).
+
+    Every data device dim of the operand must equal a data device dim of the target;
+    a target data dim with no partner is allowed only over broadcast logical dims
+    (the operand gets a size-1 axis there). Synthetic operand dims are taken at 0.
+    """
+    take = tuple(k for k, d in enumerate(src) if not d.is_data)
+    remaining = {d: k for k, d in enumerate(src) if d.is_data}
+    if len(remaining) != len(src) - len(take):
+        return None  # two operand dims with the same tag
+    order, shape = [], []
+    for t in target:
+        k = remaining.pop(t, None) if t.is_data else None
+        if k is not None:
+            order.append(k)
+            shape.append(t.size)
+        elif not t.is_data or set(t.dims) <= broadcast_dims:
+            shape.append(1)
+        else:
+            return None
+    if remaining:
+        return None
+    kept = [k for k in range(len(src)) if k not in take]
+    perm = tuple(kept.index(k) for k in order)
+    return AlignPlan(take, perm, tuple(shape))
+
+
+def layout_from_dims(
+    shape: tuple[int, ...], dims: Sequence[DevDim], fmt: DataFormats
+) -> SpyreTensorLayout:
+    """The layout, for a contiguous host tensor of ``shape``, with these device dims.
+
+    Raises:
+        LayoutError: if folded logical dims are not adjacent, or the result does not
+            reproduce the requested tags.
+    """
+    strides = row_major_strides(shape)
+    smap = []
+    for d in dims:
+        if not d.is_data:
+            smap.append(-1)
+            continue
+        if list(d.dims) != list(range(d.dims[0], d.dims[-1] + 1)):
+            raise LayoutError(f"device dim over logical dims {d.dims} that are not adjacent")
+        smap.append(d.ratio * strides[d.dims[-1]])
+    layout = SpyreTensorLayout.from_stride_map([d.size for d in dims], smap, fmt)
+    got = device_dims(layout, shape, shape, strides)
+    if got != tuple(dims):
+        raise LayoutError(f"device dims {list(dims)} do not form a layout for shape {shape}")
+    return layout
+
+
+def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether a view is the row-major base itself (size-1 dims ignored)."""
+    expected = row_major_strides(shape)
+    return all(n == 1 or s == e for n, s, e in zip(shape, strides, expected, strict=True))
+
+
+def view_strides_for_reshape(
+    shape: tuple[int, ...], strides: tuple[int, ...], new_shape: tuple[int, ...]
+) -> tuple[int, ...] | None:
+    """Strides of a copy-free reshape of a strided view, or None if it needs a copy.
+
+    NumPy's rule: each group of old dims that merges into (or splits into) a group of
+    new dims must be contiguous within itself.
+    """
+    if math.prod(shape) != math.prod(new_shape):
+        return None
+    old = [(n, s) for n, s in zip(shape, strides, strict=True) if n != 1]
+    new = [n for n in new_shape]
+    out = [0] * len(new)
+    oi = ni = 0
+    while oi < len(old) and ni < len(new):
+        oj, nj = oi + 1, ni + 1
+        op, np_ = old[oi][0], new[ni]
+        while op != np_:
+            if np_ < op:
+                np_ *= new[nj]
+                nj += 1
+            else:
+                op *= old[oj][0]
+                oj += 1
+        for k in range(oi, oj - 1):
+            if old[k][1] != old[k + 1][0] * old[k + 1][1]:
+                return None
+        out[nj - 1] = old[oj - 1][1]
+        for k in range(nj - 1, ni, -1):
+            out[k - 1] = out[k] * new[k]
+        oi, ni = oj, nj
+    return tuple(out)
