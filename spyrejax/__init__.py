@@ -2,9 +2,13 @@
 
 The layout core (:class:`SpyreTensorLayout`, :class:`DataFormats`), the DMA descriptors
 that move tensors between host and device (:func:`generate_dci`) and the DMA engine that
-executes them (:func:`dma_h2d`, :func:`dma_d2h`).
+executes them (:func:`dma_h2d`, :func:`dma_d2h`); Spyre arrays (:class:`SpyreArray`,
+whose abstract value :class:`SpyreType` carries the layout) and the Spyre primitives
+that compute on their device images (:func:`to_device`, :func:`matmul`, ...).
 """
 
+from . import primitives
+from ._array import PadFill, SpyreArray, SpyreType
 from ._dci import DCI, Descriptor, LoopNest, generate_dci
 from ._dma import dma_d2h, dma_h2d
 from ._dtypes import (
@@ -14,8 +18,55 @@ from ._dtypes import (
     format_for_dtype,
     poison_value,
 )
-from ._errors import LayoutError, SpyreError, SpyreUnsupportedError
+from ._errors import LayoutError, SpyreError, SpyreTypeError, SpyreUnsupportedError
 from ._layout import SpyreTensorLayout
+from .primitives import (
+    abs,
+    add,
+    astype,
+    broadcast_to,
+    compact,
+    div,
+    eq,
+    exp,
+    expand_dims,
+    ge,
+    gelu,
+    gelu_erf,
+    gt,
+    image,
+    le,
+    log,
+    lt,
+    matmul,
+    max,
+    maximum,
+    mean,
+    min,
+    minimum,
+    mul,
+    ne,
+    neg,
+    pow,
+    reciprocal,
+    relu,
+    reshape,
+    restickify,
+    restickify_cost,
+    rsqrt,
+    sigmoid,
+    silu,
+    sqrt,
+    square,
+    squeeze,
+    sub,
+    sum,
+    tanh,
+    to_device,
+    to_host,
+    transpose,
+    where,
+)
 
 __all__ = [
     "BYTES_PER_STICK",
@@ -25,14 +76,64 @@ __all__ = [
     "Descriptor",
     "LayoutError",
     "LoopNest",
+    "PadFill",
+    "SpyreArray",
     "SpyreError",
     "SpyreTensorLayout",
+    "SpyreType",
+    "SpyreTypeError",
     "SpyreUnsupportedError",
+    "abs",
+    "add",
+    "astype",
+    "broadcast_to",
+    "compact",
+    "div",
     "dma_d2h",
     "dma_h2d",
+    "eq",
+    "exp",
+    "expand_dims",
     "format_for_dtype",
+    "ge",
+    "gelu",
+    "gelu_erf",
     "generate_dci",
+    "gt",
+    "image",
+    "le",
+    "log",
+    "lt",
+    "matmul",
+    "max",
+    "maximum",
+    "mean",
+    "min",
+    "minimum",
+    "mul",
+    "ne",
+    "neg",
     "poison_value",
+    "pow",
+    "primitives",
+    "reciprocal",
+    "relu",
+    "reshape",
+    "restickify",
+    "restickify_cost",
+    "rsqrt",
+    "sigmoid",
+    "silu",
+    "sqrt",
+    "square",
+    "squeeze",
+    "sub",
+    "sum",
+    "tanh",
+    "to_device",
+    "to_host",
+    "transpose",
+    "where",
 ]
 
 __version__ = "0.1.0"

@@ -1,0 +1,121 @@
+"""Spyre primitives: JAX primitives whose abstract values carry Spyre layouts.
+
+Each module holds one primitive family: its rule (the constructor), public wrapper,
+emulator kernel and transformation rules.
+"""
+
+from ._base import SpyrePrim, image, wrap
+from ._elementwise import ELEMENTWISE_OPS, elementwise
+from ._elementwise import PUBLIC as _EW
+from ._matmul import matmul
+from ._operators import install as _install
+from ._reduce import REDUCTIONS, reduce
+from ._restickify import astype, compact, restickify, restickify_cost
+from ._transfer import to_device, to_host
+from ._views import broadcast_to, expand_dims, reshape, squeeze, transpose
+
+_install()
+
+neg = _EW["neg"]
+abs = _EW["abs"]
+exp = _EW["exp"]
+log = _EW["log"]
+sqrt = _EW["sqrt"]
+rsqrt = _EW["rsqrt"]
+reciprocal = _EW["reciprocal"]
+square = _EW["square"]
+tanh = _EW["tanh"]
+sigmoid = _EW["sigmoid"]
+relu = _EW["relu"]
+gelu = _EW["gelu"]
+gelu_erf = _EW["gelu_erf"]
+silu = _EW["silu"]
+add = _EW["add"]
+sub = _EW["sub"]
+mul = _EW["mul"]
+div = _EW["div"]
+maximum = _EW["maximum"]
+minimum = _EW["minimum"]
+pow = _EW["pow"]
+lt = _EW["lt"]
+le = _EW["le"]
+gt = _EW["gt"]
+ge = _EW["ge"]
+eq = _EW["eq"]
+ne = _EW["ne"]
+where = _EW["where"]
+
+
+def sum(x, axis=None, keepdims=False):
+    """Sum over ``axis``; reducing the stick dim gives a sparse result."""
+    return reduce("sum", x, axis, keepdims)
+
+
+def max(x, axis=None, keepdims=False):
+    """Maximum over ``axis``; padding never takes part."""
+    return reduce("max", x, axis, keepdims)
+
+
+def min(x, axis=None, keepdims=False):
+    """Minimum over ``axis``; padding never takes part."""
+    return reduce("min", x, axis, keepdims)
+
+
+def mean(x, axis=None, keepdims=False):
+    """Mean over ``axis``."""
+    return reduce("mean", x, axis, keepdims)
+
+
+__all__ = [
+    "ELEMENTWISE_OPS",
+    "REDUCTIONS",
+    "SpyrePrim",
+    "abs",
+    "add",
+    "astype",
+    "broadcast_to",
+    "compact",
+    "div",
+    "elementwise",
+    "eq",
+    "exp",
+    "expand_dims",
+    "ge",
+    "gelu",
+    "gelu_erf",
+    "gt",
+    "image",
+    "le",
+    "log",
+    "lt",
+    "matmul",
+    "max",
+    "maximum",
+    "mean",
+    "min",
+    "minimum",
+    "mul",
+    "ne",
+    "neg",
+    "pow",
+    "reciprocal",
+    "reduce",
+    "relu",
+    "reshape",
+    "restickify",
+    "restickify_cost",
+    "rsqrt",
+    "sigmoid",
+    "silu",
+    "sqrt",
+    "square",
+    "squeeze",
+    "sub",
+    "sum",
+    "tanh",
+    "to_device",
+    "to_host",
+    "transpose",
+    "where",
+    "wrap",
+]

@@ -1,0 +1,76 @@
+"""Helpers for kernels that compute on device images.
+
+Masks are built from iotas over the device dims (fused by XLA), never baked as constants.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._array import SpyreType
+from .._devdims import AlignPlan
+from .._dtypes import poison_value
+from .._layout import data_positions
+
+__all__ = ["aligned", "data_mask", "from_data_dims", "has_padding", "masked", "poison"]
+
+
+def has_padding(t: SpyreType) -> bool:
+    """Whether the image of ``t`` has positions that hold no data."""
+    layout = t.layout
+    copies = math.prod(
+        n for n, s in zip(layout.device_size, layout.stride_map, strict=True) if s == 0
+    )
+    return math.prod(t.base_shape) * copies != math.prod(layout.device_size)
+
+
+def data_mask(t: SpyreType) -> jax.Array | None:
+    """Bool array of the device size, True on data positions; None if there is no padding."""
+    if not has_padding(t):
+        return None
+    layout = t.layout
+    mapping = layout.host_mapping(t.base_shape)
+    rank = layout.device_rank
+    grids = [
+        jax.lax.broadcasted_iota(np.int32, tuple(n if k == j else 1 for k in range(rank)), j)
+        for j, n in enumerate(layout.device_size)
+    ]
+    return jnp.broadcast_to(data_positions(layout, mapping, grids), layout.device_size)
+
+
+def poison(dtype: Any) -> jax.Array:
+    """The poison scalar of ``dtype``."""
+    return jnp.asarray(poison_value(dtype), dtype=dtype)
+
+
+def masked(image: jax.Array, t: SpyreType, fill: Any) -> jax.Array:
+    """``image`` with its padding positions replaced by ``fill``."""
+    mask = data_mask(t)
+    return image if mask is None else jnp.where(mask, image, jnp.asarray(fill, image.dtype))
+
+
+def aligned(image: jax.Array, plan: AlignPlan) -> jax.Array:
+    """Bring an operand's image onto the target's device dims (see ``_devdims.align``)."""
+    if plan.take:
+        image = image[tuple(0 if k in plan.take else slice(None) for k in range(image.ndim))]
+    return image.transpose(plan.perm).reshape(plan.shape)
+
+
+def from_data_dims(result: jax.Array, t: SpyreType) -> jax.Array:
+    """The image of ``t`` from values over its data device dims only.
+
+    ``result`` has one axis per data device dim of ``t``, in order. Synthetic device
+    dims get their index 0 from it; the rest of them (the lanes of a sparse stick) is
+    filled with poison.
+    """
+    dims = t.dims
+    result = result.reshape(tuple(d.size if d.is_data else 1 for d in dims))
+    widths = [(0, 0 if d.is_data else d.size - 1, 0) for d in dims]
+    if all(w[1] == 0 for w in widths):
+        return result
+    return jax.lax.pad(result, poison(result.dtype), widths)

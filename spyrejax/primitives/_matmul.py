@@ -1,0 +1,197 @@
+"""Batched matmul ``C[..., m, n] = A[..., m, k] @ B[..., k, n]`` on device images.
+
+Layout rule (spec section 7): A is stuck on k; B and C are stuck on n; batch dims
+broadcast. C gets the default layout of its shape.
+
+Kernel: one ``einsum`` over device dims. A's k is tiled into sticks ``(T_k, eps)``; B's
+k dim is zero-padded to whole sticks and split the same way, so the contraction runs
+stick by stick. Padding never reaches C's data: A's padding is masked to zero, and so
+is B's, unless the type records that it is already zero (``pad=0``).
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._array import PadFill, SpyreArray, SpyreType, batched_layout
+from .._devdims import DevDim
+from .._errors import LayoutError, SpyreTypeError
+from .._layout import SpyreTensorLayout
+from ._base import SpyrePrim
+from ._kernels import from_data_dims, masked
+
+__all__ = ["Matmul", "matmul"]
+
+
+class _Plan:
+    """The einsum over device dims, and the reshapes around it.
+
+    Every data device dim gets a label ``(role, ratio)``: its role is the result dim it
+    maps to (batch dims, m, n) or ``"k"``. B's single k device dim is padded to A's k
+    tiles and split into them, so both operands carry the same k labels.
+    """
+
+    def __init__(self, a: SpyreType, b: SpyreType, out: SpyreType) -> None:
+        rank = out.ndim
+        letters = iter(string.ascii_letters)
+        labels: dict[tuple[Any, int], str] = {}
+
+        def label(role: Any, ratio: int) -> str:
+            return labels.setdefault((role, ratio), next(letters))
+
+        a_roles = {i: ("k" if i == a.ndim - 1 else i + rank - a.ndim) for i in range(a.ndim)}
+        b_roles = {i: ("k" if i == b.ndim - 2 else i + rank - b.ndim) for i in range(b.ndim)}
+        a_data, self.a_take = _data_dims(a, "A")
+        b_data, self.b_take = _data_dims(b, "B")
+        k_dims = [d for d in a_data if a_roles[d.dims[0]] == "k"]
+        b_k = [i for i, d in enumerate(b_data) if b_roles[d.dims[0]] == "k"]
+        self.has_k = a.shape[-1] > 1
+        if self.has_k and (len(b_k) != 1 or b_data[b_k[0]].ratio != 1):
+            raise LayoutError(
+                f"matmul: B {b.str_short()} must hold k in one untiled device dim; restickify B"
+            )
+        self.b_k_axis = b_k[0] if self.has_k else -1
+        self.k_sizes = tuple(d.size for d in sorted(k_dims, key=lambda d: -d.ratio))
+        self.k_padded = math.prod(self.k_sizes)
+        k_labels = [label("k", d.ratio) for d in sorted(k_dims, key=lambda d: -d.ratio)]
+        a_sub = [label(a_roles[d.dims[0]], d.ratio) for d in a_data]
+        b_sub = [label(b_roles[d.dims[0]], d.ratio) for d in b_data]
+        sizes = {lab: d.size for lab, d in zip(a_sub + b_sub, a_data + b_data, strict=True)}
+        if self.has_k:
+            b_sub[self.b_k_axis : self.b_k_axis + 1] = k_labels
+        out_data = [d for d in out.dims if d.is_data]
+        out_sub = [label(d.dims[0], d.ratio) for d in out_data]
+        kept = set(a_sub + b_sub) - set(k_labels)
+        if kept != set(out_sub) or any(
+            sizes[lab] != d.size for lab, d in zip(out_sub, out_data, strict=True)
+        ):
+            raise LayoutError(
+                f"matmul: A {a.str_short()} and B {b.str_short()} tile their dims unlike the "
+                f"result {out.str_short()}; restickify them to default layouts"
+            )
+        self.subscripts = f"{''.join(a_sub)},{''.join(b_sub)}->{''.join(out_sub)}"
+
+
+def _data_dims(t: SpyreType, name: str) -> tuple[list[DevDim], tuple[int, ...]]:
+    """An operand's data device dims, and the synthetic ones (taken at index 0)."""
+    data, take = [], []
+    for j, d in enumerate(t.dims):
+        if not d.is_data:
+            take.append(j)
+        elif len(d.dims) != 1:
+            raise LayoutError(
+                f"matmul: {name} {t.str_short()} has a device dim over folded dims {d.dims}; "
+                "restickify it"
+            )
+        else:
+            data.append(d)
+    return data, tuple(take)
+
+
+class Matmul(SpyrePrim):
+    """Batched matrix product on device images."""
+
+    def __init__(
+        self, a: SpyreType, b: SpyreType, *, out_layout: SpyreTensorLayout | None = None
+    ) -> None:
+        out = _rule(a, b, out_layout)
+        self._plan = _Plan(a, b, out)
+        self.in_avals = (a, b)
+        self.out_aval = out
+        self.params = {"out_layout": out_layout}
+        super().__init__()
+
+    def pp_params(self) -> dict[str, Any]:
+        return {}
+
+    def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
+        out = self.out_aval
+        return {"out_layout": batched_layout(out.layout, out.shape, size)}
+
+    def kernel(self, a_img: jax.Array, b_img: jax.Array) -> jax.Array:
+        a_t, b_t = self.in_avals
+        plan = self._plan
+        if a_t.pad is not PadFill.ZERO:
+            a_img = masked(a_img, a_t, 0)
+        if b_t.pad is not PadFill.ZERO:
+            b_img = masked(b_img, b_t, 0)
+        a_img = _take0(a_img, plan.a_take)
+        b_img = _take0(b_img, plan.b_take)
+        if plan.has_k:  # zero-pad B's k to whole sticks and split it like A's k
+            ax = plan.b_k_axis
+            pad = [(0, 0)] * b_img.ndim
+            pad[ax] = (0, plan.k_padded - b_img.shape[ax])
+            b_img = jnp.pad(b_img, pad)
+            b_img = b_img.reshape(b_img.shape[:ax] + plan.k_sizes + b_img.shape[ax + 1 :])
+        out = jnp.einsum(plan.subscripts, a_img, b_img, preferred_element_type=_acc(a_t.dtype))
+        return from_data_dims(out.astype(a_t.dtype), self.out_aval)
+
+
+def _acc(dtype: np.dtype) -> Any:
+    return jnp.float32 if dtype in (jnp.float16, jnp.bfloat16) else None
+
+
+def _take0(img: jax.Array, take: tuple[int, ...]) -> jax.Array:
+    if not take:
+        return img
+    return img[tuple(0 if k in take else slice(None) for k in range(img.ndim))]
+
+
+def _rule(a: SpyreType, b: SpyreType, out_layout: SpyreTensorLayout | None) -> SpyreType:
+    if a.ndim < 2 or b.ndim < 2:
+        raise LayoutError(
+            f"matmul needs operands of rank >= 2, got {a.str_short()} and {b.str_short()}; "
+            "use expand_dims"
+        )
+    if a.dtype != b.dtype:
+        raise SpyreTypeError(f"matmul: dtypes differ ({a.dtype}, {b.dtype}); use astype")
+    if a.shape[-1] != b.shape[-2]:
+        raise LayoutError(f"matmul: contracting dims differ: A {a.shape} and B {b.shape}")
+    try:
+        batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    except ValueError:
+        raise LayoutError(
+            f"matmul: batch dims of {a.shape} and {b.shape} do not broadcast"
+        ) from None
+    problems = []
+    if not _stuck_on_last(a):
+        problems.append(f"A {a.str_short()} must be stuck on k (dim {a.ndim - 1})")
+    if not _stuck_on_last(b):
+        problems.append(f"B {b.str_short()} must be stuck on n (dim {b.ndim - 1})")
+    if problems:
+        raise LayoutError(
+            "matmul: " + "; ".join(problems) + ". Restickify with "
+            "spyrejax.restickify(x) (default layout: stuck on the last dim), or use "
+            "spyrejax.jit, which plans it."
+        )
+    shape = (*batch, a.shape[-2], b.shape[-1])
+    layout = SpyreTensorLayout(shape, a.dtype) if out_layout is None else out_layout
+    return SpyreType.contiguous(shape, a.dtype, layout)
+
+
+def _stuck_on_last(t: SpyreType) -> bool:
+    """Stuck on the last dim; a last dim of size 1 counts (its stick has one lane)."""
+    return t.stick_dim == t.ndim - 1 or (t.shape[-1] == 1 and t.stick_dim is None)
+
+
+def matmul(a: SpyreArray, b: SpyreArray) -> SpyreArray:
+    """Batched matrix product of Spyre arrays, like ``jnp.matmul`` (rank >= 2).
+
+    A must be stuck on its last dim (k) and B on its last dim (n); the result has the
+    default layout (stuck on n). Batch dims broadcast.
+
+    Raises:
+        LayoutError: on mismatched shapes or operands stuck on the wrong dims.
+        SpyreTypeError: on host arrays or different dtypes.
+    """
+    avals = [jax.typeof(a), jax.typeof(b)]
+    for name, aval in zip("ab", avals, strict=True):
+        if not isinstance(aval, SpyreType):
+            raise SpyreTypeError(f"matmul: {name} is a host array {aval}; use to_device")
+    return Matmul(*avals)(a, b)

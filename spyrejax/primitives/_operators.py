@@ -1,0 +1,96 @@
+"""Operators and methods of Spyre arrays, on values and on tracers alike.
+
+A tracer forwards ``x + y`` to ``aval._add(x, y)`` and ``x.sum()`` to the aval's
+``sum`` method, so each operator is attached twice: as a staticmethod/aval_method on
+:class:`SpyreType` (tracers) and as a plain method on :class:`SpyreArray` (values).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .._array import SpyreArray, SpyreType
+from .._jax import aval_method, aval_property
+from ._elementwise import elementwise
+from ._matmul import matmul
+from ._reduce import reduce
+from ._restickify import astype
+from ._views import reshape, squeeze, transpose
+
+__all__ = ["install"]
+
+
+def _binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
+    if reflected:
+        return lambda self, other: elementwise(op, other, self)
+    return lambda self, other: elementwise(op, self, other)
+
+
+_OPERATORS: dict[str, Callable[..., Any]] = {
+    "add": _binary("add"),
+    "radd": _binary("add", True),
+    "sub": _binary("sub"),
+    "rsub": _binary("sub", True),
+    "mul": _binary("mul"),
+    "rmul": _binary("mul", True),
+    "truediv": _binary("div"),
+    "rtruediv": _binary("div", True),
+    "pow": _binary("pow"),
+    "rpow": _binary("pow", True),
+    "lt": _binary("lt"),
+    "le": _binary("le"),
+    "gt": _binary("gt"),
+    "ge": _binary("ge"),
+    "eq": _binary("eq"),
+    "ne": _binary("ne"),
+    "neg": lambda self: elementwise("neg", self),
+    "abs": lambda self: elementwise("abs", self),
+    "matmul": lambda self, other: matmul(self, other),
+    "rmatmul": lambda self, other: matmul(other, self),
+}
+
+
+def _reduction(op: str) -> Callable[..., Any]:
+    def method(self: Any, axis: Any = None, keepdims: bool = False) -> Any:
+        return reduce(op, self, axis, keepdims)
+
+    method.__name__ = op
+    method.__doc__ = f"``{op}`` over ``axis`` (see :func:`spyrejax.{op}`)."
+    return method
+
+
+def _reshape(self: Any, *shape: Any) -> Any:
+    return reshape(self, shape[0] if len(shape) == 1 else shape)
+
+
+def _transpose(self: Any, *axes: Any) -> Any:
+    return transpose(self, None if not axes else axes[0] if len(axes) == 1 else axes)
+
+
+_METHODS: dict[str, Callable[..., Any]] = {
+    "sum": _reduction("sum"),
+    "max": _reduction("max"),
+    "min": _reduction("min"),
+    "mean": _reduction("mean"),
+    "reshape": _reshape,
+    "transpose": _transpose,
+    "squeeze": lambda self, axis=None: squeeze(self, axis),
+    "astype": lambda self, dtype: astype(self, dtype),
+}
+
+_PROPERTIES: dict[str, Callable[[Any], Any]] = {"T": lambda self: transpose(self)}
+
+
+def install() -> None:
+    """Attach operators, methods and properties to SpyreType and SpyreArray."""
+    for name, fn in _OPERATORS.items():
+        setattr(SpyreType, f"_{name}", staticmethod(fn))
+        setattr(SpyreArray, f"__{name}__", fn)
+    for name, fn in _METHODS.items():
+        setattr(SpyreType, name, aval_method(fn))
+        setattr(SpyreArray, name, fn)
+    for name, fn in _PROPERTIES.items():
+        setattr(SpyreType, name, aval_property(fn))
+        setattr(SpyreArray, name, property(fn))
+    SpyreArray.__hash__ = None  # type: ignore[assignment]  # == is elementwise

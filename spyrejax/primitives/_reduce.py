@@ -1,0 +1,164 @@
+"""Reductions ``sum``, ``max``, ``min``, ``mean`` over any axes.
+
+Layout rule (spec section 7): the device dims over the reduced logical dims disappear;
+the others keep their order. Reducing along the stick dim gives a *sparse* result
+(spec 2.5): its stick becomes a synthetic dim with data in lane 0 only, and the
+tile-count dim becomes a synthetic size-1 dim, exactly the layout of
+``SpyreTensorLayout(shape, dtype, [..., -1])``.
+
+Kernel: padding is replaced by the reduction's identity (0, -inf, +inf) before
+reducing, so it never leaks into a result; float16/bfloat16 accumulate in float32.
+A dense ``sum``/``mean`` leaves exact zeros in its padding, and its type says so
+(``pad=0``); every other result has poison padding.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._array import PadFill, SpyreArray, SpyreType
+from .._devdims import DevDim, layout_from_dims
+from .._errors import LayoutError, SpyreTypeError
+from ._base import SpyrePrim
+from ._kernels import from_data_dims, masked, poison
+
+__all__ = ["REDUCTIONS", "Reduce", "reduce"]
+
+
+def _identity(op: str, dtype: np.dtype) -> Any:
+    if op in ("sum", "mean"):
+        return 0
+    if jnp.issubdtype(dtype, jnp.floating):
+        return -np.inf if op == "max" else np.inf
+    info = np.iinfo(dtype) if dtype != np.bool_ else None
+    if info is None:
+        return op == "min"
+    return info.min if op == "max" else info.max
+
+
+def _out_dims(t: SpyreType, axes: tuple[int, ...], keepdims: bool) -> list[DevDim]:
+    """The result's device dims: reduced ones dropped, a reduced stick made synthetic."""
+    renumber = {}
+    for d in range(t.ndim):
+        if d not in axes:
+            renumber[d] = d if keepdims else d - sum(1 for a in axes if a < d)
+    stick = t.stick_dim
+    out = []
+    for j, dd in enumerate(t.dims):
+        if not dd.is_data:
+            out.append(dd)
+            continue
+        reduced = [d in axes for d in dd.dims]
+        if any(reduced) and not all(reduced):
+            raise LayoutError(
+                f"reduction over axes {axes}: device dim {j} of {t.str_short()} folds reduced "
+                f"and kept dims {dd.dims}; restickify first"
+            )
+        if not all(reduced):
+            out.append(DevDim(tuple(renumber[d] for d in dd.dims), dd.ratio, dd.size))
+        elif stick is not None and stick in dd.dims:
+            out.append(DevDim((), 1, dd.size if j == t.layout.device_rank - 1 else 1))
+    return out
+
+
+class Reduce(SpyrePrim):
+    """A reduction; subclasses per op set ``op``."""
+
+    op: str = ""
+
+    def __init__(self, aval: SpyreType, *, axes: tuple[int, ...], keepdims: bool) -> None:
+        shape = tuple(1 if d in axes else n for d, n in enumerate(aval.shape))
+        if not keepdims:
+            shape = tuple(n for d, n in enumerate(aval.shape) if d not in axes)
+        dims = _out_dims(aval, axes, keepdims)
+        layout = layout_from_dims(shape, dims, aval.layout.device_dtype)
+        self._dev_axes = tuple(
+            j for j, d in enumerate(aval.dims) if d.is_data and set(d.dims) <= set(axes)
+        )
+        self._take = tuple(j for j, d in enumerate(aval.dims) if not d.is_data)
+        # Dense sums of masked padding are exact zeros: a fill the type can promise.
+        lanes_filled = any(not d.is_data and d.size > 1 for d in dims)
+        zero = self.op in ("sum", "mean") and not lanes_filled
+        self.in_avals = (aval,)
+        self.out_aval = SpyreType.contiguous(
+            shape, aval.dtype, layout, PadFill.ZERO if zero else PadFill.POISON
+        )
+        self.params = {"axes": axes, "keepdims": keepdims}
+        super().__init__()
+
+    def kernel(self, img: jax.Array) -> jax.Array:
+        t = self.in_avals[0]
+        img = masked(img, t, _identity(self.op, t.dtype))
+        if self._take:  # synthetic dims hold data at index 0 only
+            img = img[tuple(0 if k in self._take else slice(None) for k in range(img.ndim))]
+        dev_axes = tuple(j - sum(1 for k in self._take if k < j) for j in self._dev_axes)
+        acc = jnp.float32 if t.dtype in (jnp.float16, jnp.bfloat16) else None
+        if self.op in ("sum", "mean"):
+            out = jnp.sum(img, axis=dev_axes, dtype=acc)
+            # Broadcast (stride-0) logical dims hold one copy of each value.
+            copies = math.prod(
+                t.shape[d] for d in self.axes if t.strides[d] == 0 and t.shape[d] > 1
+            )
+            if self.op == "mean":
+                out = out / math.prod(t.shape[d] for d in self.axes if t.strides[d] != 0)
+            elif copies > 1:
+                out = out * copies
+        else:
+            out = (jnp.max if self.op == "max" else jnp.min)(img, axis=dev_axes)
+        out = from_data_dims(out.astype(t.dtype), self.out_aval)
+        if self.out_aval.pad is PadFill.POISON:
+            out = masked(out, self.out_aval, poison(t.dtype))
+        return out
+
+    def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
+        return {"axes": tuple(a + 1 for a in self.axes), "keepdims": self.keepdims}
+
+
+REDUCTIONS = ("sum", "max", "min", "mean")
+_CLASSES = {op: type(op.capitalize(), (Reduce,), {"op": op}) for op in REDUCTIONS}
+
+
+def _normalize_axes(axis: Any, ndim: int, op: str) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
+    out = []
+    for a in axes:
+        if not -ndim <= int(a) < ndim:
+            raise LayoutError(f"{op}: axis {a} is out of range for rank {ndim}")
+        out.append(int(a) % ndim)
+    if len(set(out)) != len(out):
+        raise LayoutError(f"{op}: repeated axis in {axes}")
+    return tuple(sorted(out))
+
+
+def reduce(op: str, x: SpyreArray, axis: Any = None, keepdims: bool = False) -> SpyreArray:
+    """Reduce a Spyre array with ``op`` (one of :data:`REDUCTIONS`) over ``axis``.
+
+    Args:
+        op: ``"sum"``, ``"max"``, ``"min"`` or ``"mean"``.
+        x: the Spyre array.
+        axis: an int, a tuple of ints or None (all axes).
+        keepdims: keep reduced dims as size 1.
+
+    Returns:
+        The reduction; sparse (one element per stick) when the stick dim is reduced.
+
+    Raises:
+        LayoutError: on a bad axis.
+        SpyreTypeError: if ``x`` is not a Spyre array or ``op`` is unknown.
+    """
+    if op not in _CLASSES:
+        raise SpyreTypeError(f"unknown reduction {op!r}; known: {REDUCTIONS}")
+    aval = jax.typeof(x)
+    if not isinstance(aval, SpyreType):
+        raise SpyreTypeError(f"{op}: needs a SpyreArray, got {aval}")
+    axes = _normalize_axes(axis, aval.ndim, op)
+    if op == "mean" and not jnp.issubdtype(aval.dtype, jnp.floating):
+        raise SpyreTypeError(f"mean: needs a float array, got {aval.dtype}")
+    return _CLASSES[op](aval, axes=axes, keepdims=bool(keepdims))(x)

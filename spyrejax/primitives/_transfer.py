@@ -1,0 +1,141 @@
+"""Transfers: ``to_device`` (DMA host -> device) and ``to_host`` (DMA device -> host)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._array import PadFill, SpyreArray, SpyreType, batched_layout
+from .._dma import (
+    _dtype_of,
+    box_plan,
+    d2h_values,
+    dma_d2h,
+    dma_h2d,
+    h2d_values,
+    read_box,
+)
+from .._dtypes import host_dtype
+from .._errors import LayoutError, SpyreTypeError
+from .._jax import ShapedArray
+from .._layout import SpyreTensorLayout
+from ._base import SpyrePrim
+
+__all__ = ["ToDevice", "ToHost", "to_device", "to_host"]
+
+# --- to_device ------------------------------------------------------------------------
+
+
+class ToDevice(SpyrePrim):
+    """DMA a host array into a fresh device image."""
+
+    def __init__(
+        self, aval: ShapedArray, *, layout: SpyreTensorLayout, pad_value: Any = None
+    ) -> None:
+        layout.host_mapping(aval.shape)
+        pad = PadFill.ZERO if pad_value is not None and pad_value == 0 else PadFill.POISON
+        self.in_avals = (aval,)
+        self.out_aval = SpyreType.contiguous(aval.shape, aval.dtype, layout, pad)
+        self.params = {"layout": layout, "pad_value": pad_value}
+        super().__init__()
+
+    def pp_params(self) -> dict[str, Any]:
+        return {} if self.pad_value is None else {"pad_value": self.pad_value}
+
+    def kernel(self, x: jax.Array) -> jax.Array:
+        return dma_h2d(x, self.layout, pad_value=self.pad_value)
+
+    def tangent_kernel(self, x: jax.Array) -> jax.Array:
+        return h2d_values(x, self.layout)
+
+    def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
+        shape = self.in_avals[0].shape
+        return {"layout": batched_layout(self.layout, shape, size), "pad_value": self.pad_value}
+
+
+def to_device(
+    x: Any,
+    layout: SpyreTensorLayout | None = None,
+    *,
+    dim_order: Any = None,
+    pad_value: Any = None,
+) -> SpyreArray:
+    """Move a host array to (emulated) Spyre device memory.
+
+    Args:
+        x: a host array (NumPy or JAX, traced or not) of a supported dtype.
+        layout: the device layout; defaults to the default layout of ``x.shape``.
+        dim_order: with no ``layout``, the dim order of the default layout (the last
+            entry is the stick dim; a trailing -1 makes it sparse).
+        pad_value: fill of the padding; defaults to poison. ``0`` records in the type
+            that the padding is zero (``pad=0``), which a matmul can rely on.
+
+    Returns:
+        A :class:`SpyreArray` whose image was written by the layout's DMA descriptors.
+
+    Raises:
+        LayoutError: if the layout cannot hold ``x`` or its format does not match.
+        SpyreTypeError: if ``x`` is already a Spyre array.
+    """
+    if isinstance(jax.typeof(x) if _is_jax_value(x) else None, SpyreType):
+        raise SpyreTypeError(
+            "to_device got an array already on the device; use spyrejax.restickify to "
+            "change its layout"
+        )
+    dtype = host_dtype(_dtype_of(x))  # before asarray could narrow float64
+    x = jnp.asarray(x, dtype=dtype) if not isinstance(x, jax.Array) else x
+    if layout is None:
+        layout = SpyreTensorLayout(x.shape, dtype, dim_order)
+    elif dim_order is not None:
+        raise LayoutError("give to_device a layout or a dim_order, not both")
+    elif not isinstance(layout, SpyreTensorLayout):
+        raise LayoutError(f"layout must be a SpyreTensorLayout, got {layout!r}")
+    if pad_value is not None:
+        pad_value = np.asarray(pad_value, dtype=dtype).item()
+    return ToDevice(jax.typeof(x), layout=layout, pad_value=pad_value)(x)
+
+
+def _is_jax_value(x: Any) -> bool:
+    return isinstance(x, SpyreArray | jax.core.Tracer)
+
+
+# --- to_host --------------------------------------------------------------------------
+
+
+class ToHost(SpyrePrim):
+    """DMA a device image back to a host array (and apply the array's view)."""
+
+    def __init__(self, aval: SpyreType) -> None:
+        self.in_avals = (aval,)
+        self.out_aval = ShapedArray(aval.shape, aval.dtype)
+        self.params = {}
+        super().__init__()
+
+    def _view(self, base: jax.Array) -> jax.Array:
+        t = self.in_avals[0]
+        if not t.is_view:
+            return base
+        return read_box(base, box_plan(t.base_shape, t.shape, t.strides, 0))
+
+    def kernel(self, image: jax.Array) -> jax.Array:
+        t = self.in_avals[0]
+        return self._view(dma_d2h(image, t.base_shape, t.layout))
+
+    def tangent_kernel(self, image: jax.Array) -> jax.Array:
+        t = self.in_avals[0]
+        return self._view(d2h_values(image, t.base_shape, t.layout))
+
+
+def to_host(a: SpyreArray) -> jax.Array:
+    """Move a Spyre array back to a host array of its logical shape (DMA device -> host).
+
+    Raises:
+        SpyreTypeError: if ``a`` is not a Spyre array.
+    """
+    aval = jax.typeof(a)
+    if not isinstance(aval, SpyreType):
+        raise SpyreTypeError(f"to_host needs a SpyreArray, got {aval}")
+    return ToHost(aval)(a)

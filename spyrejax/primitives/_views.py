@@ -1,0 +1,223 @@
+"""Views: ``transpose``, ``reshape``, ``squeeze``, ``expand_dims``, ``broadcast_to``.
+
+A view never moves data (spec section 3): it changes the logical shape and the strides
+over the same device image, exactly like a NumPy view over host memory. Whatever the
+view, the device dims keep walking the same host offsets, so later ops still find the
+stick. A reshape that would need a copy is a :class:`LayoutError` pointing to
+``restickify``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import numpy as np
+
+from .._array import SpyreArray, SpyreType
+from .._devdims import view_strides_for_reshape
+from .._errors import LayoutError, SpyreTypeError
+from ._base import SpyrePrim
+
+__all__ = ["broadcast_to", "expand_dims", "reshape", "squeeze", "transpose"]
+
+
+class _View(SpyrePrim):
+    """A primitive whose kernel is the identity on the image; subclasses set the type."""
+
+    def _setup(self, aval: SpyreType, out_shape: Any, out_strides: Any, **params: Any) -> None:
+        try:
+            out = SpyreType(
+                out_shape, aval.dtype, aval.layout, aval.base_shape, out_strides, aval.pad
+            )
+        except LayoutError as err:
+            raise LayoutError(
+                f"{type(self).__name__.lower()}: {aval.str_short()} -> shape {list(out_shape)} "
+                f"cannot be a view of its device image ({err}); copy it into a new layout "
+                "with spyrejax.restickify first"
+            ) from None
+        self.in_avals = (aval,)
+        self.out_aval = out
+        self.params = params
+        super().__init__()
+
+    def kernel(self, img: jax.Array) -> jax.Array:
+        return img
+
+
+def _spyre_aval(x: Any, op: str) -> SpyreType:
+    aval = jax.typeof(x)
+    if not isinstance(aval, SpyreType):
+        raise SpyreTypeError(f"{op}: needs a SpyreArray, got {aval}")
+    return aval
+
+
+def _axes(axes: Any, ndim: int, op: str) -> tuple[int, ...]:
+    items = (axes,) if isinstance(axes, int | np.integer) else tuple(axes)
+    out = []
+    for a in items:
+        if not -ndim <= int(a) < ndim:
+            raise LayoutError(f"{op}: axis {a} is out of range for rank {ndim}")
+        out.append(int(a) % ndim)
+    if len(set(out)) != len(out):
+        raise LayoutError(f"{op}: repeated axis in {items}")
+    return tuple(out)
+
+
+# --- transpose ------------------------------------------------------------------------
+
+
+class Transpose(_View):
+    """Permute logical dims (no data moves)."""
+
+    def __init__(self, aval: SpyreType, *, perm: tuple[int, ...]) -> None:
+        shape = tuple(aval.shape[p] for p in perm)
+        strides = tuple(aval.strides[p] for p in perm)
+        self._setup(aval, shape, strides, perm=perm)
+
+    def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
+        return {"perm": (0, *(p + 1 for p in self.perm))}
+
+
+def transpose(x: SpyreArray, axes: Any = None) -> SpyreArray:
+    """Permute the logical dims of a Spyre array, as ``jnp.transpose`` (a view).
+
+    Raises:
+        LayoutError: if ``axes`` is not a permutation.
+    """
+    aval = _spyre_aval(x, "transpose")
+    perm = (
+        tuple(reversed(range(aval.ndim))) if axes is None else _axes(axes, aval.ndim, "transpose")
+    )
+    if sorted(perm) != list(range(aval.ndim)):
+        raise LayoutError(f"transpose: axes {axes} are not a permutation of range({aval.ndim})")
+    return Transpose(aval, perm=perm)(x)
+
+
+# --- reshape --------------------------------------------------------------------------
+
+
+class Reshape(_View):
+    """A copy-free reshape of the logical view."""
+
+    def __init__(self, aval: SpyreType, *, new_shape: tuple[int, ...]) -> None:
+        strides = view_strides_for_reshape(aval.shape, aval.strides, new_shape)
+        if strides is None:
+            raise LayoutError(
+                f"reshape: {aval.str_short()} -> {list(new_shape)} needs a copy of its view; "
+                "copy it into a new layout with spyrejax.restickify first"
+            )
+        self._setup(aval, new_shape, strides, new_shape=new_shape)
+
+    def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
+        return {"new_shape": (size, *self.new_shape)}
+
+
+def reshape(x: SpyreArray, shape: Any) -> SpyreArray:
+    """Reshape a Spyre array without copying (one ``-1`` allowed), as ``jnp.reshape``.
+
+    Raises:
+        LayoutError: if the sizes differ or the reshape cannot be a view of the image.
+    """
+    aval = _spyre_aval(x, "reshape")
+    new = (shape,) if isinstance(shape, int | np.integer) else tuple(int(n) for n in shape)
+    if new.count(-1) > 1 or any(n < -1 for n in new):
+        raise LayoutError(f"reshape: bad shape {new}")
+    if -1 in new:
+        known = math.prod(n for n in new if n != -1)
+        if known == 0 or aval.size % known:
+            raise LayoutError(f"reshape: cannot reshape {aval.shape} into {new}")
+        new = tuple(aval.size // known if n == -1 else n for n in new)
+    if math.prod(new) != aval.size:
+        raise LayoutError(f"reshape: cannot reshape {aval.shape} into {new}")
+    return Reshape(aval, new_shape=new)(x)
+
+
+# --- squeeze / expand_dims -------------------------------------------------------------
+
+
+class Squeeze(_View):
+    """Drop size-1 logical dims."""
+
+    def __init__(self, aval: SpyreType, *, axes: tuple[int, ...]) -> None:
+        keep = [d for d in range(aval.ndim) if d not in axes]
+        shape = tuple(aval.shape[d] for d in keep)
+        strides = tuple(aval.strides[d] for d in keep)
+        self._setup(aval, shape, strides, axes=axes)
+
+    def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
+        return {"axes": tuple(a + 1 for a in self.axes)}
+
+
+def squeeze(x: SpyreArray, axis: Any = None) -> SpyreArray:
+    """Drop size-1 dims (all of them when ``axis`` is None), as ``jnp.squeeze``.
+
+    Raises:
+        LayoutError: if a named axis does not have size 1.
+    """
+    aval = _spyre_aval(x, "squeeze")
+    if axis is None:
+        axes = tuple(d for d, n in enumerate(aval.shape) if n == 1)
+    else:
+        axes = _axes(axis, aval.ndim, "squeeze")
+        bad = [a for a in axes if aval.shape[a] != 1]
+        if bad:
+            raise LayoutError(f"squeeze: axes {bad} of shape {aval.shape} do not have size 1")
+    return Squeeze(aval, axes=tuple(sorted(axes)))(x)
+
+
+class ExpandDims(_View):
+    """Insert size-1 logical dims."""
+
+    def __init__(self, aval: SpyreType, *, axes: tuple[int, ...]) -> None:
+        shape, strides = list(aval.shape), list(aval.strides)
+        for a in axes:
+            shape.insert(a, 1)
+            strides.insert(a, 0)
+        self._setup(aval, tuple(shape), tuple(strides), axes=axes)
+
+    def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
+        return {"axes": tuple(a + 1 for a in self.axes)}
+
+
+def expand_dims(x: SpyreArray, axis: Any) -> SpyreArray:
+    """Insert size-1 dims at ``axis`` (positions in the result), as ``jnp.expand_dims``."""
+    aval = _spyre_aval(x, "expand_dims")
+    n = len((axis,) if isinstance(axis, int | np.integer) else tuple(axis))
+    axes = tuple(sorted(_axes(axis, aval.ndim + n, "expand_dims")))
+    return ExpandDims(aval, axes=axes)(x)
+
+
+# --- broadcast_to ---------------------------------------------------------------------
+
+
+class BroadcastTo(_View):
+    """Broadcast to a larger shape: new and size-1 dims get stride 0 (no data moves)."""
+
+    def __init__(self, aval: SpyreType, *, shape: tuple[int, ...]) -> None:
+        lead = len(shape) - aval.ndim
+        strides = [0] * lead
+        for d, (n, s) in enumerate(zip(aval.shape, aval.strides, strict=True)):
+            strides.append(0 if n == 1 and shape[lead + d] != 1 else s)
+        self._setup(aval, shape, tuple(strides), shape=shape)
+
+    def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
+        return {"shape": (size, *self.shape)}
+
+
+def broadcast_to(x: SpyreArray, shape: Any) -> SpyreArray:
+    """Broadcast a Spyre array to ``shape`` without copying, as ``jnp.broadcast_to``.
+
+    Raises:
+        LayoutError: if the shapes are not broadcast-compatible.
+    """
+    aval = _spyre_aval(x, "broadcast_to")
+    shape = tuple(int(n) for n in shape)
+    try:
+        ok = np.broadcast_shapes(aval.shape, shape) == shape
+    except ValueError:
+        ok = False
+    if not ok or len(shape) < aval.ndim:
+        raise LayoutError(f"broadcast_to: cannot broadcast {aval.shape} to {shape}")
+    return BroadcastTo(aval, shape=shape)(x)

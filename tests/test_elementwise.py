@@ -1,0 +1,189 @@
+import functools
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import FLOAT_DTYPES, SHAPES, TOL, padding_is_poison, rand
+
+import spyrejax as sj
+
+POS = {"low": 0.1, "high": 3.0}
+
+# name: (spyrejax function, jnp reference, input ranges per operand)
+UNARY = {
+    "neg": (sj.neg, jnp.negative, {}),
+    "abs": (sj.abs, jnp.abs, {}),
+    "exp": (sj.exp, jnp.exp, {}),
+    "log": (sj.log, jnp.log, POS),
+    "sqrt": (sj.sqrt, jnp.sqrt, POS),
+    "rsqrt": (sj.rsqrt, jax.lax.rsqrt, POS),
+    "reciprocal": (sj.reciprocal, jnp.reciprocal, POS),
+    "square": (sj.square, jnp.square, {}),
+    "tanh": (sj.tanh, jnp.tanh, {}),
+    "sigmoid": (sj.sigmoid, jax.nn.sigmoid, {}),
+    "relu": (sj.relu, jax.nn.relu, {}),
+    "gelu": (sj.gelu, functools.partial(jax.nn.gelu, approximate=True), {}),
+    "gelu_erf": (sj.gelu_erf, functools.partial(jax.nn.gelu, approximate=False), {}),
+    "silu": (sj.silu, jax.nn.silu, {}),
+}
+BINARY = {
+    "add": (sj.add, jnp.add, {}),
+    "sub": (sj.sub, jnp.subtract, {}),
+    "mul": (sj.mul, jnp.multiply, {}),
+    "div": (sj.div, jnp.divide, POS),
+    "maximum": (sj.maximum, jnp.maximum, {}),
+    "minimum": (sj.minimum, jnp.minimum, {}),
+    "pow": (sj.pow, jnp.power, POS),
+}
+COMPARE = {
+    "lt": (sj.lt, jnp.less),
+    "le": (sj.le, jnp.less_equal),
+    "gt": (sj.gt, jnp.greater),
+    "ge": (sj.ge, jnp.greater_equal),
+    "eq": (sj.eq, jnp.equal),
+    "ne": (sj.ne, jnp.not_equal),
+}
+
+
+def _run(fn, jit, *args):
+    return jax.jit(fn)(*args) if jit else fn(*args)
+
+
+def _check(out, ref, layout):
+    assert isinstance(out, sj.SpyreArray)
+    assert out.dtype == ref.dtype
+    assert out.layout == layout  # the rule: the operand's layout
+    assert padding_is_poison(out)
+    host = sj.to_host(out)
+    chex.assert_trees_all_close(host, ref, **TOL.get(np.dtype(ref.dtype), {}))
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("name", UNARY)
+def test_unary(name, dtype, shape, jit):
+    fn, ref_fn, ranges = UNARY[name]
+    x = rand(shape, dtype, np.random.default_rng(0), **ranges)
+    a = sj.to_device(x)
+    _check(_run(fn, jit, a), ref_fn(x), a.layout)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("name", BINARY)
+def test_binary(name, dtype, shape, jit):
+    fn, ref_fn, ranges = BINARY[name]
+    rng = np.random.default_rng(1)
+    x, y = rand(shape, dtype, rng, **ranges), rand(shape, dtype, rng, **ranges)
+    a, b = sj.to_device(x), sj.to_device(y)
+    _check(_run(fn, jit, a, b), ref_fn(x, y), a.layout)
+    # Scalars on either side.
+    _check(_run(lambda a: fn(a, 1.5), jit, a), ref_fn(x, jnp.asarray(1.5, dtype)), a.layout)
+    _check(_run(lambda a: fn(1.5, a), jit, a), ref_fn(jnp.asarray(1.5, dtype), x), a.layout)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("name", COMPARE)
+def test_comparisons_give_bool_in_the_operands_layout(name, dtype, shape):
+    fn, ref_fn = COMPARE[name]
+    rng = np.random.default_rng(2)
+    x = rand(shape, dtype, rng)
+    y = x.at[0].set(rand(shape[1:], dtype, rng))  # equal elements too
+    a, b = sj.to_device(x), sj.to_device(y)
+    out = fn(a, b)
+    assert out.dtype == np.bool_ and out.layout == a.layout
+    np.testing.assert_array_equal(np.asarray(out), ref_fn(x, y))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_where(dtype):
+    rng = np.random.default_rng(3)
+    x, y = rand((3, 150), dtype, rng), rand((3, 150), dtype, rng)
+    a, b = sj.to_device(x), sj.to_device(y)
+    _check(sj.where(a > b, a, b), jnp.where(x > y, x, y), a.layout)
+    _check(sj.where(a > 0, a, 0.0), jnp.where(x > 0, x, jnp.asarray(0, dtype)), a.layout)
+
+
+def test_broadcasting_including_along_the_stick_dim():
+    rng = np.random.default_rng(4)
+    x = rand((4, 150), jnp.float32, rng)
+    row, col, scalar_like = x[1], x[:, :1], x[:1, :1]
+    a = sj.to_device(x)
+    for other in (row, col, scalar_like, x[None]):
+        b = sj.to_device(other)
+        out = a + b
+        chex.assert_trees_all_close(sj.to_host(out), x + other)
+        assert padding_is_poison(out)
+    # Two operands that both broadcast: a fresh default layout.
+    out = sj.to_device(col) * sj.to_device(row)
+    assert out.shape == (4, 150) and out.type.stick_dim == 1
+    chex.assert_trees_all_close(sj.to_host(out), col * row)
+
+
+def test_operands_with_other_device_dim_orders_need_no_restickify():
+    x = rand((5, 100, 150), jnp.float32, np.random.default_rng(5))
+    a = sj.to_device(x)
+    b = sj.to_device(x, dim_order=[1, 0, 2])  # same stick dim, other tile order
+    assert a.layout != b.layout
+    for out, first in ((a + b, a), (b + a, b)):
+        assert out.layout == first.layout
+        chex.assert_trees_all_close(sj.to_host(out), 2 * x)
+    jaxpr = str(jax.make_jaxpr(lambda a, b: a + b)(a, b))
+    assert "Restickify" not in jaxpr
+
+
+def test_different_stick_dims_are_a_layout_error_naming_the_fix():
+    x = rand((4, 150), jnp.float32, np.random.default_rng(6))
+    a, b = sj.to_device(x), sj.to_device(x, dim_order=[1, 0])
+    with pytest.raises(sj.LayoutError, match=r"add: operand 1 .* stuck on dim 0.*restickify"):
+        sj.add(a, b)
+    # The fix works.
+    chex.assert_trees_all_close(sj.to_host(a + sj.restickify(b)), 2 * x)
+
+
+def test_elementwise_errors():
+    a = sj.to_device(jnp.ones((4, 150), jnp.float32))
+    with pytest.raises(sj.LayoutError, match="do not broadcast"):
+        a + sj.to_device(jnp.ones((3, 150), jnp.float32))
+    with pytest.raises(sj.SpyreTypeError, match=r"dtypes differ \(float16, float32\)"):
+        a + sj.to_device(jnp.ones((4, 150), jnp.float16))
+    with pytest.raises(sj.SpyreTypeError, match="host array"):
+        sj.add(a, jnp.ones((4, 150), jnp.float32))
+    with pytest.raises(sj.SpyreTypeError, match="unknown elementwise op 'foo'"):
+        sj.primitives.elementwise("foo", a)
+    with pytest.raises(sj.SpyreTypeError, match="takes 2 operands, got 1"):
+        sj.primitives.elementwise("add", a)
+    with pytest.raises(sj.SpyreTypeError, match="condition must be bool"):
+        sj.where(a, a, a)
+    with pytest.raises(sj.SpyreTypeError, match="at least one"):
+        sj.primitives.elementwise("add", 1.0, 2.0)
+
+
+def test_integer_ops_mask_padding_explicitly():
+    x = jnp.arange(-70, 80, dtype=jnp.int32).reshape(1, 150)
+    a = sj.to_device(x)
+    out = sj.relu(a)  # relu(INT_MIN) would be 0, not poison, without the mask
+    np.testing.assert_array_equal(np.asarray(out), jax.nn.relu(x))
+    assert padding_is_poison(out)
+
+
+def test_jit_traces_once_per_layout():
+    x = rand((4, 150), jnp.float32, np.random.default_rng(7))
+    f = jax.jit(chex.assert_max_traces(lambda a, b: sj.exp(a) * b + 1.0, n=2))
+    a, b = sj.to_device(x), sj.to_device(x)
+    for _ in range(3):
+        f(a, b)
+    c = sj.to_device(x, layout=sj.SpyreTensorLayout((4, 150), jnp.float32, [0, 1]))
+    f(c, c)  # the same layout: no new trace
+    d = sj.to_device(x.reshape(4, 150), dim_order=[0, 1, -1])  # sparse: another layout
+    with pytest.raises(sj.LayoutError):
+        f(d, a)
+    f2 = jax.jit(chex.assert_max_traces(lambda a: a * 2.0, n=2))
+    f2(a)
+    f2(sj.to_device(x.T, dim_order=[0, 1]))  # new shape: second trace
+    f2(a)

@@ -1,0 +1,87 @@
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import FLOAT_DTYPES, LOOSE, rand
+
+import spyrejax as sj
+
+
+def _ref(x, y):
+    out = jnp.matmul(x.astype(jnp.float32), y.astype(jnp.float32))
+    return out.astype(x.dtype)
+
+
+CASES = [
+    ((100, 150), (150, 70)),  # k and n padded
+    ((64, 64), (64, 128)),  # no padding
+    ((3, 20, 150), (150, 30)),  # batch on A only
+    ((2, 1, 5, 40), (3, 40, 200)),  # broadcast batch dims
+    ((7, 1), (1, 9)),  # k = 1: an outer product
+    ((5, 70), (70, 1)),  # n = 1: a one-lane stick
+]
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(("sa", "sb"), CASES, ids=str)
+def test_matmul_matches_jnp(sa, sb, dtype, jit):
+    rng = np.random.default_rng(0)
+    x, y = rand(sa, dtype, rng), rand(sb, dtype, rng)
+    a, b = sj.to_device(x), sj.to_device(y)
+    fn = jax.jit(sj.matmul) if jit else sj.matmul
+    out = fn(a, b)
+    ref = _ref(x, y)
+    assert out.dtype == ref.dtype and out.shape == ref.shape
+    # The rule: C gets the default layout, stuck on n.
+    assert out.layout == sj.SpyreTensorLayout(ref.shape, dtype)
+    chex.assert_trees_all_close(sj.to_host(out), ref, **LOOSE[np.dtype(dtype)])
+
+
+def test_operator_and_padding_never_leaks():
+    rng = np.random.default_rng(1)
+    x, y = rand((8, 150), jnp.float32, rng), rand((150, 20), jnp.float32, rng)
+    a, b = sj.to_device(x), sj.to_device(y)  # both with NaN poison in the padding
+    assert np.isnan(np.asarray(a.image)).any()
+    chex.assert_trees_all_close(sj.to_host(a @ b), x @ y, rtol=1e-5, atol=1e-4)
+
+
+def test_zero_padding_fact_skips_the_mask():
+    rng = np.random.default_rng(2)
+    x, y = rand((8, 150), jnp.float32, rng), rand((150, 20), jnp.float32, rng)
+    a = sj.to_device(x, pad_value=0)
+    b = sj.to_device(y, pad_value=0)
+    assert "pad=0" in a.type.str_short()
+    lowered = jax.jit(sj.matmul).lower
+    masked_hlo = lowered(sj.to_device(x), sj.to_device(y)).as_text()
+    zero_hlo = lowered(a, b).as_text()
+    assert masked_hlo.count("stablehlo.select") == 2  # A's and B's padding masked
+    assert zero_hlo.count("stablehlo.select") == 0
+    chex.assert_trees_all_close(sj.to_host(a @ b), x @ y, rtol=1e-5, atol=1e-4)
+
+
+def test_layout_rule_errors():
+    rng = np.random.default_rng(3)
+    x, y = rand((8, 150), jnp.float32, rng), rand((150, 20), jnp.float32, rng)
+    a, b = sj.to_device(x), sj.to_device(y)
+    with pytest.raises(sj.LayoutError, match=r"A .* must be stuck on k \(dim 1\)"):
+        sj.matmul(sj.to_device(x, dim_order=[1, 0]), b)
+    with pytest.raises(sj.LayoutError, match=r"B .* must be stuck on n \(dim 1\).*restickify"):
+        sj.matmul(a, sj.to_device(y, dim_order=[1, 0]))
+    with pytest.raises(sj.LayoutError, match="contracting dims differ"):
+        sj.matmul(a, a)
+    with pytest.raises(sj.LayoutError, match="rank >= 2"):
+        sj.matmul(sj.to_device(x[0]), b)
+    with pytest.raises(sj.LayoutError, match="do not broadcast"):
+        sj.matmul(
+            sj.to_device(rand((2, 8, 150), jnp.float32, rng)),
+            sj.to_device(rand((3, 150, 20), jnp.float32, rng)),
+        )
+    with pytest.raises(sj.SpyreTypeError, match="dtypes differ"):
+        sj.matmul(a, sj.to_device(y.astype(jnp.float16)))
+    with pytest.raises(sj.SpyreTypeError, match="host array"):
+        sj.matmul(a, y)
+    # The fixes the messages name work.
+    out = sj.matmul(a, sj.restickify(sj.to_device(y, dim_order=[1, 0])))
+    chex.assert_trees_all_close(sj.to_host(out), x @ y, rtol=1e-5, atol=1e-4)

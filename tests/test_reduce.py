@@ -1,0 +1,88 @@
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import FLOAT_DTYPES, LOOSE, padding_is_poison, rand
+
+import spyrejax as sj
+
+OPS = {"sum": (sj.sum, jnp.sum), "max": (sj.max, jnp.max), "min": (sj.min, jnp.min)}
+OPS["mean"] = (sj.mean, jnp.mean)
+AXES = [None, 0, 1, 2, (0, 2), (1, 2), -1]
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("axis", AXES, ids=str)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("op", OPS)
+def test_reductions_match_jnp(op, dtype, axis, keepdims):
+    x = rand((5, 20, 150), dtype, np.random.default_rng(0))
+    fn, ref_fn = OPS[op]
+    a = sj.to_device(x)  # poison (NaN) in the 42 padded lanes of every row
+    out = fn(a, axis, keepdims)
+    ref = ref_fn(x.astype(jnp.float32), axis=axis, keepdims=keepdims).astype(dtype)
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    if op in ("sum", "mean") and not out.layout.is_sparse:
+        assert out.type.pad is sj.PadFill.ZERO
+        t = out.type
+        assert (np.asarray(out.image)[t.layout.padding_mask(t.base_shape)] == 0).all()
+    else:
+        assert padding_is_poison(out)
+    chex.assert_trees_all_close(sj.to_host(out), ref, **LOOSE[np.dtype(dtype)])
+
+
+def test_stick_dim_reduction_is_sparse_with_the_spec_layout():
+    x = rand((512, 256), jnp.float16, np.random.default_rng(1))
+    out = sj.sum(sj.to_device(x), 1)
+    assert out.layout == sj.SpyreTensorLayout([512], jnp.float16, [0, -1])
+    assert out.layout.is_sparse and out.type.stick_dim is None
+    image = np.asarray(out.image)
+    assert not np.isnan(image[..., 0]).any() and np.isnan(image[..., 1:]).all()
+    kept = sj.sum(sj.to_device(x), 1, keepdims=True)
+    assert kept.layout.is_sparse and kept.shape == (512, 1)
+
+
+def test_non_stick_reduction_stays_dense():
+    x = rand((5, 100, 150), jnp.float32, np.random.default_rng(2))
+    a = sj.to_device(x)
+    assert a.layout.device_size == (100, 5, 5, 32)
+    out = sj.sum(a, 0)
+    # The reduced device dim disappears; the others keep their order.
+    assert out.layout.device_size == (100, 5, 32)
+    assert out.layout.stride_map == (150, 32, 1)
+    assert not out.layout.is_sparse and out.type.stick_dim == 1
+
+
+@pytest.mark.parametrize("op", ["max", "min", "sum"])
+def test_integer_reductions_never_see_the_poison(op):
+    # int32 poison is INT_MIN: a max/min that saw padding would return it.
+    x = jnp.arange(-75, 75, dtype=jnp.int32).reshape(2, 75) * 3
+    out = getattr(sj, op)(sj.to_device(x), 1)
+    np.testing.assert_array_equal(np.asarray(out), getattr(jnp, op)(x, axis=1))
+
+
+def test_reductions_of_views():
+    x = rand((6, 150), jnp.float32, np.random.default_rng(3))
+    a = sj.to_device(x)
+    chex.assert_trees_all_close(sj.to_host(sj.sum(a.T, 0)), x.T.sum(0), rtol=1e-5, atol=1e-4)
+    b = sj.broadcast_to(sj.to_device(x[0]), (4, 150))
+    chex.assert_trees_all_close(sj.to_host(sj.sum(b, 0)), 4 * x[0], rtol=1e-5)
+    chex.assert_trees_all_close(sj.to_host(sj.mean(b, 0)), x[0], rtol=1e-5)
+
+
+def test_methods_and_errors():
+    x = rand((6, 150), jnp.float32, np.random.default_rng(4))
+    a = sj.to_device(x)
+    chex.assert_trees_all_close(sj.to_host(a.sum(1)), x.sum(1), rtol=1e-5, atol=1e-4)
+    chex.assert_trees_all_close(sj.to_host(jax.jit(lambda a: a.max())(a)), x.max())
+    with pytest.raises(sj.LayoutError, match="axis 2 is out of range"):
+        sj.sum(a, 2)
+    with pytest.raises(sj.LayoutError, match="repeated axis"):
+        sj.sum(a, (1, -1))
+    with pytest.raises(sj.SpyreTypeError, match="float array"):
+        sj.mean(sj.to_device(jnp.ones((3,), jnp.int32)))
+    with pytest.raises(sj.SpyreTypeError, match="needs a SpyreArray"):
+        sj.sum(x)
+    with pytest.raises(sj.SpyreTypeError, match="unknown reduction 'prod'"):
+        sj.primitives.reduce("prod", a)

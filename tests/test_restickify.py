@@ -1,0 +1,107 @@
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import FLOAT_DTYPES, padding_is_poison, rand
+
+import spyrejax as sj
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_restickify_moves_the_stick(dtype):
+    x = rand((5, 100, 150), dtype, np.random.default_rng(0))
+    a = sj.to_device(x)
+    r = sj.restickify(a, [0, 2, 1])
+    assert r.layout == sj.SpyreTensorLayout(x.shape, dtype, [0, 2, 1])
+    assert r.type.stick_dim == 1
+    np.testing.assert_array_equal(np.asarray(r), x)
+    assert padding_is_poison(r)
+    eps = sj.format_for_dtype(dtype).elems_per_stick()
+    assert sj.restickify_cost(a.type) == 100 * -(-150 // eps) * 5 * eps
+
+
+def test_restickify_to_an_explicit_layout_and_of_views():
+    x = rand((40, 60), jnp.float16, np.random.default_rng(1))
+    folded = sj.SpyreTensorLayout.from_stride_map([38, 64], [64, 1], jnp.float16)
+    r = sj.restickify(sj.to_device(x), layout=folded)
+    assert r.layout == folded
+    np.testing.assert_array_equal(np.asarray(r), x)
+    t = sj.restickify(sj.to_device(x).T)
+    assert t.layout == sj.SpyreTensorLayout((60, 40), jnp.float16) and not t.type.is_view
+    np.testing.assert_array_equal(np.asarray(t), x.T)
+
+
+def test_a_transpose_plus_x_costs_one_restickify():
+    # Spec section 7: a.T + x needs one restickify of S*S elements.
+    s = 128
+    rng = np.random.default_rng(2)
+    a_host, x_host = rand((s, s), jnp.float16, rng), rand((s, s), jnp.float16, rng)
+    a, x = sj.to_device(a_host), sj.to_device(x_host)
+    with pytest.raises(sj.LayoutError, match="restickify"):
+        a.T + x
+    moved = sj.restickify(a.T)
+    assert sj.restickify_cost(a.T.type) == s * s
+    chex.assert_trees_all_close(sj.to_host(moved + x), a_host.T + x_host)
+
+
+def test_compact_makes_a_sparse_result_dense():
+    x = rand((300, 256), jnp.float32, np.random.default_rng(3))
+    s = sj.sum(sj.to_device(x), 1)
+    assert s.layout.is_sparse
+    c = sj.compact(s)
+    assert c.layout == sj.SpyreTensorLayout((300,), jnp.float32) and not c.layout.is_sparse
+    assert s.layout.nbytes == 300 * 128  # one element per stick
+    assert c.layout.nbytes == 10 * 128  # 32 per stick
+    chex.assert_trees_all_close(sj.to_host(c), x.sum(1), rtol=1e-5, atol=1e-4)
+    dense = sj.to_device(x)
+    assert sj.compact(dense) is dense
+
+
+@pytest.mark.parametrize(
+    ("src", "dst", "keeps_layout"),
+    [
+        (jnp.float16, jnp.bfloat16, True),
+        (jnp.float32, jnp.int32, True),
+        (jnp.float16, jnp.float32, False),
+        (jnp.float32, jnp.float16, False),
+        (jnp.float32, jnp.int8, False),
+    ],
+    ids=str,
+)
+def test_astype(src, dst, keeps_layout):
+    x = rand((5, 100, 150), src, np.random.default_rng(4), low=-50, high=50)
+    a = sj.to_device(x, dim_order=[2, 0, 1])  # stuck on dim 1
+    out = a.astype(dst)
+    assert out.dtype == np.dtype(dst)
+    same_geometry = (out.layout.device_size, out.layout.stride_map) == (
+        a.layout.device_size,
+        a.layout.stride_map,
+    )
+    assert same_geometry == keeps_layout
+    assert out.type.stick_dim == 1  # a rebuilt layout keeps the stick dim
+    assert out.layout.elems_per_stick == sj.format_for_dtype(dst).elems_per_stick()
+    np.testing.assert_array_equal(np.asarray(out), x.astype(dst))
+    assert padding_is_poison(out)
+
+
+def test_astype_of_a_sparse_array_stays_sparse():
+    s = sj.sum(sj.to_device(jnp.ones((70, 100), jnp.float16)), 1)
+    out = sj.astype(s, jnp.float32)
+    assert out.layout == sj.SpyreTensorLayout((70,), jnp.float32, [0, -1])
+    np.testing.assert_array_equal(np.asarray(out), np.full(70, 100, np.float32))
+
+
+def test_errors():
+    a = sj.to_device(jnp.ones((4, 150), jnp.float16))
+    with pytest.raises(sj.LayoutError, match="not both"):
+        sj.restickify(a, [1, 0], layout=a.layout)
+    with pytest.raises(sj.LayoutError, match="too small"):
+        sj.restickify(a, layout=sj.SpyreTensorLayout((4, 64), jnp.float16))
+    with pytest.raises(sj.LayoutError, match="does not fit dtype"):
+        sj.restickify(a, layout=sj.SpyreTensorLayout((4, 150), jnp.float32))
+    with pytest.raises(sj.LayoutError, match="float64"):
+        sj.astype(a, jnp.float64)
+    assert sj.astype(a, jnp.float16) is a
+    jaxpr = str(jax.make_jaxpr(lambda a: sj.restickify(a, [1, 0]))(a))
+    assert "Restickify[cost=768]" in jaxpr

@@ -1,0 +1,130 @@
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import rand
+
+import spyrejax as sj
+from spyrejax.primitives import SpyrePrim
+
+RNG = np.random.default_rng(0)
+X = rand((6, 150), jnp.float32, RNG)
+Y = rand((6, 150), jnp.float32, RNG)
+W = rand((150, 40), jnp.float32, RNG)
+
+# Pairs (spyrejax version on host arrays, plain JAX version).
+FUNCTIONS = {
+    "elementwise": (
+        lambda x, y: sj.to_host(
+            sj.tanh(sj.to_device(x)) * sj.sigmoid(sj.to_device(y)) + sj.exp(sj.to_device(x) / 4.0)
+        ),
+        lambda x, y: jnp.tanh(x) * jax.nn.sigmoid(y) + jnp.exp(x / 4.0),
+    ),
+    "activations": (
+        lambda x, y: sj.to_host(
+            sj.gelu(sj.to_device(x)) + sj.silu(sj.to_device(y)) - sj.relu(sj.to_device(x))
+        ),
+        lambda x, y: jax.nn.gelu(x) + jax.nn.silu(y) - jax.nn.relu(x),
+    ),
+    "where_max": (
+        lambda x, y: sj.to_host(
+            sj.where(sj.to_device(x) > 0, sj.maximum(sj.to_device(x), sj.to_device(y)), 0.5)
+        ),
+        lambda x, y: jnp.where(x > 0, jnp.maximum(x, y), 0.5),
+    ),
+    "reductions": (
+        lambda x, y: sj.to_host(sj.sum(sj.to_device(x), 1) + sj.max(sj.to_device(y), 1)),
+        lambda x, y: jnp.sum(x, 1) + jnp.max(y, 1),
+    ),
+    "mean_axis0": (
+        lambda x, y: sj.to_host(sj.mean(sj.to_device(x) * sj.to_device(y), 0)),
+        lambda x, y: jnp.mean(x * y, 0),
+    ),
+    "matmul": (
+        lambda x, y: sj.to_host(sj.to_device(x) @ sj.to_device(W) + 1.0),
+        lambda x, y: x @ W + 1.0,
+    ),
+    "views_and_restickify": (
+        lambda x, y: sj.to_host(sj.restickify(sj.to_device(x).T) * 2.0).T,
+        lambda x, y: 2.0 * x,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_grad_matches_plain_jax(name):
+    spy, ref = FUNCTIONS[name]
+
+    def loss(f):
+        return lambda x, y: jnp.sum(f(x, y) ** 2)
+
+    got = jax.grad(loss(spy), argnums=(0, 1))(X, Y)
+    want = jax.grad(loss(ref), argnums=(0, 1))(X, Y)
+    chex.assert_trees_all_close(got, want, rtol=1e-4, atol=1e-4)
+    jitted = jax.jit(jax.grad(loss(spy), argnums=(0, 1)))(X, Y)
+    chex.assert_trees_all_close(jitted, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_vmap_matches_plain_jax(name):
+    spy, ref = FUNCTIONS[name]
+    xb = jnp.stack([X, 2 * X, -X])
+    yb = jnp.stack([Y, Y, 3 * Y])
+    chex.assert_trees_all_close(jax.vmap(spy)(xb, yb), jax.vmap(ref)(xb, yb), rtol=1e-5, atol=1e-5)
+    # One argument batched, the other not.
+    chex.assert_trees_all_close(
+        jax.vmap(spy, in_axes=(0, None))(xb, Y),
+        jax.vmap(ref, in_axes=(0, None))(xb, Y),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
+def test_vmap_of_a_batch_dim_that_is_not_first():
+    xb = jnp.stack([X, 2 * X], axis=1)  # (6, 2, 150)
+    out = jax.vmap(lambda x: sj.to_host(sj.exp(sj.to_device(x))), in_axes=1)(xb)
+    chex.assert_trees_all_close(out, jnp.exp(jnp.moveaxis(xb, 1, 0)), rtol=1e-6)
+
+
+def test_vmap_over_spyre_arrays_maps_the_outermost_device_dim():
+    xb = jnp.stack([X, 2 * X, 3 * X])
+    a = sj.to_device(xb, dim_order=[1, 0, 2])  # batch is the outermost device dim
+    out = jax.vmap(lambda a: a * 2.0)(a)
+    assert isinstance(out, sj.SpyreArray) and out.shape == xb.shape
+    chex.assert_trees_all_close(sj.to_host(out), 2 * xb)
+    made = jax.vmap(sj.to_device)(xb)
+    assert made.layout.device_size[0] == 3
+    chex.assert_trees_all_close(sj.to_host(made), xb)
+    with pytest.raises(sj.SpyreUnsupportedError, match=r"jax.vmap/scan cannot map over axis 0"):
+        jax.vmap(lambda a: a * 2.0)(sj.to_device(xb))  # batch is not outermost
+    with pytest.raises(sj.SpyreUnsupportedError, match="axis 1"):
+        jax.vmap(lambda a: a * 2.0, in_axes=1)(a)
+
+
+def test_primitive_without_a_batch_rule_names_itself_and_vmap():
+    class NoBatch(SpyrePrim):
+        def __init__(self, aval, *, k):
+            self.in_avals, self.out_aval, self.params = (aval,), aval, {"k": k}
+            super().__init__()
+
+        def kernel(self, img):
+            return img * self.k
+
+    def f(x):
+        a = sj.to_device(x)
+        return sj.to_host(NoBatch(jax.typeof(a), k=2.0)(a))
+
+    chex.assert_trees_all_close(f(X), 2 * X)
+    with pytest.raises(
+        sj.SpyreUnsupportedError, match="primitive NoBatch does not support the transformation"
+    ):
+        jax.vmap(f)(jnp.stack([X, X]))
+
+
+def test_jvp_and_forward_mode():
+    spy, ref = FUNCTIONS["elementwise"]
+    tx, ty = jnp.ones_like(X), jnp.zeros_like(Y)
+    got = jax.jvp(spy, (X, Y), (tx, ty))
+    want = jax.jvp(ref, (X, Y), (tx, ty))
+    chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-5)

@@ -1,0 +1,96 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import rand
+
+import spyrejax as sj
+
+
+@pytest.fixture
+def arr():
+    x = rand((5, 100, 150), jnp.float32, np.random.default_rng(0))
+    return x, sj.to_device(x)
+
+
+def _same_image(view, base):
+    return view.image is base.image or np.array_equal(
+        np.asarray(view.image), np.asarray(base.image), equal_nan=True
+    )
+
+
+def test_transpose_is_a_view(arr):
+    x, a = arr
+    for perm in [(2, 0, 1), (1, 0, 2), None]:
+        t = sj.transpose(a, perm)
+        np.testing.assert_array_equal(np.asarray(t), jnp.transpose(x, perm))
+        assert t.layout == a.layout and _same_image(t, a)
+    assert a.T.shape == (150, 100, 5)
+    assert a.transpose(0, 2, 1).type.stick_dim == 1  # the stick stays with its host dim
+    jaxpr = str(jax.make_jaxpr(lambda a: a.T)(a))
+    assert "view=[5,100,150]:[1,150,15000]" in jaxpr
+
+
+def test_reshape_views(arr):
+    x, a = arr
+    for shape in [(500, 150), (5, 100, 10, 15), (5, -1), (1, 5, 100, 150)]:
+        r = sj.reshape(a, shape)
+        np.testing.assert_array_equal(np.asarray(r), jnp.reshape(x, shape))
+        assert r.layout == a.layout
+    np.testing.assert_array_equal(np.asarray(a.reshape(500, 150)), x.reshape(500, 150))
+    # A transposed view merges copy-free only where NumPy's would.
+    t = sj.transpose(a, (0, 2, 1))
+    with pytest.raises(sj.LayoutError, match=r"needs a copy.*restickify"):
+        sj.reshape(t, (5, 15000))
+    np.testing.assert_array_equal(
+        np.asarray(sj.reshape(sj.restickify(t), (5, 15000))), x.transpose(0, 2, 1).reshape(5, -1)
+    )
+    with pytest.raises(sj.LayoutError, match="cannot reshape"):
+        sj.reshape(a, (7, -1))
+    with pytest.raises(sj.LayoutError, match="bad shape"):
+        sj.reshape(a, (-1, -1))
+
+
+def test_squeeze_and_expand_dims(arr):
+    x, a = arr
+    e = sj.expand_dims(a, (0, 2))
+    assert e.shape == (1, 5, 1, 100, 150)
+    np.testing.assert_array_equal(np.asarray(e), jnp.expand_dims(x, (0, 2)))
+    np.testing.assert_array_equal(np.asarray(sj.squeeze(e)), x)
+    np.testing.assert_array_equal(np.asarray(e.squeeze(2)), jnp.expand_dims(x, 0))
+    with pytest.raises(sj.LayoutError, match=r"axes \[1\] .* do not have size 1"):
+        sj.squeeze(e, 1)
+
+
+def test_broadcast_to_and_use_in_arithmetic(arr):
+    x, _ = arr
+    row = sj.to_device(x[0, 0])
+    b = sj.broadcast_to(row, (7, 150))
+    np.testing.assert_array_equal(np.asarray(b), np.broadcast_to(x[0, 0], (7, 150)))
+    assert b.image.shape == row.image.shape  # no data moved
+    c = sj.to_device(x[0, :7])
+    np.testing.assert_allclose(np.asarray(c + b), x[0, :7] + x[0, 0])
+    with pytest.raises(sj.LayoutError, match="cannot broadcast"):
+        sj.broadcast_to(row, (7, 151))
+
+
+def test_views_compose_with_ops(arr):
+    x, a = arr
+    out = sj.exp(sj.transpose(a, (1, 0, 2))) + sj.to_device(x, dim_order=[1, 0, 2]).reshape(
+        5, 100, 150
+    ).transpose(1, 0, 2)
+    np.testing.assert_allclose(
+        np.asarray(out), np.exp(x.transpose(1, 0, 2)) + x.transpose(1, 0, 2), rtol=1e-6, atol=1e-6
+    )
+
+
+def test_view_errors(arr):
+    _, a = arr
+    with pytest.raises(sj.LayoutError, match="repeated axis"):
+        sj.transpose(a, (0, 0, 1))
+    with pytest.raises(sj.LayoutError, match="not a permutation"):
+        sj.transpose(a, (0, 1))
+    with pytest.raises(sj.LayoutError, match="out of range"):
+        sj.transpose(a, (0, 1, 3))
+    with pytest.raises(sj.SpyreTypeError, match="needs a SpyreArray"):
+        sj.transpose(jnp.ones((2, 2)))
