@@ -85,3 +85,28 @@ def main() -> None:
     print(f"  image[7, 1, 4, 5] = {image[7, 1, 4, 5]!r} = x[4, 7, 69] = {x[4, 7, 69]!r}")
     exact = bool((back.view(np.uint16) == x.view(np.uint16)).all())
     print(f"  device -> host is bit-exact: {exact}")
+
+    _primitives_demo()
+
+
+def _primitives_demo() -> None:
+    import jax
+
+    from . import primitives as sp
+
+    _title("Spyre primitives: layouts in every jaxpr")
+    rng = np.random.default_rng(1)
+    a = sp.to_device(rng.standard_normal((8, 150)).astype(np.float32))
+    w = sp.to_device(rng.standard_normal((150, 70)).astype(np.float32))
+
+    def block(a, w):
+        h = sp.gelu(a @ w)
+        return h.sum(1), h.max(0)
+
+    print("  " + str(jax.make_jaxpr(block)(a, w)).replace("\n", "\n  "))
+    s, m = jax.jit(block)(a, w)
+    print(f"  row sums: {s.type.str_short()} (sparse: {s.layout.is_sparse})")
+    print(f"  column maxima: {m.type.str_short()} (dense: {not m.layout.is_sparse})")
+    at = a.T
+    print(f"  a.T is a view: {at.type.str_short()}")
+    print(f"  restickify(a.T) moves {sp.restickify_cost(at.type)} elements")

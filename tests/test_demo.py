@@ -13,6 +13,8 @@ def test_demo_prints_the_seed_examples(capsys):
     assert "host_index -> None" in out
     assert "padding positions: 21000, all still poison (NaN): 21000" in out
     assert "device -> host is bit-exact: True" in out
+    assert "= Matmul a b" in out and "row sums: f32[8]{[1,8,32]/[-1,1,-1]} (sparse: True)" in out
+    assert "restickify(a.T) moves 1280 elements" in out
 
 
 def test_python_dash_m_runs_the_demo():

@@ -187,3 +187,44 @@ def test_jit_traces_once_per_layout():
     f2(a)
     f2(sj.to_device(x.T, dim_order=[0, 1]))  # new shape: second trace
     f2(a)
+
+
+def test_where_needs_an_array_value():
+    c = sj.to_device(jnp.ones((2, 64), jnp.float16)) > 0
+    with pytest.raises(sj.SpyreTypeError, match="at least one value operand"):
+        sj.where(c, 1.0, 2.0)
+
+
+def test_operators_on_values_and_tracers():
+    rng = np.random.default_rng(8)
+    x, y = rand((4, 150), jnp.float32, rng), rand((4, 150), jnp.float32, rng)
+    w = rand((150, 150), jnp.float32, rng)
+
+    def spy(a, b, m):
+        out = (-a + b) * 2.0 - b / 3.0 + 1.0 - a**2.0
+        out = out @ m + (a > b).astype(jnp.float32) + (2.0 - a) + (1.0 / (b * b + 1.0))
+        return out.sum(1) + out.max(1) + out.min(1) + out.mean(1) + out.T.T.reshape(4, 150).sum(1)
+
+    def ref(a, b, m):
+        out = (-a + b) * 2.0 - b / 3.0 + 1.0 - a**2.0
+        out = out @ m + (a > b).astype(jnp.float32) + (2.0 - a) + (1.0 / (b * b + 1.0))
+        return out.sum(1) + out.max(1) + out.min(1) + out.mean(1) + out.T.T.reshape(4, 150).sum(1)
+
+    args = (sj.to_device(x), sj.to_device(y), sj.to_device(w))
+    want = ref(x, y, w)
+    for fn in (spy, jax.jit(spy)):
+        chex.assert_trees_all_close(sj.to_host(fn(*args)), want, rtol=1e-4, atol=1e-3)
+    ops = [
+        (lambda a, b: a <= b, jnp.less_equal),
+        (lambda a, b: a >= b, jnp.greater_equal),
+        (lambda a, b: a == b, jnp.equal),
+        (lambda a, b: a != b, jnp.not_equal),
+        (lambda a, b: a < b, jnp.less),
+        (lambda a, b: abs(a) ** b, lambda a, b: jnp.abs(a) ** b),
+        (lambda a, b: 2.0**b, lambda a, b: 2.0**b),
+    ]
+    for op, ref_op in ops:
+        for fn in (op, jax.jit(op)):
+            chex.assert_trees_all_close(
+                np.asarray(fn(args[0], args[1])), ref_op(x, y), rtol=1e-5, atol=1e-5
+            )

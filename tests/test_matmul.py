@@ -85,3 +85,26 @@ def test_layout_rule_errors():
     # The fixes the messages name work.
     out = sj.matmul(a, sj.restickify(sj.to_device(y, dim_order=[1, 0])))
     chex.assert_trees_all_close(sj.to_host(out), x @ y, rtol=1e-5, atol=1e-4)
+
+
+def test_layouts_the_kernel_cannot_contract_are_errors():
+    rng = np.random.default_rng(4)
+    f32 = sj.DataFormats.IEEE_FP32
+    a = sj.to_device(rand((8, 128), jnp.float32, rng))
+    # B stuck on n, but with k split over two device dims.
+    b_tiled_k = sj.SpyreTensorLayout.from_stride_map([2, 64, 1, 32], [1280, 20, 32, 1], f32)
+    b = sj.to_device(rand((128, 20), jnp.float32, rng), b_tiled_k)
+    with pytest.raises(sj.LayoutError, match="one untiled device dim"):
+        sj.matmul(a, b)
+    # A with its m dim padded to 16: the result's m has 8.
+    a_padded_m = sj.SpyreTensorLayout.from_stride_map([4, 16, 32], [32, 128, 1], f32)
+    a2 = sj.to_device(rand((8, 128), jnp.float32, rng), a_padded_m)
+    with pytest.raises(sj.LayoutError, match="tile their dims unlike the result"):
+        sj.matmul(a2, sj.to_device(rand((128, 20), jnp.float32, rng)))
+    # A whose two batch dims are folded into one device dim.
+    folded = sj.SpyreTensorLayout.from_stride_map([6, 2, 32], [40, 32, 1], f32)
+    a3 = sj.to_device(rand((2, 3, 40), jnp.float32, rng), folded)
+    with pytest.raises(sj.LayoutError, match="folded dims"):
+        sj.matmul(a3, sj.to_device(rand((40, 5), jnp.float32, rng)))
+    with pytest.raises(sj.LayoutError, match="folds reduced and kept dims"):
+        sj.sum(a3, 0)
