@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from ._dtypes import DataFormats
 from ._errors import LayoutError
-from ._layout import SpyreTensorLayout
-from ._segments import row_major_strides, segment_axes
+from ._layout import HostMapping, SpyreTensorLayout
+from ._segments import Segmentation, row_major_strides, segment_axes
 
 __all__ = [
     "AlignPlan",
@@ -29,6 +29,7 @@ __all__ = [
     "align",
     "device_dims",
     "layout_from_dims",
+    "padded_base_dims",
     "stick_dim",
 ]
 
@@ -67,21 +68,67 @@ def device_dims(
 ) -> tuple[DevDim, ...]:
     """Tags of every device dim for a view ``(shape, strides)`` over ``base_shape``.
 
-    Logical dims of stride 0 (broadcast views) are walked by no device dim.
+    Logical dims of stride 0 (broadcast views) are walked by no device dim. For the
+    base itself the tags are the layout's own index map (spec section 4). For a view,
+    a device dim that runs past the end of a logical dim walks on into the next outer
+    one (the two are folded), except over a padded base dim kept intact by the view,
+    whose padded extent counts as its size.
 
     Raises:
         LayoutError: if the view cannot be expressed over the layout's device dims.
     """
-    layout.host_mapping(base_shape)
-    live_shape = tuple(1 if s == 0 else n for n, s in zip(shape, strides, strict=True))
+    mapping = layout.host_mapping(base_shape)
     axes = tuple(zip(layout.device_size, layout.stride_map, strict=True))
     what = f"view {list(shape)} with strides {list(strides)} over {layout}"
-    seg = segment_axes(live_shape, tuple(max(s, 1) for s in strides), axes, what=what)
+    if shape == base_shape and is_contiguous(shape, strides):
+        seg = mapping.segmentation
+    else:
+        extents = _padded_extents(layout, mapping)
+        live = []
+        for n, s in zip(shape, strides, strict=True):
+            live.append(1 if s == 0 else extents.get((s, n), n))
+        seg = segment_axes(
+            tuple(live), tuple(max(s, 1) for s in strides), axes, what=what, fold_overflow=True
+        )
+        _check_radix(seg, layout, what)
     tags = [DevDim((), 1, n) for n in layout.device_size]
     for segment in seg.segments:
         for j, ratio in segment.axes:
             tags[j] = DevDim(segment.host_dims, ratio, layout.device_size[j])
     return tuple(tags)
+
+
+def _padded_extents(layout: SpyreTensorLayout, mapping: HostMapping) -> dict[tuple[int, int], int]:
+    """``{(host stride, size): padded extent}`` of the base dims the layout pads."""
+    out = {}
+    for segment in mapping.segmentation.segments:
+        top, ratio = segment.axes[0]
+        extent = layout.device_size[top] * ratio
+        if len(segment.host_dims) == 1 and extent > segment.size:
+            out[(segment.stride, segment.size)] = extent
+    return out
+
+
+def padded_base_dims(layout: SpyreTensorLayout, base_shape: tuple[int, ...]) -> dict[int, int]:
+    """``{base dim: host stride}`` of the base dims whose device dims hold padding."""
+    mapping = layout.host_mapping(base_shape)
+    extents = _padded_extents(layout, mapping)
+    return {
+        seg.host_dims[0]: seg.stride
+        for seg in mapping.segmentation.segments
+        if (seg.stride, seg.size) in extents
+    }
+
+
+def _check_radix(seg: Segmentation, layout: SpyreTensorLayout, what: str) -> None:
+    """Each view segment's device dims must form an exact mixed radix."""
+    for segment in seg.segments:
+        ratios = [r for _, r in segment.axes]
+        ok = ratios[-1] == 1 and len(set(ratios)) == len(ratios)
+        for (_, r_outer), (j, r) in zip(segment.axes, segment.axes[1:], strict=False):
+            ok = ok and r_outer % r == 0 and r_outer // r <= layout.device_size[j]
+        if not ok:
+            raise LayoutError(f"{what}: logical dims {segment.host_dims} do not tile the sticks")
 
 
 def stick_dim(dims: Sequence[DevDim]) -> int | None:

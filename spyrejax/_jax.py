@@ -1,4 +1,4 @@
-"""Every experimental or private JAX API spyrejax uses, in one place.
+"""Every experimental or internal JAX API spyrejax uses, in one place.
 
 A JAX upgrade that moves or changes these touches only this file. Everything else in
 spyrejax imports public JAX (``jax``, ``jax.numpy``, ``jax.lax``) or these names.
@@ -15,15 +15,27 @@ from jax.experimental.hijax import (
     register_hitype,
     vjp_from_jvp,
 )
+from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, Primitive, Var
+from jax.extend.source_info_util import summarize as summarize_source
+from jax.interpreters import ad, batching, mlir
 
 __all__ = [
+    "ClosedJaxpr",
     "GradAccum",
     "HiPrim",
     "HiType",
+    "Jaxpr",
+    "Literal",
+    "Primitive",
     "ShapedArray",
+    "Var",
     "Zero",
+    "ad",
     "aval_method",
     "aval_property",
+    "batching",
+    "mlir",
     "register_hitype",
+    "summarize_source",
     "vjp_from_jvp",
 ]

@@ -33,7 +33,7 @@ def test_transpose_is_a_view(arr):
 
 def test_reshape_views(arr):
     x, a = arr
-    for shape in [(500, 150), (5, 100, 10, 15), (5, -1), (1, 5, 100, 150)]:
+    for shape in [(500, 150), (5, 100, 10, 15), (-1, 150), (1, 5, 100, 150)]:
         r = sj.reshape(a, shape)
         np.testing.assert_array_equal(np.asarray(r), jnp.reshape(x, shape))
         assert r.layout == a.layout
@@ -45,10 +45,27 @@ def test_reshape_views(arr):
     np.testing.assert_array_equal(
         np.asarray(sj.reshape(sj.restickify(t), (5, 15000))), x.transpose(0, 2, 1).reshape(5, -1)
     )
+    # Merging the padded stick dim (150 -> 160 lanes) with another would interleave padding.
+    with pytest.raises(sj.LayoutError, match="merges a padded dim"):
+        sj.reshape(a, (5, 15000))
     with pytest.raises(sj.LayoutError, match="cannot reshape"):
         sj.reshape(a, (7, -1))
     with pytest.raises(sj.LayoutError, match="bad shape"):
         sj.reshape(a, (-1, -1))
+
+
+def test_reshape_that_splits_an_unpadded_stick_folds_its_dims():
+    # float16: one 64-lane stick spans two rows of 32 after the reshape.
+    x = jnp.arange(8 * 256, dtype=jnp.float16).reshape(8, 256) / 256
+    r = sj.to_device(x).reshape(8, 8, 32)
+    assert r.type.dims[-1] == sj._devdims.DevDim((1, 2), 1, 64)
+    np.testing.assert_array_equal(np.asarray(r + 1.0), x.reshape(8, 8, 32) + 1)
+    with pytest.raises(sj.LayoutError, match="folds reduced and kept dims"):
+        r.sum(2)
+    summed = sj.restickify(r).sum(2)
+    np.testing.assert_allclose(
+        np.asarray(summed, np.float32), x.astype(np.float32).reshape(8, 8, 32).sum(2), rtol=1e-2
+    )
 
 
 def test_squeeze_and_expand_dims(arr):

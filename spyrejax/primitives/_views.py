@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from .._array import SpyreArray, SpyreType
-from .._devdims import view_strides_for_reshape
+from .._devdims import padded_base_dims, view_strides_for_reshape
 from .._errors import LayoutError, SpyreTypeError
 from ._base import SpyrePrim
 
@@ -103,15 +103,29 @@ class Reshape(_View):
 
     def __init__(self, aval: SpyreType, *, new_shape: tuple[int, ...]) -> None:
         strides = view_strides_for_reshape(aval.shape, aval.strides, new_shape)
-        if strides is None:
+        if strides is None or _merges_padding(aval, new_shape, strides):
             raise LayoutError(
-                f"reshape: {aval.str_short()} -> {list(new_shape)} needs a copy of its view; "
+                f"reshape: {aval.str_short()} -> {list(new_shape)} needs a copy (it is not a "
+                "view, or it merges a padded dim with another); "
                 "copy it into a new layout with spyrejax.restickify first"
             )
         self._setup(aval, new_shape, strides, new_shape=new_shape)
 
     def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
         return {"new_shape": (size, *self.new_shape)}
+
+
+def _merges_padding(aval: SpyreType, new_shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether a new dim spans a padded base dim and another one (padding would interleave).
+
+    Splitting a padded dim is fine: its parts stay within its padded extent.
+    """
+    for d, stride in padded_base_dims(aval.layout, aval.base_shape).items():
+        lo, hi = stride, stride * aval.base_shape[d]
+        for n, s in zip(new_shape, strides, strict=True):
+            if n > 1 and s > 0 and s < hi and s * n > lo and (s < lo or s * n > hi):
+                return True
+    return False
 
 
 def reshape(x: SpyreArray, shape: Any) -> SpyreArray:
