@@ -7,10 +7,11 @@ emulator kernel and transformation rules.
 from ._base import SpyrePrim, image, wrap
 from ._elementwise import ELEMENTWISE_OPS, elementwise
 from ._elementwise import PUBLIC as _EW
+from ._iota import iota
 from ._matmul import matmul
 from ._operators import install as _install
 from ._reduce import REDUCTIONS, reduce
-from ._restickify import astype, compact, restickify, restickify_cost
+from ._restickify import astype, compact, reshape_copy, restickify, restickify_cost
 from ._transfer import to_device, to_host
 from ._views import broadcast_to, expand_dims, reshape, squeeze, transpose
 
@@ -44,6 +45,11 @@ ge = _EW["ge"]
 eq = _EW["eq"]
 ne = _EW["ne"]
 where = _EW["where"]
+erf = _EW["erf"]
+erfc = _EW["erfc"]
+log1p = _EW["log1p"]
+expm1 = _EW["expm1"]
+sign = _EW["sign"]
 
 
 def sum(x, axis=None, keepdims=False):
@@ -78,15 +84,20 @@ __all__ = [
     "div",
     "elementwise",
     "eq",
+    "erf",
+    "erfc",
     "exp",
     "expand_dims",
+    "expm1",
     "ge",
     "gelu",
     "gelu_erf",
     "gt",
     "image",
+    "iota",
     "le",
     "log",
+    "log1p",
     "lt",
     "matmul",
     "max",
@@ -102,10 +113,12 @@ __all__ = [
     "reduce",
     "relu",
     "reshape",
+    "reshape_copy",
     "restickify",
     "restickify_cost",
     "rsqrt",
     "sigmoid",
+    "sign",
     "silu",
     "sqrt",
     "square",

@@ -47,6 +47,12 @@ _UNARY: dict[str, Callable[..., Any]] = {
     "gelu": functools.partial(jax.nn.gelu, approximate=True),
     "gelu_erf": functools.partial(jax.nn.gelu, approximate=False),
     "silu": jax.nn.silu,
+    "erf": jax.lax.erf,
+    "erfc": jax.lax.erfc,
+    "log1p": jnp.log1p,
+    "expm1": jnp.expm1,
+    "sign": jnp.sign,
+    "logical_not": jnp.logical_not,
 }
 _BINARY: dict[str, Callable[..., Any]] = {
     "add": jnp.add,
@@ -56,6 +62,9 @@ _BINARY: dict[str, Callable[..., Any]] = {
     "maximum": jnp.maximum,
     "minimum": jnp.minimum,
     "pow": jnp.power,
+    "integer_pow": lambda x, y: jax.lax.integer_pow(x, int(y)),
+    "logical_and": jnp.logical_and,
+    "logical_or": jnp.logical_or,
 }
 _COMPARE: dict[str, Callable[..., Any]] = {
     "lt": jnp.less,
@@ -160,7 +169,7 @@ class Elementwise(SpyrePrim):
         ops: list[Any] = [aligned(img, p) for img, p in zip(images, self._plans, strict=True)]
         for pos, value in self.consts:
             ops.insert(pos, value)
-        if self.op not in _COMPARE and self.op != "where":
+        if self.op not in _COMPARE and self.op not in ("where", "integer_pow"):
             dt = out_t.dtype
             ops = [jnp.asarray(o, dt) if not isinstance(o, jax.Array) else o for o in ops]
         result = jnp.broadcast_to(type(self).fn(*ops), out_t.layout.device_size)

@@ -25,7 +25,16 @@ from .._layout import SpyreTensorLayout
 from ._base import SpyrePrim
 from ._kernels import masked, poison
 
-__all__ = ["Astype", "Restickify", "astype", "compact", "restickify", "restickify_cost"]
+__all__ = [
+    "Astype",
+    "ReshapeCopy",
+    "Restickify",
+    "astype",
+    "compact",
+    "reshape_copy",
+    "restickify",
+    "restickify_cost",
+]
 
 
 def restickify_cost(t: SpyreType) -> int:
@@ -68,6 +77,47 @@ class Restickify(SpyrePrim):
 
     def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
         return {"layout": batched_layout(self.layout, self.in_avals[0].shape, size)}
+
+
+class ReshapeCopy(SpyrePrim):
+    """Copy a Spyre array into a new shape and layout (for reshapes that are no view)."""
+
+    def __init__(
+        self, aval: SpyreType, *, new_shape: tuple[int, ...], layout: SpyreTensorLayout
+    ) -> None:
+        if math.prod(new_shape) != aval.size:
+            raise LayoutError(f"reshape_copy: cannot reshape {aval.shape} into {new_shape}")
+        layout.host_mapping(new_shape)
+        self.in_avals = (aval,)
+        self.out_aval = SpyreType.contiguous(new_shape, aval.dtype, layout)
+        self.params = {"new_shape": new_shape, "layout": layout}
+        super().__init__()
+
+    def pp_params(self) -> dict[str, Any]:
+        return {"new_shape": self.new_shape, "cost": restickify_cost(self.in_avals[0])}
+
+    def kernel(self, img: jax.Array) -> jax.Array:
+        values = _logical(img, self.in_avals[0]).reshape(self.new_shape)
+        return dma_h2d(values, self.layout)
+
+    def tangent_kernel(self, img: jax.Array) -> jax.Array:
+        values = _logical(img, self.in_avals[0], exact=False).reshape(self.new_shape)
+        return h2d_values(values, self.layout)
+
+
+def reshape_copy(
+    x: SpyreArray, new_shape: Any, dim_order: Any = None, *, layout: SpyreTensorLayout | None = None
+) -> SpyreArray:
+    """Reshape by copying into the default layout of the new shape (or ``layout``).
+
+    For reshapes that cannot be views (they merge a padded dim with another); costs a
+    restickify of ``x``.
+    """
+    aval = _spyre_aval(x, "reshape_copy")
+    new_shape = tuple(int(n) for n in new_shape)
+    if layout is None:
+        layout = SpyreTensorLayout(new_shape, aval.layout.device_dtype, dim_order)
+    return ReshapeCopy(aval, new_shape=new_shape, layout=layout)(x)
 
 
 def _spyre_aval(x: Any, op: str) -> SpyreType:

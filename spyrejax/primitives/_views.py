@@ -92,6 +92,8 @@ def transpose(x: SpyreArray, axes: Any = None) -> SpyreArray:
     )
     if sorted(perm) != list(range(aval.ndim)):
         raise LayoutError(f"transpose: axes {axes} are not a permutation of range({aval.ndim})")
+    if perm == tuple(range(aval.ndim)):
+        return x
     return Transpose(aval, perm=perm)(x)
 
 

@@ -1,0 +1,73 @@
+"""``iota``: a fresh Spyre array holding each element's index along one dim.
+
+The kernel computes indices on the device image from iotas over the device dims and
+their tags (no host array is built), then poisons the padding.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._array import SpyreArray, SpyreType
+from .._dtypes import host_dtype
+from .._errors import LayoutError
+from .._layout import SpyreTensorLayout
+from ._base import SpyrePrim
+from ._kernels import masked, poison
+
+__all__ = ["Iota", "iota"]
+
+
+class Iota(SpyrePrim):
+    """Indices along ``dimension`` for an array of ``shape`` in ``layout``."""
+
+    def __init__(
+        self, *, shape: tuple[int, ...], dtype: Any, dimension: int, layout: SpyreTensorLayout
+    ) -> None:
+        self.in_avals = ()
+        self.out_aval = SpyreType.contiguous(shape, dtype, layout)
+        self.params = {"shape": shape, "dtype": dtype, "dimension": dimension, "layout": layout}
+        super().__init__()
+
+    def pp_params(self) -> dict[str, Any]:
+        return {"dimension": self.dimension}
+
+    def kernel(self) -> jax.Array:
+        t = self.out_aval
+        size = t.layout.device_size
+        walking = [(j, d) for j, d in enumerate(t.dims) if self.dimension in d.dims]
+        index: Any = jnp.zeros(size, np.int32)
+        for j, d in walking:  # position in the (possibly folded) dims walked
+            index = index + jax.lax.broadcasted_iota(np.int32, size, j) * d.ratio
+        if walking:  # unravelled to the index along ``dimension``
+            folded = walking[0][1].dims
+            inner = math.prod(t.shape[k] for k in folded if k > self.dimension)
+            index = (index // inner) % t.shape[self.dimension]
+        return masked(index.astype(self.dtype), t, poison(self.dtype))
+
+
+def iota(
+    shape: Any, dtype: Any = np.int32, dimension: int = 0, *, dim_order: Any = None
+) -> SpyreArray:
+    """A Spyre array of ``shape`` whose elements are their index along ``dimension``.
+
+    Args:
+        shape: the logical shape.
+        dtype: element dtype.
+        dimension: the dim whose index each element holds.
+        dim_order: dim order of its (default) layout.
+
+    Raises:
+        LayoutError: on a bad dimension or dim order.
+    """
+    shape = tuple(int(n) for n in shape)
+    if not 0 <= dimension < len(shape):
+        raise LayoutError(f"iota: dimension {dimension} is out of range for shape {shape}")
+    dt = host_dtype(dtype)
+    layout = SpyreTensorLayout(shape, dt, dim_order)
+    return Iota(shape=shape, dtype=dt, dimension=dimension, layout=layout)()
