@@ -7,7 +7,7 @@ whose abstract value :class:`SpyreType` carries the layout) and the Spyre primit
 that compute on their device images (:func:`to_device`, :func:`matmul`, ...).
 """
 
-from . import primitives
+from . import lowering, primitives
 from ._array import PadFill, SpyreArray, SpyreType
 from ._dci import DCI, Descriptor, LoopNest, generate_dci
 from ._dma import dma_d2h, dma_h2d
@@ -20,6 +20,7 @@ from ._dtypes import (
 )
 from ._errors import LayoutError, SpyreError, SpyreTypeError, SpyreUnsupportedError
 from ._layout import SpyreTensorLayout
+from .lowering import Report, SpyreJit, explain, jit, with_layout
 from .primitives import (
     abs,
     add,
@@ -77,8 +78,10 @@ __all__ = [
     "LayoutError",
     "LoopNest",
     "PadFill",
+    "Report",
     "SpyreArray",
     "SpyreError",
+    "SpyreJit",
     "SpyreTensorLayout",
     "SpyreType",
     "SpyreTypeError",
@@ -94,6 +97,7 @@ __all__ = [
     "eq",
     "exp",
     "expand_dims",
+    "explain",
     "format_for_dtype",
     "ge",
     "gelu",
@@ -101,8 +105,10 @@ __all__ = [
     "generate_dci",
     "gt",
     "image",
+    "jit",
     "le",
     "log",
+    "lowering",
     "lt",
     "matmul",
     "max",
@@ -134,6 +140,7 @@ __all__ = [
     "to_host",
     "transpose",
     "where",
+    "with_layout",
 ]
 
 __version__ = "0.1.0"

@@ -1,0 +1,8 @@
+"""Lowering plain JAX functions to Spyre primitives: ``jit``, ``with_layout``, ``explain``."""
+
+from ._explain import Report, explain
+from ._jit import Lowered, SpyreJit, jit
+from ._rules import RULES, SPARSE
+from ._with_layout import with_layout
+
+__all__ = ["RULES", "SPARSE", "Lowered", "Report", "SpyreJit", "explain", "jit", "with_layout"]

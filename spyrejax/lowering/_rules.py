@@ -1,0 +1,439 @@
+"""Lowering rules: each JAX primitive's layout modes and its rewrite into Spyre primitives.
+
+A *stick* is a logical dim index, or :data:`SPARSE` for a synthetic stick (one element
+per stick; also any stick of size 1). A rule gives, for a node:
+
+- ``modes(node)``: the ways it can run, each with the stick it needs on every input
+  and the stick of its output (and any cost the mode itself incurs);
+- ``lower(node, args, mode)``: the Spyre computation for a mode.
+
+Rules live in one registry; a primitive without a rule raises
+:class:`SpyreUnsupportedError` naming it and the user's source line.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+
+from .. import primitives as sp
+from .._array import SpyreArray, SpyreType
+from .._errors import LayoutError, SpyreUnsupportedError
+from .._layout import SpyreTensorLayout
+from ..primitives._views import Reshape
+from ._graph import Node, Scalar, Value
+
+__all__ = [
+    "RULES",
+    "SPARSE",
+    "Mode",
+    "canon",
+    "dim_order_for",
+    "layout_for",
+    "rule_for",
+    "stick_of",
+    "stick_options",
+]
+
+SPARSE = -1
+"""The stick of a sparse value (and of any value stuck on a size-1 dim)."""
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One way to run a node.
+
+    Attributes:
+        ins: the stick each input needs (None: any, e.g. scalars).
+        out: the output's stick.
+        cost: elements the mode itself moves (a reshape that must copy).
+    """
+
+    ins: tuple[int | None, ...]
+    out: int
+    cost: int = 0
+
+
+def stick_options(shape: tuple[int, ...]) -> list[int]:
+    """The sticks a value of ``shape`` can have: its dims of size > 1, and SPARSE."""
+    return [d for d, n in enumerate(shape) if n > 1] + [SPARSE]
+
+
+def canon(shape: tuple[int, ...], d: int) -> int:
+    """``d`` as a stick: SPARSE for a size-1 dim."""
+    return SPARSE if d == SPARSE or shape[d] == 1 else d
+
+
+def dim_order_for(shape: tuple[int, ...], stick: int) -> list[int] | None:
+    """The dim order of the default layout stuck on ``stick``."""
+    if not shape:
+        return None
+    if stick == SPARSE:
+        return [*range(len(shape)), -1]
+    return [d for d in range(len(shape)) if d != stick] + [stick]
+
+
+def layout_for(shape: tuple[int, ...], dtype: Any, stick: int) -> SpyreTensorLayout:
+    """The default layout of ``shape`` stuck on ``stick``."""
+    return SpyreTensorLayout(shape, dtype, dim_order_for(shape, stick))
+
+
+def stick_of(x: SpyreArray) -> int:
+    """The planner's stick of a Spyre array (traced or not)."""
+    t = jax.typeof(x)
+    s = t.stick_dim
+    return SPARSE if s is None else canon(t.shape, s)
+
+
+def _req(v: Value | Scalar, stick: int) -> int | None:
+    if isinstance(v, Scalar) or not v.shape:
+        return None
+    return canon(v.shape, stick)
+
+
+class Rule:
+    """A lowering rule; subclasses implement ``modes`` and ``lower``."""
+
+    def modes(self, node: Node) -> list[Mode]:
+        """The node's modes."""
+        raise NotImplementedError
+
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        """The node's outputs, computed with Spyre primitives."""
+        raise NotImplementedError
+
+
+RULES: dict[str, Rule] = {}
+
+
+def _register(rule: Rule, *names: str) -> None:
+    for name in names:
+        RULES[name] = rule
+
+
+def rule_for(node: Node) -> Rule:
+    """The node's rule.
+
+    Raises:
+        SpyreUnsupportedError: for a primitive spyrejax cannot lower.
+    """
+    rule = RULES.get(node.prim)
+    if rule is None:
+        raise SpyreUnsupportedError(
+            f"unsupported primitive {node.prim} at {node.source}: spyrejax.jit lowers "
+            f"{', '.join(sorted(RULES))}"
+        )
+    return rule
+
+
+def _arg(x: Any) -> Any:
+    return x.value if isinstance(x, Scalar) else x
+
+
+# --- elementwise ----------------------------------------------------------------------
+
+
+class _Elementwise(Rule):
+    def __init__(self, op: str) -> None:
+        self.op = op
+
+    def modes(self, node: Node) -> list[Mode]:
+        out = node.outs[0]
+        return [
+            Mode(tuple(_req(v, s) for v in node.ins), canon(out.shape, s) if out.shape else SPARSE)
+            for s in stick_options(out.shape)
+        ]
+
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        vals = [_arg(a) for a in args]
+        if self.op == "integer_pow":
+            vals.append(node.params["y"])
+        elif self.op == "where":  # select_n(pred, on_false, on_true)
+            vals = [vals[0], vals[2], vals[1]]
+        return [sp.elementwise(self.op, *vals)]
+
+
+_ELEMENTWISE = {
+    "add": "add",
+    "sub": "sub",
+    "mul": "mul",
+    "div": "div",
+    "max": "maximum",
+    "min": "minimum",
+    "pow": "pow",
+    "neg": "neg",
+    "abs": "abs",
+    "exp": "exp",
+    "log": "log",
+    "sqrt": "sqrt",
+    "rsqrt": "rsqrt",
+    "tanh": "tanh",
+    "logistic": "sigmoid",
+    "erf": "erf",
+    "erfc": "erfc",
+    "log1p": "log1p",
+    "expm1": "expm1",
+    "sign": "sign",
+    "square": "square",
+    "integer_pow": "integer_pow",
+    "lt": "lt",
+    "le": "le",
+    "gt": "gt",
+    "ge": "ge",
+    "eq": "eq",
+    "ne": "ne",
+    "and": "logical_and",
+    "or": "logical_or",
+    "not": "logical_not",
+}
+for _prim, _op in _ELEMENTWISE.items():
+    _register(_Elementwise(_op), _prim)
+
+
+class _Select(_Elementwise):
+    def __init__(self) -> None:
+        super().__init__("where")
+
+    def modes(self, node: Node) -> list[Mode]:
+        if len(node.ins) != 3:
+            raise SpyreUnsupportedError(
+                f"select_n with {len(node.ins) - 1} cases at {node.source}: spyrejax lowers "
+                "two (a where)"
+            )
+        return super().modes(node)
+
+
+_register(_Select(), "select_n")
+
+
+class _Convert(Rule):
+    def modes(self, node: Node) -> list[Mode]:
+        out = node.outs[0]
+        return [
+            Mode((_req(node.ins[0], s),), canon(out.shape, s) if out.shape else SPARSE)
+            for s in stick_options(out.shape)
+        ]
+
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        return [sp.astype(args[0], node.params["new_dtype"])]
+
+
+_register(_Convert(), "convert_element_type")
+
+
+# --- dot_general ----------------------------------------------------------------------
+
+
+class _DotGeneral(Rule):
+    @staticmethod
+    def _dims(node: Node) -> tuple[Any, ...]:
+        (lc, rc), (lb, rb) = node.params["dimension_numbers"]
+        lhs, rhs = node.ins
+        if isinstance(lhs, Scalar) or isinstance(rhs, Scalar) or len(lc) != 1:
+            raise SpyreUnsupportedError(
+                f"dot_general with contracting dims {lc} at {node.source}: spyrejax lowers "
+                "one contracting dim per operand"
+            )
+        lfree = [d for d in range(lhs.ndim) if d not in (*lc, *lb)]
+        rfree = [d for d in range(rhs.ndim) if d not in (*rc, *rb)]
+        if len(rfree) > 1:
+            raise SpyreUnsupportedError(
+                f"dot_general with {len(rfree)} free dims on the right at {node.source}: "
+                "spyrejax lowers at most one"
+            )
+        return tuple(lc), tuple(rc), tuple(lb), tuple(rb), lfree, rfree
+
+    def modes(self, node: Node) -> list[Mode]:
+        lc, _, _, _, _, rfree = self._dims(node)
+        lhs, rhs = node.ins
+        out = node.outs[0]
+        b_stick = canon(rhs.shape, rfree[0]) if rfree else SPARSE
+        out_stick = canon(out.shape, out.ndim - 1) if rfree else SPARSE
+        return [Mode((canon(lhs.shape, lc[0]), b_stick), out_stick)]
+
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        lc, rc, lb, rb, lfree, rfree = self._dims(node)
+        a = sp.transpose(args[0], (*lb, *lfree, *lc))
+        b = sp.transpose(args[1], (*rb, *rc, *rfree))
+        if not lfree:
+            a = sp.expand_dims(a, len(lb))
+        if not rfree:
+            b = sp.expand_dims(b, b.ndim)
+        if len(lfree) > 1:  # B broadcasts over A's outer free dims
+            b = sp.expand_dims(b, tuple(range(len(rb), len(rb) + len(lfree) - 1)))
+        out = sp.matmul(a, b)
+        if not rfree:
+            out = sp.squeeze(out, out.ndim - 1)
+        if not lfree:
+            out = sp.squeeze(out, len(lb))
+        want = node.outs[0].dtype
+        return [out if out.dtype == want else sp.astype(out, want)]
+
+
+_register(_DotGeneral(), "dot_general")
+
+
+# --- reductions ----------------------------------------------------------------------
+
+
+class _Reduce(Rule):
+    def __init__(self, op: str) -> None:
+        self.op = op
+
+    def modes(self, node: Node) -> list[Mode]:
+        x, out = node.ins[0], node.outs[0]
+        axes = tuple(node.params["axes"])
+        modes = []
+        for t in stick_options(x.shape):
+            if t == SPARSE or t in axes:
+                o = SPARSE
+            else:
+                o = canon(out.shape, t - sum(1 for a in axes if a < t))
+            modes.append(Mode((t,), o))
+        return modes
+
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        return [sp.reduce(self.op, args[0], tuple(node.params["axes"]))]
+
+
+for _prim, _op in {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min"}.items():
+    _register(_Reduce(_op), _prim)
+
+
+# --- shape ops -------------------------------------------------------------------------
+
+
+class _BroadcastInDim(Rule):
+    def modes(self, node: Node) -> list[Mode]:
+        x, out = node.ins[0], node.outs[0]
+        bdims = tuple(node.params["broadcast_dimensions"])
+        in_shape = () if isinstance(x, Scalar) else x.shape
+        out.bcast = frozenset(
+            d
+            for d in range(out.ndim)
+            if d not in bdims or (in_shape[bdims.index(d)] == 1 and out.shape[d] > 1)
+        )
+        if not in_shape:
+            return [Mode((None,), SPARSE)]
+        return [
+            Mode((t,), SPARSE if t == SPARSE else canon(out.shape, bdims[t]))
+            for t in stick_options(in_shape)
+        ]
+
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        x = args[0]
+        out = node.outs[0]
+        if isinstance(x, Scalar):
+            x = sp.to_device(np.asarray(x.value, dtype=out.dtype))
+        bdims = tuple(node.params["broadcast_dimensions"])
+        missing = tuple(d for d in range(out.ndim) if d not in bdims)
+        if missing:
+            x = sp.expand_dims(x, missing)
+        return [sp.broadcast_to(x, out.shape)]
+
+
+_register(_BroadcastInDim(), "broadcast_in_dim")
+
+
+class _Reshape(Rule):
+    def modes(self, node: Node) -> list[Mode]:
+        x, out = node.ins[0], node.outs[0]
+        if node.params.get("dimensions") is not None:
+            raise SpyreUnsupportedError(f"reshape with dimensions at {node.source}")
+        modes = []
+        for t in stick_options(x.shape):
+            layout = layout_for(x.shape, x.dtype, t)
+            try:
+                view = Reshape(SpyreType.contiguous(x.shape, x.dtype, layout), new_shape=out.shape)
+                s = view.out_aval.stick_dim
+                modes.append(Mode((t,), SPARSE if s is None else canon(out.shape, s)))
+            except LayoutError:
+                cost = math.prod(layout.device_size)
+                for s in stick_options(out.shape):
+                    modes.append(Mode((t,), s, cost))
+        return modes
+
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        out = node.outs[0]
+        try:
+            y = sp.reshape(args[0], out.shape)
+            if mode.cost == 0 or stick_of(y) == mode.out:
+                return [y]
+        except LayoutError:
+            pass
+        return [sp.reshape_copy(args[0], out.shape, dim_order_for(out.shape, mode.out))]
+
+
+_register(_Reshape(), "reshape")
+
+
+class _Transpose(Rule):
+    def modes(self, node: Node) -> list[Mode]:
+        x, out = node.ins[0], node.outs[0]
+        perm = tuple(node.params["permutation"])
+        return [
+            Mode((t,), SPARSE if t == SPARSE else canon(out.shape, perm.index(t)))
+            for t in stick_options(x.shape)
+        ]
+
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        return [sp.transpose(args[0], tuple(node.params["permutation"]))]
+
+
+_register(_Transpose(), "transpose")
+
+
+class _Squeeze(Rule):
+    def modes(self, node: Node) -> list[Mode]:
+        x, out = node.ins[0], node.outs[0]
+        dims = tuple(node.params["dimensions"])
+        return [
+            Mode((t,), SPARSE if t == SPARSE else canon(out.shape, t - sum(d < t for d in dims)))
+            for t in stick_options(x.shape)
+        ]
+
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        return [sp.squeeze(args[0], tuple(node.params["dimensions"]))]
+
+
+_register(_Squeeze(), "squeeze")
+
+
+class _ExpandDims(Rule):
+    def modes(self, node: Node) -> list[Mode]:
+        x, out = node.ins[0], node.outs[0]
+        dims = sorted(node.params["dimensions"])
+        kept = [d for d in range(out.ndim) if d not in dims]
+        return [
+            Mode((t,), SPARSE if t == SPARSE else canon(out.shape, kept[t]))
+            for t in stick_options(x.shape)
+        ]
+
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        return [sp.expand_dims(args[0], tuple(node.params["dimensions"]))]
+
+
+_register(_ExpandDims(), "expand_dims")
+
+
+class _Iota(Rule):
+    def modes(self, node: Node) -> list[Mode]:
+        return [Mode((), s) for s in stick_options(node.outs[0].shape)]
+
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        out = node.outs[0]
+        return [
+            sp.iota(
+                out.shape,
+                out.dtype,
+                node.params["dimension"],
+                dim_order=dim_order_for(out.shape, mode.out),
+            )
+        ]
+
+
+_register(_Iota(), "iota")
