@@ -24,11 +24,13 @@ _CALLS = {
     "jit": "jaxpr",
     "pjit": "jaxpr",
     "closed_call": "call_jaxpr",
+    "eval_jaxpr": "call_jaxpr",
     "core_call": "call_jaxpr",
     "custom_jvp_call": "call_jaxpr",
     "custom_vjp_call": "call_jaxpr",
     "custom_vjp_call_jaxpr": "fun_jaxpr",
     "remat": "jaxpr",
+    "remat2": "jaxpr",
     "checkpoint": "jaxpr",
 }
 _IDENTITIES = {"copy", "copy_p", "stop_gradient", "optimization_barrier"}
@@ -135,12 +137,15 @@ class _Builder:
         self.graph.consts.append(v)
         return v
 
-    def inline(self, jaxpr: Jaxpr, env: dict[Any, Any]) -> None:
+    def inline(self, jaxpr: Jaxpr, env: dict[Any, Any], caller: str = "") -> None:
+        """Append ``jaxpr``'s nodes; ``caller`` is the user's line of the enclosing call."""
         for eqn in jaxpr.eqns:
             ins = [_read(env, a) for a in eqn.invars]
             name = eqn.primitive.name
+            # Equations inside JAX's own functions have no user frame: use the caller's.
+            source = summarize_source(eqn.source_info) or caller or "<unknown source>"
             if name in _CALLS:
-                self._call(eqn, ins, env)
+                self._call(eqn, ins, env, source)
             elif name in _IDENTITIES:
                 for out, x in zip(eqn.outvars, ins, strict=True):
                     env[out] = x
@@ -149,16 +154,16 @@ class _Builder:
             ):
                 self._fold(eqn, ins, env)
             else:
-                self._node(eqn, ins, env)
+                self._node(eqn, ins, env, source)
 
-    def _call(self, eqn: Any, ins: list[Any], env: dict[Any, Any]) -> None:
+    def _call(self, eqn: Any, ins: list[Any], env: dict[Any, Any], source: str) -> None:
         body = eqn.params[_CALLS[eqn.primitive.name]]
         jaxpr, consts = (body.jaxpr, body.consts) if isinstance(body, ClosedJaxpr) else (body, [])
         sub: dict[Any, Any] = {
             v: self.const(c) for v, c in zip(jaxpr.constvars, consts, strict=True)
         }
         sub.update(zip(jaxpr.invars, ins, strict=False))
-        self.inline(jaxpr, sub)
+        self.inline(jaxpr, sub, source)
         for out, inner in zip(eqn.outvars, jaxpr.outvars, strict=True):
             env[out] = _read(sub, inner)
 
@@ -171,9 +176,8 @@ class _Builder:
             arr = np.asarray(val)
             env[var] = Scalar(arr.item(), arr.dtype)
 
-    def _node(self, eqn: Any, ins: list[Any], env: dict[Any, Any]) -> None:
+    def _node(self, eqn: Any, ins: list[Any], env: dict[Any, Any], source: str) -> None:
         outs = []
-        source = summarize_source(eqn.source_info)
         for var in eqn.outvars:
             v = self.value(var.aval, "node", origin=f"{eqn.primitive.name} at {source}")
             env[var] = v

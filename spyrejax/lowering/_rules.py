@@ -159,6 +159,7 @@ class _Elementwise(Rule):
 
 _ELEMENTWISE = {
     "add": "add",
+    "add_any": "add",
     "sub": "sub",
     "mul": "mul",
     "div": "div",
@@ -179,6 +180,7 @@ _ELEMENTWISE = {
     "expm1": "expm1",
     "sign": "sign",
     "square": "square",
+    "one_minus_square": "one_minus_square",
     "integer_pow": "integer_pow",
     "lt": "lt",
     "le": "le",
@@ -233,10 +235,10 @@ class _DotGeneral(Rule):
     def _dims(node: Node) -> tuple[Any, ...]:
         (lc, rc), (lb, rb) = node.params["dimension_numbers"]
         lhs, rhs = node.ins
-        if isinstance(lhs, Scalar) or isinstance(rhs, Scalar) or len(lc) != 1:
+        if isinstance(lhs, Scalar) or isinstance(rhs, Scalar) or len(lc) > 1:
             raise SpyreUnsupportedError(
                 f"dot_general with contracting dims {lc} at {node.source}: spyrejax lowers "
-                "one contracting dim per operand"
+                "at most one contracting dim per operand"
             )
         lfree = [d for d in range(lhs.ndim) if d not in (*lc, *lb)]
         rfree = [d for d in range(rhs.ndim) if d not in (*rc, *rb)]
@@ -253,12 +255,16 @@ class _DotGeneral(Rule):
         out = node.outs[0]
         b_stick = canon(rhs.shape, rfree[0]) if rfree else SPARSE
         out_stick = canon(out.shape, out.ndim - 1) if rfree else SPARSE
-        return [Mode((canon(lhs.shape, lc[0]), b_stick), out_stick)]
+        a_stick = canon(lhs.shape, lc[0]) if lc else SPARSE  # no k: an outer product
+        return [Mode((a_stick, b_stick), out_stick)]
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         lc, rc, lb, rb, lfree, rfree = self._dims(node)
         a = sp.transpose(args[0], (*lb, *lfree, *lc))
         b = sp.transpose(args[1], (*rb, *rc, *rfree))
+        if not lc:  # no contraction: a matmul with k = 1
+            a = sp.expand_dims(a, a.ndim)
+            b = sp.expand_dims(b, len(rb))
         if not lfree:
             a = sp.expand_dims(a, len(lb))
         if not rfree:

@@ -53,6 +53,7 @@ _UNARY: dict[str, Callable[..., Any]] = {
     "expm1": jnp.expm1,
     "sign": jnp.sign,
     "logical_not": jnp.logical_not,
+    "one_minus_square": lambda x: 1 - x * x,
 }
 _BINARY: dict[str, Callable[..., Any]] = {
     "add": jnp.add,

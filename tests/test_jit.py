@@ -1,0 +1,336 @@
+import functools
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from jax.extend.core import primitives as core_prims
+
+import spyrejax as sj
+
+DTYPES = [jnp.float16, jnp.bfloat16, jnp.float32]
+SHAPES = [(3, 150), (4, 64)]  # with and without stick padding
+TOL = {
+    np.dtype(jnp.float32): {"rtol": 1e-5, "atol": 1e-5},
+    np.dtype(jnp.float16): {"rtol": 1e-2, "atol": 1e-2},
+    np.dtype(jnp.bfloat16): {"rtol": 5e-2, "atol": 5e-2},
+}
+
+
+def _rand(shape, dtype, seed=0, low=-2.0, high=2.0):
+    return jnp.asarray(np.random.default_rng(seed).uniform(low, high, shape), dtype)
+
+
+def _check(fn, *args, tol=None):
+    got = jax.tree.map(sj.to_host, sj.jit(fn)(*args))
+    want = jax.jit(fn)(*args)
+    dtype = np.dtype(jax.tree.leaves(want)[0].dtype)
+    tol = tol or TOL.get(dtype, {"rtol": 0, "atol": 0})
+    chex.assert_trees_all_equal_dtypes(got, want)
+    chex.assert_trees_all_close(
+        jax.tree.map(lambda x: np.asarray(x, np.float32), got),
+        jax.tree.map(lambda x: np.asarray(x, np.float32), want),
+        **tol,
+    )
+
+
+@jax.custom_vjp
+def _double(x):
+    return x * 2
+
+
+_double.defvjp(lambda x: (_double(x), None), lambda _, g: (g * 2,))
+
+
+def _closed_call(x):
+    inner = jax.make_jaxpr(lambda y: y * 3 + 1)(x)
+    return core_prims.closed_call_p.bind(x, call_jaxpr=inner)[0]
+
+
+# One entry per covered primitive: (function of one or two arrays, arity, positive inputs).
+COVERAGE = {
+    "add": (lambda x, y: x + y, 2, False),
+    "sub": (lambda x, y: x - y, 2, False),
+    "mul": (lambda x, y: x * y, 2, False),
+    "div": (lambda x, y: x / y, 2, True),
+    "max": (jnp.maximum, 2, False),
+    "min": (jnp.minimum, 2, False),
+    "pow": (jnp.power, 2, True),
+    "neg": (lambda x: -x, 1, False),
+    "abs": (jnp.abs, 1, False),
+    "exp": (jnp.exp, 1, False),
+    "log": (jnp.log, 1, True),
+    "sqrt": (jnp.sqrt, 1, True),
+    "rsqrt": (jax.lax.rsqrt, 1, True),
+    "tanh": (jnp.tanh, 1, False),
+    "logistic": (jax.nn.sigmoid, 1, False),
+    "erf": (jax.lax.erf, 1, False),
+    "integer_pow": (lambda x: x**3, 1, False),
+    "square": (jnp.square, 1, False),
+    "comparisons": (lambda x, y: jnp.where((x < y) | (x >= 1.0), x, y), 2, False),
+    "not_and_eq": (lambda x, y: jnp.where(~(x == y) & (x != 0.5), x, 0.0), 2, False),
+    "select_n": (lambda x, y: jax.lax.select(x > y, x, y), 2, False),
+    "convert": (lambda x: x.astype(jnp.float32) * 2, 1, False),
+    "dot_general": (lambda x, y: x @ y.T, 2, False),
+    "batched_dot": (lambda x, y: jnp.einsum("bi,bj->bij", x, y), 2, False),
+    "reduce_sum": (lambda x: x.sum(1) + x.sum(0).sum(), 1, False),
+    "reduce_max_min": (lambda x: x.max(0) - x.min(0), 1, False),
+    "broadcast_in_dim": (lambda x: x + x.sum(1, keepdims=True) + x.sum(0) + 1.0, 1, False),
+    "reshape": (lambda x: x.reshape(-1, x.shape[-1] // 2).sum(0), 1, False),
+    "transpose": (lambda x, y: x.T * y.T, 2, False),
+    "squeeze_expand": (lambda x: jnp.expand_dims(x, (0, 2)).squeeze((0, 2)) * 2, 1, False),
+    "iota": (lambda x: x * jnp.arange(x.shape[-1], dtype=x.dtype), 1, False),
+    "stop_gradient": (lambda x: jax.lax.stop_gradient(x) + 1, 1, False),
+    "custom_jvp_call": (jax.nn.relu, 1, False),
+    "custom_vjp_call": (_double, 1, False),
+    "nested_jit": (jax.jit(lambda x: jnp.tanh(x) * 2), 1, False),
+    "closed_call": (_closed_call, 1, False),
+    "checkpoint": (jax.checkpoint(lambda x: jnp.sin(x) if False else x * 3), 1, False),
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("name", COVERAGE)
+def test_covered_primitives_match_jax_jit(name, dtype, shape):
+    fn, arity, positive = COVERAGE[name]
+    low = 0.5 if positive else -2.0
+    args = [_rand(shape, dtype, seed, low=low) for seed in range(arity)]
+    if name == "reshape" and shape[-1] % 2:
+        args = [_rand((3, 64), dtype, low=low)]
+    _check(fn, *args)
+
+
+def test_jit_accepts_pytrees_of_host_and_spyre_arrays():
+    x = _rand((4, 150), jnp.float32)
+    w = _rand((150, 70), jnp.float32, 1)
+    params = {"w": sj.to_device(w), "b": jnp.ones((70,), jnp.float32)}
+
+    @sj.jit
+    def f(params, x):
+        h = x @ params["w"] + params["b"]
+        return {"h": h, "stats": (h.sum(), h.max(0))}
+
+    out = f(params, x)
+    assert set(out) == {"h", "stats"} and isinstance(out["h"], sj.SpyreArray)
+    want = x @ w + 1
+    chex.assert_trees_all_close(sj.to_host(out["h"]), want, rtol=1e-5, atol=1e-4)
+    chex.assert_trees_all_close(sj.to_host(out["stats"][1]), want.max(0), rtol=1e-5, atol=1e-4)
+
+
+def test_recalls_do_not_retrace_and_new_layouts_do():
+    traces = []
+
+    def f(x, y):
+        traces.append(1)
+        return jnp.tanh(x) + y
+
+    jf = sj.jit(f)
+    x, y = _rand((4, 150), jnp.float32), _rand((4, 150), jnp.float32, 1)
+    for _ in range(3):
+        jf(x, y)
+    assert len(traces) == 1
+    jf(sj.to_device(x), y)  # a SpyreArray with the default layout: another signature
+    assert len(traces) == 2
+    jf(sj.to_device(x), y)
+    assert len(traces) == 2
+    jf(sj.to_device(x, dim_order=[1, 0]), y)  # another layout
+    assert len(traces) == 3
+    lowered, _ = jf.lower(x, y)
+    assert lowered is jf.lower(x, y)[0]
+
+
+def test_static_arguments():
+    @functools.partial(sj.jit, static_argnums=1, static_argnames="scale")
+    def f(x, axis, scale=1.0):
+        return x.sum(axis) * scale
+
+    x = _rand((4, 150), jnp.float32)
+    chex.assert_trees_all_close(sj.to_host(f(x, 0, scale=2.0)), x.sum(0) * 2, rtol=1e-5)
+    chex.assert_trees_all_close(sj.to_host(f(x, 1)), x.sum(1), rtol=1e-5)
+
+
+def test_spec_planner_costs():
+    s = 128
+    a, b, c, x = (_rand((s, s), jnp.float16, i) for i in range(4))
+    cases = [
+        (lambda a, x: a.T + x, (a, x), s * s),
+        (lambda a, b, c: (a @ b) @ c, (a, b, c), 0),
+        (lambda a, b, c: a @ (b + c.T), (a, b, c), s * s),
+    ]
+    for fn, args, cost in cases:
+        report = sj.explain(fn, *args)
+        assert report.restickify_cost == cost
+        assert sj.jit(fn).lower(*args)[0].plan.cost == cost
+        _check(fn, *args, tol={"rtol": 2e-2, "atol": 2e-1})
+
+
+def test_planner_chooses_layouts():
+    s = 128
+    a, b, c = (_rand((s, s), jnp.float32, i) for i in range(3))
+    lowered, _ = sj.jit(lambda a, b, c: a @ (b + c.T)).lower(a, b, c)
+    plan = lowered.plan
+    add = next(n for n in lowered.graph.nodes if n.prim == "add")
+    assert plan.modes[add].out == 1  # the add runs stuck on dim 1, as the matmul needs
+    transposed = add.ins[1]
+    assert plan.conversions[transposed] == {1}  # c.T is the one restickified
+    report = sj.explain(lambda a, b, c: a @ (b + c.T), a, b, c)
+    (record,) = report.restickifies
+    assert "transpose" in record.value and "add" in record.reason
+    assert record.cost == s * s
+
+
+def test_planner_avoids_restickifies_a_greedy_pass_would_make():
+    # b is used stuck on dim 0 twice (as B of two matmuls whose n is dim 0 of b.T...).
+    s = 128
+    a, b = _rand((s, s), jnp.float32), _rand((s, s), jnp.float32, 1)
+
+    def f(a, b):
+        bt = b.T  # stuck on dim 0: B of a matmul needs n (dim 1) -> restickify once
+        return a @ bt + a @ bt * 2.0
+
+    report = sj.explain(f, a, b)
+    assert report.restickify_cost == s * s  # once, shared by both consumers
+    _check(f, a, b, tol={"rtol": 1e-4, "atol": 1e-3})
+
+
+def test_planner_is_fast_on_hundreds_of_equations():
+    def chain(x, y):
+        for i in range(150):
+            x = jnp.tanh(x * 0.5 + y) if i % 3 else (x + y.T.T) * 0.9
+        return x.sum()
+
+    x, y = _rand((8, 150), jnp.float32), _rand((8, 150), jnp.float32, 1)
+    lowered, _ = sj.jit(chain).lower(x, y)
+    assert len(lowered.graph.nodes) > 300
+    assert lowered.plan.cost == 0
+    _check(chain, x, y, tol={"rtol": 1e-4, "atol": 1e-4})
+
+
+def test_with_layout_is_identity_under_jax_and_a_constraint_under_spyrejax():
+    x = _rand((4, 150), jnp.float32)
+
+    def f(x):
+        return sj.with_layout(jnp.exp(x), dim_order=[1, 0]) * 2
+
+    np.testing.assert_allclose(jax.jit(f)(x), jnp.exp(x) * 2, rtol=1e-6)
+    np.testing.assert_allclose(f(x), jnp.exp(x) * 2, rtol=1e-6)
+    out = sj.jit(f)(x)
+    assert out.type.stick_dim == 0  # the hint moved the stick
+    chex.assert_trees_all_close(sj.to_host(out), jnp.exp(x) * 2, rtol=1e-6)
+    grads = jax.grad(lambda x: f(x).sum())(x)
+    np.testing.assert_allclose(grads, 2 * jnp.exp(x), rtol=1e-6)
+    batched = jax.vmap(f)(jnp.stack([x, x]))
+    assert batched.shape == (2, 4, 150)
+    layout = sj.SpyreTensorLayout((4, 150), jnp.float32, [1, 0])
+    out = sj.jit(lambda x: sj.with_layout(x + 1, layout))(x)
+    assert out.layout == layout
+    moved = sj.with_layout(sj.to_device(x), dim_order=[1, 0])
+    assert moved.layout == layout
+    with pytest.raises(sj.LayoutError, match="one of them"):
+        sj.with_layout(x)
+    with pytest.raises(sj.LayoutError, match="dim_order"):
+        sj.with_layout(x, dim_order=[0, 0])
+
+
+def test_transform_first_then_lower():
+    def loss(w, x):
+        return jnp.sum(jax.nn.gelu(x @ w) ** 2)
+
+    w, x = _rand((150, 40), jnp.float32, 0, -0.1, 0.1), _rand((6, 150), jnp.float32, 1)
+    _check(jax.grad(loss), w, x, tol={"rtol": 1e-4, "atol": 1e-4})
+    _check(jax.vmap(lambda x: loss(w, x)), jnp.stack([x, 2 * x]), tol={"rtol": 1e-4, "atol": 1e-3})
+
+
+def test_unsupported_primitive_names_it_and_the_source_line():
+    x = _rand((4, 150), jnp.float32)
+    with pytest.raises(
+        sj.SpyreUnsupportedError, match=r"unsupported primitive cumsum at .*test_jit.py:\d+"
+    ):
+        sj.jit(lambda x: jnp.cumsum(x, axis=1))(x)
+    assert issubclass(sj.SpyreUnsupportedError, NotImplementedError)
+    with pytest.raises(sj.SpyreUnsupportedError, match="argmax"):
+        sj.jit(lambda x: jnp.argmax(x, axis=1))(x)
+
+
+def test_bad_arguments():
+    with pytest.raises(sj.SpyreTypeError, match="needs a callable"):
+        sj.jit(3)
+    with pytest.raises(sj.SpyreTypeError, match="not an array"):
+        sj.jit(lambda s, x: x)("text", _rand((2, 2), jnp.float32))
+    with pytest.raises(sj.LayoutError, match="float64"):
+        sj.jit(lambda x: x + 1)(np.zeros((2, 3)))
+    with pytest.raises(sj.SpyreTypeError, match="hashable"):
+        sj.jit(lambda x, s: x, static_argnums=1)(_rand((2, 2), jnp.float32), [1])
+
+
+def test_infeasible_layout_names_the_equation():
+    layout = sj.SpyreTensorLayout.from_stride_map([2, 64, 1, 32], [1280, 20, 32, 1], jnp.float32)
+    x = _rand((8, 128), jnp.float32)
+    w = sj.to_device(_rand((128, 20), jnp.float32, 1), layout)  # k tiled: matmul refuses it
+    # The lowering copies w into a default layout and records why.
+    report = sj.explain(lambda x, w: x @ w, x, w)
+    assert any("refused its layout" in r.reason for r in report.restickifies)
+    _check(lambda x, w: x @ w, x, sj.to_host(w))
+
+
+def test_explain_report():
+    x = _rand((4, 150), jnp.float16)
+    w = _rand((150, 70), jnp.float16, 1)
+    report = sj.explain(lambda x, w: jax.nn.relu(x.T.T @ w).sum(1), x, w)
+    text = str(report)
+    assert "Spyre-level jaxpr:" in text and "Matmul" in text
+    assert "f16[4,150]{[3,4,64]/[64,150,1]}" in text
+    assert "restickify_cost: 0" in text
+    assert "input DMA descriptors" in text and "ranges (2, 4, 64)" in text
+    assert "ranges (1, 4, 22) host (64, 150, 1) device (256, 64, 1) offsets (128, 512)" in text
+    padded = next(t for t in report.tensors if t.type.startswith("f16[4,150]"))
+    assert padded.device_bytes == 3 * 4 * 128 and padded.padding_overhead == pytest.approx(
+        192 / 150 - 1
+    )
+    assert report.output_dcis and report.input_dcis
+    html = report._repr_html_()
+    assert "<table>" in html and "restickify_cost" in html and "Matmul" in html
+
+
+@st.composite
+def _graphs(draw):
+    """A random small graph of supported ops over random shapes."""
+    m = draw(st.integers(1, 6))
+    n = draw(st.sampled_from([1, 5, 64, 70, 130]))
+    steps = draw(st.lists(st.sampled_from(["ew", "t", "red", "mm", "bcast", "sm"]), max_size=6))
+    return (m, n), steps
+
+
+def _build(steps):
+    def f(x, y):
+        vals = [x, y]
+        for i, op in enumerate(steps):
+            a, b = vals[-1], vals[-2]
+            if op == "ew" and a.shape == b.shape:
+                vals.append(jnp.tanh(a) * b + 0.5)
+            elif op == "ew" and a.shape == b.T.shape:
+                vals.append(a + b.T)
+            elif op == "t":
+                vals.append(a.T * 1.5)
+            elif op == "red":
+                vals.append(a - a.max(axis=i % 2, keepdims=True))
+            elif op == "mm":
+                vals.append(a @ b.T if a.shape[1] == b.shape[1] else a.T @ a)
+            elif op == "bcast":
+                vals.append(a * a.sum(0) + a.mean(1, keepdims=True))
+            else:
+                vals.append(jax.nn.softmax(a, axis=-1))
+        return vals[-1].sum(0), vals[-1]
+
+    return f
+
+
+@given(_graphs())
+def test_random_graphs_match_jax_jit(graph):
+    shape, steps = graph
+    x, y = _rand(shape, jnp.float32, 0, -1, 1), _rand(shape, jnp.float32, 1, -1, 1)
+    _check(_build(steps), x, y, tol={"rtol": 1e-4, "atol": 1e-3})
