@@ -110,3 +110,38 @@ def _primitives_demo() -> None:
     at = a.T
     print(f"  a.T is a view: {at.type.str_short()}")
     print(f"  restickify(a.T) moves {sp.restickify_cost(at.type)} elements")
+
+    _jit_demo()
+
+
+def _jit_demo() -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from .lowering import explain, jit
+
+    _title("spyrejax.jit: a plain JAX function, layouts chosen by the planner")
+    rng = np.random.default_rng(2)
+    s = 128
+    a, b, c = (jnp.asarray(rng.standard_normal((s, s)), jnp.float16) for _ in range(3))
+    for text, fn in (
+        ("a.T + b", lambda a, b, c: a.T + b),
+        ("(a @ b) @ c", lambda a, b, c: (a @ b) @ c),
+        ("a @ (b + c.T)", lambda a, b, c: a @ (b + c.T)),
+    ):
+        report = explain(fn, a, b, c)
+        print(f"  {text:14} restickify_cost = {report.restickify_cost:6d}  (S*S = {s * s})")
+
+    def attention(q, k, v):
+        scores = q @ k.T / jnp.sqrt(jnp.float32(q.shape[-1]))
+        mask = jnp.tril(jnp.ones((q.shape[0], q.shape[0]), bool))
+        return jax.nn.softmax(jnp.where(mask, scores, -1e9), axis=-1) @ v
+
+    q, k, v = (jnp.asarray(rng.standard_normal((64, 64)), jnp.float32) for _ in range(3))
+    out = jit(attention)(q, k, v)
+    err = float(jnp.abs(np.asarray(out) - attention(q, k, v)).max())
+    report = explain(attention, q, k, v)
+    print(f"  causal attention: {out.type.str_short()}, max |spyrejax - jax| = {err:.1e}")
+    print(f"  restickify_cost = {report.restickify_cost}")
+    for r in report.restickifies:
+        print(f"    {r.value}: {r.reason} (cost {r.cost})")

@@ -15,6 +15,9 @@ def test_demo_prints_the_seed_examples(capsys):
     assert "device -> host is bit-exact: True" in out
     assert "= Matmul a b" in out and "row sums: f32[8]{[1,8,32]/[-1,1,-1]} (sparse: True)" in out
     assert "restickify(a.T) moves 1280 elements" in out
+    assert "a @ (b + c.T)  restickify_cost =  16384" in out
+    assert "(a @ b) @ c    restickify_cost =      0" in out
+    assert "causal attention: f32[64,64]" in out
 
 
 def test_python_dash_m_runs_the_demo():

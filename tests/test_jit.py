@@ -334,3 +334,33 @@ def test_random_graphs_match_jax_jit(graph):
     shape, steps = graph
     x, y = _rand(shape, jnp.float32, 0, -1, 1), _rand(shape, jnp.float32, 1, -1, 1)
     _check(_build(steps), x, y, tol={"rtol": 1e-4, "atol": 1e-3})
+
+
+def test_sparse_values_are_compacted_for_dense_consumers():
+    x = _rand((6, 150), jnp.float32)
+    w = _rand((6, 20), jnp.float32, 1)
+
+    def f(x, w):
+        s = x.sum(1)  # along the stick: sparse
+        return s[None, :] @ w  # A of a matmul must be stuck on k: dense
+
+    report = sj.explain(f, x, w)
+    assert any(r.reason.startswith("compact:") for r in report.restickifies)
+    _check(f, x, w, tol={"rtol": 1e-4, "atol": 1e-3})
+
+
+def test_infeasible_layouts_name_the_equation_and_the_layouts(monkeypatch):
+    from spyrejax.lowering import _rules
+
+    class Refuses(_rules._Elementwise):
+        def lower(self, node, args, mode):
+            raise sj.LayoutError("this rule refuses every layout")
+
+    monkeypatch.setitem(_rules.RULES, "tanh", Refuses("tanh"))
+    x = _rand((4, 150), jnp.float32)
+    with pytest.raises(
+        sj.LayoutError,
+        match=r"no layout works for tanh at .*test_jit.py:\d+.* with inputs "
+        r"f32\[4,150\]\{\[5,4,32\]/\[32,150,1\]\}",
+    ):
+        sj.jit(lambda x: jnp.tanh(x) + 1)(x)

@@ -108,8 +108,14 @@ class Interpreter:
             return x
         key = (u, r)
         if key not in moved:
-            have = _stick_name(stick_of(x))
-            reason = f"{node.describe()} needs it stuck on {_stick_name(r)} (it is on {have})"
+            have = stick_of(x)
+            need = _stick_name(r)
+            if have == SPARSE and r != SPARSE:  # a sparse value made dense again
+                reason = f"compact: {node.describe()} needs it dense, stuck on {need}"
+            else:
+                reason = (
+                    f"{node.describe()} needs it stuck on {need} (it is on {_stick_name(have)})"
+                )
             moved[key] = self._restickify(x, u, r, reason)
         return moved[key]
 
