@@ -379,14 +379,54 @@ device_dtype=DataFormats.SEN169_FP16)
         """
         mapping = self.host_mapping(shape, host_strides)
         index = np.indices(mapping.shape, dtype=np.int64)
-        out = np.zeros((*mapping.shape, self.device_rank), dtype=np.int64)
+        return self.device_coords_of(np.moveaxis(index, 0, -1), mapping.shape, host_strides)
+
+    def device_coords_of(
+        self,
+        indices: np.ndarray,
+        shape: Sequence[int],
+        host_strides: Sequence[int] | None = None,
+    ) -> np.ndarray:
+        """Device coordinates of some host elements, vectorised.
+
+        Args:
+            indices: integer array of shape ``(..., rank)``: host indices.
+            shape: host sizes.
+            host_strides: host strides; defaults to row-major.
+
+        Returns:
+            An int64 array of shape ``(..., device_rank)``.
+        """
+        mapping = self.host_mapping(shape, host_strides)
+        idx = np.asarray(indices, dtype=np.int64)
+        index = np.moveaxis(idx, -1, 0) if idx.ndim else idx
+        out = np.zeros((*idx.shape[:-1], self.device_rank), dtype=np.int64)
         for segment in mapping.segmentation.segments:
-            x = _segment_linear(mapping, segment.host_dims, index)
-            rest = x
+            rest = _segment_linear(mapping, segment.host_dims, index)
             for j, ratio in segment.axes:
                 out[..., j] = rest // ratio
                 rest = rest % ratio
         return out
+
+    def host_offsets_of(
+        self,
+        coords: np.ndarray,
+        shape: Sequence[int],
+        host_strides: Sequence[int] | None = None,
+    ) -> np.ndarray:
+        """Host offsets held at device coordinates, vectorised; -1 on padding.
+
+        Args:
+            coords: integer array of shape ``(..., device_rank)``.
+            shape: host sizes.
+            host_strides: host strides; defaults to row-major.
+        """
+        mapping = self.host_mapping(shape, host_strides)
+        c = np.asarray(coords, dtype=np.int64)
+        cols = [c[..., j] for j in range(self.device_rank)]
+        valid = np.broadcast_to(data_positions(self, mapping, cols), c.shape[:-1])
+        offsets = c @ np.array([max(m, 0) for m in self.stride_map], dtype=np.int64)
+        return np.where(valid, offsets, -1)
 
     def device_coord(
         self,
