@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo lint format bench clean
+.PHONY: test demo lint format bench notebooks clean
 
 $(PY):
 	@py=$$(tools/find-python) || exit 1; \
@@ -12,16 +12,19 @@ $(PY):
 
 $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,notebook]'
 	@touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m ruff check spyrejax tests
-	$(PY) -m ruff format --check spyrejax tests
+	$(PY) -m ruff check spyrejax tests tools
+	$(PY) -m ruff format --check spyrejax tests tools
 	$(PY) -m pytest -q
 
 demo: $(STAMP)
 	$(PY) -m spyrejax
+
+notebooks: $(STAMP)
+	$(PY) tools/run_notebooks.py --inplace
 
 lint: $(STAMP)
 	$(PY) -m ruff check spyrejax tests
