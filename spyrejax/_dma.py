@@ -8,8 +8,9 @@ range into its loops and transpose into loop order. Reading and writing boxes ne
 index arrays and no per-element or per-stick Python loops, and runs the same eagerly
 and under ``jax.jit``.
 
-Data moves as raw bits (floats are bitcast to unsigned ints of the same width), so
-transfers are bit-exact: NaN payloads, -0.0 and infinities survive.
+Transfers only move data (slices, transposes, concatenations, box updates), never
+compute on it, so they are bit-exact: NaN payloads, -0.0 and infinities survive. The
+float8 formats, which XLA emulates through wider types, move as raw bytes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 
 from ._dci import Descriptor, generate_dci
@@ -150,34 +152,54 @@ def write_box(buffer: jax.Array, plan: BoxPlan, block: jax.Array) -> jax.Array:
 
 
 def _execute(src: jax.Array, dst: jax.Array, descriptors: Sequence[Descriptor]) -> jax.Array:
-    """Run descriptors from ``src`` into ``dst`` (both row-major, in their own shapes)."""
+    """Run descriptors from ``src`` into ``dst`` (both row-major, in their own shapes).
+
+    When the descriptors' boxes tile the whole destination (a transfer into a
+    padding-free image, or any transfer to the host), the destination is assembled
+    from the boxes by concatenation; otherwise each box is written into ``dst``.
+    """
+    boxes = []
     for d in descriptors:
         sizes = d.size[::-1]
         src_plan = box_plan(src.shape, sizes, d.stride_src[::-1], d.offset_src)
         dst_plan = box_plan(dst.shape, sizes, d.stride_dst[::-1], d.offset_dst)
-        dst = write_box(dst, dst_plan, read_box(src, src_plan))
+        boxes.append((dst_plan, read_box(src, src_plan)))
+    tiled = _assemble(boxes)
+    if tiled is not None:
+        return tiled.reshape(dst.shape)
+    for plan, block in boxes:
+        dst = write_box(dst, plan, block)
     return dst
 
 
-def _bits_dtype(dtype: np.dtype) -> np.dtype:
-    """The unsigned dtype whose bits carry ``dtype`` (bool carries itself)."""
-    if dtype == np.bool_:
-        return dtype
-    return np.dtype(f"uint{8 * dtype.itemsize}")
+def _assemble(boxes: list[tuple[BoxPlan, jax.Array]]) -> jax.Array | None:
+    """The destination built from boxes that tile it as a grid, or None if they do not."""
+    seg_shapes = {plan.seg_shape for plan, _ in boxes}
+    if len(seg_shapes) != 1 or any(
+        math.prod(p.split_shape) != math.prod(p.loop_sizes) for p, _ in boxes
+    ):
+        return None
+    (seg_shape,) = seg_shapes
+    cells = {}
+    for plan, block in boxes:
+        inverse = tuple(np.argsort(plan.perm))
+        cells[plan.ranges] = block.transpose(inverse).reshape(plan.range_shape)
+    cuts = [sorted({rs[k] for rs in cells}) for k in range(len(seg_shape))]
+    for k, n in enumerate(seg_shape):
+        edges = [0] + [b for _, b in cuts[k]]
+        if [a for a, _ in cuts[k]] != edges[:-1] or edges[-1] != n:
+            return None  # the ranges along this axis do not partition it
+    if len(cells) != math.prod(len(c) for c in cuts):
+        return None
+    return _concat(cells, cuts, ())
 
 
-def _fill_bits(value: Any, dtype: np.dtype) -> jax.Array:
-    """A scalar fill value of ``dtype``, as the bits the DMA moves."""
-    return jnp.asarray(np.asarray(value, dtype=dtype).view(_bits_dtype(dtype)))
-
-
-def _to_bits(x: jax.Array) -> jax.Array:
-    bits = _bits_dtype(np.dtype(x.dtype))
-    return x if bits == x.dtype else jax.lax.bitcast_convert_type(x, bits)
-
-
-def _from_bits(x: jax.Array, dtype: np.dtype) -> jax.Array:
-    return x if x.dtype == dtype else jax.lax.bitcast_convert_type(x, dtype)
+def _concat(cells: dict[Any, jax.Array], cuts: list[list[Any]], prefix: tuple[Any, ...]) -> Any:
+    k = len(prefix)
+    if k == len(cuts):
+        return cells[prefix]
+    parts = [_concat(cells, cuts, (*prefix, r)) for r in cuts[k]]
+    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=k)
 
 
 def _dtype_of(x: Any) -> np.dtype:
@@ -197,35 +219,44 @@ def _check_format(dtype: Any, layout: SpyreTensorLayout, what: str) -> np.dtype:
 
 
 def h2d_values(x: jax.Array, layout: SpyreTensorLayout, fill: Any = 0) -> jax.Array:
-    """Host -> device moving values (not bits): differentiable, for tangents.
-
-    Unlike :func:`dma_h2d` it does not validate and may canonicalise NaN payloads.
-    """
+    """Host -> device without validation (the body of :func:`dma_h2d`; also for tangents)."""
     dci = generate_dci(x.shape, layout, host_to_device=True)
     image = jnp.full(layout.device_size, fill, dtype=x.dtype)
     return _execute(x, image, dci)
 
 
 def d2h_values(image: jax.Array, shape: tuple[int, ...], layout: SpyreTensorLayout) -> jax.Array:
-    """Device -> host moving values (not bits): differentiable, for tangents."""
+    """Device -> host without validation (the body of :func:`dma_d2h`; also for tangents)."""
     dci = generate_dci(shape, layout, host_to_device=False)
     return _execute(image, jnp.zeros(shape, image.dtype), dci)
 
 
+# XLA emulates float8 through wider types, which canonicalises NaN payloads even when
+# only moving data; those formats move as raw bytes. Native dtypes move as themselves.
+_EMULATED = (np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2))
+
+
+def _as_bits(x: jax.Array) -> jax.Array:
+    return jax.lax.bitcast_convert_type(x, jnp.uint8) if x.dtype in _EMULATED else x
+
+
+def _from_bits(x: jax.Array, dtype: np.dtype) -> jax.Array:
+    return jax.lax.bitcast_convert_type(x, dtype) if dtype in _EMULATED else x
+
+
+def _fill(value: Any, dtype: np.dtype) -> jax.Array:
+    arr = np.asarray(value, dtype=dtype)
+    return jnp.asarray(arr.view(np.uint8) if dtype in _EMULATED else arr)
+
+
 @functools.partial(jax.jit, static_argnames=("layout",))
 def _h2d(x: jax.Array, fill: jax.Array, layout: SpyreTensorLayout) -> jax.Array:
-    dci = generate_dci(x.shape, layout, host_to_device=True)
-    image = jnp.full(layout.device_size, fill, dtype=fill.dtype)
-    return _from_bits(_execute(_to_bits(x), image, dci), x.dtype)
+    return _from_bits(h2d_values(_as_bits(x), layout, fill), x.dtype)
 
 
 @functools.partial(jax.jit, static_argnames=("shape", "layout"))
-def _d2h(
-    image: jax.Array, fill: jax.Array, shape: tuple[int, ...], layout: SpyreTensorLayout
-) -> jax.Array:
-    dci = generate_dci(shape, layout, host_to_device=False)
-    host = jnp.full(shape, fill, dtype=fill.dtype)
-    return _from_bits(_execute(_to_bits(image), host, dci), image.dtype)
+def _d2h(image: jax.Array, shape: tuple[int, ...], layout: SpyreTensorLayout) -> jax.Array:
+    return _from_bits(d2h_values(_as_bits(image), shape, layout), image.dtype)
 
 
 def dma_h2d(x: Any, layout: SpyreTensorLayout, *, pad_value: Any = None) -> jax.Array:
@@ -254,7 +285,7 @@ def dma_h2d(x: Any, layout: SpyreTensorLayout, *, pad_value: Any = None) -> jax.
     x = jnp.asarray(x)
     layout.host_mapping(x.shape)
     fill = poison_value(dt) if pad_value is None else pad_value
-    return _h2d(x, _fill_bits(fill, dt), layout=layout)
+    return _h2d(x, _fill(fill, dt), layout=layout)
 
 
 def dma_d2h(image: Any, shape: Sequence[int], layout: SpyreTensorLayout) -> jax.Array:
@@ -277,7 +308,7 @@ def dma_d2h(image: Any, shape: Sequence[int], layout: SpyreTensorLayout) -> jax.
     """
     if not isinstance(layout, SpyreTensorLayout):
         raise LayoutError(f"layout must be a SpyreTensorLayout, got {layout!r}")
-    dt = _check_format(_dtype_of(image), layout, "device image")
+    _check_format(_dtype_of(image), layout, "device image")
     image = jnp.asarray(image)
     if tuple(image.shape) != layout.device_size:
         raise LayoutError(
@@ -285,4 +316,4 @@ def dma_d2h(image: Any, shape: Sequence[int], layout: SpyreTensorLayout) -> jax.
             f"device_size {layout.device_size}"
         )
     mapping = layout.host_mapping(shape)
-    return _d2h(image, _fill_bits(poison_value(dt), dt), shape=mapping.shape, layout=layout)
+    return _d2h(image, shape=mapping.shape, layout=layout)

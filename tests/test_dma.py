@@ -17,11 +17,12 @@ from spyrejax import SpyreTensorLayout
 F16 = np.float16
 RNG = np.random.default_rng(0)
 
-# What a transfer may lower to: reshapes, slices, transposes and box updates. No gather,
-# no scatter, no iota-built index arrays.
+# What a transfer may lower to: reshapes, slices, transposes, concatenations and box
+# updates. No gather, no scatter, no iota-built index arrays.
 ALLOWED_PRIMITIVES = {
     "bitcast_convert_type",
     "broadcast_in_dim",
+    "concatenate",
     "dynamic_update_slice",
     "jit",
     "pjit",
