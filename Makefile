@@ -16,23 +16,26 @@ $(STAMP): $(PY) pyproject.toml
 	@touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m ruff check spyrejax tests tools
-	$(PY) -m ruff format --check spyrejax tests tools
+	$(PY) -m ruff check spyrejax tests tools benchmarks
+	$(PY) -m ruff format --check spyrejax tests tools benchmarks
 	$(PY) -m pytest -q
 
 demo: $(STAMP)
 	$(PY) -m spyrejax
 
+bench: $(STAMP)
+	$(PY) benchmarks/bench.py $(if $(QUICK),--quick,) $(BENCH_ARGS)
+
 notebooks: $(STAMP)
 	$(PY) tools/run_notebooks.py --inplace
 
 lint: $(STAMP)
-	$(PY) -m ruff check spyrejax tests
-	$(PY) -m ruff format --check spyrejax tests
+	$(PY) -m ruff check spyrejax tests tools benchmarks
+	$(PY) -m ruff format --check spyrejax tests tools benchmarks
 
 format: $(STAMP)
-	$(PY) -m ruff format spyrejax tests
-	$(PY) -m ruff check --fix spyrejax tests
+	$(PY) -m ruff format spyrejax tests tools benchmarks
+	$(PY) -m ruff check --fix spyrejax tests tools benchmarks
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,343 @@
+"""spyrejax benchmarks: the emulator against native JAX and against memory bandwidth.
+
+Every figure is the median of at least 5 timed runs after a warm-up, each ended with
+``block_until_ready``. Results print as a table and are written as JSON with the
+machine and the versions.
+
+    python benchmarks/bench.py [--quick] [--out results.json] [--only NAME...]
+
+``--quick`` runs the same cases at a quarter of the size (under two minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import spyrejax as sj
+
+RUNS = 7
+
+
+def _block(x: Any) -> Any:
+    for leaf in jax.tree.leaves(x):
+        if isinstance(leaf, sj.SpyreArray):
+            leaf.image.block_until_ready()
+        elif hasattr(leaf, "block_until_ready"):
+            leaf.block_until_ready()
+    return x
+
+
+def timed(fn: Callable[[], Any], runs: int = RUNS) -> float:
+    """Median seconds of ``runs`` calls after one warm-up call."""
+    _block(fn())
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        _block(fn())
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+# --- compute cases -----------------------------------------------------------------------
+
+
+def _rand(
+    shape: tuple[int, ...], dtype: Any = jnp.float32, seed: int = 0, scale: float = 1.0
+) -> Any:
+    rng = np.random.default_rng(seed)
+    return jnp.asarray(rng.standard_normal(shape, dtype=np.float32) * scale, dtype)
+
+
+def chain(x: Any) -> Any:
+    for _ in range(2):
+        x = jnp.tanh(x * 1.01 + 0.5)
+        x = jnp.exp(-x) - 0.25
+        x = jnp.maximum(x, -1.0) * x
+        x = jax.nn.sigmoid(x)
+    return x
+
+
+def softmax(x: Any) -> Any:
+    return jax.nn.softmax(x, axis=-1)
+
+
+def layer_norm(x: Any, g: Any, b: Any) -> Any:
+    m = x.mean(-1, keepdims=True)
+    v = ((x - m) ** 2).mean(-1, keepdims=True)
+    return (x - m) * jax.lax.rsqrt(v + 1e-5) * g + b
+
+
+def mlp(x: Any, w1: Any, w2: Any) -> Any:
+    return jax.nn.gelu(x @ w1) @ w2
+
+
+def attention(q: Any, k: Any, v: Any) -> Any:
+    t, d = q.shape[-2], q.shape[-1]
+    s = jnp.einsum("hqd,hkd->hqk", q, k) / np.float32(np.sqrt(d))
+    mask = jnp.tril(jnp.ones((t, t), bool))
+    s = jnp.where(mask, s, -1e9)
+    return jnp.einsum("hqk,hkd->hqd", jax.nn.softmax(s, axis=-1), v)
+
+
+def compute_cases(scale: int) -> dict[str, tuple[Callable[..., Any], tuple[Any, ...]]]:
+    """The compute cases at ``1/scale`` of full size along one dim."""
+    tokens = 4096 // scale
+    return {
+        f"chain of 8 elementwise ops, {2**22 // scale} elements": (
+            chain,
+            (_rand((2048 // scale, 2048)),),
+        ),
+        f"matmul {1024 // scale}x1024x1024 float32": (
+            lambda a, b: a @ b,
+            (_rand((1024 // scale, 1024)), _rand((1024, 1024), seed=1)),
+        ),
+        f"matmul {1024 // scale}x1024x1024 bfloat16": (
+            lambda a, b: a @ b,
+            (_rand((1024 // scale, 1024), jnp.bfloat16), _rand((1024, 1024), jnp.bfloat16, 1)),
+        ),
+        f"softmax {4096 // scale}x4096": (softmax, (_rand((4096 // scale, 4096)),)),
+        f"layer norm {8192 // scale}x1024": (
+            layer_norm,
+            (_rand((8192 // scale, 1024)), _rand((1024,), seed=1), _rand((1024,), seed=2)),
+        ),
+        f"MLP block {tokens} tokens 1024->4096->1024": (
+            mlp,
+            (
+                _rand((tokens, 1024)),
+                _rand((1024, 4096), seed=1, scale=0.03),
+                _rand((4096, 1024), seed=2, scale=0.03),
+            ),
+        ),
+        f"causal attention 8 heads {1024 // scale} tokens dim 64": (
+            attention,
+            tuple(_rand((8, 1024 // scale, 64), seed=s, scale=0.3) for s in range(3)),
+        ),
+    }
+
+
+def bench_compute(scale: int, only: list[str]) -> list[dict[str, Any]]:
+    """Emulated (spyrejax.jit on SpyreArrays) vs native (jax.jit on host arrays)."""
+    rows = []
+    for name, (fn, args) in compute_cases(scale).items():
+        if only and not any(o in name for o in only):
+            continue
+        native = jax.jit(fn)
+        emulated = sj.jit(fn)
+        device_args = tuple(sj.to_device(a) for a in args)
+        t_native = timed(lambda native=native, args=args: native(*args))
+        t_emul = timed(lambda emulated=emulated, device_args=device_args: emulated(*device_args))
+        got = np.asarray(emulated(*device_args), np.float32)
+        err = float(np.max(np.abs(got - np.asarray(native(*args), np.float32))))
+        rows.append(
+            {
+                "case": name,
+                "native_s": t_native,
+                "spyrejax_s": t_emul,
+                "ratio": t_emul / t_native,
+                "max_abs_err": err,
+            }
+        )
+        print(
+            f"  {name:52} native {t_native * 1e3:9.2f} ms  spyrejax {t_emul * 1e3:9.2f} ms"
+            f"  ratio {t_emul / t_native:5.2f}",
+            flush=True,
+        )
+    return rows
+
+
+# --- DMA throughput ------------------------------------------------------------------------
+
+
+_H2D = jax.jit(sj.dma_h2d, static_argnames="layout")
+_D2H = jax.jit(sj.dma_d2h, static_argnames=("shape", "layout"))
+
+
+def dma_cases(mib: int) -> dict[str, tuple[tuple[int, ...], Any]]:
+    """Shapes of ``mib`` MiB of float16, and their layouts."""
+    elems = mib * 2**20 // 2
+    cols = 4096
+    rows = elems // cols
+    odd = 4000  # a partial last stick: 4000 = 62 * 64 + 32
+    return {
+        f"{mib} MiB default layout ({rows}, {cols})": ((rows, cols), None),
+        f"{mib} MiB stick on dim 0 ({rows}, {cols})": ((rows, cols), [1, 0]),
+        f"{mib} MiB partial last stick ({elems // odd}, {odd})": ((elems // odd, odd), None),
+    }
+
+
+def bench_dma(mib: int, only: list[str]) -> list[dict[str, Any]]:
+    """H2D and D2H GB/s next to a NumPy copy of the same bytes."""
+    rows = []
+    for name, (shape, order) in dma_cases(mib).items():
+        if only and not any(o in name for o in only):
+            continue
+        host_np = (
+            np.random.default_rng(0).standard_normal(shape, dtype=np.float32).astype(np.float16)
+        )
+        host = jnp.asarray(host_np)
+        layout = sj.SpyreTensorLayout(shape, np.float16, order)
+        image = _H2D(host, layout)
+        nbytes = host_np.nbytes
+        dst = np.empty_like(host_np)
+        t_copy = timed(lambda dst=dst, host_np=host_np: np.copyto(dst, host_np))
+        t_h2d = timed(lambda host=host, layout=layout: _H2D(host, layout))
+        t_d2h = timed(lambda image=image, shape=shape, layout=layout: _D2H(image, shape, layout))
+        row = {
+            "case": name,
+            "bytes": nbytes,
+            "copy_GBps": nbytes / t_copy / 1e9,
+            "h2d_GBps": nbytes / t_h2d / 1e9,
+            "d2h_GBps": nbytes / t_d2h / 1e9,
+        }
+        row["h2d_vs_copy"] = row["h2d_GBps"] / row["copy_GBps"]
+        row["d2h_vs_copy"] = row["d2h_GBps"] / row["copy_GBps"]
+        rows.append(row)
+        print(
+            f"  {name:44} copy {row['copy_GBps']:6.2f} GB/s"
+            f"  h2d {row['h2d_GBps']:6.2f} ({row['h2d_vs_copy']:4.2f}x)"
+            f"  d2h {row['d2h_GBps']:6.2f} ({row['d2h_vs_copy']:4.2f}x)",
+            flush=True,
+        )
+    return rows
+
+
+# --- compile time -------------------------------------------------------------------------
+
+
+def bench_compile(scale: int, only: list[str]) -> list[dict[str, Any]]:
+    """Trace + plan + compile of spyrejax.jit vs trace + compile of jax.jit."""
+    cases = {k: v for k, v in compute_cases(scale).items() if k.startswith(("MLP", "causal"))}
+    rows = []
+    for name, (fn, args) in cases.items():
+        if only and not any(o in name for o in only):
+            continue
+        device_args = tuple(sj.to_device(a) for a in args)
+
+        # Caches are cleared before each measurement: every compile starts from scratch.
+        def native(fn=fn, args=args) -> float:
+            jax.clear_caches()
+            t0 = time.perf_counter()
+            jax.jit(fn).lower(*args).compile()
+            return time.perf_counter() - t0
+
+        def emulated(fn=fn, device_args=device_args) -> float:
+            jax.clear_caches()
+            t0 = time.perf_counter()
+            lowered, leaves = sj.jit(fn).lower(*device_args)
+            lowered.compiled.lower(*leaves).compile()
+            return time.perf_counter() - t0
+
+        t_native = statistics.median(native() for _ in range(RUNS))
+        t_emul = statistics.median(emulated() for _ in range(RUNS))
+        rows.append(
+            {"case": name, "native_s": t_native, "spyrejax_s": t_emul, "ratio": t_emul / t_native}
+        )
+        print(
+            f"  {name:52} native {t_native:6.2f} s  spyrejax {t_emul:6.2f} s"
+            f"  ratio {t_emul / t_native:5.2f}",
+            flush=True,
+        )
+    return rows
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The results as Markdown tables (what the README's Performance section shows)."""
+    m = results["machine"]
+    lines = [
+        f"Machine: {m['processor']}, {m['cpus']} CPUs, {m['platform']}; Python {m['python']},"
+        f" JAX {m['jax']} ({m['backend']}), NumPy {m['numpy']}, spyrejax {m['spyrejax']}."
+        f" Median of {results['runs']} runs after a warm-up.",
+        "",
+        "| compute case | native | spyrejax | ratio (target <= 1.5) |",
+        "|---|---:|---:|---:|",
+    ]
+    for r in results["compute"]:
+        lines.append(
+            f"| {r['case']} | {r['native_s'] * 1e3:.2f} ms | {r['spyrejax_s'] * 1e3:.2f} ms"
+            f" | {r['ratio']:.2f} |"
+        )
+    lines += [
+        "",
+        "| DMA case (float16) | NumPy copy | host -> device | device -> host |",
+        "|---|---:|---:|---:|",
+    ]
+    for r in results["dma"]:
+        lines.append(
+            f"| {r['case']} | {r['copy_GBps']:.2f} GB/s | {r['h2d_GBps']:.2f} GB/s"
+            f" ({r['h2d_vs_copy']:.2f}x) | {r['d2h_GBps']:.2f} GB/s ({r['d2h_vs_copy']:.2f}x) |"
+        )
+    lines += [
+        "",
+        "| compile (trace + plan + compile) | jax.jit | spyrejax.jit | ratio (target <= 3) |",
+    ]
+    lines.append("|---|---:|---:|---:|")
+    for r in results["compile"]:
+        lines.append(
+            f"| {r['case']} | {r['native_s']:.2f} s | {r['spyrejax_s']:.2f} s | {r['ratio']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def machine() -> dict[str, Any]:
+    """Where the figures were measured."""
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "jax": jax.__version__,
+        "numpy": np.__version__,
+        "spyrejax": sj.__version__,
+        "backend": jax.default_backend(),
+        "devices": [str(d) for d in jax.devices()],
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the benchmarks; print a table and write the JSON file."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="quarter-size cases, one scale")
+    parser.add_argument("--out", default="benchmarks/results/latest.json")
+    parser.add_argument("--only", nargs="*", default=[], help="run cases whose name has these")
+    parser.add_argument("--markdown", metavar="JSON", help="print a results file as tables")
+    args = parser.parse_args(argv)
+    if args.markdown:
+        results = json.loads(pathlib.Path(args.markdown).read_text())
+        print(markdown(results))
+        return results
+    scales = [4] if args.quick else [16, 4, 1]  # three sizes a factor of 4 apart
+    mibs = [16] if args.quick else [4, 16, 64]
+    results: dict[str, Any] = {"machine": machine(), "quick": args.quick, "runs": RUNS}
+    results["compute"], results["dma"] = [], []
+    for scale in scales:
+        print(f"compute, 1/{scale} size:", flush=True)
+        results["compute"] += [dict(r, scale=scale) for r in bench_compute(scale, args.only)]
+    for mib in mibs:
+        print(f"DMA, {mib} MiB:", flush=True)
+        results["dma"] += bench_dma(mib, args.only)
+    print("compile time:", flush=True)
+    results["compile"] = bench_compile(scales[-1], args.only)
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    out.with_suffix(".md").write_text(markdown(results) + "\n")
+    print(markdown(results))
+    print(f"wrote {out} and {out.with_suffix('.md')}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

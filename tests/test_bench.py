@@ -1,0 +1,31 @@
+import importlib.util
+import json
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("bench", ROOT / "benchmarks" / "bench.py")
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+
+
+def test_timed_is_the_median_after_a_warm_up():
+    calls = []
+    assert bench.timed(lambda: calls.append(1), runs=5) >= 0
+    assert len(calls) == 6  # one warm-up and five timed runs
+
+
+def test_quick_run_of_one_case_each_writes_every_figure(tmp_path):
+    out = tmp_path / "r.json"
+    only = ["matmul 256x1024x1024 float32", "16 MiB default", "MLP"]
+    bench.main(["--quick", "--out", str(out), "--only", *only])
+    data = json.loads(out.read_text())
+    assert data["quick"] and data["runs"] >= 5
+    assert {"jax", "numpy", "cpus", "platform", "spyrejax"} <= set(data["machine"])
+    (mm, mlp) = data["compute"]
+    assert mm["case"].startswith("matmul") and mm["ratio"] == mm["spyrejax_s"] / mm["native_s"]
+    assert mm["max_abs_err"] < 1e-2 and mlp["case"].startswith("MLP")
+    (dma,) = data["dma"]
+    assert dma["bytes"] == 16 * 2**20
+    assert dma["h2d_vs_copy"] == dma["h2d_GBps"] / dma["copy_GBps"]
+    (compile_row,) = data["compile"]
+    assert compile_row["case"].startswith("MLP") and compile_row["ratio"] > 0
