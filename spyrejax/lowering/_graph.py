@@ -35,6 +35,23 @@ _CALLS = {
 }
 _IDENTITIES = {"copy", "copy_p", "stop_gradient", "optimization_barrier"}
 
+# Scalar folds computed with NumPy: exact (correctly rounded) ops only, so they agree
+# with XLA, and no eager XLA compile per folded constant. Others fold through JAX.
+_NUMPY_FOLDS = {
+    "convert_element_type": lambda x, *, new_dtype, **_: np.asarray(x).astype(new_dtype),
+    "neg": lambda x, **_: np.negative(x),
+    "abs": lambda x, **_: np.abs(x),
+    "add": lambda x, y, **_: np.add(x, y),
+    "sub": lambda x, y, **_: np.subtract(x, y),
+    "mul": lambda x, y, **_: np.multiply(x, y),
+    "max": lambda x, y, **_: np.maximum(x, y),
+    "min": lambda x, y, **_: np.minimum(x, y),
+}
+_FLOAT_FOLDS = {
+    "div": lambda x, y, **_: np.divide(x, y),
+    "sqrt": lambda x, **_: np.sqrt(x),
+}
+
 
 @dataclass(eq=False)
 class Value:
@@ -168,10 +185,20 @@ class _Builder:
             env[out] = _read(sub, inner)
 
     def _fold(self, eqn: Any, ins: list[Scalar], env: dict[Any, Any]) -> None:
-        args = [jnp.asarray(x.value, x.dtype) for x in ins]
-        with jax.ensure_compile_time_eval():
-            outs = eqn.primitive.bind(*args, **eqn.params)
-        outs = outs if eqn.primitive.multiple_results else [outs]
+        name = eqn.primitive.name
+        out_dtype = np.dtype(eqn.outvars[0].aval.dtype)
+        fold = _NUMPY_FOLDS.get(name)
+        if fold is None and jnp.issubdtype(out_dtype, jnp.floating):
+            fold = _FLOAT_FOLDS.get(name)
+        if fold is not None and not eqn.primitive.multiple_results:
+            with np.errstate(all="ignore"):
+                val = fold(*[np.asarray(x.value, x.dtype) for x in ins], **eqn.params)
+            outs = [np.asarray(val).astype(out_dtype)]
+        else:
+            args = [jnp.asarray(x.value, x.dtype) for x in ins]
+            with jax.ensure_compile_time_eval():
+                outs = eqn.primitive.bind(*args, **eqn.params)
+            outs = outs if eqn.primitive.multiple_results else [outs]
         for var, val in zip(eqn.outvars, outs, strict=True):
             arr = np.asarray(val)
             env[var] = Scalar(arr.item(), arr.dtype)
