@@ -134,6 +134,20 @@ def _arg(x: Any) -> Any:
     return x.value if isinstance(x, Scalar) else x
 
 
+def _carried_modes(node: Node, out_dim: Any) -> list[Mode]:
+    """Modes of a one-input node that carries the input's stick to an output dim.
+
+    ``out_dim(t)`` is the output dim that input dim ``t`` becomes, or None when the
+    stick does not survive (the output is sparse).
+    """
+    x, out = node.ins[0], node.outs[0]
+    modes = []
+    for t in stick_options(x.shape):
+        d = None if t == SPARSE else out_dim(t)
+        modes.append(Mode((t,), SPARSE if d is None else canon(out.shape, d)))
+    return modes
+
+
 # --- elementwise ----------------------------------------------------------------------
 
 
@@ -291,16 +305,8 @@ class _Reduce(Rule):
         self.op = op
 
     def modes(self, node: Node) -> list[Mode]:
-        x, out = node.ins[0], node.outs[0]
         axes = tuple(node.params["axes"])
-        modes = []
-        for t in stick_options(x.shape):
-            if t == SPARSE or t in axes:
-                o = SPARSE
-            else:
-                o = canon(out.shape, t - sum(1 for a in axes if a < t))
-            modes.append(Mode((t,), o))
-        return modes
+        return _carried_modes(node, lambda t: None if t in axes else t - sum(a < t for a in axes))
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         return [sp.reduce(self.op, args[0], tuple(node.params["axes"]))]
@@ -325,10 +331,7 @@ class _BroadcastInDim(Rule):
         )
         if not in_shape:
             return [Mode((None,), SPARSE)]
-        return [
-            Mode((t,), SPARSE if t == SPARSE else canon(out.shape, bdims[t]))
-            for t in stick_options(in_shape)
-        ]
+        return _carried_modes(node, lambda t: bdims[t])
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         x = args[0]
@@ -379,12 +382,8 @@ _register(_Reshape(), "reshape")
 
 class _Transpose(Rule):
     def modes(self, node: Node) -> list[Mode]:
-        x, out = node.ins[0], node.outs[0]
         perm = tuple(node.params["permutation"])
-        return [
-            Mode((t,), SPARSE if t == SPARSE else canon(out.shape, perm.index(t)))
-            for t in stick_options(x.shape)
-        ]
+        return _carried_modes(node, perm.index)
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         return [sp.transpose(args[0], tuple(node.params["permutation"]))]
@@ -395,12 +394,8 @@ _register(_Transpose(), "transpose")
 
 class _Squeeze(Rule):
     def modes(self, node: Node) -> list[Mode]:
-        x, out = node.ins[0], node.outs[0]
         dims = tuple(node.params["dimensions"])
-        return [
-            Mode((t,), SPARSE if t == SPARSE else canon(out.shape, t - sum(d < t for d in dims)))
-            for t in stick_options(x.shape)
-        ]
+        return _carried_modes(node, lambda t: t - sum(d < t for d in dims))
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         return [sp.squeeze(args[0], tuple(node.params["dimensions"]))]
@@ -411,13 +406,9 @@ _register(_Squeeze(), "squeeze")
 
 class _ExpandDims(Rule):
     def modes(self, node: Node) -> list[Mode]:
-        x, out = node.ins[0], node.outs[0]
-        dims = sorted(node.params["dimensions"])
-        kept = [d for d in range(out.ndim) if d not in dims]
-        return [
-            Mode((t,), SPARSE if t == SPARSE else canon(out.shape, kept[t]))
-            for t in stick_options(x.shape)
-        ]
+        dims = set(node.params["dimensions"])
+        kept = [d for d in range(node.outs[0].ndim) if d not in dims]
+        return _carried_modes(node, kept.__getitem__)
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         return [sp.expand_dims(args[0], tuple(node.params["dimensions"]))]

@@ -20,10 +20,27 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._array import SpyreArray, SpyreType, batched_type
-from .._errors import SpyreUnsupportedError
+from .._errors import LayoutError, SpyreUnsupportedError
 from .._jax import GradAccum, HiPrim, ShapedArray, Zero, vjp_from_jvp
 
-__all__ = ["Image", "SpyrePrim", "Wrap", "image", "is_spyre", "wrap"]
+__all__ = ["Image", "SpyrePrim", "Wrap", "image", "is_spyre", "normalize_axes", "wrap"]
+
+
+def normalize_axes(axes: Any, ndim: int, op: str) -> tuple[int, ...]:
+    """Axes as non-negative ints, in the order given.
+
+    Raises:
+        LayoutError: on an axis out of range for ``ndim`` or a repeated axis.
+    """
+    items = (axes,) if isinstance(axes, int | np.integer) else tuple(axes)
+    out = []
+    for a in items:
+        if not -ndim <= int(a) < ndim:
+            raise LayoutError(f"{op}: axis {a} is out of range for rank {ndim}")
+        out.append(int(a) % ndim)
+    if len(set(out)) != len(out):
+        raise LayoutError(f"{op}: repeated axis in {items}")
+    return tuple(out)
 
 
 def is_spyre(aval: Any) -> bool:

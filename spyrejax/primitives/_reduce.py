@@ -24,7 +24,7 @@ import numpy as np
 from .._array import PadFill, SpyreArray, SpyreType
 from .._devdims import DevDim, layout_from_dims
 from .._errors import LayoutError, SpyreTypeError
-from ._base import SpyrePrim
+from ._base import SpyrePrim, normalize_axes
 from ._kernels import from_data_dims, masked, poison
 
 __all__ = ["REDUCTIONS", "Reduce", "reduce"]
@@ -123,20 +123,6 @@ REDUCTIONS = ("sum", "max", "min", "mean")
 _CLASSES = {op: type(op.capitalize(), (Reduce,), {"op": op}) for op in REDUCTIONS}
 
 
-def _normalize_axes(axis: Any, ndim: int, op: str) -> tuple[int, ...]:
-    if axis is None:
-        return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
-    out = []
-    for a in axes:
-        if not -ndim <= int(a) < ndim:
-            raise LayoutError(f"{op}: axis {a} is out of range for rank {ndim}")
-        out.append(int(a) % ndim)
-    if len(set(out)) != len(out):
-        raise LayoutError(f"{op}: repeated axis in {axes}")
-    return tuple(sorted(out))
-
-
 def reduce(op: str, x: SpyreArray, axis: Any = None, keepdims: bool = False) -> SpyreArray:
     """Reduce a Spyre array with ``op`` (one of :data:`REDUCTIONS`) over ``axis``.
 
@@ -158,7 +144,11 @@ def reduce(op: str, x: SpyreArray, axis: Any = None, keepdims: bool = False) -> 
     aval = jax.typeof(x)
     if not isinstance(aval, SpyreType):
         raise SpyreTypeError(f"{op}: needs a SpyreArray, got {aval}")
-    axes = _normalize_axes(axis, aval.ndim, op)
+    axes = (
+        tuple(range(aval.ndim))
+        if axis is None
+        else tuple(sorted(normalize_axes(axis, aval.ndim, op)))
+    )
     if op == "mean" and not jnp.issubdtype(aval.dtype, jnp.floating):
         raise SpyreTypeError(f"mean: needs a float array, got {aval.dtype}")
     return _CLASSES[op](aval, axes=axes, keepdims=bool(keepdims))(x)

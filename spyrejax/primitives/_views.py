@@ -18,7 +18,7 @@ import numpy as np
 from .._array import SpyreArray, SpyreType
 from .._devdims import padded_base_dims, view_strides_for_reshape
 from .._errors import LayoutError, SpyreTypeError
-from ._base import SpyrePrim
+from ._base import SpyrePrim, normalize_axes
 
 __all__ = ["broadcast_to", "expand_dims", "reshape", "squeeze", "transpose"]
 
@@ -53,18 +53,6 @@ def _spyre_aval(x: Any, op: str) -> SpyreType:
     return aval
 
 
-def _axes(axes: Any, ndim: int, op: str) -> tuple[int, ...]:
-    items = (axes,) if isinstance(axes, int | np.integer) else tuple(axes)
-    out = []
-    for a in items:
-        if not -ndim <= int(a) < ndim:
-            raise LayoutError(f"{op}: axis {a} is out of range for rank {ndim}")
-        out.append(int(a) % ndim)
-    if len(set(out)) != len(out):
-        raise LayoutError(f"{op}: repeated axis in {items}")
-    return tuple(out)
-
-
 # --- transpose ------------------------------------------------------------------------
 
 
@@ -88,7 +76,9 @@ def transpose(x: SpyreArray, axes: Any = None) -> SpyreArray:
     """
     aval = _spyre_aval(x, "transpose")
     perm = (
-        tuple(reversed(range(aval.ndim))) if axes is None else _axes(axes, aval.ndim, "transpose")
+        tuple(reversed(range(aval.ndim)))
+        if axes is None
+        else normalize_axes(axes, aval.ndim, "transpose")
     )
     if sorted(perm) != list(range(aval.ndim)):
         raise LayoutError(f"transpose: axes {axes} are not a permutation of range({aval.ndim})")
@@ -176,7 +166,7 @@ def squeeze(x: SpyreArray, axis: Any = None) -> SpyreArray:
     if axis is None:
         axes = tuple(d for d, n in enumerate(aval.shape) if n == 1)
     else:
-        axes = _axes(axis, aval.ndim, "squeeze")
+        axes = normalize_axes(axis, aval.ndim, "squeeze")
         bad = [a for a in axes if aval.shape[a] != 1]
         if bad:
             raise LayoutError(f"squeeze: axes {bad} of shape {aval.shape} do not have size 1")
@@ -201,7 +191,7 @@ def expand_dims(x: SpyreArray, axis: Any) -> SpyreArray:
     """Insert size-1 dims at ``axis`` (positions in the result), as ``jnp.expand_dims``."""
     aval = _spyre_aval(x, "expand_dims")
     n = len((axis,) if isinstance(axis, int | np.integer) else tuple(axis))
-    axes = tuple(sorted(_axes(axis, aval.ndim + n, "expand_dims")))
+    axes = tuple(sorted(normalize_axes(axis, aval.ndim + n, "expand_dims")))
     return ExpandDims(aval, axes=axes)(x)
 
 

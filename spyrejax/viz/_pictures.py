@@ -29,7 +29,6 @@ from .._array import SpyreArray
 from .._dci import DCI, generate_dci
 from .._errors import LayoutError
 from .._layout import SpyreTensorLayout
-from .._segments import row_major_strides
 
 __all__ = ["PALETTE", "Picture", "device_memory", "host_memory", "logical_view", "loop_nest"]
 
@@ -176,6 +175,13 @@ def _resolve(
     return arr_shape, layout or SpyreTensorLayout(arr_shape, dtype or x.dtype)
 
 
+def _unravel(flat: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Indices ``(..., len(shape))`` of row-major flat positions (shape may be ())."""
+    if not shape:
+        return np.zeros((*np.shape(flat), 0), np.int64)
+    return np.stack(np.unravel_index(flat, shape), -1)
+
+
 def _stick_ids(layout: SpyreTensorLayout, coords: np.ndarray) -> np.ndarray:
     """Index of the stick (device coords without the lane) in device order."""
     return (
@@ -213,19 +219,11 @@ def logical_view(
     cols_total = shape[-1] if shape else 1
     rows, cols = min(rows_total, max_rows), min(cols_total, max_cols)
     r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
-    lead = (
-        np.stack(np.unravel_index(r, shape[:-1]), -1)
-        if len(shape) > 1
-        else np.zeros((rows, cols, 0), int)
-    )
-    index = np.concatenate([lead, c[..., None]], -1) if shape else np.zeros((1, 1, 0), int)
-    offsets = index @ np.array(row_major_strides(shape), dtype=np.int64)
+    offsets = r * cols_total + c  # row-major host offsets
+    index = _unravel(offsets, shape)
     coords = layout.device_coords_of(index, shape)
     sticks = _stick_ids(layout, coords)
-    labels = tuple(
-        str(tuple(int(i) for i in np.unravel_index(k, shape[:-1]))) if len(shape) > 1 else ""
-        for k in range(rows)
-    )
+    labels = tuple(str(tuple(int(i) for i in row)) for row in _unravel(np.arange(rows), shape[:-1]))
     return Picture(
         f"logical view of {list(shape)}: cells coloured by stick, labelled with host offsets",
         offsets.astype(str),
@@ -255,11 +253,7 @@ def host_memory(
     rows = min(rows_total, max_rows)
     offsets = np.arange(rows * width).reshape(rows, width)
     inside = offsets < total
-    index = (
-        np.stack(np.unravel_index(np.where(inside, offsets, 0), shape), -1)
-        if shape
-        else np.zeros((rows, width, 0), int)
-    )
+    index = _unravel(np.where(inside, offsets, 0), shape)
     sticks = _stick_ids(layout, layout.device_coords_of(index, shape))
     sticks = np.where(inside, sticks, EMPTY)
     text = np.where(inside, offsets.astype(str), "")
@@ -290,12 +284,7 @@ def device_memory(
     rows_total = layout.num_sticks
     rows = min(rows_total, max_rows)
     r, lane = np.meshgrid(np.arange(rows), np.arange(eps), indexing="ij")
-    lead = (
-        np.stack(np.unravel_index(r, layout.device_size[:-1]), -1)
-        if layout.device_rank > 1
-        else np.zeros((rows, eps, 0), int)
-    )
-    coords = np.concatenate([lead, lane[..., None]], -1)
+    coords = _unravel(r * eps + lane, layout.device_size)  # stick r, lane `lane`
     offsets = layout.host_offsets_of(coords, shape)
     sticks = np.where(offsets >= 0, r, -1)
     text = np.where(offsets >= 0, offsets.astype(str), "")
