@@ -364,3 +364,17 @@ def test_infeasible_layouts_name_the_equation_and_the_layouts(monkeypatch):
         r"f32\[4,150\]\{\[5,4,32\]/\[32,150,1\]\}",
     ):
         sj.jit(lambda x: jnp.tanh(x) + 1)(x)
+
+
+def test_head_split_needs_no_fallback_copy():
+    t, d, h = 64, 128, 4
+    x = _rand((t, d), jnp.float32)
+    w = _rand((d, d), jnp.float32, 1, -0.1, 0.1)
+
+    def f(x, w):
+        k = (x @ w).reshape(t, h, d // h).transpose(1, 0, 2)
+        return jnp.einsum("hqd,hkd->hqk", k, k)
+
+    report = sj.explain(f, x, w)
+    assert not any("refused" in r.reason for r in report.restickifies)
+    _check(f, x, w, tol={"rtol": 1e-4, "atol": 1e-4})

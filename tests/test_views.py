@@ -112,3 +112,17 @@ def test_view_errors(arr):
         sj.transpose(a, (0, 1, 3))
     with pytest.raises(sj.SpyreTypeError, match="needs a SpyreArray"):
         sj.transpose(jnp.ones((2, 2)))
+
+
+def test_reshape_splits_a_device_dim_that_covers_whole_dims():
+    # Stuck on dim 0, the 128 columns are one device dim; (64, 128) -> (64, 4, 32)
+    # splits it into 4 x 32 by a reshape of the image: no fold, no copy.
+    x = jnp.arange(64 * 128, dtype=jnp.float32).reshape(64, 128)
+    a = sj.restickify(sj.to_device(x), [1, 0])
+    assert a.layout.device_size == (2, 128, 32)
+    r = a.reshape(64, 4, 32)
+    assert r.layout.device_size == (2, 4, 32, 32)
+    assert r.layout.stride_map == (4096, 32, 1, 128)
+    assert all(len(d.dims) == 1 for d in r.type.dims if d.is_data)
+    np.testing.assert_array_equal(np.asarray(r), x.reshape(64, 4, 32))
+    np.testing.assert_array_equal(np.asarray(r.sum(1)), x.reshape(64, 4, 32).sum(1))

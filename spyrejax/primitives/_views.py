@@ -16,21 +16,28 @@ import jax
 import numpy as np
 
 from .._array import SpyreArray, SpyreType
-from .._devdims import padded_base_dims, view_strides_for_reshape
+from .._devdims import DevDim, device_dims, padded_base_dims, view_strides_for_reshape
 from .._errors import LayoutError, SpyreTypeError
+from .._layout import SpyreTensorLayout
 from ._base import SpyrePrim, normalize_axes
 
 __all__ = ["broadcast_to", "expand_dims", "reshape", "squeeze", "transpose"]
 
 
 class _View(SpyrePrim):
-    """A primitive whose kernel is the identity on the image; subclasses set the type."""
+    """A primitive whose kernel reshapes the image at most; subclasses set the type."""
 
-    def _setup(self, aval: SpyreType, out_shape: Any, out_strides: Any, **params: Any) -> None:
+    def _setup(
+        self,
+        aval: SpyreType,
+        out_shape: Any,
+        out_strides: Any,
+        layout: SpyreTensorLayout | None = None,
+        **params: Any,
+    ) -> None:
+        layout = layout or aval.layout
         try:
-            out = SpyreType(
-                out_shape, aval.dtype, aval.layout, aval.base_shape, out_strides, aval.pad
-            )
+            out = SpyreType(out_shape, aval.dtype, layout, aval.base_shape, out_strides, aval.pad)
         except LayoutError as err:
             raise LayoutError(
                 f"{type(self).__name__.lower()}: {aval.str_short()} -> shape {list(out_shape)} "
@@ -43,7 +50,8 @@ class _View(SpyrePrim):
         super().__init__()
 
     def kernel(self, img: jax.Array) -> jax.Array:
-        return img
+        # A view keeps the image; a split device dim is a row-major reshape of it.
+        return img.reshape(self.out_aval.layout.device_size)
 
 
 def _spyre_aval(x: Any, op: str) -> SpyreType:
@@ -101,10 +109,63 @@ class Reshape(_View):
                 "view, or it merges a padded dim with another); "
                 "copy it into a new layout with spyrejax.restickify first"
             )
-        self._setup(aval, new_shape, strides, new_shape=new_shape)
+        layout = _split_folds(aval, new_shape, strides)
+        self._setup(aval, new_shape, strides, layout, new_shape=new_shape)
 
     def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
         return {"new_shape": (size, *self.new_shape)}
+
+
+def _split_folds(
+    aval: SpyreType, shape: tuple[int, ...], strides: tuple[int, ...]
+) -> SpyreTensorLayout | None:
+    """A layout whose device dims no longer fold several of the new logical dims.
+
+    A device dim over folded dims that covers whole dims exactly is split into one
+    device dim per logical dim: a row-major reshape of the image, so no data moves.
+    Returns None when nothing splits.
+    """
+    try:
+        dims = device_dims(aval.layout, aval.base_shape, shape, strides)
+    except LayoutError:
+        return None
+    sizes, smap = [], []
+    for d, n, m in zip(dims, aval.layout.device_size, aval.layout.stride_map, strict=True):
+        parts = _exact_cover(d, shape) if len(d.dims) > 1 else None
+        sizes += [n] if parts is None else [shape[k] for k in parts]
+        smap += [m] if parts is None else [strides[k] for k in parts]
+    if len(sizes) == aval.layout.device_rank:
+        return None
+    layout = SpyreTensorLayout.from_stride_map(sizes, smap, aval.layout.device_dtype)
+    try:
+        layout.host_mapping(aval.base_shape)
+    except LayoutError:
+        return None
+    return layout
+
+
+def _exact_cover(d: DevDim, shape: tuple[int, ...]) -> list[int] | None:
+    """The logical dims a folded device dim covers exactly, outermost first, or None.
+
+    Inside the fold, dim ``k`` steps by the product of the sizes inside it. The device
+    dim covers dims ``k_i..k_j`` exactly when its step is dim ``k_j``'s and its size is
+    the product of their sizes.
+    """
+    steps = {}
+    inner = 1
+    for k in reversed(d.dims):
+        steps[k] = inner
+        inner *= shape[k]
+    start = next((k for k in d.dims if steps[k] == d.ratio), None)
+    if start is None:
+        return None
+    covered, span = [], 1
+    for k in reversed(d.dims[: d.dims.index(start) + 1]):
+        covered.insert(0, k)
+        span *= shape[k]
+        if span >= d.size:
+            break
+    return covered if span == d.size and len(covered) > 1 else None
 
 
 def _merges_padding(aval: SpyreType, new_shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
