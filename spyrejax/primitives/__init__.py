@@ -4,6 +4,9 @@ Each module holds one primitive family: its rule (the constructor), public wrapp
 emulator kernel and transformation rules.
 """
 
+from typing import Any
+
+from .._array import SpyreArray
 from ._base import SpyrePrim, image, wrap
 from ._elementwise import ELEMENTWISE_OPS, elementwise
 from ._elementwise import PUBLIC as _EW
@@ -52,23 +55,23 @@ expm1 = _EW["expm1"]
 sign = _EW["sign"]
 
 
-def sum(x, axis=None, keepdims=False):
+def sum(x: SpyreArray, axis: Any = None, keepdims: bool = False) -> SpyreArray:
     """Sum over ``axis``; reducing the stick dim gives a sparse result."""
     return reduce("sum", x, axis, keepdims)
 
 
-def max(x, axis=None, keepdims=False):
+def max(x: SpyreArray, axis: Any = None, keepdims: bool = False) -> SpyreArray:
     """Maximum over ``axis``; padding never takes part."""
     return reduce("max", x, axis, keepdims)
 
 
-def min(x, axis=None, keepdims=False):
+def min(x: SpyreArray, axis: Any = None, keepdims: bool = False) -> SpyreArray:
     """Minimum over ``axis``; padding never takes part."""
     return reduce("min", x, axis, keepdims)
 
 
-def mean(x, axis=None, keepdims=False):
-    """Mean over ``axis``."""
+def mean(x: SpyreArray, axis: Any = None, keepdims: bool = False) -> SpyreArray:
+    """Mean over ``axis`` (float arrays)."""
     return reduce("mean", x, axis, keepdims)
 
 
