@@ -543,21 +543,27 @@ def data_positions(layout: SpyreTensorLayout, mapping: HostMapping, c: Any) -> A
 
     Returns:
         True where the position holds data (a bool or a broadcast bool array).
+
+    Only the checks a coordinate inside ``device_size`` can fail are emitted, so the
+    masks kernels build stay small.
     """
     ok: Any = True
     seg = mapping.segmentation
+    size = layout.device_size
     for j in seg.ignored:
-        if layout.stride_map[j] != 0:
+        if layout.stride_map[j] != 0 and size[j] > 1:
             ok = ok & (c[j] == 0)
     for segment in seg.segments:
         (top, r_top), *inner = segment.axes
         x = c[top] * r_top
         prev = r_top
         for j, ratio in inner:
-            ok = ok & (c[j] < prev // ratio)
+            if prev // ratio < size[j]:
+                ok = ok & (c[j] < prev // ratio)
             x = x + c[j] * ratio
             prev = ratio
-        ok = ok & (x < segment.size)
+        if size[top] * r_top > segment.size:
+            ok = ok & (x < segment.size)
     return ok
 
 
