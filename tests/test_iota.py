@@ -5,7 +5,7 @@ import pytest
 from helpers import padding_is_poison
 
 import spyrejax as sj
-from spyrejax.primitives import iota, reshape_copy
+from spyrejax.primitives import iota
 
 
 @pytest.mark.parametrize(
@@ -38,20 +38,3 @@ def test_iota_errors():
         iota((4, 5), jnp.int32, 2)
     with pytest.raises(sj.LayoutError, match="float64"):
         iota((4, 5), jnp.float64, 0)
-
-
-def test_reshape_copy_moves_data_into_the_new_shape():
-    x = jnp.arange(5 * 150, dtype=jnp.float32).reshape(5, 150)
-    a = sj.to_device(x)
-    with pytest.raises(sj.LayoutError, match="merges a padded dim"):
-        sj.reshape(a, (750,))
-    r = reshape_copy(a, (750,))
-    assert r.layout == sj.SpyreTensorLayout((750,), jnp.float32)
-    np.testing.assert_array_equal(np.asarray(r), x.reshape(-1))
-    t = reshape_copy(a, (25, 30), [1, 0])
-    assert t.type.stick_dim == 0
-    np.testing.assert_array_equal(np.asarray(t), x.reshape(25, 30))
-    g = jax.grad(lambda x: sj.to_host(reshape_copy(sj.to_device(x), (750,))).sum())(x)
-    np.testing.assert_array_equal(g, np.ones_like(x))
-    with pytest.raises(sj.LayoutError, match="cannot reshape"):
-        reshape_copy(a, (7, 100))

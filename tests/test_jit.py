@@ -88,7 +88,14 @@ COVERAGE = {
     "custom_vjp_call": (_double, 1, False),
     "nested_jit": (jax.jit(lambda x: jnp.tanh(x) * 2), 1, False),
     "closed_call": (_closed_call, 1, False),
-    "checkpoint": (jax.checkpoint(lambda x: jnp.sin(x) if False else x * 3), 1, False),
+    "checkpoint": (jax.checkpoint(lambda x: x * 3), 1, False),
+    "slice": (lambda x: x[1:, 3:40] * 2, 1, False),
+    "split_concatenate": (
+        lambda x: jnp.concatenate(jnp.split(x, 2, axis=1)[::-1], axis=1) + 1,
+        1,
+        False,
+    ),
+    "pad": (lambda x: jnp.pad(x, ((1, 0), (2, 3))) * 2, 1, False),
 }
 
 
@@ -378,3 +385,19 @@ def test_head_split_needs_no_fallback_copy():
     report = sj.explain(f, x, w)
     assert not any("refused" in r.reason for r in report.restickifies)
     _check(f, x, w, tol={"rtol": 1e-4, "atol": 1e-4})
+
+
+def test_split_heads_and_gradients_through_copies():
+    x, w = _rand((6, 150), jnp.float32), _rand((150, 192), jnp.float32, 1, -0.1, 0.1)
+
+    def f(x, w):
+        q, k, v = jnp.split(x @ w, 3, axis=1)
+        return jnp.concatenate([q * k, v[:, :10]], axis=1)
+
+    _check(f, x, w, tol={"rtol": 1e-4, "atol": 1e-4})
+    grad = jax.grad(lambda x, w: f(x, w).sum(), argnums=(0, 1))
+    _check(grad, x, w, tol={"rtol": 1e-4, "atol": 1e-4})
+    lowered, _ = sj.jit(f).lower(x, w)
+    assert lowered.plan.cost > 0  # the copies are charged to the plan
+    with pytest.raises(sj.SpyreUnsupportedError, match="slice with strides"):
+        sj.jit(lambda x: x[:, ::2])(x)

@@ -105,3 +105,38 @@ def test_errors():
     assert sj.astype(a, jnp.float16) is a
     jaxpr = str(jax.make_jaxpr(lambda a: sj.restickify(a, [1, 0]))(a))
     assert "Restickify[cost=768]" in jaxpr
+
+
+def test_reshape_copy_moves_data_into_the_new_shape():
+    x = jnp.arange(5 * 150, dtype=jnp.float32).reshape(5, 150)
+    a = sj.to_device(x)
+    with pytest.raises(sj.LayoutError, match="merges a padded dim"):
+        sj.reshape(a, (750,))
+    r = sj.primitives.reshape_copy(a, (750,))
+    assert r.layout == sj.SpyreTensorLayout((750,), jnp.float32)
+    np.testing.assert_array_equal(np.asarray(r), x.reshape(-1))
+    t = sj.primitives.reshape_copy(a, (25, 30), [1, 0])
+    assert t.type.stick_dim == 0
+    np.testing.assert_array_equal(np.asarray(t), x.reshape(25, 30))
+    g = jax.grad(lambda x: sj.to_host(sj.primitives.reshape_copy(sj.to_device(x), (750,))).sum())(x)
+    np.testing.assert_array_equal(g, np.ones_like(x))
+    with pytest.raises(sj.LayoutError, match="cannot reshape"):
+        sj.primitives.reshape_copy(a, (7, 100))
+
+
+def test_slice_concatenate_and_pad_copies():
+    x = jnp.arange(5 * 150, dtype=jnp.float32).reshape(5, 150)
+    a = sj.to_device(x)
+    s = sj.primitives.slice_copy(a, (1, 10), (4, 80))
+    np.testing.assert_array_equal(np.asarray(s), x[1:4, 10:80])
+    assert s.layout == sj.SpyreTensorLayout((3, 70), jnp.float32)
+    c = sj.primitives.concatenate([a, a], 0)
+    np.testing.assert_array_equal(np.asarray(c), jnp.concatenate([x, x], 0))
+    p = sj.primitives.pad(a, -1.0, [(1, 0, 0), (0, 2, 1)])
+    np.testing.assert_array_equal(np.asarray(p), jax.lax.pad(x, -1.0, [(1, 0, 0), (0, 2, 1)]))
+    with pytest.raises(sj.LayoutError, match="outside shape"):
+        sj.primitives.slice_copy(a, (0, 0), (6, 10))
+    with pytest.raises(sj.LayoutError, match="differ off dim 0"):
+        sj.primitives.concatenate([a, s], 0)
+    with pytest.raises(sj.LayoutError, match="does not fit"):
+        sj.primitives.pad(a, 0.0, [(1, 0, 0)])

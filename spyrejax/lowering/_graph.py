@@ -163,6 +163,8 @@ class _Builder:
             source = summarize_source(eqn.source_info) or caller or "<unknown source>"
             if name in _CALLS:
                 self._call(eqn, ins, env, source)
+            elif name == "split":
+                self._split(eqn, ins, env, source)
             elif name in _IDENTITIES:
                 for out, x in zip(eqn.outvars, ins, strict=True):
                     env[out] = x
@@ -202,6 +204,20 @@ class _Builder:
         for var, val in zip(eqn.outvars, outs, strict=True):
             arr = np.asarray(val)
             env[var] = Scalar(arr.item(), arr.dtype)
+
+    def _split(self, eqn: Any, ins: list[Any], env: dict[Any, Any], source: str) -> None:
+        """A split becomes one slice node per piece (nodes have one output)."""
+        (x,) = ins
+        axis, start = eqn.params["axis"], 0
+        for var, size in zip(eqn.outvars, eqn.params["sizes"], strict=True):
+            lo = [0] * len(x.shape)
+            hi = list(x.shape)
+            lo[axis], hi[axis] = start, start + size
+            start += size
+            params = {"start_indices": tuple(lo), "limit_indices": tuple(hi), "strides": None}
+            v = self.value(var.aval, "node", origin=f"split at {source}")
+            env[var] = v
+            self.graph.nodes.append(Node("slice", params, [x], [v], source))
 
     def _node(self, eqn: Any, ins: list[Any], env: dict[Any, Any], source: str) -> None:
         outs = []

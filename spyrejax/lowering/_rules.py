@@ -434,3 +434,60 @@ class _Iota(Rule):
 
 
 _register(_Iota(), "iota")
+
+
+# --- copies: slice and concatenate --------------------------------------------------
+
+
+def _copy_cost(v: Value) -> int:
+    """Elements a copy of ``v`` moves: the device size of its default layout."""
+    return math.prod(layout_for(v.shape, v.dtype, canon(v.shape, v.ndim - 1)).device_size)
+
+
+class _Slice(Rule):
+    def modes(self, node: Node) -> list[Mode]:
+        if any(s not in (None, 1) for s in node.params.get("strides") or ()):
+            raise SpyreUnsupportedError(f"slice with strides at {node.source}")
+        cost = _copy_cost(node.ins[0])
+        return [Mode((None,), s, cost) for s in stick_options(node.outs[0].shape)]
+
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        out = node.outs[0]
+        start = tuple(node.params["start_indices"])
+        limit = tuple(node.params["limit_indices"])
+        return [sp.slice_copy(args[0], start, limit, dim_order_for(out.shape, mode.out))]
+
+
+_register(_Slice(), "slice")
+
+
+class _Concatenate(Rule):
+    def modes(self, node: Node) -> list[Mode]:
+        if any(isinstance(v, Scalar) for v in node.ins):
+            raise SpyreUnsupportedError(f"concatenate of scalars at {node.source}")
+        cost = sum(_copy_cost(v) for v in node.ins)
+        return [Mode((None,) * len(node.ins), s, cost) for s in stick_options(node.outs[0].shape)]
+
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        out = node.outs[0]
+        return [sp.concatenate(args, node.params["dimension"], dim_order_for(out.shape, mode.out))]
+
+
+_register(_Concatenate(), "concatenate")
+
+
+class _Pad(Rule):
+    def modes(self, node: Node) -> list[Mode]:
+        if not isinstance(node.ins[1], Scalar):
+            raise SpyreUnsupportedError(f"pad with a traced fill value at {node.source}")
+        cost = _copy_cost(node.ins[0])
+        return [Mode((None, None), s, cost) for s in stick_options(node.outs[0].shape)]
+
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        out = node.outs[0]
+        config = node.params["padding_config"]
+        value = _arg(args[1])
+        return [sp.pad(args[0], value, config, dim_order_for(out.shape, mode.out))]
+
+
+_register(_Pad(), "pad")

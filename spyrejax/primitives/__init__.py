@@ -14,7 +14,16 @@ from ._iota import iota
 from ._matmul import matmul
 from ._operators import install as _install
 from ._reduce import REDUCTIONS, reduce
-from ._restickify import astype, compact, reshape_copy, restickify, restickify_cost
+from ._restickify import (
+    astype,
+    compact,
+    concatenate,
+    pad,
+    reshape_copy,
+    restickify,
+    restickify_cost,
+    slice_copy,
+)
 from ._transfer import to_device, to_host
 from ._views import broadcast_to, expand_dims, reshape, squeeze, transpose
 
@@ -84,6 +93,7 @@ __all__ = [
     "astype",
     "broadcast_to",
     "compact",
+    "concatenate",
     "div",
     "elementwise",
     "eq",
@@ -111,6 +121,7 @@ __all__ = [
     "mul",
     "ne",
     "neg",
+    "pad",
     "pow",
     "reciprocal",
     "reduce",
@@ -123,6 +134,7 @@ __all__ = [
     "sigmoid",
     "sign",
     "silu",
+    "slice_copy",
     "sqrt",
     "square",
     "squeeze",

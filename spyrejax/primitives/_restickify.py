@@ -31,9 +31,12 @@ __all__ = [
     "Restickify",
     "astype",
     "compact",
+    "concatenate",
+    "pad",
     "reshape_copy",
     "restickify",
     "restickify_cost",
+    "slice_copy",
 ]
 
 
@@ -79,30 +82,123 @@ class Restickify(SpyrePrim):
         return {"layout": batched_layout(self.layout, self.in_avals[0].shape, size)}
 
 
-class ReshapeCopy(SpyrePrim):
-    """Copy a Spyre array into a new shape and layout (for reshapes that are no view)."""
+class Copy(SpyrePrim):
+    """A device copy: a logical function of the operands' values, in a fresh layout.
 
-    def __init__(
-        self, aval: SpyreType, *, new_shape: tuple[int, ...], layout: SpyreTensorLayout
-    ) -> None:
-        if math.prod(new_shape) != aval.size:
-            raise LayoutError(f"reshape_copy: cannot reshape {aval.shape} into {new_shape}")
-        layout.host_mapping(new_shape)
-        self.in_avals = (aval,)
-        self.out_aval = SpyreType.contiguous(new_shape, aval.dtype, layout)
-        self.params = {"new_shape": new_shape, "layout": layout}
+    Subclasses give ``shape(avals, **params)`` and ``compute(*values)``; the kernel reads each
+    operand through its layout's DMA descriptors, computes, and writes the result with
+    the target layout's. The cost is the operands' device sizes (elements moved).
+    """
+
+    def __init__(self, *avals: SpyreType, layout: SpyreTensorLayout, **params: Any) -> None:
+        self.params = {"layout": layout, **params}
+        shape = self.shape(avals, **params)
+        if any(a.dtype != avals[0].dtype for a in avals):
+            raise SpyreTypeError(f"{type(self).__name__}: operands need one dtype")
+        layout.host_mapping(shape)
+        self.in_avals = tuple(avals)
+        self.out_aval = SpyreType.contiguous(shape, avals[0].dtype, layout)
         super().__init__()
 
+    @classmethod
+    def shape(cls, avals: Any, **params: Any) -> tuple[int, ...]:
+        """The result's shape (raises LayoutError on bad parameters)."""
+        raise NotImplementedError
+
+    def compute(self, *values: jax.Array) -> jax.Array:
+        """The result's values from the operands' logical values."""
+        raise NotImplementedError
+
     def pp_params(self) -> dict[str, Any]:
-        return {"new_shape": self.new_shape, "cost": restickify_cost(self.in_avals[0])}
+        shown = {k: v for k, v in self.params.items() if k != "layout"}
+        return {**shown, "cost": sum(restickify_cost(a) for a in self.in_avals)}
 
-    def kernel(self, img: jax.Array) -> jax.Array:
-        values = _logical(img, self.in_avals[0]).reshape(self.new_shape)
-        return dma_h2d(values, self.layout)
+    def _copy(self, imgs: tuple[jax.Array, ...], exact: bool) -> jax.Array:
+        values = [_logical(i, t, exact) for i, t in zip(imgs, self.in_avals, strict=True)]
+        out = self.compute(*values)
+        return dma_h2d(out, self.layout) if exact else h2d_values(out, self.layout)
 
-    def tangent_kernel(self, img: jax.Array) -> jax.Array:
-        values = _logical(img, self.in_avals[0], exact=False).reshape(self.new_shape)
-        return h2d_values(values, self.layout)
+    def kernel(self, *imgs: jax.Array) -> jax.Array:
+        return self._copy(imgs, exact=True)
+
+    def tangent_kernel(self, *imgs: jax.Array) -> jax.Array:
+        return self._copy(imgs, exact=False)
+
+
+class ReshapeCopy(Copy):
+    """Reshape by copying (for reshapes that are no view)."""
+
+    @classmethod
+    def shape(cls, avals: Any, *, new_shape: tuple[int, ...]) -> tuple[int, ...]:
+        (aval,) = avals
+        if math.prod(new_shape) != aval.size:
+            raise LayoutError(f"reshape_copy: cannot reshape {aval.shape} into {new_shape}")
+        return new_shape
+
+    def compute(self, x: jax.Array) -> jax.Array:
+        return x.reshape(self.new_shape)
+
+
+class SliceCopy(Copy):
+    """A static slice, copied."""
+
+    @classmethod
+    def shape(
+        cls, avals: Any, *, start: tuple[int, ...], limit: tuple[int, ...]
+    ) -> tuple[int, ...]:
+        (aval,) = avals
+        bounds = zip(start, limit, aval.shape, strict=False)
+        if (
+            len(start) != aval.ndim
+            or len(limit) != aval.ndim
+            or any(not 0 <= a < b <= n for a, b, n in bounds)
+        ):
+            raise LayoutError(f"slice [{start}, {limit}) is outside shape {aval.shape} or empty")
+        return tuple(b - a for a, b in zip(start, limit, strict=True))
+
+    def compute(self, x: jax.Array) -> jax.Array:
+        return jax.lax.slice(x, self.start, self.limit)
+
+
+class Concatenate(Copy):
+    """Operands joined along one dim, copied."""
+
+    @classmethod
+    def shape(cls, avals: Any, *, dimension: int) -> tuple[int, ...]:
+        d = dimension
+        others = {tuple(n for k, n in enumerate(a.shape) if k != d) for a in avals}
+        if len({a.ndim for a in avals}) != 1 or len(others) != 1:
+            raise LayoutError(f"concatenate: shapes {[a.shape for a in avals]} differ off dim {d}")
+        shape = list(avals[0].shape)
+        shape[d] = sum(a.shape[d] for a in avals)
+        return tuple(shape)
+
+    def compute(self, *xs: jax.Array) -> jax.Array:
+        return jax.numpy.concatenate(xs, axis=self.dimension)
+
+
+class Pad(Copy):
+    """``lax.pad`` with a scalar fill and (low, high, interior) per dim, copied."""
+
+    @classmethod
+    def shape(cls, avals: Any, *, config: Any, value: Any = 0) -> tuple[int, ...]:
+        (aval,) = avals
+        if len(config) != aval.ndim:
+            raise LayoutError(f"pad: config {config} does not fit shape {aval.shape}")
+        shape = tuple(
+            lo + hi + n + max(n - 1, 0) * mid
+            for n, (lo, hi, mid) in zip(aval.shape, config, strict=True)
+        )
+        if any(n < 1 for n in shape):
+            raise LayoutError(f"pad: config {config} leaves shape {shape}")
+        return shape
+
+    def compute(self, x: jax.Array) -> jax.Array:
+        return jax.lax.pad(x, jax.numpy.asarray(self.value, x.dtype), self.config)
+
+
+def _target(shape: tuple[int, ...], aval: SpyreType, dim_order: Any, layout: Any) -> Any:
+    return layout or SpyreTensorLayout(shape, aval.layout.device_dtype, dim_order)
 
 
 def reshape_copy(
@@ -115,9 +211,55 @@ def reshape_copy(
     """
     aval = _spyre_aval(x, "reshape_copy")
     new_shape = tuple(int(n) for n in new_shape)
-    if layout is None:
-        layout = SpyreTensorLayout(new_shape, aval.layout.device_dtype, dim_order)
-    return ReshapeCopy(aval, new_shape=new_shape, layout=layout)(x)
+    if math.prod(new_shape) != aval.size:
+        raise LayoutError(f"reshape_copy: cannot reshape {aval.shape} into {new_shape}")
+    layout = _target(new_shape, aval, dim_order, layout)
+    return ReshapeCopy(aval, layout=layout, new_shape=new_shape)(x)
+
+
+def slice_copy(x: SpyreArray, start: Any, limit: Any, dim_order: Any = None) -> SpyreArray:
+    """``x[start:limit]`` (one range per dim), copied into the default layout of its shape.
+
+    Raises:
+        LayoutError: if the ranges leave the array.
+    """
+    aval = _spyre_aval(x, "slice_copy")
+    start, limit = tuple(int(i) for i in start), tuple(int(i) for i in limit)
+    shape = SliceCopy.shape([aval], start=start, limit=limit)
+    layout = _target(shape, aval, dim_order, None)
+    return SliceCopy(aval, layout=layout, start=start, limit=limit)(x)
+
+
+def concatenate(xs: Any, dimension: int = 0, dim_order: Any = None) -> SpyreArray:
+    """Spyre arrays joined along ``dimension``, copied into the default layout of the result.
+
+    Raises:
+        LayoutError: on shapes that differ off ``dimension`` or a bad dimension.
+        SpyreTypeError: on host arrays or mixed dtypes.
+    """
+    avals = [_spyre_aval(x, "concatenate") for x in xs]
+    if not avals or not -avals[0].ndim <= dimension < avals[0].ndim:
+        raise LayoutError(f"concatenate: bad dimension {dimension} or no operands")
+    dimension %= avals[0].ndim
+    shape = Concatenate.shape(avals, dimension=dimension)
+    layout = _target(shape, avals[0], dim_order, None)
+    return Concatenate(*avals, layout=layout, dimension=dimension)(*xs)
+
+
+def pad(x: SpyreArray, value: Any, config: Any, dim_order: Any = None) -> SpyreArray:
+    """``lax.pad(x, value, config)`` copied into the default layout of the result.
+
+    Args:
+        x: the Spyre array.
+        value: the scalar fill.
+        config: ``(low, high, interior)`` per dim (low and high may be negative).
+        dim_order: dim order of the result's layout.
+    """
+    aval = _spyre_aval(x, "pad")
+    cfg = tuple((int(lo), int(hi), int(mid)) for lo, hi, mid in config)
+    shape = Pad.shape([aval], config=cfg)
+    layout = _target(shape, aval, dim_order, None)
+    return Pad(aval, layout=layout, config=cfg, value=np.asarray(value).item())(x)
 
 
 def _spyre_aval(x: Any, op: str) -> SpyreType:
