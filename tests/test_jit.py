@@ -340,7 +340,12 @@ def _build(steps):
 def test_random_graphs_match_jax_jit(graph):
     shape, steps = graph
     x, y = _rand(shape, jnp.float32, 0, -1, 1), _rand(shape, jnp.float32, 1, -1, 1)
-    _check(_build(steps), x, y, tol={"rtol": 1e-4, "atol": 1e-3})
+    # Chained matmuls grow values; float32 sums in another order differ by a few ulps
+    # of the largest partial sums, so the absolute tolerance follows the output's scale.
+    scale = max(
+        float(np.max(np.abs(leaf))) for leaf in jax.tree.leaves(jax.jit(_build(steps))(x, y))
+    )
+    _check(_build(steps), x, y, tol={"rtol": 1e-4, "atol": 1e-3 + 1e-5 * scale})
 
 
 def test_sparse_values_are_compacted_for_dense_consumers():
