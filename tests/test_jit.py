@@ -403,6 +403,9 @@ def test_split_heads_and_gradients_through_copies():
     grad = jax.grad(lambda x, w: f(x, w).sum(), argnums=(0, 1))
     _check(grad, x, w, tol={"rtol": 1e-4, "atol": 1e-4})
     lowered, _ = sj.jit(f).lower(x, w)
-    assert lowered.plan.cost > 0  # the copies are charged to the plan
+    report = sj.explain(f, x, w)
+    assert report.copy_cost == lowered.plan.cost > 0  # the copies are charged and reported
+    assert [what.split(" at ")[0] for what, _ in report.copies].count("slice") == 4
+    assert "copy_cost" in str(report) and "copy_cost" in report._repr_html_()
     with pytest.raises(sj.SpyreUnsupportedError, match="slice with strides"):
         sj.jit(lambda x: x[:, ::2])(x)

@@ -53,6 +53,8 @@ class Report:
         tensors: device bytes and padding overhead of every value.
         input_dcis: DMA descriptors moving the host inputs to the device.
         output_dcis: DMA descriptors moving the outputs back.
+        copies: the copies the program's own ops make (slice, concatenate, pad, a
+            reshape that is no view), each with its cost (elements moved).
     """
 
     jaxpr: str
@@ -61,6 +63,12 @@ class Report:
     tensors: tuple[TensorInfo, ...]
     input_dcis: tuple[tuple[str, DCI], ...]
     output_dcis: tuple[tuple[str, DCI], ...]
+    copies: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def copy_cost(self) -> int:
+        """Elements moved by the program's own copies."""
+        return sum(cost for _, cost in self.copies)
 
     def __str__(self) -> str:
         out = ["Spyre-level jaxpr:", self.jaxpr, ""]
@@ -69,6 +77,9 @@ class Report:
             out.append(f"  restickify {r.value} (cost {r.cost}): {r.reason}")
             out.append(f"    from {r.source_type}")
             out.append(f"    to   {r.target}")
+        if self.copies:
+            out.append(f"copy_cost: {self.copy_cost} elements moved by the program's copies")
+            out.extend(f"  {what} (cost {cost})" for what, cost in self.copies)
         out.append("")
         out.append("tensors (device bytes, padding overhead):")
         for t in self.tensors:
@@ -92,6 +103,8 @@ class Report:
         e = html.escape
         parts = ["<div class='spyrejax-report'>"]
         parts.append(f"<p><b>restickify_cost</b>: {self.restickify_cost} elements moved</p>")
+        if self.copies:
+            parts.append(f"<p><b>copy_cost</b>: {self.copy_cost} elements moved by copies</p>")
         rows = "".join(
             f"<tr><td>{e(r.value)}</td><td>{r.cost}</td><td>{e(r.reason)}</td>"
             f"<td><code>{e(r.source_type)}</code></td><td><code>{e(str(r.target))}</code></td></tr>"
@@ -191,6 +204,9 @@ def explain(fun: Callable[..., Any] | SpyreJit, *args: Any, **kwargs: Any) -> Re
         t = var.aval
         if isinstance(t, SpyreType):
             outputs.append((f"out{i}", generate_dci(t.base_shape, t.layout, host_to_device=False)))
+    copies = tuple(
+        (node.describe(), mode.cost) for node, mode in lowered.plan.modes.items() if mode.cost
+    )
     return Report(
         str(closed),
         records,
@@ -198,6 +214,7 @@ def explain(fun: Callable[..., Any] | SpyreJit, *args: Any, **kwargs: Any) -> Re
         _tensors(closed),
         tuple(inputs),
         tuple(outputs),
+        copies,
     )
 
 
