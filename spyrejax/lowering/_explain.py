@@ -12,6 +12,7 @@ import jax
 
 from .._array import SpyreType
 from .._dci import DCI, generate_dci
+from .._layout import SpyreTensorLayout
 from ._interpret import Record
 from ._jit import SpyreJit
 
@@ -197,7 +198,7 @@ def explain(fun: Callable[..., Any] | SpyreJit, *args: Any, **kwargs: Any) -> Re
         t = var.aval
         if isinstance(t, SpyreType):
             continue  # already on the device
-        layout = _default_input_layout(var.aval)
+        layout = SpyreTensorLayout(var.aval.shape, var.aval.dtype)
         inputs.append((v.name, generate_dci(v.shape, layout)))
     outputs = []
     for i, var in enumerate(closed.jaxpr.outvars):
@@ -216,9 +217,3 @@ def explain(fun: Callable[..., Any] | SpyreJit, *args: Any, **kwargs: Any) -> Re
         tuple(outputs),
         copies,
     )
-
-
-def _default_input_layout(aval: Any) -> Any:
-    from .._layout import SpyreTensorLayout
-
-    return SpyreTensorLayout(aval.shape, aval.dtype)

@@ -23,7 +23,7 @@ from .._jax import ClosedJaxpr
 from ._graph import Graph, build_graph
 from ._interpret import Interpreter
 from ._planner import Plan, plan_graph
-from ._rules import SPARSE, canon
+from ._rules import SPARSE, canon, type_stick
 
 __all__ = ["Lowered", "SpyreJit", "jit"]
 
@@ -64,8 +64,7 @@ def _leaf_aval(x: Any) -> Any:
 
 def _input_stick(aval: Any) -> int:
     if isinstance(aval, SpyreType):
-        s = aval.stick_dim
-        return SPARSE if s is None else canon(aval.shape, s)
+        return type_stick(aval)
     shape = tuple(aval.shape)
     return canon(shape, len(shape) - 1) if shape else SPARSE
 

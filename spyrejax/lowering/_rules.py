@@ -37,6 +37,7 @@ __all__ = [
     "rule_for",
     "stick_of",
     "stick_options",
+    "type_stick",
 ]
 
 SPARSE = -1
@@ -82,11 +83,15 @@ def layout_for(shape: tuple[int, ...], dtype: Any, stick: int) -> SpyreTensorLay
     return SpyreTensorLayout(shape, dtype, dim_order_for(shape, stick))
 
 
-def stick_of(x: SpyreArray) -> int:
-    """The planner's stick of a Spyre array (traced or not)."""
-    t = jax.typeof(x)
+def type_stick(t: SpyreType) -> int:
+    """The planner's stick of a Spyre type."""
     s = t.stick_dim
     return SPARSE if s is None else canon(t.shape, s)
+
+
+def stick_of(x: SpyreArray) -> int:
+    """The planner's stick of a Spyre array (traced or not)."""
+    return type_stick(jax.typeof(x))
 
 
 def _req(v: Value | Scalar, stick: int) -> int | None:

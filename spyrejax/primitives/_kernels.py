@@ -14,10 +14,20 @@ import numpy as np
 
 from .._array import SpyreType
 from .._devdims import AlignPlan
+from .._dma import box_plan, d2h_values, dma_d2h, read_box
 from .._dtypes import poison_value
 from .._layout import data_positions
 
-__all__ = ["aligned", "data_mask", "from_data_dims", "has_padding", "masked", "poison"]
+__all__ = [
+    "accumulator",
+    "aligned",
+    "data_mask",
+    "from_data_dims",
+    "has_padding",
+    "logical_values",
+    "masked",
+    "poison",
+]
 
 
 def has_padding(t: SpyreType) -> bool:
@@ -74,3 +84,20 @@ def from_data_dims(result: jax.Array, t: SpyreType) -> jax.Array:
     if all(w[1] == 0 for w in widths):
         return result
     return jax.lax.pad(result, poison(result.dtype), widths)
+
+
+def logical_values(image: jax.Array, t: SpyreType, exact: bool = True) -> jax.Array:
+    """The logical values of an image: a DMA read with its layout, then its view.
+
+    ``exact`` moves bits (``dma_d2h``); otherwise values (differentiable, for tangents).
+    """
+    read = dma_d2h if exact else d2h_values
+    base = read(image, t.base_shape, t.layout)
+    if not t.is_view:
+        return base
+    return read_box(base, box_plan(t.base_shape, t.shape, t.strides, 0))
+
+
+def accumulator(dtype: Any) -> Any:
+    """The dtype float16/bfloat16 sums accumulate in (float32); None keeps ``dtype``."""
+    return jnp.float32 if dtype in (jnp.float16, jnp.bfloat16) else None

@@ -24,7 +24,7 @@ from .._devdims import DevDim
 from .._errors import LayoutError, SpyreTypeError
 from .._layout import SpyreTensorLayout
 from ._base import SpyrePrim
-from ._kernels import from_data_dims, masked
+from ._kernels import accumulator, from_data_dims, masked
 
 __all__ = ["Matmul", "matmul"]
 
@@ -129,12 +129,10 @@ class Matmul(SpyrePrim):
             pad[ax] = (0, plan.k_padded - b_img.shape[ax])
             b_img = jnp.pad(b_img, pad)
             b_img = b_img.reshape(b_img.shape[:ax] + plan.k_sizes + b_img.shape[ax + 1 :])
-        out = jnp.einsum(plan.subscripts, a_img, b_img, preferred_element_type=_acc(a_t.dtype))
+        out = jnp.einsum(
+            plan.subscripts, a_img, b_img, preferred_element_type=accumulator(a_t.dtype)
+        )
         return from_data_dims(out.astype(a_t.dtype), self.out_aval)
-
-
-def _acc(dtype: np.dtype) -> Any:
-    return jnp.float32 if dtype in (jnp.float16, jnp.bfloat16) else None
 
 
 def _take0(img: jax.Array, take: tuple[int, ...]) -> jax.Array:

@@ -25,7 +25,7 @@ from .._array import PadFill, SpyreArray, SpyreType
 from .._devdims import DevDim, layout_from_dims
 from .._errors import LayoutError, SpyreTypeError
 from ._base import SpyrePrim, normalize_axes
-from ._kernels import from_data_dims, masked, poison
+from ._kernels import accumulator, from_data_dims, masked, poison
 
 __all__ = ["REDUCTIONS", "Reduce", "reduce"]
 
@@ -97,7 +97,7 @@ class Reduce(SpyrePrim):
         if self._take:  # synthetic dims hold data at index 0 only
             img = img[tuple(0 if k in self._take else slice(None) for k in range(img.ndim))]
         dev_axes = tuple(j - sum(1 for k in self._take if k < j) for j in self._dev_axes)
-        acc = jnp.float32 if t.dtype in (jnp.float16, jnp.bfloat16) else None
+        acc = accumulator(t.dtype)
         if self.op in ("sum", "mean"):
             out = jnp.sum(img, axis=dev_axes, dtype=acc)
             # Broadcast (stride-0) logical dims hold one copy of each value.

@@ -18,12 +18,12 @@ import jax
 import numpy as np
 
 from .._array import SpyreArray, SpyreType, batched_layout
-from .._dma import box_plan, d2h_values, dma_d2h, dma_h2d, h2d_values, read_box
+from .._dma import dma_h2d, h2d_values
 from .._dtypes import format_for_dtype, host_dtype
 from .._errors import LayoutError, SpyreTypeError
 from .._layout import SpyreTensorLayout
 from ._base import SpyrePrim
-from ._kernels import masked, poison
+from ._kernels import logical_values, masked, poison
 
 __all__ = [
     "Astype",
@@ -45,16 +45,6 @@ def restickify_cost(t: SpyreType) -> int:
     return math.prod(t.layout.device_size)
 
 
-def _logical(img: jax.Array, t: SpyreType, exact: bool = True) -> jax.Array:
-    """The logical values of an image (DMA read with the source layout, then the view)."""
-    base = (
-        dma_d2h(img, t.base_shape, t.layout) if exact else d2h_values(img, t.base_shape, t.layout)
-    )
-    if not t.is_view:
-        return base
-    return read_box(base, box_plan(t.base_shape, t.shape, t.strides, 0))
-
-
 class Restickify(SpyrePrim):
     """Copy a Spyre array into a new layout (a device-to-device DMA)."""
 
@@ -73,10 +63,10 @@ class Restickify(SpyrePrim):
         return {"cost": restickify_cost(self.in_avals[0])}
 
     def kernel(self, img: jax.Array) -> jax.Array:
-        return dma_h2d(_logical(img, self.in_avals[0]), self.layout)
+        return dma_h2d(logical_values(img, self.in_avals[0]), self.layout)
 
     def tangent_kernel(self, img: jax.Array) -> jax.Array:
-        return h2d_values(_logical(img, self.in_avals[0], exact=False), self.layout)
+        return h2d_values(logical_values(img, self.in_avals[0], exact=False), self.layout)
 
     def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
         return {"layout": batched_layout(self.layout, self.in_avals[0].shape, size)}
@@ -114,7 +104,7 @@ class Copy(SpyrePrim):
         return {**shown, "cost": sum(restickify_cost(a) for a in self.in_avals)}
 
     def _copy(self, imgs: tuple[jax.Array, ...], exact: bool) -> jax.Array:
-        values = [_logical(i, t, exact) for i, t in zip(imgs, self.in_avals, strict=True)]
+        values = [logical_values(i, t, exact) for i, t in zip(imgs, self.in_avals, strict=True)]
         out = self.compute(*values)
         return dma_h2d(out, self.layout) if exact else h2d_values(out, self.layout)
 
@@ -342,7 +332,7 @@ class Astype(SpyrePrim):
         out_t = self.out_aval
         if self._same_sticks:  # stick by stick, on the image
             return masked(img.astype(self.dtype), out_t, poison(self.dtype))
-        values = _logical(img, self.in_avals[0], exact).astype(self.dtype)
+        values = logical_values(img, self.in_avals[0], exact).astype(self.dtype)
         return dma_h2d(values, out_t.layout) if exact else h2d_values(values, out_t.layout)
 
     def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:

@@ -11,18 +11,15 @@ import numpy as np
 from .._array import PadFill, SpyreArray, SpyreType, batched_layout
 from .._dma import (
     _dtype_of,
-    box_plan,
-    d2h_values,
-    dma_d2h,
     dma_h2d,
     h2d_values,
-    read_box,
 )
 from .._dtypes import host_dtype
 from .._errors import LayoutError, SpyreTypeError
 from .._jax import ShapedArray
 from .._layout import SpyreTensorLayout
 from ._base import SpyrePrim
+from ._kernels import logical_values
 
 __all__ = ["ToDevice", "ToHost", "to_device", "to_host"]
 
@@ -80,7 +77,7 @@ def to_device(
         LayoutError: if the layout cannot hold ``x`` or its format does not match.
         SpyreTypeError: if ``x`` is already a Spyre array.
     """
-    if isinstance(jax.typeof(x) if _is_jax_value(x) else None, SpyreType):
+    if isinstance(x, SpyreArray | jax.core.Tracer) and isinstance(jax.typeof(x), SpyreType):
         raise SpyreTypeError(
             "to_device got an array already on the device; use spyrejax.restickify to "
             "change its layout"
@@ -98,10 +95,6 @@ def to_device(
     return ToDevice(jax.typeof(x), layout=layout, pad_value=pad_value)(x)
 
 
-def _is_jax_value(x: Any) -> bool:
-    return isinstance(x, SpyreArray | jax.core.Tracer)
-
-
 # --- to_host --------------------------------------------------------------------------
 
 
@@ -114,19 +107,11 @@ class ToHost(SpyrePrim):
         self.params = {}
         super().__init__()
 
-    def _view(self, base: jax.Array) -> jax.Array:
-        t = self.in_avals[0]
-        if not t.is_view:
-            return base
-        return read_box(base, box_plan(t.base_shape, t.shape, t.strides, 0))
-
     def kernel(self, image: jax.Array) -> jax.Array:
-        t = self.in_avals[0]
-        return self._view(dma_d2h(image, t.base_shape, t.layout))
+        return logical_values(image, self.in_avals[0])
 
     def tangent_kernel(self, image: jax.Array) -> jax.Array:
-        t = self.in_avals[0]
-        return self._view(d2h_values(image, t.base_shape, t.layout))
+        return logical_values(image, self.in_avals[0], exact=False)
 
 
 def to_host(a: SpyreArray) -> jax.Array:
