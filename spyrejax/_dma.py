@@ -11,6 +11,10 @@ and under ``jax.jit``.
 Transfers only move data (slices, transposes, concatenations, box updates), never
 compute on it, so they are bit-exact: NaN payloads, -0.0 and infinities survive. The
 float8 formats, which XLA emulates through wider types, move as raw bytes.
+
+Eager transfers between concrete arrays run the same descriptors on the host engine
+(:mod:`spyrejax._host_dma`: blocked NumPy strided copies) when they are small or
+stick-granular; traced transfers, and large element-granular ones, run as above in XLA.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import numpy as np
 from ._dci import Descriptor, generate_dci
 from ._dtypes import format_for_dtype, host_dtype, poison_value
 from ._errors import LayoutError
+from ._host_dma import aligned_empty, host_engine_suits, run_on_host
 from ._layout import SpyreTensorLayout
 from ._segments import row_major_strides, segment_axes
 
@@ -259,13 +264,55 @@ def _d2h(image: jax.Array, shape: tuple[int, ...], layout: SpyreTensorLayout) ->
     return _from_bits(d2h_values(_as_bits(image), shape, layout), image.dtype)
 
 
+def _validate(descriptors: Sequence[Descriptor], src_shape: Any, dst_shape: Any) -> None:
+    """Check every descriptor addresses a box inside both buffers (raises LayoutError)."""
+    for d in descriptors:
+        box_plan(tuple(src_shape), d.size[::-1], d.stride_src[::-1], d.offset_src)
+        box_plan(tuple(dst_shape), d.size[::-1], d.stride_dst[::-1], d.offset_dst)
+
+
+def _on_host(x: Any, descriptors: Sequence[Descriptor], dtype: np.dtype) -> bool:
+    """Whether an eager transfer of ``x`` takes the host engine."""
+    return not isinstance(x, jax.core.Tracer) and host_engine_suits(descriptors, dtype.itemsize)
+
+
+def _h2d_on_host(
+    x: Any, descriptors: Sequence[Descriptor], layout: SpyreTensorLayout, fill: Any
+) -> jax.Array:
+    src = np.ascontiguousarray(np.asarray(x))
+    _validate(descriptors, src.shape, layout.device_size)
+    image = aligned_empty(layout.device_size, src.dtype)
+    if sum(math.prod(d.size) for d in descriptors) < image.size:  # padding to fill
+        image.view(f"u{image.itemsize}")[...] = np.asarray(fill, src.dtype).view(
+            f"u{image.itemsize}"
+        )
+    return jax.device_put(run_on_host(src, image, descriptors, host_is_src=True))
+
+
+def _d2h_on_host(image: Any, descriptors: Sequence[Descriptor], shape: Any) -> jax.Array:
+    src = np.ascontiguousarray(np.asarray(image))
+    _validate(descriptors, src.shape, shape)
+    out = aligned_empty(shape, src.dtype)
+    return jax.device_put(run_on_host(src, out, descriptors, host_is_src=False))
+
+
+def _to_jax(x: Any, dtype: np.dtype) -> jax.Array:
+    """``x`` as a JAX array; NumPy arrays go through an aligned copy the CPU can adopt."""
+    if isinstance(x, np.ndarray) and x.dtype == dtype:
+        staged = aligned_empty(x.shape, dtype)
+        np.copyto(staged, x)
+        return jax.device_put(staged)
+    return jnp.asarray(x, dtype)
+
+
 def dma_h2d(x: Any, layout: SpyreTensorLayout, *, pad_value: Any = None) -> jax.Array:
     """Host -> device: the device image of ``x`` in ``layout``.
 
     Runs the descriptors of ``generate_dci(x.shape, layout)``. Padding is never
     written: it keeps the fill of the fresh image, a poison value (NaN for float
     formats, the most negative integer for integer formats) unless ``pad_value`` is
-    given. Works eagerly and under ``jax.jit`` (with ``layout`` static).
+    given. Works eagerly and under ``jax.jit`` (with ``layout`` static); eager
+    transfers that are small or stick-granular run on the host engine.
 
     Args:
         x: a host array (NumPy or JAX) whose dtype maps to ``layout.device_dtype``.
@@ -282,17 +329,20 @@ def dma_h2d(x: Any, layout: SpyreTensorLayout, *, pad_value: Any = None) -> jax.
     if not isinstance(layout, SpyreTensorLayout):
         raise LayoutError(f"layout must be a SpyreTensorLayout, got {layout!r}")
     dt = _check_format(_dtype_of(x), layout, f"host array of shape {np.shape(x)}")
-    x = jnp.asarray(x)
-    layout.host_mapping(x.shape)
     fill = poison_value(dt) if pad_value is None else pad_value
-    return _h2d(x, _fill(fill, dt), layout=layout)
+    dci = generate_dci(np.shape(x), layout, host_to_device=True)
+    if _on_host(x, dci, dt):
+        return _h2d_on_host(x, dci, layout, fill)
+    return _h2d(_to_jax(x, dt), _fill(fill, dt), layout=layout)
 
 
 def dma_d2h(image: Any, shape: Sequence[int], layout: SpyreTensorLayout) -> jax.Array:
     """Device -> host: the host array of ``shape`` held in a device image.
 
     Runs the descriptors of ``generate_dci(shape, layout, host_to_device=False)``;
-    padding is never read, and broadcast device dims are read once.
+    padding is never read, and broadcast device dims are read once. Works eagerly and
+    under ``jax.jit``; eager transfers that are small or stick-granular run on the host
+    engine.
 
     Args:
         image: the device image, of shape ``layout.device_size``.
@@ -308,12 +358,14 @@ def dma_d2h(image: Any, shape: Sequence[int], layout: SpyreTensorLayout) -> jax.
     """
     if not isinstance(layout, SpyreTensorLayout):
         raise LayoutError(f"layout must be a SpyreTensorLayout, got {layout!r}")
-    _check_format(_dtype_of(image), layout, "device image")
-    image = jnp.asarray(image)
-    if tuple(image.shape) != layout.device_size:
+    dt = _check_format(_dtype_of(image), layout, "device image")
+    if tuple(np.shape(image)) != layout.device_size:
         raise LayoutError(
-            f"device image has shape {tuple(image.shape)}, expected the layout's "
+            f"device image has shape {tuple(np.shape(image))}, expected the layout's "
             f"device_size {layout.device_size}"
         )
     mapping = layout.host_mapping(shape)
-    return _d2h(image, shape=mapping.shape, layout=layout)
+    dci = generate_dci(mapping.shape, layout, host_to_device=False)
+    if _on_host(image, dci, dt):
+        return _d2h_on_host(image, dci, mapping.shape)
+    return _d2h(_to_jax(image, dt), shape=mapping.shape, layout=layout)

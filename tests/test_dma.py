@@ -202,3 +202,88 @@ def test_float8_formats_move_as_bytes():
     layout = SpyreTensorLayout(x.shape, ml_dtypes.float8_e4m3fn)
     assert layout.device_size == (3, 128)
     assert same_bits(sj.dma_d2h(sj.dma_h2d(x, layout), x.shape, layout), x)
+
+
+# --- the host engine ------------------------------------------------------------------
+
+
+@given(shape=shapes(), data=st.data(), dtype=dtypes)
+def test_property_host_engine_runs_descriptors_like_the_oracle(shape, data, dtype):
+    # Whatever the engine choice would be: the host engine is correct for every layout.
+    from spyrejax._host_dma import aligned_empty, run_on_host
+
+    layout = SpyreTensorLayout(shape, dtype, data.draw(dim_orders(len(shape))))
+    x = random_bits(shape, dtype, np.random.default_rng(data.draw(st.integers(0, 2**32 - 1))))
+    dci = sj.generate_dci(shape, layout)
+    bits = f"u{np.dtype(dtype).itemsize}"
+    fill = np.zeros(int(np.prod(layout.device_size)), bits)
+    want, _ = run_descriptors(dci, x.reshape(-1).view(bits), fill)
+    image = aligned_empty(layout.device_size, dtype)
+    image.view(bits)[...] = 0
+    run_on_host(x, image, dci, host_is_src=True)
+    np.testing.assert_array_equal(image.view(bits).reshape(-1), want)
+    back = aligned_empty(shape, dtype)
+    d2h = sj.generate_dci(shape, layout, host_to_device=False)
+    run_on_host(image, back, d2h, host_is_src=False)
+    assert same_bits(back, x)
+
+
+@given(shape=shapes(), data=st.data(), dtype=dtypes)
+def test_property_eager_and_jitted_transfers_agree_bit_for_bit(shape, data, dtype):
+    # Eager transfers may take the host engine, jitted ones always run in XLA.
+    layout = SpyreTensorLayout(shape, dtype, data.draw(dim_orders(len(shape))))
+    x = random_bits(shape, dtype, np.random.default_rng(data.draw(st.integers(0, 2**32 - 1))))
+    eager = sj.dma_h2d(x, layout)
+    jitted = jax.jit(sj.dma_h2d, static_argnames="layout")(x, layout)
+    assert same_bits(eager, jitted)
+    d2h = jax.jit(sj.dma_d2h, static_argnames=("shape", "layout"))
+    assert same_bits(sj.dma_d2h(eager, shape, layout), d2h(jitted, shape, layout))
+
+
+def test_engine_choice_follows_stick_granularity():
+    from spyrejax._host_dma import SMALL_ELEMENTS, host_engine_suits
+
+    big = (512, 4096)
+    assert SMALL_ELEMENTS < 512 * 4096
+    default = sj.generate_dci(big, SpyreTensorLayout(big, F16))  # whole sticks per run
+    column = sj.generate_dci(big, SpyreTensorLayout(big, F16, [1, 0]))  # sticks down columns
+    partial = (512, 4000)  # 62 whole sticks and a half stick per row
+    tail = sj.generate_dci(partial, SpyreTensorLayout(partial, F16))
+    assert host_engine_suits(default, 2)
+    assert host_engine_suits(tail, 2)
+    assert not host_engine_suits(column, 2)
+    assert host_engine_suits(sj.generate_dci((40, 60), SpyreTensorLayout((40, 60), F16, [1, 0])), 2)
+
+
+def test_eager_transfers_hand_over_aligned_buffers_without_copies():
+    # The host engine writes a 64-byte aligned image that the CPU client adopts.
+    shape = (256, 512)
+    layout = SpyreTensorLayout(shape, F16)
+    x = np.arange(np.prod(shape), dtype=F16).reshape(shape)
+    image = sj.dma_h2d(x, layout)
+    assert image.unsafe_buffer_pointer() % 64 == 0
+    np.testing.assert_array_equal(np.asarray(sj.dma_d2h(image, shape, layout)), x)
+
+
+def test_host_engine_fills_padding_and_rejects_bad_descriptors():
+    from spyrejax._dci import Descriptor
+
+    layout = SpyreTensorLayout((3, 100), F16)  # 100 -> 128: 28 padding lanes per row
+    image = np.asarray(sj.dma_h2d(np.ones((3, 100), F16), layout, pad_value=7))
+    assert (image[1, :, 36:] == 7).all() and (image[0] == 1).all()
+    outside = Descriptor((64,), (1,), (1,), 0, 100, True)
+    with pytest.raises(sj.LayoutError, match="inside the buffer"):
+        sj._dma._validate([outside], (64,), (128,))
+
+
+def test_large_element_granular_transfers_run_in_xla(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("the host engine ran an element-granular transfer")
+
+    monkeypatch.setattr(sj._dma, "run_on_host", refuse)
+    shape = (512, 256)  # sticks run down columns: element transposes
+    layout = SpyreTensorLayout(shape, F16, [1, 0])
+    x = np.arange(np.prod(shape)).astype(F16).reshape(shape)
+    image = sj.dma_h2d(x, layout)
+    assert same_bits(image, jax.jit(sj.dma_h2d, static_argnames="layout")(x, layout))
+    assert same_bits(sj.dma_d2h(image, shape, layout), x)
