@@ -3,10 +3,10 @@
 Layout rule (spec section 7): A is stuck on k; B and C are stuck on n; batch dims
 broadcast. C gets the default layout of its shape.
 
-Kernel: one ``einsum`` over device dims. A's k is tiled into sticks ``(T_k, eps)``; B's
-k dim is zero-padded to whole sticks and split the same way, so the contraction runs
-stick by stick. Padding never reaches C's data: A's padding is masked to zero, and so
-is B's, unless the type records that it is already zero (``pad=0``).
+Kernel: one ``dot_general`` over device dims (A as lhs, B as rhs). A's k is tiled into
+sticks ``(T_k, eps)``; B's k dim is zero-padded to whole sticks and split the same way,
+so the contraction runs stick by stick. Padding never reaches C's data: A's padding is
+masked to zero, and so is B's, unless the type records that it is already zero (``pad=0``).
 """
 
 from __future__ import annotations
@@ -129,10 +129,29 @@ class Matmul(SpyrePrim):
             pad[ax] = (0, plan.k_padded - b_img.shape[ax])
             b_img = jnp.pad(b_img, pad)
             b_img = b_img.reshape(b_img.shape[:ax] + plan.k_sizes + b_img.shape[ax + 1 :])
-        out = jnp.einsum(
-            plan.subscripts, a_img, b_img, preferred_element_type=accumulator(a_t.dtype)
-        )
+        out = _contract(plan.subscripts, a_img, b_img, accumulator(a_t.dtype))
         return from_data_dims(out.astype(a_t.dtype), self.out_aval)
+
+
+def _contract(subscripts: str, a: jax.Array, b: jax.Array, acc: Any) -> jax.Array:
+    """``einsum(subscripts, a, b)`` as one ``dot_general`` with A as lhs, B as rhs.
+
+    The product comes out as ``[batch, A's free dims, B's free dims]``; B's free dims
+    end with C's stick, so the final transpose into C's device order moves whole
+    sticks. (``jnp.einsum`` may swap the operands, which on the tiled layout turns that
+    transpose into an element-wise one.)
+    """
+    ins, out = subscripts.split("->")
+    a_sub, b_sub = ins.split(",")
+    batch = [c for c in a_sub if c in b_sub and c in out]
+    contract = [c for c in a_sub if c in b_sub and c not in out]
+    dims = (
+        (tuple(a_sub.index(c) for c in contract), tuple(b_sub.index(c) for c in contract)),
+        (tuple(a_sub.index(c) for c in batch), tuple(b_sub.index(c) for c in batch)),
+    )
+    prod = jax.lax.dot_general(a, b, dims, preferred_element_type=acc)
+    order = batch + [c for c in a_sub if c not in b_sub] + [c for c in b_sub if c not in a_sub]
+    return prod.transpose(tuple(order.index(c) for c in out))
 
 
 def _take0(img: jax.Array, take: tuple[int, ...]) -> jax.Array:
