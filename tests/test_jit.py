@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from jax.extend.core import primitives as core_prims
+from oracles import same_bits
 
 import spyrejax as sj
 
@@ -148,6 +149,24 @@ def test_recalls_do_not_retrace_and_new_layouts_do():
     assert len(traces) == 3
     lowered, _ = jf.lower(x, y)
     assert lowered is jf.lower(x, y)[0]
+
+
+def test_concrete_calls_run_on_images_and_traced_calls_on_spyre_types():
+    def f(x, y):
+        return jnp.tanh(x @ y).sum(0)
+
+    jf = sj.jit(f)
+    x, y = sj.to_device(_rand((8, 150), jnp.float32)), _rand((150, 70), jnp.float32, 1)
+    eager = jf(x, y)  # concrete: device images through jax.jit's C++ dispatch
+    traced = jax.jit(jf)(x, y)  # traced: the Spyre-typed computation
+    lowered, _ = jf.lower(x, y)
+    assert lowered.out_types == [eager.type] and eager.type == traced.type
+    assert same_bits(eager.image, traced.image)
+    grad = jax.grad(lambda y: sj.to_host(jf(x, y)).sum())(y)  # tracers through sj.jit
+    chex.assert_trees_all_close(grad, jax.grad(lambda y: f(sj.to_host(x), y).sum())(y), rtol=1e-4)
+    ys = jnp.stack([y, 2 * y])
+    mapped = jax.vmap(lambda y: sj.to_host(jf(x, y)))(ys)
+    chex.assert_trees_all_close(mapped, jax.vmap(lambda y: f(sj.to_host(x), y))(ys), rtol=1e-5)
 
 
 def test_static_arguments():

@@ -4,6 +4,12 @@ Per input signature (pytree structure, shapes, dtypes, layouts, static arguments
 traces the function to a jaxpr, flattens it into a graph, plans a stick for every
 value, and jit-compiles the interpreter that runs the plan with Spyre primitives. The
 compiled computation is reused on later calls with the same signature.
+
+Calls with concrete arguments run a second ``jax.jit`` of the same interpreter whose
+inputs and outputs are device images, so they take JAX's C++ dispatch path (a call
+with Spyre-typed arguments goes through hijax's Python path, about 150 us a call).
+Traced arguments (under an outer ``jit``, ``grad`` or ``vmap``) use the Spyre-typed
+one.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from .._array import SpyreArray, SpyreType
 from .._dtypes import host_dtype
 from .._errors import SpyreTypeError
 from .._jax import ClosedJaxpr
+from ..primitives import image, wrap
 from ._graph import Graph, build_graph
 from ._interpret import Interpreter
 from ._planner import Plan, plan_graph
@@ -37,8 +44,11 @@ class Lowered:
         graph: its flattened graph.
         plan: the planner's decisions.
         interpreter: runs the plan with Spyre primitives.
-        compiled: ``jax.jit`` of the interpreter.
+        compiled: ``jax.jit`` of the interpreter (Spyre arrays in and out).
         out_tree: the output pytree structure.
+        on_images: ``jax.jit`` of the interpreter on device images (see
+            :meth:`run_on_images`).
+        out_types: the outputs' Spyre types, known once ``on_images`` has been traced.
     """
 
     jaxpr: ClosedJaxpr
@@ -47,12 +57,23 @@ class Lowered:
     interpreter: Interpreter
     compiled: Callable[..., Any]
     out_tree: Any
+    on_images: Callable[..., Any]
+    out_types: list[SpyreType]
+
+    def run_on_images(self, leaves: Sequence[Any]) -> list[SpyreArray]:
+        """Run on concrete leaves: images in, images out, wrapped back into SpyreArrays."""
+        lo = [x.image if isinstance(x, SpyreArray) else x for x in leaves]
+        outs = self.on_images(*lo)
+        return [SpyreArray(o, t) for o, t in zip(outs, self.out_types, strict=True)]
 
 
 def _leaf_aval(x: Any) -> Any:
     """The abstract value a leaf is traced with: Spyre types keep their layout."""
     if isinstance(x, SpyreArray):
         return x.type
+    if isinstance(x, jax.core.Tracer):  # under an outer jit, grad or vmap
+        aval = jax.typeof(x)
+        return aval if isinstance(aval, SpyreType) else jax.ShapeDtypeStruct(aval.shape, aval.dtype)
     if isinstance(x, jax.Array | np.ndarray | np.generic | int | float | bool):
         arr = x if hasattr(x, "dtype") else np.asarray(x, dtype=jax.numpy.asarray(x).dtype)
         return jax.ShapeDtypeStruct(np.shape(arr), host_dtype(arr.dtype))
@@ -135,11 +156,25 @@ class SpyreJit:
         plan = plan_graph(graph, sticks)
         interpreter = Interpreter(graph, plan)
         compiled = jax.jit(interpreter.run)
-        return Lowered(closed, graph, plan, interpreter, compiled, out_tree)
+        out_types: list[SpyreType] = []
+        in_types = [a if isinstance(a, SpyreType) else None for a in avals]
+
+        def run_images(*lo: Any) -> list[jax.Array]:
+            hi = [x if t is None else wrap(x, t) for x, t in zip(lo, in_types, strict=True)]
+            outs = interpreter.run(*hi)
+            out_types[:] = [jax.typeof(o) for o in outs]
+            return [image(o) for o in outs]
+
+        return Lowered(
+            closed, graph, plan, interpreter, compiled, out_tree, jax.jit(run_images), out_types
+        )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         lowered, leaves = self.lower(*args, **kwargs)
-        outs = lowered.compiled(*leaves)
+        if any(isinstance(x, jax.core.Tracer) for x in leaves):
+            outs = lowered.compiled(*leaves)
+        else:
+            outs = lowered.run_on_images(leaves)
         return jax.tree.unflatten(lowered.out_tree, outs)
 
 
@@ -164,6 +199,8 @@ def jit(
     where the layout rules need them, at the least total cost it finds), rewrites each
     JAX primitive into Spyre primitives and runs the result under ``jax.jit``: one
     compiled computation per input signature (shapes, dtypes, layouts), reused later.
+    The compiled function may itself be called under ``jax.jit``, ``jax.grad`` or
+    ``jax.vmap``.
 
     Args:
         fun: the function; its array arguments may be pytrees.
