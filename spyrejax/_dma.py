@@ -10,7 +10,10 @@ and under ``jax.jit``.
 
 Transfers only move data (slices, transposes, concatenations, box updates), never
 compute on it, so they are bit-exact: NaN payloads, -0.0 and infinities survive. The
-float8 formats, which XLA emulates through wider types, move as raw bytes.
+float8 formats, which XLA emulates through wider types, move as raw bytes. One
+exception: inside ``jax.jit``, XLA's CPU backend may canonicalise bfloat16 NaNs (some
+of its fusions carry bfloat16 through float32, losing payloads); eager transfers on the
+host engine keep them.
 
 Eager transfers between concrete arrays run the same descriptors on the host engine
 (:mod:`spyrejax._host_dma`: blocked NumPy strided copies) when they are small or

@@ -233,6 +233,8 @@ def test_property_eager_and_jitted_transfers_agree_bit_for_bit(shape, data, dtyp
     # Eager transfers may take the host engine, jitted ones always run in XLA.
     layout = SpyreTensorLayout(shape, dtype, data.draw(dim_orders(len(shape))))
     x = random_bits(shape, dtype, np.random.default_rng(data.draw(st.integers(0, 2**32 - 1))))
+    if dtype == jnp.bfloat16:  # XLA's CPU backend may canonicalise bf16 NaNs in a jit
+        x = np.where(np.isnan(x), np.uint16(0x7FC0).view(dtype), x)
     eager = sj.dma_h2d(x, layout)
     jitted = jax.jit(sj.dma_h2d, static_argnames="layout")(x, layout)
     assert same_bits(eager, jitted)

@@ -26,7 +26,7 @@ from .._devdims import AlignPlan, align
 from .._errors import LayoutError, SpyreTypeError
 from .._layout import SpyreTensorLayout
 from ._base import SpyrePrim
-from ._kernels import aligned, masked, poison
+from ._kernels import aligned, from_data_dims, masked, padding_in_data_dims, poison
 
 __all__ = ["ELEMENTWISE_OPS", "Elementwise", "elementwise"]
 
@@ -173,6 +173,18 @@ class Elementwise(SpyrePrim):
         if self.op not in _COMPARE and self.op not in ("where", "integer_pow"):
             dt = out_t.dtype
             ops = [jnp.asarray(o, dt) if not isinstance(o, jax.Array) else o for o in ops]
+        synthetic = [k for k, d in enumerate(out_t.dims) if not d.is_data]
+        if synthetic and not padding_in_data_dims(out_t):
+            # Sparse: compute on lane 0 only and pad the other lanes with poison.
+            lane0 = tuple(
+                slice(0, 1) if k in synthetic else slice(None) for k in range(len(out_t.dims))
+            )
+            ops = [o[lane0] if isinstance(o, jax.Array) and o.ndim else o for o in ops]
+            shape = tuple(
+                1 if k in synthetic else n for k, n in enumerate(out_t.layout.device_size)
+            )
+            result = jnp.broadcast_to(type(self).fn(*ops), shape)
+            return from_data_dims(result.astype(out_t.dtype), out_t)
         result = jnp.broadcast_to(type(self).fn(*ops), out_t.layout.device_size)
         return masked(result.astype(out_t.dtype), out_t, poison(out_t.dtype))
 

@@ -26,6 +26,7 @@ __all__ = [
     "has_padding",
     "logical_values",
     "masked",
+    "padding_in_data_dims",
     "poison",
 ]
 
@@ -37,6 +38,20 @@ def has_padding(t: SpyreType) -> bool:
         n for n, s in zip(layout.device_size, layout.stride_map, strict=True) if s == 0
     )
     return math.prod(t.base_shape) * copies != math.prod(layout.device_size)
+
+
+def padding_in_data_dims(t: SpyreType) -> bool:
+    """Whether ``t`` has padding besides the lanes of synthetic device dims.
+
+    :func:`from_data_dims` already poisons those lanes, so a kernel whose output has
+    no other padding need not mask it again.
+    """
+    layout = t.layout
+    copies = math.prod(
+        n for n, s in zip(layout.device_size, layout.stride_map, strict=True) if s == 0
+    )
+    data = math.prod(d.size for d in t.dims if d.is_data)
+    return math.prod(t.base_shape) * copies != data
 
 
 def data_mask(t: SpyreType) -> jax.Array | None:

@@ -25,7 +25,7 @@ from .._array import PadFill, SpyreArray, SpyreType
 from .._devdims import DevDim, layout_from_dims
 from .._errors import LayoutError, SpyreTypeError
 from ._base import SpyrePrim, normalize_axes
-from ._kernels import accumulator, from_data_dims, masked, poison
+from ._kernels import accumulator, from_data_dims, masked, padding_in_data_dims, poison
 
 __all__ = ["REDUCTIONS", "Reduce", "reduce"]
 
@@ -111,7 +111,7 @@ class Reduce(SpyrePrim):
         else:
             out = (jnp.max if self.op == "max" else jnp.min)(img, axis=dev_axes)
         out = from_data_dims(out.astype(t.dtype), self.out_aval)
-        if self.out_aval.pad is PadFill.POISON:
+        if self.out_aval.pad is PadFill.POISON and padding_in_data_dims(self.out_aval):
             out = masked(out, self.out_aval, poison(t.dtype))
         return out
 
