@@ -336,6 +336,8 @@ def dma_h2d(x: Any, layout: SpyreTensorLayout, *, pad_value: Any = None) -> jax.
     dci = generate_dci(np.shape(x), layout, host_to_device=True)
     if _on_host(x, dci, dt):
         return _h2d_on_host(x, dci, layout, fill)
+    if isinstance(x, jax.core.Tracer):  # inline: a nested jit only costs compile time
+        return _h2d.__wrapped__(x, _fill(fill, dt), layout)
     return _h2d(_to_jax(x, dt), _fill(fill, dt), layout=layout)
 
 
@@ -371,4 +373,6 @@ def dma_d2h(image: Any, shape: Sequence[int], layout: SpyreTensorLayout) -> jax.
     dci = generate_dci(mapping.shape, layout, host_to_device=False)
     if _on_host(image, dci, dt):
         return _d2h_on_host(image, dci, mapping.shape)
+    if isinstance(image, jax.core.Tracer):  # inline: a nested jit only costs compile time
+        return _d2h.__wrapped__(image, mapping.shape, layout)
     return _d2h(_to_jax(image, dt), shape=mapping.shape, layout=layout)

@@ -26,7 +26,14 @@ from .._devdims import AlignPlan, align
 from .._errors import LayoutError, SpyreTypeError
 from .._layout import SpyreTensorLayout
 from ._base import SpyrePrim
-from ._kernels import aligned, from_data_dims, masked, padding_in_data_dims, poison
+from ._kernels import (
+    aligned,
+    from_data_dims,
+    masked,
+    padding_in_data_dims,
+    poison,
+    select,
+)
 
 __all__ = ["ELEMENTWISE_OPS", "Elementwise", "elementwise"]
 
@@ -75,7 +82,7 @@ _COMPARE: dict[str, Callable[..., Any]] = {
     "eq": jnp.equal,
     "ne": jnp.not_equal,
 }
-_TERNARY: dict[str, Callable[..., Any]] = {"where": jnp.where}
+_TERNARY: dict[str, Callable[..., Any]] = {"where": select}
 
 ELEMENTWISE_OPS: dict[str, int] = {
     **{k: 1 for k in _UNARY},

@@ -44,10 +44,13 @@ class Iota(SpyrePrim):
         index: Any = jnp.zeros(size, np.int32)
         for j, d in walking:  # position in the (possibly folded) dims walked
             index = index + jax.lax.broadcasted_iota(np.int32, size, j) * d.ratio
-        if walking:  # unravelled to the index along ``dimension``
+        if walking:  # unravelled to the index along ``dimension`` (indices are >= 0)
             folded = walking[0][1].dims
             inner = math.prod(t.shape[k] for k in folded if k > self.dimension)
-            index = (index // inner) % t.shape[self.dimension]
+            if inner > 1:
+                index = jax.lax.div(index, np.int32(inner))
+            if any(k < self.dimension for k in folded):
+                index = jax.lax.rem(index, np.int32(t.shape[self.dimension]))
         return masked(index.astype(self.dtype), t, poison(self.dtype))
 
 
