@@ -1,8 +1,8 @@
 """spyrejax benchmarks: the emulator against native JAX and against memory bandwidth.
 
 Every figure is the median of at least 5 timed runs after a warm-up, each ended with
-``block_until_ready``. Results print as a table and are written as JSON with the
-machine and the versions.
+``block_until_ready``; the runs of the things a ratio compares are interleaved. Results
+print as a table and are written as JSON with the machine and the versions.
 
     python benchmarks/bench.py [--quick] [--out results.json] [--only NAME...]
 
@@ -28,7 +28,7 @@ import numpy as np
 
 import spyrejax as sj
 
-RUNS = 7
+RUNS = 9
 
 
 def _block(x: Any) -> Any:
@@ -42,13 +42,24 @@ def _block(x: Any) -> Any:
 
 def timed(fn: Callable[[], Any], runs: int = RUNS) -> float:
     """Median seconds of ``runs`` calls after one warm-up call."""
-    _block(fn())
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
+    return timed_together({"fn": fn}, runs)["fn"]
+
+
+def timed_together(fns: dict[str, Callable[[], Any]], runs: int = RUNS) -> dict[str, float]:
+    """Median seconds of each function, their runs interleaved, after one warm-up each.
+
+    Interleaving (a, b, c, a, b, c, ...) exposes every function to the same background
+    load, so the ratios between them are steadier than back-to-back medians.
+    """
+    for fn in fns.values():
         _block(fn())
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(runs):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            _block(fn())
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 # --- compute cases -----------------------------------------------------------------------
@@ -137,8 +148,13 @@ def bench_compute(scale: int, only: list[str]) -> list[dict[str, Any]]:
         native = jax.jit(fn)
         emulated = sj.jit(fn)
         device_args = tuple(sj.to_device(a) for a in args)
-        t_native = timed(lambda native=native, args=args: native(*args))
-        t_emul = timed(lambda emulated=emulated, device_args=device_args: emulated(*device_args))
+        times = timed_together(
+            {
+                "native": lambda native=native, args=args: native(*args),
+                "emulated": lambda f=emulated, device_args=device_args: f(*device_args),
+            }
+        )
+        t_native, t_emul = times["native"], times["emulated"]
         got = np.asarray(emulated(*device_args), np.float32)
         err = float(np.max(np.abs(got - np.asarray(native(*args), np.float32))))
         rows.append(
@@ -201,14 +217,17 @@ def bench_dma(mib: int, only: list[str]) -> list[dict[str, Any]]:
         image = _H2D(host, layout)
         nbytes = host_np.nbytes
         dst = np.empty_like(host_np)
-        t_copyto = timed(lambda dst=dst, host_np=host_np: np.copyto(dst, host_np))
-        t_copy = timed(host_np.copy)
-        times = {
-            "h2d": timed(lambda x=host_np, layout=layout: sj.dma_h2d(x, layout)),
-            "d2h": timed(lambda im=image, s=shape, layout=layout: sj.dma_d2h(im, s, layout)),
-            "h2d_jit": timed(lambda host=host, layout=layout: _H2D(host, layout)),
-            "d2h_jit": timed(lambda im=image, s=shape, layout=layout: _D2H(im, s, layout)),
-        }
+        times = timed_together(
+            {
+                "copyto": lambda dst=dst, host_np=host_np: np.copyto(dst, host_np),
+                "copy": host_np.copy,
+                "h2d": lambda x=host_np, layout=layout: sj.dma_h2d(x, layout),
+                "d2h": lambda im=image, s=shape, layout=layout: sj.dma_d2h(im, s, layout),
+                "h2d_jit": lambda host=host, layout=layout: _H2D(host, layout),
+                "d2h_jit": lambda im=image, s=shape, layout=layout: _D2H(im, s, layout),
+            }
+        )
+        t_copyto, t_copy = times.pop("copyto"), times.pop("copy")
         row = {
             "case": name,
             "bytes": nbytes,

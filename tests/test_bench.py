@@ -16,6 +16,14 @@ def test_timed_is_the_median_after_a_warm_up():
     assert len(calls) == 6  # one warm-up and five timed runs
 
 
+def test_timed_together_interleaves_the_runs():
+    order = []
+    fns = {"a": lambda: order.append("a"), "b": lambda: order.append("b")}
+    times = bench.timed_together(fns, 3)
+    assert set(times) == {"a", "b"} and all(t >= 0 for t in times.values())
+    assert order == ["a", "b"] + ["a", "b"] * 3  # warm-ups, then alternating runs
+
+
 def test_quick_run_of_one_case_each_writes_every_figure(tmp_path):
     out = tmp_path / "r.json"
     only = ["matmul 256x1024x1024 float32", "16 MiB default", "MLP"]

@@ -32,6 +32,29 @@ def test_reductions_match_jnp(op, dtype, axis, keepdims):
     chex.assert_trees_all_close(sj.to_host(out), ref, **LOOSE[np.dtype(dtype)])
 
 
+@pytest.mark.parametrize("op", OPS)
+def test_large_images_reduce_in_two_stages_with_the_same_result(op, monkeypatch):
+    from spyrejax.primitives import _reduce
+
+    x = rand((5, 20, 150), jnp.float32, np.random.default_rng(1))
+    fn, ref_fn = OPS[op]
+    a = sj.to_device(x)
+    for axis in (None, (1, 2), -1):
+        fused = fn(a, axis)
+        assert (
+            "optimization_barrier"
+            not in jax.jit(lambda a, axis=axis: fn(a, axis)).lower(a).as_text()
+        )
+        monkeypatch.setattr(_reduce, "STAGED_REDUCTION_BYTES", 0)
+        staged = fn(a, axis)
+        hlo = jax.jit(lambda a, axis=axis: fn(a, axis)).lower(a).as_text()
+        monkeypatch.undo()
+        assert "optimization_barrier" in hlo and fused.type == staged.type
+        want = ref_fn(x, axis=axis)
+        chex.assert_trees_all_close(sj.to_host(staged), want, rtol=1e-5, atol=1e-5)
+        chex.assert_trees_all_close(sj.to_host(staged), sj.to_host(fused), rtol=1e-6, atol=1e-6)
+
+
 def test_stick_dim_reduction_is_sparse_with_the_spec_layout():
     x = rand((512, 256), jnp.float16, np.random.default_rng(1))
     out = sj.sum(sj.to_device(x), 1)

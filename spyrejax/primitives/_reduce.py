@@ -66,6 +66,27 @@ def _out_dims(t: SpyreType, axes: tuple[int, ...], keepdims: bool) -> list[DevDi
     return out
 
 
+#: Images larger than this reduce over tiles and lanes in two stages (see ``_staged``).
+STAGED_REDUCTION_BYTES = 16 * 2**20
+
+
+def _staged(img: jax.Array, axes: tuple[int, ...], reduce: Any) -> jax.Array:
+    """``reduce(img, axes)``; for large images, lanes last when the stick is reduced.
+
+    The outer axes are reduced first and the partial result is fenced with an
+    optimization barrier. Fused in one pass with its consumers, XLA's CPU reduction over
+    tile and lane axes walks the image a stick at a time across tiles: fine while the
+    image stays in cache, 2x slower than native beyond it (softmax over 4096x4096;
+    staged, 1.2x). Below :data:`STAGED_REDUCTION_BYTES` the fused pass is faster.
+    """
+    last = img.ndim - 1
+    outer = tuple(a for a in axes if a != last)
+    if last not in axes or not outer or img.nbytes <= STAGED_REDUCTION_BYTES:
+        return reduce(img, axes)
+    partial = jax.lax.optimization_barrier(reduce(img, outer))
+    return reduce(partial, (partial.ndim - 1,))
+
+
 class Reduce(SpyrePrim):
     """A reduction; subclasses per op set ``op``."""
 
@@ -99,7 +120,7 @@ class Reduce(SpyrePrim):
         dev_axes = tuple(j - sum(1 for k in self._take if k < j) for j in self._dev_axes)
         acc = accumulator(t.dtype)
         if self.op in ("sum", "mean"):
-            out = jnp.sum(img, axis=dev_axes, dtype=acc)
+            out = _staged(img, dev_axes, lambda x, ax: jnp.sum(x, axis=ax, dtype=acc))
             # Broadcast (stride-0) logical dims hold one copy of each value.
             copies = math.prod(
                 t.shape[d] for d in self.axes if t.strides[d] == 0 and t.shape[d] > 1
@@ -109,7 +130,8 @@ class Reduce(SpyrePrim):
             elif copies > 1:
                 out = out * copies
         else:
-            out = (jnp.max if self.op == "max" else jnp.min)(img, axis=dev_axes)
+            fn = jnp.max if self.op == "max" else jnp.min
+            out = _staged(img, dev_axes, lambda x, ax: fn(x, axis=ax))
         out = from_data_dims(out.astype(t.dtype), self.out_aval)
         if self.out_aval.pad is PadFill.POISON and padding_in_data_dims(self.out_aval):
             out = masked(out, self.out_aval, poison(t.dtype))
