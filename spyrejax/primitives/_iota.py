@@ -43,7 +43,10 @@ class Iota(SpyrePrim):
         walking = [(j, d) for j, d in enumerate(t.dims) if self.dimension in d.dims]
         index: Any = jnp.zeros(size, np.int32)
         for j, d in walking:  # position in the (possibly folded) dims walked
-            index = index + jax.lax.broadcasted_iota(np.int32, size, j) * d.ratio
+            step = jax.lax.broadcasted_iota(np.int32, size, j)
+            if d.ratio != 1:
+                step = jax.lax.mul(step, jax.lax.full(size, d.ratio, np.int32))
+            index = jax.lax.add(index, step)
         if walking:  # unravelled to the index along ``dimension`` (indices are >= 0)
             folded = walking[0][1].dims
             inner = math.prod(t.shape[k] for k in folded if k > self.dimension)

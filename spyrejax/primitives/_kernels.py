@@ -77,10 +77,9 @@ def poison(dtype: Any) -> jax.Array:
 def select(pred: Any, on_true: Any, on_false: Any) -> jax.Array:
     """``jnp.where`` without its nested ``jit`` (one less function for XLA to inline)."""
     dtype = jnp.result_type(on_true, on_false)
-    pred, on_true, on_false = jnp.broadcast_arrays(
-        jnp.asarray(pred, bool), jnp.asarray(on_true, dtype), jnp.asarray(on_false, dtype)
-    )
-    return jax.lax.select(pred, on_true, on_false)
+    args = [jnp.asarray(pred, bool), jnp.asarray(on_true, dtype), jnp.asarray(on_false, dtype)]
+    shape = np.broadcast_shapes(*(a.shape for a in args))
+    return jax.lax.select(*(jnp.broadcast_to(a, shape) for a in args))
 
 
 def masked(image: jax.Array, t: SpyreType, fill: Any) -> jax.Array:

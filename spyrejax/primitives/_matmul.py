@@ -125,9 +125,9 @@ class Matmul(SpyrePrim):
         b_img = _take0(b_img, plan.b_take)
         if plan.has_k:  # zero-pad B's k to whole sticks and split it like A's k
             ax = plan.b_k_axis
-            pad = [(0, 0)] * b_img.ndim
-            pad[ax] = (0, plan.k_padded - b_img.shape[ax])
-            b_img = jnp.pad(b_img, pad)
+            pad = [(0, 0, 0)] * b_img.ndim
+            pad[ax] = (0, plan.k_padded - b_img.shape[ax], 0)
+            b_img = jax.lax.pad(b_img, jnp.zeros((), b_img.dtype), pad)
             b_img = b_img.reshape(b_img.shape[:ax] + plan.k_sizes + b_img.shape[ax + 1 :])
         out = _contract(plan.subscripts, a_img, b_img, accumulator(a_t.dtype))
         return from_data_dims(out.astype(a_t.dtype), self.out_aval)

@@ -66,6 +66,15 @@ def _out_dims(t: SpyreType, axes: tuple[int, ...], keepdims: bool) -> list[DevDi
     return out
 
 
+def _lax_reduce(lax_fn: Any, jnp_fn: Any) -> Any:
+    """A ``(x, axes)`` reduction: ``lax`` (no nested jit) except for bools (``jnp``)."""
+
+    def reduce(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
+        return jnp_fn(x, axis=axes) if x.dtype == bool else lax_fn(x, axes)
+
+    return reduce
+
+
 #: Images larger than this reduce over tiles and lanes in two stages (see ``_staged``).
 STAGED_REDUCTION_BYTES = 16 * 2**20
 
@@ -120,7 +129,9 @@ class Reduce(SpyrePrim):
         dev_axes = tuple(j - sum(1 for k in self._take if k < j) for j in self._dev_axes)
         acc = accumulator(t.dtype)
         if self.op in ("sum", "mean"):
-            out = _staged(img, dev_axes, lambda x, ax: jnp.sum(x, axis=ax, dtype=acc))
+            if acc is not None:
+                img = img.astype(acc)
+            out = _staged(img, dev_axes, _lax_reduce(jax.lax.reduce_sum, jnp.sum))
             # Broadcast (stride-0) logical dims hold one copy of each value.
             copies = math.prod(
                 t.shape[d] for d in self.axes if t.strides[d] == 0 and t.shape[d] > 1
@@ -130,8 +141,8 @@ class Reduce(SpyrePrim):
             elif copies > 1:
                 out = out * copies
         else:
-            fn = jnp.max if self.op == "max" else jnp.min
-            out = _staged(img, dev_axes, lambda x, ax: fn(x, axis=ax))
+            fns = {"max": (jax.lax.reduce_max, jnp.max), "min": (jax.lax.reduce_min, jnp.min)}
+            out = _staged(img, dev_axes, _lax_reduce(*fns[self.op]))
         out = from_data_dims(out.astype(t.dtype), self.out_aval)
         if self.out_aval.pad is PadFill.POISON and padding_in_data_dims(self.out_aval):
             out = masked(out, self.out_aval, poison(t.dtype))
