@@ -326,7 +326,7 @@ def test_default_layouts_follow_the_rule(shape, data, dtype):
 
 # -- import direction -----------------------------------------------------------------
 
-CORE = ["_errors.py", "_dtypes.py", "_segments.py", "_layout.py", "_dci.py"]
+CORE = ["_errors.py", "_dtypes.py", "_segments.py", "_layout.py", "_dci.py", "_host_dma.py"]
 
 
 @pytest.mark.parametrize("name", CORE)
