@@ -257,14 +257,18 @@ def _fill(value: Any, dtype: np.dtype) -> jax.Array:
     return jnp.asarray(arr.view(np.uint8) if dtype in _EMULATED else arr)
 
 
-@functools.partial(jax.jit, static_argnames=("layout",))
-def _h2d(x: jax.Array, fill: jax.Array, layout: SpyreTensorLayout) -> jax.Array:
+def _h2d_traced(x: jax.Array, fill: jax.Array, layout: SpyreTensorLayout) -> jax.Array:
     return _from_bits(h2d_values(_as_bits(x), layout, fill), x.dtype)
 
 
-@functools.partial(jax.jit, static_argnames=("shape", "layout"))
-def _d2h(image: jax.Array, shape: tuple[int, ...], layout: SpyreTensorLayout) -> jax.Array:
+def _d2h_traced(image: jax.Array, shape: tuple[int, ...], layout: SpyreTensorLayout) -> jax.Array:
     return _from_bits(d2h_values(_as_bits(image), shape, layout), image.dtype)
+
+
+# Eager XLA transfers compile once per layout; traced ones inline the bodies above (a
+# nested jit would only add compile time to the caller's program).
+_h2d = jax.jit(_h2d_traced, static_argnames=("layout",))
+_d2h = jax.jit(_d2h_traced, static_argnames=("shape", "layout"))
 
 
 def _validate(descriptors: Sequence[Descriptor], src_shape: Any, dst_shape: Any) -> None:
@@ -336,8 +340,8 @@ def dma_h2d(x: Any, layout: SpyreTensorLayout, *, pad_value: Any = None) -> jax.
     dci = generate_dci(np.shape(x), layout, host_to_device=True)
     if _on_host(x, dci, dt):
         return _h2d_on_host(x, dci, layout, fill)
-    if isinstance(x, jax.core.Tracer):  # inline: a nested jit only costs compile time
-        return _h2d.__wrapped__(x, _fill(fill, dt), layout)
+    if isinstance(x, jax.core.Tracer):
+        return _h2d_traced(x, _fill(fill, dt), layout)
     return _h2d(_to_jax(x, dt), _fill(fill, dt), layout=layout)
 
 
@@ -373,6 +377,6 @@ def dma_d2h(image: Any, shape: Sequence[int], layout: SpyreTensorLayout) -> jax.
     dci = generate_dci(mapping.shape, layout, host_to_device=False)
     if _on_host(image, dci, dt):
         return _d2h_on_host(image, dci, mapping.shape)
-    if isinstance(image, jax.core.Tracer):  # inline: a nested jit only costs compile time
-        return _d2h.__wrapped__(image, mapping.shape, layout)
+    if isinstance(image, jax.core.Tracer):
+        return _d2h_traced(image, mapping.shape, layout)
     return _d2h(_to_jax(image, dt), shape=mapping.shape, layout=layout)
