@@ -29,6 +29,8 @@ import numpy as np
 import spyrejax as sj
 
 RUNS = 9
+MAX_RUNS = 101
+BUDGET_S = 0.2  # per function: fast cases get more runs (up to MAX_RUNS)
 
 
 def _block(x: Any) -> Any:
@@ -40,19 +42,22 @@ def _block(x: Any) -> Any:
     return x
 
 
-def timed(fn: Callable[[], Any], runs: int = RUNS) -> float:
-    """Median seconds of ``runs`` calls after one warm-up call."""
-    return timed_together({"fn": fn}, runs)["fn"]
-
-
-def timed_together(fns: dict[str, Callable[[], Any]], runs: int = RUNS) -> dict[str, float]:
+def timed_together(
+    fns: dict[str, Callable[[], Any]], runs: int = RUNS, budget_s: float = BUDGET_S
+) -> dict[str, float]:
     """Median seconds of each function, their runs interleaved, after one warm-up each.
 
     Interleaving (a, b, c, a, b, c, ...) exposes every function to the same background
-    load, so the ratios between them are steadier than back-to-back medians.
+    load, so the ratios between them are steadier than back-to-back medians. Fast
+    functions get more than ``runs`` runs, as many as fit in ``budget_s`` seconds for
+    the slowest of them (at most :data:`MAX_RUNS`).
     """
+    slowest = 0.0
     for fn in fns.values():
+        t0 = time.perf_counter()
         _block(fn())
+        slowest = max(slowest, time.perf_counter() - t0)
+    runs = max(runs, min(MAX_RUNS, int(budget_s / max(slowest, 1e-9))))
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(runs):
         for k, fn in fns.items():
@@ -288,7 +293,8 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [
         f"Machine: {m['processor']}, {m['cpus']} CPUs, {m['platform']}; Python {m['python']},"
         f" JAX {m['jax']} ({m['backend']}), NumPy {m['numpy']}, spyrejax {m['spyrejax']}."
-        f" Median of {results['runs']} runs after a warm-up.",
+        f" Median of at least {results['runs']} interleaved runs after a warm-up (fast"
+        f" cases: up to {results.get('max_runs', results['runs'])} runs).",
         "",
         "| compute case | native | spyrejax | ratio (target <= 1.5) |",
         "|---|---:|---:|---:|",
@@ -350,7 +356,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return results
     scales = [4] if args.quick else [16, 4, 1]  # three sizes a factor of 4 apart
     mibs = [16] if args.quick else [4, 16, 64]
-    results: dict[str, Any] = {"machine": machine(), "quick": args.quick, "runs": RUNS}
+    results: dict[str, Any] = {
+        "machine": machine(),
+        "quick": args.quick,
+        "runs": RUNS,
+        "max_runs": MAX_RUNS,
+        "budget_s": BUDGET_S,
+    }
     results["compute"], results["dma"] = [], []
     for scale in scales:
         print(f"compute, 1/{scale} size:", flush=True)
