@@ -37,7 +37,7 @@ from ._dci import Descriptor, generate_dci
 from ._dtypes import format_for_dtype, host_dtype, poison_value
 from ._errors import LayoutError
 from ._host_dma import aligned_empty, host_engine_suits, run_on_host
-from ._layout import SpyreTensorLayout
+from ._layout import SpyreTensorLayout, padding_slabs
 from ._segments import row_major_strides, segment_axes
 
 __all__ = [
@@ -289,10 +289,13 @@ def _h2d_on_host(
     src = np.ascontiguousarray(np.asarray(x))
     _validate(descriptors, src.shape, layout.device_size)
     image = aligned_empty(layout.device_size, src.dtype)
-    if sum(math.prod(d.size) for d in descriptors) < image.size:  # padding to fill
-        image.view(f"u{image.itemsize}")[...] = np.asarray(fill, src.dtype).view(
-            f"u{image.itemsize}"
-        )
+    bits = f"u{image.itemsize}"
+    fill_bits = np.asarray(fill, src.dtype).view(bits)
+    # Poison the slabs that hold the padding (data written there next overwrites it).
+    for dim, start, stop in padding_slabs(layout, layout.host_mapping(src.shape)):
+        index = [slice(None)] * image.ndim
+        index[dim] = slice(start, stop)
+        image.view(bits)[tuple(index)] = fill_bits
     return jax.device_put(run_on_host(src, image, descriptors, host_is_src=True))
 
 

@@ -23,7 +23,7 @@ from ._dtypes import DataFormats, DTypeLike, format_for_dtype
 from ._errors import LayoutError
 from ._segments import Segmentation, row_major_strides, segment_axes
 
-__all__ = ["HostMapping", "SpyreTensorLayout", "data_positions"]
+__all__ = ["HostMapping", "SpyreTensorLayout", "data_positions", "padding_slabs"]
 
 
 def _int_tuple(values: Any, name: str) -> tuple[int, ...]:
@@ -565,6 +565,32 @@ def data_positions(layout: SpyreTensorLayout, mapping: HostMapping, c: Any) -> A
         if size[top] * r_top > segment.size:
             ok = ok & (x < segment.size)
     return ok
+
+
+def padding_slabs(layout: SpyreTensorLayout, mapping: HostMapping) -> list[tuple[int, int, int]]:
+    """Slabs ``(device dim, start, stop)`` whose union covers every padding position.
+
+    Each check :func:`data_positions` emits bounds one device coordinate, so the
+    positions failing it lie in one slab of that dim: filling the slabs and then writing
+    the data fills all padding while touching little else (for a partial last stick,
+    only the last tile).
+    """
+    slabs = []
+    seg = mapping.segmentation
+    size = layout.device_size
+    for j in seg.ignored:
+        if layout.stride_map[j] != 0 and size[j] > 1:
+            slabs.append((j, 1, size[j]))
+    for segment in seg.segments:
+        (top, r_top), *inner = segment.axes
+        prev = r_top
+        for j, ratio in inner:
+            if prev // ratio < size[j]:
+                slabs.append((j, prev // ratio, size[j]))
+            prev = ratio
+        if size[top] * r_top > segment.size:
+            slabs.append((top, segment.size // r_top, size[top]))
+    return slabs
 
 
 def _dividing_dim(mapping: HostMapping, stride: int) -> int:

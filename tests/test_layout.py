@@ -339,3 +339,39 @@ def test_layout_core_does_not_import_jax(name):
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             imported.add(node.module)
     assert not {m for m in imported if m == "jax" or m.startswith("jax.")}
+
+
+# -- padding slabs ----------------------------------------------------------------------
+
+
+def _slab_mask(layout, shape):
+    from spyrejax._layout import padding_slabs
+
+    mask = np.zeros(layout.device_size, bool)
+    for dim, start, stop in padding_slabs(layout, layout.host_mapping(shape)):
+        index = [slice(None)] * layout.device_rank
+        index[dim] = slice(start, stop)
+        mask[tuple(index)] = True
+    return mask
+
+
+@pytest.mark.parametrize(("size", "dsize", "smap"), SPEC_EXPLICIT + MORE_EXPLICIT)
+def test_padding_slabs_cover_the_padding_of_explicit_layouts(size, dsize, smap):
+    layout = SpyreTensorLayout.from_stride_map(dsize, smap, np.float16)
+    pad = layout.padding_mask(size)
+    assert not (pad & ~_slab_mask(layout, size)).any()
+
+
+@given(shape=shapes(max_elements=5000), data=st.data())
+def test_property_padding_slabs_cover_the_padding(shape, data):
+    layout = SpyreTensorLayout(shape, np.float16, data.draw(dim_orders(len(shape))))
+    pad, slabs = layout.padding_mask(shape), _slab_mask(layout, shape)
+    assert not (pad & ~slabs).any()
+    if not pad.any():
+        assert not slabs.any()
+
+
+def test_padding_slab_of_a_partial_stick_is_the_last_tile():
+    layout = SpyreTensorLayout((3, 150), np.float16)  # device [3, 3, 64]: 150 = 2*64 + 22
+    mask = _slab_mask(layout, (3, 150))
+    assert mask[2].all() and not mask[:2].any()
