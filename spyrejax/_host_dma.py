@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ._dci import Descriptor
+from ._errors import LayoutError
 
 __all__ = [
     "BLOCK_BYTES",
@@ -115,7 +116,17 @@ def run_on_host(
 
     Returns:
         ``dst``.
+
+    Raises:
+        LayoutError: if a buffer is not C-contiguous or the dtypes' widths differ.
     """
+    for name, buf in (("source", src), ("destination", dst)):
+        if not buf.flags.c_contiguous:
+            raise LayoutError(f"host DMA: the {name} buffer must be C-contiguous")
+    if src.itemsize != dst.itemsize:
+        raise LayoutError(
+            f"host DMA: element widths differ ({src.dtype} -> {dst.dtype}); DMA moves bits"
+        )
     item = src.itemsize
     src_bytes, dst_bytes = src.reshape(-1).view(np.uint8), dst.reshape(-1).view(np.uint8)
     for d in descriptors:

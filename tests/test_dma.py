@@ -273,6 +273,13 @@ def test_host_engine_fills_padding_and_rejects_bad_descriptors():
     layout = SpyreTensorLayout((3, 100), F16)  # 100 -> 128: 28 padding lanes per row
     image = np.asarray(sj.dma_h2d(np.ones((3, 100), F16), layout, pad_value=7))
     assert (image[1, :, 36:] == 7).all() and (image[0] == 1).all()
+    from spyrejax._host_dma import run_on_host
+
+    d = Descriptor((4,), (1,), (1,), 0, 0, True)
+    with pytest.raises(sj.LayoutError, match="C-contiguous"):
+        run_on_host(np.zeros(8, F16), np.zeros((4, 4), F16).T, [d], host_is_src=True)
+    with pytest.raises(sj.LayoutError, match="widths differ"):
+        run_on_host(np.zeros(8, F16), np.zeros(8, np.float32), [d], host_is_src=True)
     outside = Descriptor((64,), (1,), (1,), 0, 100, True)
     with pytest.raises(sj.LayoutError, match="inside the buffer"):
         sj._dma._validate([outside], (64,), (128,))
