@@ -28,6 +28,21 @@ def test_to_device_and_back():
     np.testing.assert_array_equal(np.asarray(c), x)
 
 
+def test_numpy_arrays_go_straight_to_the_host_dma_engine(monkeypatch):
+    # No jnp.asarray (a device_put copy) and no compiled transfer on the way.
+    x = np.arange(512 * 300, dtype=np.float32).reshape(512, 300)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("converted or compiled on the way to the device")
+
+    monkeypatch.setattr(sj.primitives._transfer.jnp, "asarray", refuse)
+    monkeypatch.setattr(sj._dma, "_h2d", refuse)
+    a = sj.to_device(x)
+    monkeypatch.undo()
+    np.testing.assert_array_equal(np.asarray(a), x)
+    assert padding_is_poison(a)
+
+
 def test_type_prints_compactly_in_jaxprs():
     x = jnp.zeros((5, 100, 150), jnp.float16)
     jaxpr = str(jax.make_jaxpr(lambda x: sj.exp(sj.to_device(x)))(x))

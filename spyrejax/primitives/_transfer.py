@@ -83,7 +83,8 @@ def to_device(
             "change its layout"
         )
     dtype = host_dtype(_dtype_of(x))  # before asarray could narrow float64
-    x = jnp.asarray(x, dtype=dtype) if not isinstance(x, jax.Array) else x
+    if not isinstance(x, jax.Array) and not (isinstance(x, np.ndarray) and x.dtype == dtype):
+        x = jnp.asarray(x, dtype=dtype)  # NumPy arrays of the right dtype go to the DMA as is
     if layout is None:
         layout = SpyreTensorLayout(x.shape, dtype, dim_order)
     elif dim_order is not None:
