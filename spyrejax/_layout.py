@@ -531,6 +531,31 @@ def _segment_linear(mapping: HostMapping, dims: tuple[int, ...], index: Any) -> 
     return x
 
 
+def _padding_checks(layout: SpyreTensorLayout, mapping: HostMapping) -> list[tuple[int, int, Any]]:
+    """The checks a coordinate inside ``device_size`` can fail, as ``(dim, bound, segment)``.
+
+    With ``segment`` None a position holds data only if ``c[dim] < bound``; otherwise
+    only if the segment's combined index (its axes' coordinates times their ratios) is
+    below ``segment.size``, which fails only where ``c[dim] >= bound``.
+    """
+    checks: list[tuple[int, int, Any]] = []
+    seg = mapping.segmentation
+    size = layout.device_size
+    for j in seg.ignored:
+        if layout.stride_map[j] != 0 and size[j] > 1:
+            checks.append((j, 1, None))
+    for segment in seg.segments:
+        (top, r_top), *inner = segment.axes
+        prev = r_top
+        for j, ratio in inner:
+            if prev // ratio < size[j]:
+                checks.append((j, prev // ratio, None))
+            prev = ratio
+        if size[top] * r_top > segment.size:
+            checks.append((top, segment.size // r_top, segment))
+    return checks
+
+
 def data_positions(layout: SpyreTensorLayout, mapping: HostMapping, c: Any) -> Any:
     """Whether device coordinates hold host data (spec section 4), array-agnostic.
 
@@ -538,8 +563,8 @@ def data_positions(layout: SpyreTensorLayout, mapping: HostMapping, c: Any) -> A
         layout: the layout.
         mapping: its index map for the host shape (``layout.host_mapping(shape)``).
         c: one coordinate per device dim: ints, or broadcastable integer arrays of any
-            array library (NumPy grids, JAX iotas); only ``*``, ``+``, ``<``, ``==``
-            and ``&`` are used.
+            array library (NumPy grids, JAX iotas); only ``*``, ``+``, ``<`` and ``&``
+            are used.
 
     Returns:
         True where the position holds data (a bool or a broadcast bool array).
@@ -548,49 +573,28 @@ def data_positions(layout: SpyreTensorLayout, mapping: HostMapping, c: Any) -> A
     masks kernels build stay small.
     """
     ok: Any = True
-    seg = mapping.segmentation
-    size = layout.device_size
-    for j in seg.ignored:
-        if layout.stride_map[j] != 0 and size[j] > 1:
-            ok = ok & (c[j] == 0)
-    for segment in seg.segments:
+    for j, bound, segment in _padding_checks(layout, mapping):
+        if segment is None:
+            ok = ok & (c[j] < bound)
+            continue
         (top, r_top), *inner = segment.axes
         x = c[top] * r_top
-        prev = r_top
-        for j, ratio in inner:
-            if prev // ratio < size[j]:
-                ok = ok & (c[j] < prev // ratio)
-            x = x + c[j] * ratio
-            prev = ratio
-        if size[top] * r_top > segment.size:
-            ok = ok & (x < segment.size)
+        for k, ratio in inner:
+            x = x + c[k] * ratio
+        ok = ok & (x < segment.size)
     return ok
 
 
 def padding_slabs(layout: SpyreTensorLayout, mapping: HostMapping) -> list[tuple[int, int, int]]:
     """Slabs ``(device dim, start, stop)`` whose union covers every padding position.
 
-    Each check :func:`data_positions` emits bounds one device coordinate, so the
-    positions failing it lie in one slab of that dim: filling the slabs and then writing
-    the data fills all padding while touching little else (for a partial last stick,
-    only the last tile).
+    Each check :func:`data_positions` emits fails only where one device coordinate is at
+    or past a bound, so the positions failing it lie in one slab of that dim: filling
+    the slabs and then writing the data fills all padding while touching little else
+    (for a partial last stick, only the last tile).
     """
-    slabs = []
-    seg = mapping.segmentation
     size = layout.device_size
-    for j in seg.ignored:
-        if layout.stride_map[j] != 0 and size[j] > 1:
-            slabs.append((j, 1, size[j]))
-    for segment in seg.segments:
-        (top, r_top), *inner = segment.axes
-        prev = r_top
-        for j, ratio in inner:
-            if prev // ratio < size[j]:
-                slabs.append((j, prev // ratio, size[j]))
-            prev = ratio
-        if size[top] * r_top > segment.size:
-            slabs.append((top, segment.size // r_top, size[top]))
-    return slabs
+    return [(j, bound, size[j]) for j, bound, _ in _padding_checks(layout, mapping)]
 
 
 def _dividing_dim(mapping: HostMapping, stride: int) -> int:
