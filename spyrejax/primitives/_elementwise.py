@@ -28,6 +28,7 @@ from .._layout import SpyreTensorLayout
 from ._base import SpyrePrim
 from ._kernels import (
     aligned,
+    broadcast_all,
     from_data_dims,
     masked,
     padding_in_data_dims,
@@ -219,8 +220,7 @@ class Elementwise(SpyrePrim):
             return type(self).fn(*ops)
         if any(not isinstance(o, jax.Array) or o.dtype != dt for o in ops):
             return type(self).fn(*ops)
-        shape = np.broadcast_shapes(*(o.shape for o in ops))
-        return lax_fn(*(jnp.broadcast_to(o, shape) for o in ops))
+        return lax_fn(*broadcast_all(ops))
 
     def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
         return {"consts": self.consts}

@@ -21,6 +21,7 @@ from .._layout import data_positions
 __all__ = [
     "accumulator",
     "aligned",
+    "broadcast_all",
     "data_mask",
     "from_data_dims",
     "has_padding",
@@ -32,13 +33,18 @@ __all__ = [
 ]
 
 
-def has_padding(t: SpyreType) -> bool:
-    """Whether the image of ``t`` has positions that hold no data."""
+def _data_positions_count(t: SpyreType) -> int:
+    """How many image positions hold data: each element once per broadcast (stride-0) copy."""
     layout = t.layout
     copies = math.prod(
         n for n, s in zip(layout.device_size, layout.stride_map, strict=True) if s == 0
     )
-    return math.prod(t.base_shape) * copies != math.prod(layout.device_size)
+    return math.prod(t.base_shape) * copies
+
+
+def has_padding(t: SpyreType) -> bool:
+    """Whether the image of ``t`` has positions that hold no data."""
+    return _data_positions_count(t) != math.prod(t.layout.device_size)
 
 
 def padding_in_data_dims(t: SpyreType) -> bool:
@@ -47,12 +53,7 @@ def padding_in_data_dims(t: SpyreType) -> bool:
     :func:`from_data_dims` already poisons those lanes, so a kernel whose output has
     no other padding need not mask it again.
     """
-    layout = t.layout
-    copies = math.prod(
-        n for n, s in zip(layout.device_size, layout.stride_map, strict=True) if s == 0
-    )
-    data = math.prod(d.size for d in t.dims if d.is_data)
-    return math.prod(t.base_shape) * copies != data
+    return _data_positions_count(t) != math.prod(d.size for d in t.dims if d.is_data)
 
 
 def data_mask(t: SpyreType) -> jax.Array | None:
@@ -78,8 +79,13 @@ def select(pred: Any, on_true: Any, on_false: Any) -> jax.Array:
     """``jnp.where`` without its nested ``jit`` (one less function for XLA to inline)."""
     dtype = jnp.result_type(on_true, on_false)
     args = [jnp.asarray(pred, bool), jnp.asarray(on_true, dtype), jnp.asarray(on_false, dtype)]
-    shape = np.broadcast_shapes(*(a.shape for a in args))
-    return jax.lax.select(*(jnp.broadcast_to(a, shape) for a in args))
+    return jax.lax.select(*broadcast_all(args))
+
+
+def broadcast_all(arrays: list[jax.Array]) -> list[jax.Array]:
+    """The arrays broadcast to their common shape (``lax`` ops need equal shapes)."""
+    shape = np.broadcast_shapes(*(a.shape for a in arrays))
+    return [jnp.broadcast_to(a, shape) for a in arrays]
 
 
 def masked(image: jax.Array, t: SpyreType, fill: Any) -> jax.Array:
