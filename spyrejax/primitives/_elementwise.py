@@ -198,19 +198,16 @@ class Elementwise(SpyrePrim):
             dt = out_t.dtype
             ops = [jnp.asarray(o, dt) if not isinstance(o, jax.Array) else o for o in ops]
         synthetic = [k for k, d in enumerate(out_t.dims) if not d.is_data]
-        if synthetic and not padding_in_data_dims(out_t):
-            # Sparse: compute on lane 0 only and pad the other lanes with poison.
-            lane0 = tuple(
-                slice(0, 1) if k in synthetic else slice(None) for k in range(len(out_t.dims))
-            )
+        sparse = bool(synthetic) and not padding_in_data_dims(out_t)
+        shape = out_t.layout.device_size
+        if sparse:  # compute on lane 0 only and pad the other lanes with poison
+            lane0 = tuple(slice(0, 1) if k in synthetic else slice(None) for k in range(len(shape)))
             ops = [o[lane0] if isinstance(o, jax.Array) and o.ndim else o for o in ops]
-            shape = tuple(
-                1 if k in synthetic else n for k, n in enumerate(out_t.layout.device_size)
-            )
-            result = jnp.broadcast_to(self._compute(ops), shape)
-            return from_data_dims(result.astype(out_t.dtype), out_t)
-        result = jnp.broadcast_to(self._compute(ops), out_t.layout.device_size)
-        return masked(result.astype(out_t.dtype), out_t, poison(out_t.dtype))
+            shape = tuple(1 if k in synthetic else n for k, n in enumerate(shape))
+        result = jnp.broadcast_to(self._compute(ops), shape).astype(out_t.dtype)
+        if sparse:
+            return from_data_dims(result, out_t)
+        return masked(result, out_t, poison(out_t.dtype))
 
     def _compute(self, ops: list[Any]) -> jax.Array:
         """The op on aligned operands; float ops with a ``lax`` twin skip ``jnp``'s jit."""
