@@ -2,6 +2,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+LINTED := spyrejax tests tools benchmarks setup.py
 
 .PHONY: test demo lint format bench notebooks clean
 
@@ -10,14 +11,14 @@ $(PY):
 	echo "creating $(VENV) with $$py"; \
 	"$$py" -m venv $(VENV)
 
-$(STAMP): $(PY) pyproject.toml
+$(STAMP): $(PY) pyproject.toml setup.py spyrejax/_transpose.c
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,notebook]'
 	@touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m ruff check spyrejax tests tools benchmarks
-	$(PY) -m ruff format --check spyrejax tests tools benchmarks
+	$(PY) -m ruff check $(LINTED)
+	$(PY) -m ruff format --check $(LINTED)
 	$(PY) -m pytest -q
 
 demo: $(STAMP)
@@ -30,12 +31,12 @@ notebooks: $(STAMP)
 	$(PY) tools/run_notebooks.py --inplace
 
 lint: $(STAMP)
-	$(PY) -m ruff check spyrejax tests tools benchmarks
-	$(PY) -m ruff format --check spyrejax tests tools benchmarks
+	$(PY) -m ruff check $(LINTED)
+	$(PY) -m ruff format --check $(LINTED)
 
 format: $(STAMP)
-	$(PY) -m ruff format spyrejax tests tools benchmarks
-	$(PY) -m ruff check --fix spyrejax tests tools benchmarks
+	$(PY) -m ruff format $(LINTED)
+	$(PY) -m ruff check --fix $(LINTED)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build spyrejax/*.so

@@ -16,8 +16,9 @@ of its fusions carry bfloat16 through float32, losing payloads); eager transfers
 host engine keep them.
 
 Eager transfers between concrete arrays run the same descriptors on the host engine
-(:mod:`spyrejax._host_dma`: blocked NumPy strided copies) when they are small or
-stick-granular; traced transfers, and large element-granular ones, run as above in XLA.
+(:mod:`spyrejax._host_dma`: blocked NumPy strided copies, and a C kernel for element
+transposes) when they are small, stick-granular or transposes the kernel takes; traced
+transfers, and any others, run as above in XLA.
 """
 
 from __future__ import annotations

@@ -1,3 +1,5 @@
+import shutil
+
 import chex
 import jax
 import jax.extend.core
@@ -13,6 +15,7 @@ from strategies import dim_orders, dtypes, shapes
 
 import spyrejax as sj
 from spyrejax import SpyreTensorLayout
+from spyrejax._host_dma import NATIVE_TRANSPOSE
 
 F16 = np.float16
 RNG = np.random.default_rng(0)
@@ -242,7 +245,9 @@ def test_property_eager_and_jitted_transfers_agree_bit_for_bit(shape, data, dtyp
     assert same_bits(sj.dma_d2h(eager, shape, layout), d2h(jitted, shape, layout))
 
 
-def test_engine_choice_follows_stick_granularity():
+def test_engine_choice_follows_stick_granularity(monkeypatch):
+    from spyrejax import _host_dma
+    from spyrejax._dci import Descriptor
     from spyrejax._host_dma import SMALL_ELEMENTS, host_engine_suits
 
     big = (512, 4096)
@@ -253,8 +258,13 @@ def test_engine_choice_follows_stick_granularity():
     tail = sj.generate_dci(partial, SpyreTensorLayout(partial, F16))
     assert host_engine_suits(default, 2)
     assert host_engine_suits(tail, 2)
-    assert not host_engine_suits(column, 2)
+    assert host_engine_suits(column, 2) == NATIVE_TRANSPOSE  # element transposes: C kernel
     assert host_engine_suits(sj.generate_dci((40, 60), SpyreTensorLayout((40, 60), F16, [1, 0])), 2)
+    gather = Descriptor((64, 4096), (2, 256), (1, 64), 0, 0)  # no loop contiguous in src
+    assert not host_engine_suits([gather], 2)
+    monkeypatch.setattr(_host_dma, "_native", None)  # built without a C compiler
+    assert host_engine_suits(default, 2)
+    assert not host_engine_suits(column, 2)
 
 
 def test_eager_transfers_hand_over_aligned_buffers_without_copies():
@@ -285,14 +295,47 @@ def test_host_engine_fills_padding_and_rejects_bad_descriptors():
         sj._dma._validate([outside], (64,), (128,))
 
 
-def test_large_element_granular_transfers_run_in_xla(monkeypatch):
+needs_kernel = pytest.mark.skipif(
+    not NATIVE_TRANSPOSE, reason="spyrejax was built without its C transpose kernel"
+)
+TRANSPOSED = (512, 260)  # sticks run down columns: element transposes, a partial last tile
+
+
+def _transposed_case():
+    layout = SpyreTensorLayout(TRANSPOSED, F16, [1, 0])
+    x = (np.arange(np.prod(TRANSPOSED)) % 2048).astype(F16).reshape(TRANSPOSED)
+    return x, layout, jax.jit(sj.dma_h2d, static_argnames="layout")(x, layout)
+
+
+@needs_kernel
+def test_large_element_transposes_run_on_the_kernel(monkeypatch):
+    from spyrejax import _host_dma
+
+    x, layout, jitted = _transposed_case()
+    calls = []
+    kernel = _host_dma._native.transpose
+    monkeypatch.setattr(_host_dma._native, "transpose", lambda *a: calls.append(a) or kernel(*a))
+    image = sj.dma_h2d(x, layout)
+    assert calls and same_bits(image, jitted)
+    assert same_bits(sj.dma_d2h(image, TRANSPOSED, layout), x)
+    assert len(calls) == 2 * len(sj.generate_dci(TRANSPOSED, layout).descriptors)
+
+
+def test_without_the_kernel_large_element_transposes_run_in_xla(monkeypatch):
+    from spyrejax import _host_dma
+
     def refuse(*args, **kwargs):
         raise AssertionError("the host engine ran an element-granular transfer")
 
+    x, layout, jitted = _transposed_case()
+    monkeypatch.setattr(_host_dma, "_native", None)  # as if built without a C compiler
     monkeypatch.setattr(sj._dma, "run_on_host", refuse)
-    shape = (512, 256)  # sticks run down columns: element transposes
-    layout = SpyreTensorLayout(shape, F16, [1, 0])
-    x = (np.arange(np.prod(shape)) % 2048).astype(F16).reshape(shape)
     image = sj.dma_h2d(x, layout)
-    assert same_bits(image, jax.jit(sj.dma_h2d, static_argnames="layout")(x, layout))
-    assert same_bits(sj.dma_d2h(image, shape, layout), x)
+    assert same_bits(image, jitted)
+    assert same_bits(sj.dma_d2h(image, TRANSPOSED, layout), x)
+
+
+def test_the_kernel_is_built_wherever_a_c_compiler_is():
+    # The extension is optional, so a failed build would only show as slow transfers.
+    if shutil.which("cc") or shutil.which("gcc"):
+        assert NATIVE_TRANSPOSE
