@@ -70,6 +70,7 @@ MIN_RUN_BYTES = 64
 #: a strided NumPy copy of them is faster than dispatching a compiled transfer.
 SMALL_ELEMENTS = 1 << 16
 _ALIGN = 64  # what the CPU client needs to adopt a NumPy buffer without a copy
+_KERNEL_WIDTHS = (1, 2, 4, 8)  # element widths the transpose kernel moves
 #: Whether the element-transpose kernel (:mod:`spyrejax._transpose`) was built.
 NATIVE_TRANSPOSE = _native is not None
 
@@ -86,15 +87,17 @@ def host_engine_suits(descriptors: Sequence[Descriptor], itemsize: int) -> bool:
     elements = sum(math.prod(d.size) for d in descriptors)
     if elements <= SMALL_ELEMENTS:
         return True
-    runs = [d for d in descriptors if d.stride_src[0] == 1 and d.stride_dst[0] == 1]
-    if not all(d in runs or _kernel_runs(d, itemsize) for d in descriptors):
+    if not all(_moves_runs(d) or _kernel_runs(d, itemsize) for d in descriptors):
         return False
+    runs = [d for d in descriptors if _moves_runs(d)]
     run_elements = sum(math.prod(d.size) for d in runs)
     run_count = sum(math.prod(d.size[1:]) for d in runs)
     return run_elements * itemsize >= MIN_RUN_BYTES * run_count
 
 
-_KERNEL_WIDTHS = (1, 2, 4, 8)
+def _moves_runs(d: Descriptor) -> bool:
+    """Whether the innermost loop is contiguous on both sides (it moves runs)."""
+    return d.stride_src[0] == 1 and d.stride_dst[0] == 1
 
 
 def _transpose_dims(
@@ -170,6 +173,9 @@ def run_on_host(
 ) -> np.ndarray:
     """Execute validated descriptors from ``src`` into ``dst`` (both C-contiguous).
 
+    Element transposes go to the C kernel when it is built; everything else is a
+    blocked NumPy strided copy.
+
     Args:
         src: the source buffer, read only.
         dst: the destination buffer, written in place.
@@ -195,7 +201,7 @@ def run_on_host(
     for d in descriptors:
         sizes, s_src, s_dst = d.size[::-1], d.stride_src[::-1], d.stride_dst[::-1]
         run = 1
-        if sizes and s_src[-1] == 1 and s_dst[-1] == 1:  # contiguous runs: one element each
+        if sizes and _moves_runs(d):  # contiguous runs: one element each
             run, sizes, s_src, s_dst = sizes[-1], sizes[:-1], s_src[:-1], s_dst[:-1]
         elif _kernel_runs(d, item):
             _transpose_on_host(src_bytes, dst_bytes, d, item)
