@@ -135,7 +135,12 @@ def _view(
     item: int,
 ) -> np.ndarray:
     """A strided view of a byte buffer; ``strides`` and ``offset`` count host elements."""
-    return np.ndarray(sizes, dtype, raw, offset * item, tuple(s * item for s in strides))
+    return np.ndarray(sizes, dtype, raw, offset * item, _in_bytes(strides, item))
+
+
+def _in_bytes(strides: Sequence[int], item: int) -> tuple[int, ...]:
+    """Strides counted in ``item``-byte elements, in bytes."""
+    return tuple(s * item for s in strides)
 
 
 def _kernel_runs(d: Descriptor, itemsize: int) -> bool:
@@ -145,22 +150,6 @@ def _kernel_runs(d: Descriptor, itemsize: int) -> bool:
         and itemsize in _KERNEL_WIDTHS
         and len(d.size) <= _native.MAX_DIMS
         and _transpose_dims(d.size, d.stride_src, d.stride_dst) is not None
-    )
-
-
-def _transpose_on_host(
-    src_bytes: np.ndarray, dst_bytes: np.ndarray, d: Descriptor, item: int
-) -> None:
-    """Run an element-transpose descriptor on the C kernel (strides in bytes)."""
-    _native.transpose(
-        dst_bytes,
-        d.offset_dst * item,
-        tuple(s * item for s in d.stride_dst[::-1]),
-        src_bytes,
-        d.offset_src * item,
-        tuple(s * item for s in d.stride_src[::-1]),
-        d.size[::-1],
-        item,
     )
 
 
@@ -203,8 +192,17 @@ def run_on_host(
         run = 1
         if sizes and _moves_runs(d):  # contiguous runs: one element each
             run, sizes, s_src, s_dst = sizes[-1], sizes[:-1], s_src[:-1], s_dst[:-1]
-        elif _kernel_runs(d, item):
-            _transpose_on_host(src_bytes, dst_bytes, d, item)
+        elif _kernel_runs(d, item):  # an element transpose: the C kernel, in bytes
+            _native.transpose(
+                dst_bytes,
+                d.offset_dst * item,
+                _in_bytes(s_dst, item),
+                src_bytes,
+                d.offset_src * item,
+                _in_bytes(s_src, item),
+                sizes,
+                item,
+            )
             continue
         dtype = np.dtype(f"V{run * item}") if run > 1 else np.dtype(f"u{item}")
         from_view = _view(src_bytes, dtype, sizes, s_src, d.offset_src, item)
