@@ -215,6 +215,38 @@ device_dtype=DataFormats.SEN169_FP16)
         return layout
 
     @classmethod
+    def row_major(
+        cls, size: Sequence[int], dtype: DTypeLike, *, host_strides: Sequence[int] | None = None
+    ) -> SpyreTensorLayout:
+        """The tiled row-major layout: host dims in host order, the last one stuck.
+
+        Device dims ``[d0, ..., d(r-2), T(s), S(s)]``: every row of sticks is contiguous,
+        the order a batched matmul computes its product in (the default layout puts the
+        tile count before ``d0`` instead). Stuck on the last dim, padded like the default
+        layout; rank 0 and 1 give the default layout.
+
+        Example:
+            >>> import numpy as np
+            >>> SpyreTensorLayout.row_major((5, 100, 150), np.float16)
+            SpyreTensorLayout(device_size=[5, 100, 3, 64], stride_map =[15000, 150, 64, 1], \
+device_dtype=DataFormats.SEN169_FP16)
+
+        Raises:
+            LayoutError: on a bad size, dtype or host strides.
+        """
+        shape = _check_shape(size)
+        if len(shape) < 2:
+            return cls(shape, dtype, host_strides=host_strides)
+        fmt = format_for_dtype(dtype)
+        strides = _check_host_strides(shape, host_strides)
+        tiled = _default_dims(shape[-1:], strides[-1:], (0,), fmt.elems_per_stick())
+        outer = zip(shape[:-1], strides[:-1], strict=True)
+        dims = [(1, -1) if n == 1 else (n, st) for n, st in outer]
+        layout = cls.__new__(cls)
+        layout._init([n for n, _ in dims + tiled], [s for _, s in dims + tiled], fmt)
+        return layout
+
+    @classmethod
     def from_dim_map(
         cls,
         size: Sequence[int],

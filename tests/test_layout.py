@@ -375,3 +375,32 @@ def test_padding_slab_of_a_partial_stick_is_the_last_tile():
     layout = SpyreTensorLayout((3, 150), np.float16)  # device [3, 3, 64]: 150 = 2*64 + 22
     mask = _slab_mask(layout, (3, 150))
     assert mask[2].all() and not mask[:2].any()
+
+
+# -- the row-major layout -------------------------------------------------------------
+
+
+def test_row_major_layout_keeps_host_order():
+    layout = SpyreTensorLayout.row_major((5, 100, 150), F16)
+    assert layout.device_size == (5, 100, 3, 64)
+    assert layout.stride_map == (15000, 150, 64, 1)
+    assert layout.stick_dim((5, 100, 150)) == 2
+    # Same size and stick as the default layout; only the device dims' order differs.
+    default = SpyreTensorLayout((5, 100, 150), F16)
+    assert sorted(layout.device_size) == sorted(default.device_size)
+    assert SpyreTensorLayout.row_major((150,), F16) == SpyreTensorLayout((150,), F16)
+    assert SpyreTensorLayout.row_major((), F16) == SpyreTensorLayout((), F16)
+    with pytest.raises(sj.LayoutError, match="size"):
+        SpyreTensorLayout.row_major((0, 4), F16)
+
+
+@given(shape=shapes(max_elements=5000), dtype=dtypes)
+def test_row_major_layouts_follow_the_rule(shape, dtype):
+    layout = SpyreTensorLayout.row_major(shape, dtype)
+    coords = layout.device_coords(shape).reshape(-1, layout.device_rank)
+    np.testing.assert_array_equal(dot_stride_map(coords, layout), host_offsets(shape))
+    flat = np.ravel_multi_index(tuple(coords.T), layout.device_size)
+    if len(shape) >= 1 and shape[-1] > 1:  # stuck on the last dim: host order is device order
+        assert (np.diff(flat) > 0).all()
+    data_mask = layout.data_mask(shape).reshape(-1)
+    assert data_mask[flat].all() and data_mask.sum() == len(flat) == len(np.unique(flat))

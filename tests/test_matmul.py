@@ -39,6 +39,37 @@ def test_matmul_matches_jnp(sa, sb, dtype, jit):
     chex.assert_trees_all_close(sj.to_host(out), ref, **LOOSE[np.dtype(dtype)])
 
 
+@pytest.mark.parametrize(("sa", "sb"), CASES, ids=str)
+def test_matmul_into_a_row_major_result(sa, sb):
+    rng = np.random.default_rng(5)
+    x, y = rand(sa, jnp.bfloat16, rng), rand(sb, jnp.bfloat16, rng)
+    ref = _ref(x, y)
+    layout = sj.SpyreTensorLayout.row_major(ref.shape, jnp.bfloat16)
+    out = jax.jit(sj.matmul, static_argnames="layout")(
+        sj.to_device(x), sj.to_device(y), layout=layout
+    )
+    assert out.layout == layout
+    chex.assert_trees_all_close(sj.to_host(out), ref, **LOOSE[np.dtype(jnp.bfloat16)])
+
+
+def test_a_row_major_product_is_written_as_the_dot_emits_it():
+    rng = np.random.default_rng(6)
+    x, y = rand((4, 64, 64), jnp.float32, rng), rand((4, 64, 96), jnp.float32, rng)
+    a, b = sj.to_device(x), sj.to_device(y)
+
+    def hlo(layout):
+        fn = jax.jit(lambda a, b: sj.matmul(a, b, layout=layout))
+        return fn.lower(a, b).as_text()
+
+    row_major = sj.SpyreTensorLayout.row_major((4, 64, 96), jnp.float32)
+    assert hlo(None).count("stablehlo.transpose") == 1  # [h, m, T, S] -> [m, T, h, S]
+    assert hlo(row_major).count("stablehlo.transpose") == 0
+    # A row-major product feeds a second product (as attention's scores do).
+    c = sj.matmul(a, b, layout=row_major)
+    d = sj.matmul(c, sj.to_device(y.transpose(0, 2, 1)))
+    chex.assert_trees_all_close(sj.to_host(d), x @ y @ y.transpose(0, 2, 1), rtol=1e-4, atol=1e-3)
+
+
 def test_operator_and_padding_never_leaks():
     rng = np.random.default_rng(1)
     x, y = rand((8, 150), jnp.float32, rng), rand((150, 20), jnp.float32, rng)
@@ -82,6 +113,10 @@ def test_layout_rule_errors():
         sj.matmul(a, sj.to_device(y.astype(jnp.float16)))
     with pytest.raises(sj.SpyreTypeError, match="host array"):
         sj.matmul(a, y)
+    with pytest.raises(sj.LayoutError, match=r"not stuck on n \(dim 1\) of the result \[8, 20\]"):
+        sj.matmul(a, b, layout=sj.SpyreTensorLayout((8, 20), jnp.float32, [1, 0]))
+    with pytest.raises(sj.LayoutError, match="too small"):
+        sj.matmul(a, b, layout=sj.SpyreTensorLayout((8, 10), jnp.float32))
     # The fixes the messages name work.
     out = sj.matmul(a, sj.restickify(sj.to_device(y, dim_order=[1, 0])))
     chex.assert_trees_all_close(sj.to_host(out), x @ y, rtol=1e-5, atol=1e-4)

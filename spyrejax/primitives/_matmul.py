@@ -1,7 +1,9 @@
 """Batched matmul ``C[..., m, n] = A[..., m, k] @ B[..., k, n]`` on device images.
 
 Layout rule (spec section 7): A is stuck on k; B and C are stuck on n; batch dims
-broadcast. C gets the default layout of its shape.
+broadcast. C gets the default layout of its shape, or a layout the caller gives
+(stuck on n), such as ``SpyreTensorLayout.row_major``: ``[batch..., m, T(n), S(n)]``,
+which is exactly the order the kernel's ``dot_general`` emits.
 
 Kernel: one ``dot_general`` over device dims (A as lhs, B as rhs). A's k is tiled into
 sticks ``(T_k, eps)``; B's k dim is zero-padded to whole sticks and split the same way,
@@ -189,7 +191,14 @@ def _rule(a: SpyreType, b: SpyreType, out_layout: SpyreTensorLayout | None) -> S
         )
     shape = (*batch, a.shape[-2], b.shape[-1])
     layout = SpyreTensorLayout(shape, a.dtype) if out_layout is None else out_layout
-    return SpyreType.contiguous(shape, a.dtype, layout)
+    out = SpyreType.contiguous(shape, a.dtype, layout)
+    if not _stuck_on_last(out):
+        raise LayoutError(
+            f"matmul: the result layout {layout} is not stuck on n (dim {len(shape) - 1}) of "
+            f"the result {list(shape)}; use SpyreTensorLayout({list(shape)}, dtype) or "
+            "SpyreTensorLayout.row_major"
+        )
+    return out
 
 
 def _stuck_on_last(t: SpyreType) -> bool:
@@ -197,18 +206,26 @@ def _stuck_on_last(t: SpyreType) -> bool:
     return t.stick_dim == t.ndim - 1 or (t.shape[-1] == 1 and t.stick_dim is None)
 
 
-def matmul(a: SpyreArray, b: SpyreArray) -> SpyreArray:
+def matmul(a: SpyreArray, b: SpyreArray, *, layout: SpyreTensorLayout | None = None) -> SpyreArray:
     """Batched matrix product of Spyre arrays, like ``jnp.matmul`` (rank >= 2).
 
-    A must be stuck on its last dim (k) and B on its last dim (n); the result has the
-    default layout (stuck on n). Batch dims broadcast.
+    A must be stuck on its last dim (k) and B on its last dim (n). Batch dims broadcast.
+
+    Args:
+        a: ``[..., m, k]``, stuck on k.
+        b: ``[..., k, n]``, stuck on n.
+        layout: the result's layout, stuck on n; defaults to the default layout of its
+            shape. ``SpyreTensorLayout.row_major(shape, dtype)`` keeps each batch's rows
+            together, the order the product is computed in (what ``spyrejax.jit``
+            gives batched products whose consumers accept it).
 
     Raises:
-        LayoutError: on mismatched shapes or operands stuck on the wrong dims.
+        LayoutError: on mismatched shapes, operands stuck on the wrong dims, or a
+            ``layout`` that does not fit the result or is not stuck on n.
         SpyreTypeError: on host arrays or different dtypes.
     """
     avals = [jax.typeof(a), jax.typeof(b)]
     for name, aval in zip("ab", avals, strict=True):
         if not isinstance(aval, SpyreType):
             raise SpyreTypeError(f"matmul: {name} is a host array {aval}; use to_device")
-    return Matmul(*avals)(a, b)
+    return Matmul(*avals, out_layout=layout)(a, b)
