@@ -137,6 +137,22 @@ def test_operands_with_other_device_dim_orders_need_no_restickify():
     assert "Restickify" not in jaxpr
 
 
+def test_row_major_operands_compute_on_whole_rows():
+    rng = np.random.default_rng(6)
+    x, bias = rand((4, 5, 150), jnp.float32, rng), rand((150,), jnp.float32, rng)
+    a = sj.to_device(x, sj.SpyreTensorLayout.row_major(x.shape, jnp.float32))
+    row_max = sj.max(a, -1, keepdims=True)  # sparse: one lane per stick
+    out = sj.exp(a - row_max) + sj.to_device(bias)
+    assert out.layout == a.layout and padding_is_poison(out)
+    want = jnp.exp(x - x.max(-1, keepdims=True)) + bias
+    chex.assert_trees_all_close(sj.to_host(out), want, rtol=1e-5, atol=1e-5)
+    # Tiles and lanes [.., 5, 32] merge into one axis of 160: the shape a dot emits.
+    hlo = jax.jit(lambda a: sj.exp(a)).lower(a).as_text()
+    assert "stablehlo.exponential" in hlo and "tensor<4x5x160xf32>" in hlo
+    default = jax.jit(lambda a: sj.exp(a)).lower(sj.to_device(x)).as_text()
+    assert "tensor<4x5x160xf32>" not in default  # [5, T, 4, S]: nothing to merge
+
+
 def test_different_stick_dims_are_a_layout_error_naming_the_fix():
     x = rand((4, 150), jnp.float32, np.random.default_rng(6))
     a, b = sj.to_device(x), sj.to_device(x, dim_order=[1, 0])

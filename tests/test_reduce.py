@@ -32,6 +32,25 @@ def test_reductions_match_jnp(op, dtype, axis, keepdims):
     chex.assert_trees_all_close(sj.to_host(out), ref, **LOOSE[np.dtype(dtype)])
 
 
+@pytest.mark.parametrize("axis", AXES, ids=str)
+@pytest.mark.parametrize("op", OPS)
+def test_reductions_of_row_major_arrays(op, axis):
+    # Row-major: [5, 20, T, S]; a run of tiles and lanes is reduced (or kept) as one axis.
+    x = rand((5, 20, 150), jnp.float32, np.random.default_rng(2))
+    fn, ref_fn = OPS[op]
+    a = sj.to_device(x, sj.SpyreTensorLayout.row_major(x.shape, jnp.float32))
+    out = fn(a, axis)
+    if op in ("sum", "mean") and not out.layout.is_sparse:
+        t = out.type
+        assert (np.asarray(out.image)[t.layout.padding_mask(t.base_shape)] == 0).all()
+    else:
+        assert padding_is_poison(out)
+    chex.assert_trees_all_close(sj.to_host(out), ref_fn(x, axis=axis), rtol=1e-5, atol=1e-4)
+    if axis == -1:  # the stick's tiles and lanes reduce together, as one row
+        hlo = jax.jit(lambda a: fn(a, axis)).lower(a).as_text()
+        assert "tensor<5x20x160xf32>" in hlo
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_large_images_reduce_in_two_stages_with_the_same_result(op, monkeypatch):
     from spyrejax.primitives import _reduce

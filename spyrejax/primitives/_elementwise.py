@@ -14,6 +14,7 @@ written with poison, so nothing downstream can mistake it for data.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -29,8 +30,10 @@ from ._base import SpyrePrim
 from ._kernels import (
     aligned,
     broadcast_all,
+    collapsed,
     from_data_dims,
     masked,
+    merge_axes,
     padding_in_data_dims,
     poison,
     select,
@@ -204,7 +207,10 @@ class Elementwise(SpyrePrim):
             lane0 = tuple(slice(0, 1) if k in synthetic else slice(None) for k in range(len(shape)))
             ops = [o[lane0] if isinstance(o, jax.Array) and o.ndim else o for o in ops]
             shape = tuple(1 if k in synthetic else n for k, n in enumerate(shape))
-        result = jnp.broadcast_to(self._compute(ops), shape).astype(out_t.dtype)
+        runs = collapsed(out_t.dims, shape, [o.shape for o in ops if jnp.ndim(o)])
+        ops = [merge_axes(o, runs) for o in ops]
+        merged = tuple(math.prod(shape[j] for j in r) for r in runs)
+        result = jnp.broadcast_to(self._compute(ops), merged).astype(out_t.dtype).reshape(shape)
         if sparse:
             return from_data_dims(result, out_t)
         return masked(result, out_t, poison(out_t.dtype))

@@ -6,6 +6,7 @@ Masks are built from iotas over the device dims (fused by XLA), never baked as c
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -13,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._array import SpyreType
-from .._devdims import AlignPlan
+from .._devdims import AlignPlan, DevDim
 from .._dma import box_plan, d2h_values, dma_d2h, read_box
 from .._dtypes import poison_value
 from .._layout import data_positions
@@ -22,11 +23,13 @@ __all__ = [
     "accumulator",
     "aligned",
     "broadcast_all",
+    "collapsed",
     "data_mask",
     "from_data_dims",
     "has_padding",
     "logical_values",
     "masked",
+    "merge_axes",
     "padding_in_data_dims",
     "poison",
     "select",
@@ -131,3 +134,45 @@ def logical_values(image: jax.Array, t: SpyreType, exact: bool = True) -> jax.Ar
 def accumulator(dtype: Any) -> Any:
     """The dtype float16/bfloat16 sums accumulate in (float32); None keeps ``dtype``."""
     return jnp.float32 if dtype in (jnp.float16, jnp.bfloat16) else None
+
+
+def _joins_next(dims: Sequence[DevDim], j: int) -> bool:
+    """Whether device dim ``j`` steps through one logical dim in whole runs of ``j + 1``.
+
+    Such a pair (a tile count and its stick, adjacent) is one row-major axis of the
+    logical dim, padding included: merging them is a free reshape of the image.
+    """
+    a, b = dims[j], dims[j + 1]
+    return a.is_data and len(a.dims) == 1 and a.dims == b.dims and a.ratio == b.ratio * b.size
+
+
+def collapsed(
+    dims: Sequence[DevDim], shape: Sequence[int], shapes: Sequence[Sequence[int]] = ()
+) -> list[tuple[int, ...]]:
+    """Runs of device axes a kernel may compute on as one axis.
+
+    A run is adjacent device dims over one logical dim (see ``_joins_next``) of an image
+    of ``shape``, which every operand (of aligned ``shapes``) holds whole or broadcasts
+    whole. Kernels merge each run with a reshape: XLA then sees the shapes its own ops
+    produce (a batched dot emits ``[batch, m, n]``, not ``[..., T, S]``), so an
+    elementwise op on a dot's result can update it in place.
+    """
+    runs: list[list[int]] = []
+    for j in range(len(dims)):
+        pair = (shape[j - 1], shape[j]) if j else ()
+        if (
+            j
+            and _joins_next(dims, j - 1)
+            and all((s[j - 1], s[j]) in (pair, (1, 1)) for s in shapes)
+        ):
+            runs[-1].append(j)
+        else:
+            runs.append([j])
+    return [tuple(r) for r in runs]
+
+
+def merge_axes(x: Any, runs: list[tuple[int, ...]]) -> Any:
+    """``x`` reshaped so each run of axes becomes one axis (scalars pass through)."""
+    if not isinstance(x, jax.Array) or not x.ndim or len(runs) == x.ndim:
+        return x
+    return x.reshape(tuple(math.prod(x.shape[j] for j in r) for r in runs))

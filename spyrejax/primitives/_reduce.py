@@ -25,7 +25,15 @@ from .._array import PadFill, SpyreArray, SpyreType
 from .._devdims import DevDim, layout_from_dims
 from .._errors import LayoutError, SpyreTypeError
 from ._base import SpyrePrim, normalize_axes
-from ._kernels import accumulator, from_data_dims, masked, padding_in_data_dims, poison
+from ._kernels import (
+    accumulator,
+    collapsed,
+    from_data_dims,
+    masked,
+    merge_axes,
+    padding_in_data_dims,
+    poison,
+)
 
 __all__ = ["REDUCTIONS", "Reduce", "reduce"]
 
@@ -96,6 +104,19 @@ def _staged(img: jax.Array, axes: tuple[int, ...], reduce: Any) -> jax.Array:
     return reduce(partial, (partial.ndim - 1,))
 
 
+def _merged(
+    img: jax.Array, dims: tuple[DevDim, ...], axes: tuple[int, ...]
+) -> tuple[jax.Array, tuple[int, ...]]:
+    """``img`` with its runs of device axes merged (see ``collapsed``), and ``axes`` renumbered.
+
+    A run never mixes reduced and kept axes: a shape with the reduced axes set to 1
+    tells ``collapsed`` that they are "broadcast" where the kept ones are not.
+    """
+    marks = tuple(1 if j in axes else n for j, n in enumerate(img.shape))
+    runs = collapsed(dims, img.shape, [marks])
+    return merge_axes(img, runs), tuple(i for i, r in enumerate(runs) if r[0] in axes)
+
+
 class Reduce(SpyrePrim):
     """A reduction; subclasses per op set ``op``."""
 
@@ -127,6 +148,7 @@ class Reduce(SpyrePrim):
         if self._take:  # synthetic dims hold data at index 0 only
             img = img[tuple(0 if k in self._take else slice(None) for k in range(img.ndim))]
         dev_axes = tuple(j - sum(1 for k in self._take if k < j) for j in self._dev_axes)
+        img, dev_axes = _merged(img, tuple(d for d in t.dims if d.is_data), dev_axes)
         acc = accumulator(t.dtype)
         if self.op in ("sum", "mean"):
             if acc is not None:
