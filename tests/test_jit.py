@@ -1,4 +1,5 @@
 import functools
+import re
 
 import chex
 import jax
@@ -428,3 +429,64 @@ def test_split_heads_and_gradients_through_copies():
     assert "copy_cost" in str(report) and "copy_cost" in report._repr_html_()
     with pytest.raises(sj.SpyreUnsupportedError, match="slice with strides"):
         sj.jit(lambda x: x[:, ::2])(x)
+
+
+def _attention(q, k, v):
+    s = jnp.einsum("hqd,hkd->hqk", q, k)
+    return jnp.einsum("hqk,hkd->hqd", jax.nn.softmax(s, axis=-1), v)
+
+
+def _product_modes(fn, *args):
+    lowered, _ = sj.jit(fn).lower(*args)
+    modes = lowered.plan.modes
+    return [modes[n].row_major for n in lowered.graph.nodes if n.prim == "dot_general"]
+
+
+def test_batched_products_are_laid_out_row_major():
+    q, k, v = (_rand((4, 64, 48), jnp.float32, s) for s in range(3))
+    assert _product_modes(_attention, q, k, v) == [True, True]
+    report = sj.explain(_attention, q, k, v)
+    scores = sj.SpyreTensorLayout.row_major((4, 64, 64), jnp.float32)
+    assert f"{{{list(scores.device_size)}/{list(scores.stride_map)}}}".replace(" ", "") in (
+        report.jaxpr.replace(" ", "")
+    )
+    # Same sticks and sizes as the default layouts: the planned cost is unchanged.
+    lowered, _ = sj.jit(_attention).lower(q, k, v)
+    assert report.restickify_cost == lowered.plan.cost
+    _check(_attention, q, k, v, tol={"rtol": 1e-4, "atol": 1e-4})
+    # Unbatched products, and batches of one, keep the default layout.
+    assert _product_modes(lambda a, b: a @ b, q[0], v[0].T) == [False]
+    assert _product_modes(_attention, q[:1], k[:1], v[:1]) == [False, False]
+
+
+def test_a_product_that_reaches_a_reshape_keeps_the_default_layout():
+    q, k, v = (_rand((4, 64, 48), jnp.float32, s) for s in range(3))
+
+    def merged_heads(q, k, v):  # [h, t, d] -> [t, h * d]: planned on the default layout
+        return _attention(q, k, v).transpose(1, 0, 2).reshape(64, 4 * 48)
+
+    # The scores reach only the second product; the output reaches the reshape.
+    assert _product_modes(merged_heads, q, k, v) == [True, False]
+    _check(merged_heads, q, k, v, tol={"rtol": 1e-4, "atol": 1e-4})
+    # Every element the program copies is reported (the merge of transposed heads
+    # copies; the report says so rather than hiding it in a copying reshape).
+    report = sj.explain(merged_heads, q, k, v)
+    moved = sum(int(c) for c in re.findall(r"cost=(\d+)", report.jaxpr))
+    assert moved == report.restickify_cost + report.copy_cost > 0
+
+
+def test_a_reshape_that_cannot_be_the_planned_view_is_a_reported_copy():
+    # The planner expects a view of the default layout; this layout pads dim 0 to 8.
+    x = np.arange(6 * 64, dtype=np.float32).reshape(6, 64)
+    padded_rows = sj.SpyreTensorLayout.from_stride_map([2, 8, 32], [32, 64, 1], jnp.float32)
+    a = sj.to_device(x, padded_rows)
+
+    def f(x):
+        return x.reshape(2, 3, 64) * 2
+
+    assert sj.jit(f).lower(a)[0].plan.cost == 0
+    report = sj.explain(f, a)
+    (record,) = report.restickifies
+    assert "reshape" in record.reason and "refused" in record.reason and record.cost == 512
+    assert report.restickify_cost == 512
+    chex.assert_trees_all_equal(sj.to_host(sj.jit(f)(a)), f(x))

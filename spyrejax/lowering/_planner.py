@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .._errors import SpyreUnsupportedError
 from ._graph import Graph, Node, Scalar, Value
@@ -91,7 +91,46 @@ def plan_graph(graph: Graph, input_sticks: dict[Value, int]) -> Plan:
         produced[out], best_mode[node] = prod, modes
         avail[out] = _closure(out, prod)
 
-    return _reconstruct(graph, produced, best_mode, input_sticks)
+    plan = _reconstruct(graph, produced, best_mode, input_sticks)
+    _row_major_products(graph, plan)
+    return plan
+
+
+def _row_major_products(graph: Graph, plan: Plan) -> None:
+    """Lay out products row-major where that saves a copy and changes no planned cost.
+
+    A batched ``dot_general`` computes ``[batch..., m, n]``; its default layout
+    interleaves the batches inside each tile, so producing it is a transposing copy
+    of the whole product, and a second batched product reading it copies it back.
+    ``SpyreTensorLayout.row_major`` is stuck on the same dim with the same size, so
+    every planned stick and restickify cost stays exact. Only a reshape's cost depends
+    on more than the stick (whether it is a view), and it was planned on default
+    layouts: a product whose layout can reach a reshape, through nodes whose output
+    follows an input's layout, keeps the default layout.
+    """
+    consumers = graph.consumers()
+    for node, mode in list(plan.modes.items()):
+        if rule_for(node).row_major_helps(node) and not _reaches_reshape(
+            node.outs[0], consumers, plan
+        ):
+            plan.modes[node] = replace(mode, row_major=True)
+
+
+def _reaches_reshape(v: Value, consumers: dict[Value, list[Node]], plan: Plan) -> bool:
+    """Whether ``v``'s layout can reach a node that needs default layouts."""
+    todo, seen = [v], {v}
+    while todo:
+        for node in consumers.get(todo.pop(), []):
+            rule = rule_for(node)
+            if node not in plan.modes:
+                continue  # dead
+            if rule.needs_default_layout:
+                return True
+            out = node.outs[0]
+            if rule.inherits_layout and out not in seen:
+                seen.add(out)
+                todo.append(out)
+    return False
 
 
 def _closure(v: Value, prod: dict[int, float]) -> dict[int, float]:

@@ -52,11 +52,15 @@ class Mode:
         ins: the stick each input needs (None: any, e.g. scalars).
         out: the output's stick.
         cost: elements the mode itself moves (a reshape that must copy).
+        row_major: the output gets ``SpyreTensorLayout.row_major`` instead of the
+            default layout of its stick (a batched product; see ``row_major_products``
+            in the planner).
     """
 
     ins: tuple[int | None, ...]
     out: int
     cost: int = 0
+    row_major: bool = False
 
 
 def stick_options(shape: tuple[int, ...]) -> list[int]:
@@ -101,7 +105,17 @@ def _req(v: Value | Scalar, stick: int) -> int | None:
 
 
 class Rule:
-    """A lowering rule; subclasses implement ``modes`` and ``lower``."""
+    """A lowering rule; subclasses implement ``modes`` and ``lower``.
+
+    Attributes:
+        inherits_layout: the output's layout follows an input's device dims (pointwise
+            ops, reductions, views), so a non-default input layout reaches it.
+        needs_default_layout: the planner's modes assume each input has the default
+            layout of its stick (a reshape is a view or a copy depending on it).
+    """
+
+    inherits_layout = False
+    needs_default_layout = False
 
     def modes(self, node: Node) -> list[Mode]:
         """The node's modes."""
@@ -110,6 +124,10 @@ class Rule:
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         """The node's outputs, computed with Spyre primitives."""
         raise NotImplementedError
+
+    def row_major_helps(self, node: Node) -> bool:
+        """Whether ``Mode.row_major`` saves this node a transposing copy of its output."""
+        return False
 
 
 RULES: dict[str, Rule] = {}
@@ -157,6 +175,8 @@ def _carried_modes(node: Node, out_dim: Any) -> list[Mode]:
 
 
 class _Elementwise(Rule):
+    inherits_layout = True
+
     def __init__(self, op: str) -> None:
         self.op = op
 
@@ -232,6 +252,8 @@ _register(_Select(), "select_n")
 
 
 class _Convert(Rule):
+    inherits_layout = True
+
     def modes(self, node: Node) -> list[Mode]:
         out = node.outs[0]
         return [
@@ -277,6 +299,16 @@ class _DotGeneral(Rule):
         a_stick = canon(lhs.shape, lc[0]) if lc else SPARSE  # no k: an outer product
         return [Mode((a_stick, b_stick), out_stick)]
 
+    def row_major_helps(self, node: Node) -> bool:
+        """A product with batches (total size > 1) and a stick on n.
+
+        ``dot_general`` emits ``[batch..., m, n]``; the default layout of stick n,
+        ``[m, batch..., T, batch0, S]``, interleaves the batches inside each tile.
+        """
+        _, _, lb, _, _, rfree = self._dims(node)
+        lhs, out = node.ins[0], node.outs[0]
+        return bool(rfree) and out.shape[-1] > 1 and math.prod(lhs.shape[d] for d in lb) > 1
+
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         lc, rc, lb, rb, lfree, rfree = self._dims(node)
         a = sp.transpose(args[0], (*lb, *lfree, *lc))
@@ -290,7 +322,11 @@ class _DotGeneral(Rule):
             b = sp.expand_dims(b, b.ndim)
         if len(lfree) > 1:  # B broadcasts over A's outer free dims
             b = sp.expand_dims(b, tuple(range(len(rb), len(rb) + len(lfree) - 1)))
-        out = sp.matmul(a, b)
+        layout = None
+        if mode.row_major:
+            shape = (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
+            layout = SpyreTensorLayout.row_major(shape, a.dtype)
+        out = sp.matmul(a, b, layout=layout)
         if not rfree:
             out = sp.squeeze(out, out.ndim - 1)
         if not lfree:
@@ -306,6 +342,8 @@ _register(_DotGeneral(), "dot_general")
 
 
 class _Reduce(Rule):
+    inherits_layout = True
+
     def __init__(self, op: str) -> None:
         self.op = op
 
@@ -325,6 +363,8 @@ for _prim, _op in {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min"
 
 
 class _BroadcastInDim(Rule):
+    inherits_layout = True
+
     def modes(self, node: Node) -> list[Mode]:
         x, out = node.ins[0], node.outs[0]
         bdims = tuple(node.params["broadcast_dimensions"])
@@ -354,6 +394,8 @@ _register(_BroadcastInDim(), "broadcast_in_dim")
 
 
 class _Reshape(Rule):
+    needs_default_layout = True
+
     def modes(self, node: Node) -> list[Mode]:
         x, out = node.ins[0], node.outs[0]
         if node.params.get("dimensions") is not None:
@@ -378,7 +420,8 @@ class _Reshape(Rule):
             if mode.cost == 0 or stick_of(y) == mode.out:
                 return [y]
         except LayoutError:
-            pass
+            if mode.cost == 0:
+                raise  # planned as a view: the interpreter copies the input, and reports it
         return [sp.reshape_copy(args[0], out.shape, dim_order_for(out.shape, mode.out))]
 
 
@@ -386,6 +429,8 @@ _register(_Reshape(), "reshape")
 
 
 class _Transpose(Rule):
+    inherits_layout = True
+
     def modes(self, node: Node) -> list[Mode]:
         perm = tuple(node.params["permutation"])
         return _carried_modes(node, perm.index)
@@ -398,6 +443,8 @@ _register(_Transpose(), "transpose")
 
 
 class _Squeeze(Rule):
+    inherits_layout = True
+
     def modes(self, node: Node) -> list[Mode]:
         dims = tuple(node.params["dimensions"])
         return _carried_modes(node, lambda t: t - sum(d < t for d in dims))
@@ -410,6 +457,8 @@ _register(_Squeeze(), "squeeze")
 
 
 class _ExpandDims(Rule):
+    inherits_layout = True
+
     def modes(self, node: Node) -> list[Mode]:
         dims = set(node.params["dimensions"])
         kept = [d for d in range(node.outs[0].ndim) if d not in dims]
