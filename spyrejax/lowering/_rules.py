@@ -24,7 +24,7 @@ from .. import primitives as sp
 from .._array import SpyreArray, SpyreType
 from .._errors import LayoutError, SpyreUnsupportedError
 from .._layout import SpyreTensorLayout
-from ..primitives._views import Reshape
+from ..primitives._views import Reshape, Transpose
 from ._graph import Node, Scalar, Value
 
 __all__ = [
@@ -393,6 +393,20 @@ class _BroadcastInDim(Rule):
 _register(_BroadcastInDim(), "broadcast_in_dim")
 
 
+def _planned_type(x: Value, stick: int) -> SpyreType:
+    """The type the planner expects ``x`` to have in ``stick``.
+
+    Its default layout; for a transpose's output, the transposed view of its input's
+    planned type (a permuted view: reshaping it may need a copy where a contiguous
+    array of the same layout would not).
+    """
+    if x.transposed_from is None:
+        return SpyreType.contiguous(x.shape, x.dtype, layout_for(x.shape, x.dtype, stick))
+    src, perm = x.transposed_from
+    src_stick = SPARSE if stick == SPARSE else canon(src.shape, perm[stick])
+    return Transpose(_planned_type(src, src_stick), perm=perm).out_aval
+
+
 class _Reshape(Rule):
     needs_default_layout = True
 
@@ -404,7 +418,7 @@ class _Reshape(Rule):
         for t in stick_options(x.shape):
             layout = layout_for(x.shape, x.dtype, t)
             try:
-                view = Reshape(SpyreType.contiguous(x.shape, x.dtype, layout), new_shape=out.shape)
+                view = Reshape(_planned_type(x, t), new_shape=out.shape)
                 s = view.out_aval.stick_dim
                 modes.append(Mode((t,), SPARSE if s is None else canon(out.shape, s)))
             except LayoutError:
