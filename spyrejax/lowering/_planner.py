@@ -13,7 +13,11 @@ output gets. A value not in a needed stick is restickified, costing
    restickify per distinct demanded stick it cannot serve, so shared values are
    restickified once per target, not once per consumer.
 
-Both passes are linear in the graph's size (times the few sticks per value).
+3. Row-major products: a batched product whose layout reaches no reshape is laid out
+   ``SpyreTensorLayout.row_major`` (same stick, same size: no cost changes), the order
+   its ``dot_general`` computes it in.
+
+All passes are linear in the graph's size (times the few sticks per value).
 """
 
 from __future__ import annotations
@@ -121,9 +125,9 @@ def _reaches_reshape(v: Value, consumers: dict[Value, list[Node]], plan: Plan) -
     todo, seen = [v], {v}
     while todo:
         for node in consumers.get(todo.pop(), []):
-            rule = rule_for(node)
             if node not in plan.modes:
                 continue  # dead
+            rule = rule_for(node)
             if rule.needs_default_layout:
                 return True
             out = node.outs[0]

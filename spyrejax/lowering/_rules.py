@@ -53,8 +53,8 @@ class Mode:
         out: the output's stick.
         cost: elements the mode itself moves (a reshape that must copy).
         row_major: the output gets ``SpyreTensorLayout.row_major`` instead of the
-            default layout of its stick (a batched product; see ``row_major_products``
-            in the planner).
+            default layout of its stick (a batched product; the planner sets it after
+            choosing sticks, see ``_planner._row_major_products``).
     """
 
     ins: tuple[int | None, ...]
