@@ -241,10 +241,8 @@ device_dtype=DataFormats.SEN169_FP16)
         strides = _check_host_strides(shape, host_strides)
         tiled = _default_dims(shape[-1:], strides[-1:], (0,), fmt.elems_per_stick())
         outer = zip(shape[:-1], strides[:-1], strict=True)
-        dims = [(1, -1) if n == 1 else (n, st) for n, st in outer]
-        layout = cls.__new__(cls)
-        layout._init([n for n, _ in dims + tiled], [s for _, s in dims + tiled], fmt)
-        return layout
+        dims = [(1, -1) if n == 1 else (n, st) for n, st in outer] + tiled
+        return cls.from_stride_map([n for n, _ in dims], [st for _, st in dims], fmt)
 
     @classmethod
     def from_dim_map(

@@ -14,7 +14,6 @@ written with poison, so nothing downstream can mistake it for data.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +33,7 @@ from ._kernels import (
     from_data_dims,
     masked,
     merge_axes,
+    merged_shape,
     padding_in_data_dims,
     poison,
     select,
@@ -209,7 +209,7 @@ class Elementwise(SpyrePrim):
             shape = tuple(1 if k in synthetic else n for k, n in enumerate(shape))
         runs = collapsed(out_t.dims, shape, [o.shape for o in ops if jnp.ndim(o)])
         ops = [merge_axes(o, runs) for o in ops]
-        merged = tuple(math.prod(shape[j] for j in r) for r in runs)
+        merged = merged_shape(shape, runs)
         result = jnp.broadcast_to(self._compute(ops), merged).astype(out_t.dtype).reshape(shape)
         if sparse:
             return from_data_dims(result, out_t)

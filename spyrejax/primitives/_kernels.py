@@ -30,6 +30,7 @@ __all__ = [
     "logical_values",
     "masked",
     "merge_axes",
+    "merged_shape",
     "padding_in_data_dims",
     "poison",
     "select",
@@ -171,8 +172,13 @@ def collapsed(
     return [tuple(r) for r in runs]
 
 
+def merged_shape(shape: Sequence[int], runs: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """``shape`` with each run of axes (from ``collapsed``) as one axis."""
+    return tuple(math.prod(shape[j] for j in r) for r in runs)
+
+
 def merge_axes(x: Any, runs: list[tuple[int, ...]]) -> Any:
     """``x`` reshaped so each run of axes becomes one axis (scalars pass through)."""
     if not isinstance(x, jax.Array) or not x.ndim or len(runs) == x.ndim:
         return x
-    return x.reshape(tuple(math.prod(x.shape[j] for j in r) for r in runs))
+    return x.reshape(merged_shape(x.shape, runs))
