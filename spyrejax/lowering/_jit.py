@@ -105,7 +105,9 @@ class SpyreJit:
         self.static_argnums = _as_tuple(static_argnums)
         self.static_argnames = _as_tuple(static_argnames)
         self._cache: dict[Any, Lowered] = {}
-        functools.update_wrapper(self, fun)
+        # Name and docstring only: ``updated=()`` keeps ``fun.__dict__`` (``jax.grad``
+        # sets a ``fun`` attribute there) from overwriting this object's own fields.
+        functools.update_wrapper(self, fun, updated=())
 
     def _split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         n = len(args)
