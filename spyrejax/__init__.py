@@ -18,7 +18,13 @@ from ._dtypes import (
     format_for_dtype,
     poison_value,
 )
-from ._errors import LayoutError, SpyreError, SpyreTypeError, SpyreUnsupportedError
+from ._errors import (
+    LayoutError,
+    SpyreError,
+    SpyreInternalError,
+    SpyreTypeError,
+    SpyreUnsupportedError,
+)
 from ._layout import SpyreTensorLayout
 from .lowering import Report, SpyreJit, explain, jit, with_layout
 from .primitives import (
@@ -81,6 +87,7 @@ __all__ = [
     "Report",
     "SpyreArray",
     "SpyreError",
+    "SpyreInternalError",
     "SpyreJit",
     "SpyreTensorLayout",
     "SpyreType",

@@ -6,7 +6,13 @@ spyrejax problems specifically while still catching the builtin they subclass.
 
 from __future__ import annotations
 
-__all__ = ["LayoutError", "SpyreError", "SpyreTypeError", "SpyreUnsupportedError"]
+__all__ = [
+    "LayoutError",
+    "SpyreError",
+    "SpyreInternalError",
+    "SpyreTypeError",
+    "SpyreUnsupportedError",
+]
 
 
 class SpyreError(Exception):
@@ -23,3 +29,7 @@ class SpyreUnsupportedError(SpyreError, NotImplementedError):
 
 class SpyreTypeError(SpyreError, TypeError):
     """An argument of the wrong kind or dtype (a host array where a Spyre array is needed...)."""
+
+
+class SpyreInternalError(SpyreError, RuntimeError):
+    """A broken invariant inside spyrejax (a bug to report), raised instead of a wrong result."""

@@ -492,3 +492,84 @@ def test_a_reshape_that_cannot_be_the_planned_view_is_a_reported_copy():
     assert "reshape" in record.reason and "refused" in record.reason and record.cost == 512
     assert report.restickify_cost == 512
     chex.assert_trees_all_equal(sj.to_host(sj.jit(f)(a)), f(x))
+
+
+def test_dot_honours_preferred_element_type():
+    rng = np.random.default_rng(0)
+    a = jnp.asarray(rng.integers(-128, 128, (20, 40)), jnp.int8)
+    b = jnp.asarray(rng.integers(-128, 128, (40, 28)), jnp.int8)
+
+    def int_dot(a, b):
+        return jax.lax.dot(a, b, preferred_element_type=jnp.int32)
+
+    got, want = sj.jit(int_dot)(a, b), jax.jit(int_dot)(a, b)
+    assert got.dtype == want.dtype == np.int32
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+    k = 4096
+    x = jnp.asarray(rng.standard_normal((8, k)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((k, 16)) / 4, jnp.bfloat16)
+
+    def half_dot(x, w):
+        return jax.lax.dot(x, w, preferred_element_type=jnp.float32)
+
+    got, want = np.asarray(sj.jit(half_dot)(x, w)), np.asarray(jax.jit(half_dot)(x, w))
+    assert got.dtype == np.float32
+    x64, w64 = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    # Two float32 sums of k exact products, in different orders (see test_matmul).
+    bound = 16 * np.sqrt(k) * np.finfo(np.float32).eps * np.sqrt(x64**2 @ w64**2)
+    assert (np.abs(got - want) <= bound).all()
+
+
+def test_mixed_operand_dtypes_are_promoted_as_jax_does():
+    x = _rand((5, 150), jnp.float32)
+    w = _rand((150, 40), jnp.bfloat16, 1)
+
+    def f(x, w):
+        return jax.lax.dot_general(x, w, (((1,), (0,)), ((), ())))
+
+    got, want = sj.jit(f)(x, w), jax.jit(f)(x, w)
+    assert got.dtype == want.dtype == np.float32
+    # 150 products of float32 values: summation order is all that differs.
+    atol = 4 * 150 * np.finfo(np.float32).eps * float(np.abs(np.asarray(want)).max())
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        jax.nn.relu,
+        jax.nn.relu6,
+        jax.nn.elu,
+        jax.nn.leaky_relu,
+        jax.nn.hard_tanh,
+        lambda x: jnp.maximum(x, 0.1),
+    ],
+)
+@pytest.mark.parametrize("x", [0.3, -0.4])
+def test_gradients_of_scalar_functions(fn, x):
+    grad = jax.grad(fn)
+    got = sj.jit(grad)(jnp.float32(x))
+    np.testing.assert_allclose(np.asarray(got), jax.jit(grad)(jnp.float32(x)), rtol=1e-6, atol=0)
+    xs = jnp.linspace(-2.0, 2.0, 70, dtype=jnp.float32)  # 70: a partial last stick
+    got = sj.jit(jax.vmap(grad))(xs)
+    np.testing.assert_allclose(np.asarray(got), jax.vmap(grad)(xs), rtol=1e-6, atol=1e-7)
+
+
+def test_jit_keeps_its_own_fields_when_wrapping_a_transformed_function():
+    grad = jax.grad(jnp.sin)
+    wrapped = sj.jit(grad)
+    assert wrapped.fun is grad
+    assert wrapped.__wrapped__ is grad and wrapped.__name__ == grad.__name__
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("m,k,n", [(128, 16, 8), (128, 3, 70)])
+def test_half_products_of_transposed_operands_run(dtype, m, k, n):
+    # XLA's CPU backend refuses a half x half -> float32 dot outside its own fusion.
+    p, q = _rand((m, k), dtype), _rand((m, n), dtype, 1)
+    got = np.asarray(sj.jit(lambda p, q: p.T @ q)(p, q), np.float32)
+    want = np.asarray(jax.jit(lambda p, q: p.T @ q)(p, q), np.float32)
+    # Both round one float32 sum of m exact products to the half dtype: one ulp apart.
+    eps = float(jnp.finfo(dtype).eps)
+    np.testing.assert_allclose(got, want, rtol=eps, atol=eps * np.abs(want).max())

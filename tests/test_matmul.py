@@ -143,3 +143,42 @@ def test_layouts_the_kernel_cannot_contract_are_errors():
         sj.matmul(a3, sj.to_device(rand((40, 5), jnp.float32, rng)))
     with pytest.raises(sj.LayoutError, match="folds reduced and kept dims"):
         sj.sum(a3, 0)
+
+
+@pytest.mark.parametrize("m,k,n", [(5, 40, 28), (4, 256, 128)])  # with and without padding
+def test_int8_products_accumulate_in_int32(m, k, n):
+    rng = np.random.default_rng(0)
+    a = rng.integers(-128, 128, (m, k)).astype(np.int8)
+    b = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    out = sj.matmul(sj.to_device(a), sj.to_device(b), preferred_element_type=jnp.int32)
+    assert out.dtype == np.int32
+    want = a.astype(np.int64) @ b.astype(np.int64)  # |sum| < 2**31: no wrap-around
+    np.testing.assert_array_equal(np.asarray(out), want)
+    wrapped = sj.matmul(sj.to_device(a), sj.to_device(b))  # int8 result wraps, as in XLA
+    np.testing.assert_array_equal(np.asarray(wrapped), want.astype(np.int8))
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_half_products_into_float32_are_not_rounded_to_the_operands(dtype):
+    rng = np.random.default_rng(1)
+    m, k, n = 6, 4096, 70
+    a = jnp.asarray(rng.standard_normal((m, k)), dtype)
+    b = jnp.asarray(rng.standard_normal((k, n)) / 4, dtype)
+    out = sj.matmul(sj.to_device(a), sj.to_device(b), preferred_element_type=jnp.float32)
+    assert out.dtype == np.float32
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    exact = a64 @ b64  # half products are exact in float32; only the sums round
+    # Rounding errors of a float32 sum of k terms grow like sqrt(k) times the terms' rms:
+    # far below one half ulp of the result (what rounding to the operands' dtype costs).
+    bound = 8 * np.sqrt(k) * np.finfo(np.float32).eps * np.sqrt(a64**2 @ b64**2)
+    assert (np.abs(np.asarray(out, np.float64) - exact) <= bound).all()
+    half_ulp = np.abs(exact) * float(jnp.finfo(dtype).eps) / 2
+    large = np.abs(exact) > 8  # where the check can tell the two apart
+    assert large.sum() > exact.size // 4 and (bound < half_ulp)[large].all()
+
+
+def test_preferred_element_type_must_keep_the_kind():
+    a = sj.to_device(jnp.ones((4, 8), jnp.float32))
+    b = sj.to_device(jnp.ones((8, 3), jnp.float32))
+    with pytest.raises(sj.SpyreTypeError, match="preferred_element_type int32"):
+        sj.matmul(a, b, preferred_element_type=jnp.int32)

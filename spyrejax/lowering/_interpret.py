@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import primitives as sp
 from .._array import SpyreType
-from .._errors import LayoutError
+from .._errors import LayoutError, SpyreInternalError
 from .._layout import SpyreTensorLayout
 from ._graph import Graph, Node, Scalar, Value
 from ._planner import Plan
@@ -65,6 +65,25 @@ def _serves(x: Any, required: int | None) -> bool:
     return have == required or (have == SPARSE and required in _broadcast_dims(jax.typeof(x)))
 
 
+def _checked(node: Node, out: Any) -> Any:
+    """``out``, after checking it has its equation's shape and dtype.
+
+    A rule that returned anything else would give numbers that differ from ``jax.jit``
+    (an integer product wrapped to int8, a float32 result rounded to bfloat16).
+
+    Raises:
+        SpyreInternalError: naming the equation, what it should give and what it gave.
+    """
+    want, got = node.outs[0], jax.typeof(out)
+    if tuple(got.shape) != tuple(want.shape) or np.dtype(got.dtype) != np.dtype(want.dtype):
+        raise SpyreInternalError(
+            f"internal error: the lowering of {node.describe()} gave "
+            f"{np.dtype(got.dtype).name}{list(got.shape)}, but the equation's result is "
+            f"{np.dtype(want.dtype).name}{list(want.shape)}; please report it"
+        )
+    return out
+
+
 class Interpreter:
     """Runs a graph with its plan; ``records`` lists the restickifies of the last trace."""
 
@@ -90,7 +109,7 @@ class Interpreter:
             ins = [
                 self._fetch(env, moved, u, r, node) for u, r in zip(node.ins, mode.ins, strict=True)
             ]
-            env[node.outs[0]] = self._lower(node, ins, mode)
+            env[node.outs[0]] = _checked(node, self._lower(node, ins, mode))
         return [self._output(env, o) for o in self.graph.outputs]
 
     def _output(self, env: dict[Value, Any], o: Value | Scalar) -> Any:

@@ -193,6 +193,9 @@ class _Elementwise(Rule):
             vals.append(node.params["y"])
         elif self.op == "where":  # select_n(pred, on_false, on_true)
             vals = [vals[0], vals[2], vals[1]]
+            if all(isinstance(a, Scalar) for a in args[1:]):  # where(p, 0.0, 1.0)
+                dtype = node.outs[0].dtype
+                vals[1] = sp.to_device(np.asarray(vals[1], dtype))  # 0-d, broadcasts
         return [sp.elementwise(self.op, *vals)]
 
 
@@ -311,6 +314,9 @@ class _DotGeneral(Rule):
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         lc, rc, lb, rb, lfree, rfree = self._dims(node)
+        want = node.outs[0].dtype
+        if args[0].dtype != args[1].dtype:  # as JAX lowers mixed operands on CPU
+            args = [x if x.dtype == want else sp.astype(x, want) for x in args]
         a = sp.transpose(args[0], (*lb, *lfree, *lc))
         b = sp.transpose(args[1], (*rb, *rc, *rfree))
         if not lc:  # no contraction: a matmul with k = 1
@@ -325,14 +331,13 @@ class _DotGeneral(Rule):
         layout = None
         if mode.row_major:
             shape = (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
-            layout = SpyreTensorLayout.row_major(shape, a.dtype)
-        out = sp.matmul(a, b, layout=layout)
+            layout = SpyreTensorLayout.row_major(shape, want)
+        out = sp.matmul(a, b, layout=layout, preferred_element_type=want)
         if not rfree:
             out = sp.squeeze(out, out.ndim - 1)
         if not lfree:
             out = sp.squeeze(out, len(lb))
-        want = node.outs[0].dtype
-        return [out if out.dtype == want else sp.astype(out, want)]
+        return [out]
 
 
 _register(_DotGeneral(), "dot_general")

@@ -23,6 +23,8 @@ import numpy as np
 
 from .._array import PadFill, SpyreArray, SpyreType, batched_layout
 from .._devdims import DevDim
+from .._dma import d2h_values, h2d_values
+from .._dtypes import poison_value
 from .._errors import LayoutError, SpyreTypeError
 from .._layout import SpyreTensorLayout
 from ._base import SpyrePrim
@@ -100,21 +102,36 @@ class Matmul(SpyrePrim):
     """Batched matrix product on device images."""
 
     def __init__(
-        self, a: SpyreType, b: SpyreType, *, out_layout: SpyreTensorLayout | None = None
+        self,
+        a: SpyreType,
+        b: SpyreType,
+        *,
+        out_layout: SpyreTensorLayout | None = None,
+        preferred_element_type: Any = None,
     ) -> None:
-        out = _rule(a, b, out_layout)
-        self._plan = _Plan(a, b, out)
+        out = _rule(a, b, out_layout, preferred_element_type)
+        # A result format of another stick width (int8 -> int32) tiles n differently:
+        # the product is computed in the operands' tiling, then moved into the result's.
+        self._mid = out if out.layout.elems_per_stick == a.layout.elems_per_stick else None
+        if self._mid is None:
+            mid_layout = SpyreTensorLayout(out.shape, a.dtype)
+            self._mid = SpyreType.contiguous(out.shape, a.dtype, mid_layout)
+        self._plan = _Plan(a, b, self._mid)
         self.in_avals = (a, b)
         self.out_aval = out
-        self.params = {"out_layout": out_layout}
+        self.params = {"out_layout": out_layout, "preferred_element_type": preferred_element_type}
         super().__init__()
 
     def pp_params(self) -> dict[str, Any]:
-        return {}
+        pet = self.params["preferred_element_type"]
+        return {} if pet is None else {"preferred_element_type": np.dtype(pet).name}
 
     def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
         out = self.out_aval
-        return {"out_layout": batched_layout(out.layout, out.shape, size)}
+        return {
+            "out_layout": batched_layout(out.layout, out.shape, size),
+            "preferred_element_type": self.params["preferred_element_type"],
+        }
 
     def kernel(self, a_img: jax.Array, b_img: jax.Array) -> jax.Array:
         a_t, b_t = self.in_avals
@@ -131,8 +148,22 @@ class Matmul(SpyrePrim):
             pad[ax] = (0, plan.k_padded - b_img.shape[ax], 0)
             b_img = jax.lax.pad(b_img, jnp.zeros((), b_img.dtype), pad)
             b_img = b_img.reshape(b_img.shape[:ax] + plan.k_sizes + b_img.shape[ax + 1 :])
-        out = _contract(plan.subscripts, a_img, b_img, accumulator(a_t.dtype))
-        return from_data_dims(out.astype(a_t.dtype), self.out_aval)
+        out_dtype = self.out_aval.dtype
+        acc = np.dtype(accumulator(a_t.dtype) or out_dtype)
+        if np.dtype(out_dtype).itemsize > acc.itemsize:
+            acc = np.dtype(out_dtype)  # int8 x int8 -> int32 accumulates in int32
+        if acc != a_img.dtype and not jnp.issubdtype(acc, jnp.floating):
+            a_img, b_img = a_img.astype(acc), b_img.astype(acc)  # exact: int8 fits int32
+        elif acc != a_img.dtype:
+            # XLA's CPU backend runs a half x half -> float32 dot only as a fusion of its
+            # own (a DotThunk refuses it), so masking and padding must not fuse into it.
+            a_img, b_img = jax.lax.optimization_barrier((a_img, b_img))
+        out = _contract(plan.subscripts, a_img, b_img, acc)
+        if self._mid is self.out_aval:
+            return from_data_dims(out.astype(out_dtype), self.out_aval)
+        mid, dst = self._mid, self.out_aval
+        values = d2h_values(from_data_dims(out, mid), mid.shape, mid.layout)
+        return h2d_values(values.astype(out_dtype), dst.layout, poison_value(out_dtype))
 
 
 def _contract(subscripts: str, a: jax.Array, b: jax.Array, acc: Any) -> jax.Array:
@@ -162,7 +193,9 @@ def _take0(img: jax.Array, take: tuple[int, ...]) -> jax.Array:
     return img[tuple(0 if k in take else slice(None) for k in range(img.ndim))]
 
 
-def _rule(a: SpyreType, b: SpyreType, out_layout: SpyreTensorLayout | None) -> SpyreType:
+def _rule(
+    a: SpyreType, b: SpyreType, out_layout: SpyreTensorLayout | None, preferred: Any
+) -> SpyreType:
     if a.ndim < 2 or b.ndim < 2:
         raise LayoutError(
             f"matmul needs operands of rank >= 2, got {a.str_short()} and {b.str_short()}; "
@@ -190,8 +223,9 @@ def _rule(a: SpyreType, b: SpyreType, out_layout: SpyreTensorLayout | None) -> S
             "spyrejax.jit, which plans it."
         )
     shape = (*batch, a.shape[-2], b.shape[-1])
-    layout = SpyreTensorLayout(shape, a.dtype) if out_layout is None else out_layout
-    out = SpyreType.contiguous(shape, a.dtype, layout)
+    dtype = _result_dtype(a.dtype, preferred)
+    layout = SpyreTensorLayout(shape, dtype) if out_layout is None else out_layout
+    out = SpyreType.contiguous(shape, dtype, layout)
     if not _stuck_on_last(out):
         raise LayoutError(
             f"matmul: the result layout {layout} is not stuck on n (dim {len(shape) - 1}) of "
@@ -201,12 +235,35 @@ def _rule(a: SpyreType, b: SpyreType, out_layout: SpyreTensorLayout | None) -> S
     return out
 
 
+def _result_dtype(dtype: Any, preferred: Any) -> np.dtype:
+    """The product's dtype: ``preferred_element_type`` when given, as in ``lax.dot_general``.
+
+    Raises:
+        SpyreTypeError: if ``preferred`` mixes floats and integers with the operands.
+    """
+    if preferred is None:
+        return np.dtype(dtype)
+    want = np.dtype(preferred)
+    if jnp.issubdtype(want, jnp.floating) != jnp.issubdtype(dtype, jnp.floating):
+        raise SpyreTypeError(
+            f"matmul: preferred_element_type {want.name} must be a float for float operands "
+            f"and an integer for integer operands, got operands of {np.dtype(dtype).name}"
+        )
+    return want
+
+
 def _stuck_on_last(t: SpyreType) -> bool:
     """Stuck on the last dim; a last dim of size 1 counts (its stick has one lane)."""
     return t.stick_dim == t.ndim - 1 or (t.shape[-1] == 1 and t.stick_dim is None)
 
 
-def matmul(a: SpyreArray, b: SpyreArray, *, layout: SpyreTensorLayout | None = None) -> SpyreArray:
+def matmul(
+    a: SpyreArray,
+    b: SpyreArray,
+    *,
+    layout: SpyreTensorLayout | None = None,
+    preferred_element_type: Any = None,
+) -> SpyreArray:
     """Batched matrix product of Spyre arrays, like ``jnp.matmul`` (rank >= 2).
 
     A must be stuck on its last dim (k) and B on its last dim (n). Batch dims broadcast.
@@ -218,6 +275,10 @@ def matmul(a: SpyreArray, b: SpyreArray, *, layout: SpyreTensorLayout | None = N
             shape. ``SpyreTensorLayout.row_major(shape, dtype)`` keeps each batch's rows
             together, the order the product is computed in (what ``spyrejax.jit``
             gives batched products whose consumers accept it).
+        preferred_element_type: the result dtype, as in ``lax.dot_general``: float16
+            and bfloat16 products accumulate in float32 and are returned in it without
+            rounding to the operands' dtype; int8 products accumulate in int32. Defaults
+            to the operands' dtype.
 
     Raises:
         LayoutError: on mismatched shapes, operands stuck on the wrong dims, or a
@@ -228,4 +289,4 @@ def matmul(a: SpyreArray, b: SpyreArray, *, layout: SpyreTensorLayout | None = N
     for name, aval in zip("ab", avals, strict=True):
         if not isinstance(aval, SpyreType):
             raise SpyreTypeError(f"matmul: {name} is a host array {aval}; use to_device")
-    return Matmul(*avals, out_layout=layout)(a, b)
+    return Matmul(*avals, out_layout=layout, preferred_element_type=preferred_element_type)(a, b)
