@@ -573,3 +573,32 @@ def test_half_products_of_transposed_operands_run(dtype, m, k, n):
     # Both round one float32 sum of m exact products to the half dtype: one ulp apart.
     eps = float(jnp.finfo(dtype).eps)
     np.testing.assert_allclose(got, want, rtol=eps, atol=eps * np.abs(want).max())
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda y: jnp.ones_like(y) @ y,
+        lambda y: y @ jnp.zeros_like(y),
+        lambda y: jnp.full((128, 128), 2.0, y.dtype) @ y + 1,
+        lambda y: y @ jnp.ones((128, 70), y.dtype),
+        lambda y: (y * 2) @ jnp.broadcast_to(jnp.float16(3), (128, 5)),
+    ],
+)
+def test_constants_are_built_in_the_layout_their_consumer_needs(fn):
+    y = _rand((128, 128), jnp.float16)
+    report = sj.explain(fn, y)
+    assert report.restickify_cost == 0 and report.copy_cost == 0
+    _check(fn, y, tol={"rtol": 2e-3, "atol": 2e-3 * 128})  # sums of 128 half products
+
+
+def test_an_operand_already_in_place_is_not_copied_when_a_rule_refuses_another():
+    def f(y):  # the broadcast view of x is refused by the matmul; y is already in place
+        x = jnp.broadcast_to(y[0].sum(), (128, 128))
+        return x @ y
+
+    y = _rand((128, 128), jnp.float32)
+    report = sj.explain(f, y)
+    assert report.restickifies, "the broadcast view is copied..."
+    assert all("argument" not in r.value for r in report.restickifies)  # ...y is not
+    _check(f, y, tol={"rtol": 1e-5, "atol": 1e-5 * 128 * 128})

@@ -3,8 +3,10 @@
 It follows the plan: each node runs in its mode, and an input not in the stick a node
 needs is restickified first (once per value and stick). Every restickify is recorded
 with its reason for :func:`spyrejax.explain`. Should a rule still refuse its inputs
-(a view the planner's model did not foresee), the inputs are copied into the default
-layouts of the sticks the mode needs and the rule runs again; that is recorded too.
+(a view the planner's model did not foresee), the inputs not already in the default
+layouts of the sticks the mode needs are copied there and the rule runs again; that is
+recorded too. Constants (``jnp.ones``, ``zeros_like``, ``full``: a broadcast scalar) are
+built directly in whatever layout a consumer needs, at no cost.
 """
 
 from __future__ import annotations
@@ -65,6 +67,23 @@ def _serves(x: Any, required: int | None) -> bool:
     return have == required or (have == SPARSE and required in _broadcast_dims(jax.typeof(x)))
 
 
+def _constant_fill(node: Node) -> Any:
+    """The scalar a node broadcasts when its output is a constant (``jnp.ones``), else None."""
+    if node.prim != "broadcast_in_dim":
+        return None
+    (x,) = node.ins
+    if isinstance(x, Scalar):
+        return x.value
+    if x.kind == "const" and x.const is not None and np.size(x.const) == 1:
+        return np.asarray(x.const).reshape(())
+    return None
+
+
+def _in_default_layout(t: SpyreType, stick: int) -> bool:
+    """Whether ``t`` is already what a fallback copy would make: not a view, default layout."""
+    return not t.is_view and t.layout == layout_for(t.shape, t.dtype, stick)
+
+
 def _checked(node: Node, out: Any) -> Any:
     """``out``, after checking it has its equation's shape and dtype.
 
@@ -95,6 +114,7 @@ class Interpreter:
     def run(self, *args: Any) -> list[Any]:
         """Outputs for inputs (Spyre arrays, or host arrays moved with default layouts)."""
         self.records = []
+        self._fills: dict[Value, Any] = {}
         env: dict[Value, Any] = {}
         for v, a in zip(self.graph.inputs, args, strict=True):
             env[v] = a if isinstance(jax.typeof(a), SpyreType) else sp.to_device(a)
@@ -110,6 +130,9 @@ class Interpreter:
                 self._fetch(env, moved, u, r, node) for u, r in zip(node.ins, mode.ins, strict=True)
             ]
             env[node.outs[0]] = _checked(node, self._lower(node, ins, mode))
+            fill = _constant_fill(node)
+            if fill is not None:
+                self._fills[node.outs[0]] = fill
         return [self._output(env, o) for o in self.graph.outputs]
 
     def _output(self, env: dict[Value, Any], o: Value | Scalar) -> Any:
@@ -126,6 +149,8 @@ class Interpreter:
         if _serves(x, r):
             return x
         key = (u, r)
+        if key not in moved and u in self._fills:  # a constant: built where it is needed
+            moved[key] = self._fill(u, r)
         if key not in moved:
             have = stick_of(x)
             need = _stick_name(r)
@@ -153,6 +178,11 @@ class Interpreter:
         )
         return sp.restickify(x, layout=target)
 
+    def _fill(self, u: Value, stick: int) -> Any:
+        """The constant ``u`` built directly in the default layout of ``stick`` (no copy)."""
+        full = jax.lax.full(u.shape, self._fills[u], u.dtype)
+        return sp.to_device(full, layout_for(u.shape, u.dtype, stick))
+
     def _lower(self, node: Node, ins: list[Any], mode: Any) -> Any:
         rule = rule_for(node)
         try:
@@ -161,7 +191,11 @@ class Interpreter:
             first = err
         retry = []
         for u, x, r in zip(node.ins, ins, mode.ins, strict=True):
-            if isinstance(u, Value) and r is not None:
+            if not isinstance(u, Value) or r is None:
+                pass
+            elif u in self._fills:
+                x = self._fill(u, r)
+            elif not _in_default_layout(jax.typeof(x), r):
                 why = f"{node.describe()} refused its layout ({first}); copied to a default layout"
                 x = self._restickify(x, u, r, why)
             retry.append(x)
