@@ -313,6 +313,8 @@ class SpyreArray:
         return out if dtype is None else out.astype(dtype)
 
     def __repr__(self) -> str:
+        if isinstance(self.image, jax.ShapeDtypeStruct):  # abstract: a type, no data
+            return f"SpyreArray(<abstract>, {self.type.str_short()})"
         body = np.array2string(np.asarray(self), separator=", ", threshold=50, prefix="    ")
         return f"SpyreArray({body}, {self.type.str_short()})"
 

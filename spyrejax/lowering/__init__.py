@@ -1,8 +1,9 @@
 """Lowering plain JAX functions to Spyre primitives: ``jit``, ``with_layout``, ``explain``."""
 
+from .._stick import SPARSE
 from ._explain import Report, explain
 from ._jit import Lowered, SpyreJit, jit
-from ._rules import RULES, SPARSE
+from ._rules import RULES
 from ._with_layout import with_layout
 
 __all__ = ["RULES", "SPARSE", "Lowered", "Report", "SpyreJit", "explain", "jit", "with_layout"]

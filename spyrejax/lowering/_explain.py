@@ -13,7 +13,7 @@ import jax
 from .._array import SpyreType
 from .._dci import DCI, generate_dci
 from .._layout import SpyreTensorLayout
-from ._interpret import Record
+from ._interpret import Record, records
 from ._jit import SpyreJit
 
 __all__ = ["Report", "TensorInfo", "explain"]
@@ -162,7 +162,6 @@ def _tensors(closed: Any) -> tuple[TensorInfo, ...]:
     out = []
     seen = set()
     names = _var_names(closed)
-    views = {"Transpose", "Reshape", "Squeeze", "ExpandDims", "BroadcastTo"}
     producers = {o: e.params.get("_prim") for e in closed.jaxpr.eqns for o in e.outvars}
     for var in [*closed.jaxpr.invars, *(o for e in closed.jaxpr.eqns for o in e.outvars)]:
         aval = var.aval
@@ -172,7 +171,7 @@ def _tensors(closed: Any) -> tuple[TensorInfo, ...]:
         lay = aval.layout
         data = math.prod(aval.shape) * 128 // lay.elems_per_stick
         prim = producers.get(var)
-        view = prim is not None and type(prim).__name__ in views
+        view = getattr(prim, "role", None) == "view"
         out.append(TensorInfo(names[var], aval.str_short(), lay.nbytes, data, view))
     return tuple(out)
 
@@ -190,9 +189,9 @@ def explain(fun: Callable[..., Any] | SpyreJit, *args: Any, **kwargs: Any) -> Re
     """
     jitted = fun if isinstance(fun, SpyreJit) else SpyreJit(fun)
     lowered, leaves = jitted.lower(*args, **kwargs)
-    interp = lowered.interpreter
-    closed = jax.make_jaxpr(interp.run)(*leaves)
-    records = tuple(interp.records)
+    plan = lowered.plan
+    closed = jax.make_jaxpr(lowered.interpreter.run)(*leaves)
+    restickifies = tuple(records(plan))
     inputs = []
     for v, var in zip(lowered.graph.inputs, closed.jaxpr.invars, strict=True):
         t = var.aval
@@ -206,12 +205,16 @@ def explain(fun: Callable[..., Any] | SpyreJit, *args: Any, **kwargs: Any) -> Re
         if isinstance(t, SpyreType):
             outputs.append((f"out{i}", generate_dci(t.base_shape, t.layout, host_to_device=False)))
     copies = tuple(
-        (node.describe(), mode.cost) for node, mode in lowered.plan.modes.items() if mode.cost
+        (node.describe(), prim.moves)
+        for node, options in plan.runs.items()
+        for option in options
+        for prim in option.copies
+        if prim.role == "copy"
     )
     return Report(
         str(closed),
-        records,
-        sum(r.cost for r in records),
+        restickifies,
+        sum(r.cost for r in restickifies),
         _tensors(closed),
         tuple(inputs),
         tuple(outputs),

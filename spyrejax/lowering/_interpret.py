@@ -1,17 +1,14 @@
 """The interpreter: runs a planned graph with Spyre primitives (under ``jax.jit``).
 
-It follows the plan: each node runs in its mode, and an input not in the stick a node
-needs is restickified first (once per value and stick). Every restickify is recorded
-with its reason for :func:`spyrejax.explain`. Should a rule still refuse its inputs
-(a view the planner's model did not foresee), the inputs not already in the default
-layouts of the sticks the mode needs are copied there and the rule runs again; that is
-recorded too. Constants (``jnp.ones``, ``zeros_like``, ``full``: a broadcast scalar) are
-built directly in whatever layout a consumer needs, at no cost.
+It does exactly what the plan says: inputs and constants arrive in their planned
+types, each node runs its planned options, and each planned restickify moves a value
+into the type a consumer needs. Every node must give the type the planner evaluated
+for it, and the shape and dtype of its equation; anything else is a
+:class:`SpyreInternalError`, never a silently different result.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,18 +17,18 @@ import numpy as np
 
 from .. import primitives as sp
 from .._array import SpyreType
-from .._errors import LayoutError, SpyreInternalError
+from .._errors import SpyreInternalError
 from .._layout import SpyreTensorLayout
 from ._graph import Graph, Node, Scalar, Value
-from ._planner import Plan
-from ._rules import SPARSE, layout_for, rule_for, stick_of
+from ._planner import Move, Plan
+from ._rules import rule_for
 
-__all__ = ["Interpreter", "Record"]
+__all__ = ["Interpreter", "Record", "records"]
 
 
 @dataclass(frozen=True)
 class Record:
-    """One restickify the lowering inserted.
+    """One restickify of the plan.
 
     Attributes:
         value: the value: its type and where it comes from.
@@ -50,45 +47,30 @@ class Record:
     source_type: str = ""
 
 
-def _stick_name(s: int | None) -> str:
-    return "sparse" if s == SPARSE else f"dim {s}"
+def records(plan: Plan) -> list[Record]:
+    """The plan's restickifies (planned moves, and those a lowering makes itself)."""
+    out = [_record(m.value, m.source, m.target.layout, m.cost, m.reason) for m in _moves(plan)]
+    for node, options in plan.runs.items():
+        for option in options:
+            for prim in option.copies:
+                if prim.role == "restickify":
+                    why = f"{node.describe()} asks for layout {prim.layout}"
+                    src = prim.in_avals[0]
+                    out.append(_record(node.outs[0], src, prim.layout, prim.moves, why))
+    return out
 
 
-def _broadcast_dims(t: SpyreType) -> set[int]:
-    return {
-        d for d, (n, st) in enumerate(zip(t.shape, t.strides, strict=True)) if st == 0 and n > 1
-    }
+def _moves(plan: Plan) -> list[Move]:
+    return [m for ms in plan.moves.values() for m in ms]
 
 
-def _serves(x: Any, required: int | None) -> bool:
-    if required is None:
-        return True
-    have = stick_of(x)
-    return have == required or (have == SPARSE and required in _broadcast_dims(jax.typeof(x)))
+def _record(v: Value, source: SpyreType, target: Any, cost: int, reason: str) -> Record:
+    what = f"{v.dtype.name}{list(v.shape)} ({v.origin})"
+    return Record(what, reason, source.layout, target, cost, source.str_short())
 
 
-def _constant_fill(node: Node) -> Any:
-    """The scalar a node broadcasts when its output is a constant (``jnp.ones``), else None."""
-    if node.prim != "broadcast_in_dim":
-        return None
-    (x,) = node.ins
-    if isinstance(x, Scalar):
-        return x.value
-    if x.kind == "const" and x.const is not None and np.size(x.const) == 1:
-        return np.asarray(x.const).reshape(())
-    return None
-
-
-def _in_default_layout(t: SpyreType, stick: int) -> bool:
-    """Whether ``t`` is already what a fallback copy would make: not a view, default layout."""
-    return not t.is_view and t.layout == layout_for(t.shape, t.dtype, stick)
-
-
-def _checked(node: Node, out: Any) -> Any:
-    """``out``, after checking it has its equation's shape and dtype.
-
-    A rule that returned anything else would give numbers that differ from ``jax.jit``
-    (an integer product wrapped to int8, a float32 result rounded to bfloat16).
+def _check(node: Node, out: Any, planned: SpyreType) -> Any:
+    """``out``, after checking it is what the plan and the equation say.
 
     Raises:
         SpyreInternalError: naming the equation, what it should give and what it gave.
@@ -100,109 +82,51 @@ def _checked(node: Node, out: Any) -> Any:
             f"{np.dtype(got.dtype).name}{list(got.shape)}, but the equation's result is "
             f"{np.dtype(want.dtype).name}{list(want.shape)}; please report it"
         )
+    if got != planned:
+        raise SpyreInternalError(
+            f"internal error: the lowering of {node.describe()} gave {got.str_short()}, "
+            f"but the plan evaluated {planned.str_short()}; please report it"
+        )
     return out
 
 
 class Interpreter:
-    """Runs a graph with its plan; ``records`` lists the restickifies of the last trace."""
+    """Runs a graph with its plan."""
 
     def __init__(self, graph: Graph, plan: Plan) -> None:
         self.graph = graph
         self.plan = plan
-        self.records: list[Record] = []
 
     def run(self, *args: Any) -> list[Any]:
         """Outputs for inputs (Spyre arrays, or host arrays moved with default layouts)."""
-        self.records = []
-        self._fills: dict[Value, Any] = {}
-        env: dict[Value, Any] = {}
+        env: dict[tuple[Value, SpyreType], Any] = {}
         for v, a in zip(self.graph.inputs, args, strict=True):
-            env[v] = a if isinstance(jax.typeof(a), SpyreType) else sp.to_device(a)
+            x = a if isinstance(jax.typeof(a), SpyreType) else sp.to_device(a)
+            (planned,) = self.plan.sources[v]
+            env[v, planned] = x
+            self._move(env, v)
         for c in self.graph.consts:
-            if c in self.plan.sticks:
-                env[c] = sp.to_device(c.const, layout_for(c.shape, c.dtype, self.plan.sticks[c]))
-        moved: dict[tuple[Value, int], Any] = {}
+            for t in self.plan.sources.get(c, []):
+                env[c, t] = sp.to_device(c.const, t.layout)
         for node in self.graph.nodes:
-            mode = self.plan.modes.get(node)
-            if mode is None:
-                continue  # dead
-            ins = [
-                self._fetch(env, moved, u, r, node) for u, r in zip(node.ins, mode.ins, strict=True)
-            ]
-            env[node.outs[0]] = _checked(node, self._lower(node, ins, mode))
-            fill = _constant_fill(node)
-            if fill is not None:
-                self._fills[node.outs[0]] = fill
-        return [self._output(env, o) for o in self.graph.outputs]
+            for option in self.plan.runs.get(node, []):
+                ins = [
+                    u if isinstance(u, Scalar) else env[u, t]
+                    for u, t in zip(node.ins, option.ins, strict=True)
+                ]
+                out = rule_for(node).lower(node, ins, option.mode)[0]
+                env[node.outs[0], option.out] = _check(node, out, option.out)
+            self._move(env, node.outs[0])
+        return [
+            self._output(env, o, t)
+            for o, t in zip(self.graph.outputs, self.plan.outputs, strict=True)
+        ]
 
-    def _output(self, env: dict[Value, Any], o: Value | Scalar) -> Any:
+    def _move(self, env: dict[tuple[Value, SpyreType], Any], v: Value) -> None:
+        for m in self.plan.moves.get(v, []):
+            env[v, m.target] = sp.restickify(env[v, m.source], layout=m.target.layout)
+
+    def _output(self, env: dict[Any, Any], o: Value | Scalar, t: SpyreType | None) -> Any:
         if isinstance(o, Scalar):
             return sp.to_device(np.asarray(o.value, dtype=o.dtype))
-        return env[o]
-
-    def _fetch(
-        self, env: dict[Value, Any], moved: dict[Any, Any], u: Any, r: int | None, node: Node
-    ) -> Any:
-        if isinstance(u, Scalar):
-            return u
-        x = env[u]
-        if _serves(x, r):
-            return x
-        key = (u, r)
-        if key not in moved and u in self._fills:  # a constant: built where it is needed
-            moved[key] = self._fill(u, r)
-        if key not in moved:
-            have = stick_of(x)
-            need = _stick_name(r)
-            if have == SPARSE and r != SPARSE:  # a sparse value made dense again
-                reason = f"compact: {node.describe()} needs it dense, stuck on {need}"
-            else:
-                reason = (
-                    f"{node.describe()} needs it stuck on {need} (it is on {_stick_name(have)})"
-                )
-            moved[key] = self._restickify(x, u, r, reason)
-        return moved[key]
-
-    def _restickify(self, x: Any, u: Value, stick: int, reason: str) -> Any:
-        t = jax.typeof(x)
-        target = layout_for(t.shape, t.dtype, stick)
-        self.records.append(
-            Record(
-                f"{t.dtype.name}{list(t.shape)} ({u.origin})",
-                reason,
-                t.layout,
-                target,
-                math.prod(t.layout.device_size),
-                t.str_short(),
-            )
-        )
-        return sp.restickify(x, layout=target)
-
-    def _fill(self, u: Value, stick: int) -> Any:
-        """The constant ``u`` built directly in the default layout of ``stick`` (no copy)."""
-        full = jax.lax.full(u.shape, self._fills[u], u.dtype)
-        return sp.to_device(full, layout_for(u.shape, u.dtype, stick))
-
-    def _lower(self, node: Node, ins: list[Any], mode: Any) -> Any:
-        rule = rule_for(node)
-        try:
-            return rule.lower(node, ins, mode)[0]
-        except LayoutError as err:
-            first = err
-        retry = []
-        for u, x, r in zip(node.ins, ins, mode.ins, strict=True):
-            if not isinstance(u, Value) or r is None:
-                pass
-            elif u in self._fills:
-                x = self._fill(u, r)
-            elif not _in_default_layout(jax.typeof(x), r):
-                why = f"{node.describe()} refused its layout ({first}); copied to a default layout"
-                x = self._restickify(x, u, r, why)
-            retry.append(x)
-        try:
-            return rule.lower(node, retry, mode)[0]
-        except LayoutError as err:
-            layouts = ", ".join(jax.typeof(x).str_short() for x in ins if not isinstance(x, Scalar))
-            raise LayoutError(
-                f"no layout works for {node.describe()} with inputs {layouts}: {err}"
-            ) from first
+        return env[o, t]

@@ -29,8 +29,7 @@ from .._jax import ClosedJaxpr
 from ..primitives import image, wrap
 from ._graph import Graph, build_graph
 from ._interpret import Interpreter
-from ._planner import Plan, plan_graph
-from ._rules import SPARSE, canon, type_stick
+from ._planner import Plan, host_input_type, plan_graph
 
 __all__ = ["Lowered", "SpyreJit", "jit"]
 
@@ -48,7 +47,7 @@ class Lowered:
         out_tree: the output pytree structure.
         on_images: ``jax.jit`` of the interpreter on device images (see
             :meth:`run_on_images`).
-        out_types: the outputs' Spyre types, known once ``on_images`` has been traced.
+        out_types: the outputs' Spyre types, as planned.
     """
 
     jaxpr: ClosedJaxpr
@@ -83,11 +82,19 @@ def _leaf_aval(x: Any) -> Any:
     )
 
 
-def _input_stick(aval: Any) -> int:
+def _input_type(aval: Any) -> SpyreType:
+    """The type an input arrives in: its own, or a host array's default layout."""
     if isinstance(aval, SpyreType):
-        return type_stick(aval)
-    shape = tuple(aval.shape)
-    return canon(shape, len(shape) - 1) if shape else SPARSE
+        return aval
+    return host_input_type(tuple(aval.shape), aval.dtype)
+
+
+def _out_types(plan: Plan, graph: Graph) -> list[SpyreType]:
+    """The planned output types (a scalar result is a fresh 0-d array)."""
+    return [
+        host_input_type((), o.dtype) if t is None else t
+        for o, t in zip(graph.outputs, plan.outputs, strict=True)
+    ]
 
 
 class SpyreJit:
@@ -154,18 +161,16 @@ class SpyreJit:
         closed, out_shape = jax.make_jaxpr(flat_fun, return_shape=True)(*structs)
         out_tree = jax.tree.structure(out_shape)
         graph = build_graph(closed)
-        sticks = {v: _input_stick(a) for v, a in zip(graph.inputs, avals, strict=True)}
-        plan = plan_graph(graph, sticks)
+        types = {v: _input_type(a) for v, a in zip(graph.inputs, avals, strict=True)}
+        plan = plan_graph(graph, types)
         interpreter = Interpreter(graph, plan)
         compiled = jax.jit(interpreter.run)
-        out_types: list[SpyreType] = []
+        out_types = _out_types(plan, graph)
         in_types = [a if isinstance(a, SpyreType) else None for a in avals]
 
         def run_images(*lo: Any) -> list[jax.Array]:
             hi = [x if t is None else wrap(x, t) for x, t in zip(lo, in_types, strict=True)]
-            outs = interpreter.run(*hi)
-            out_types[:] = [jax.typeof(o) for o in outs]
-            return [image(o) for o in outs]
+            return [image(o) for o in interpreter.run(*hi)]
 
         return Lowered(
             closed, graph, plan, interpreter, compiled, out_tree, jax.jit(run_images), out_types

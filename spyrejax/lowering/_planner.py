@@ -1,51 +1,97 @@
-"""The layout planner: a stick for every value at the least total restickify cost.
+"""The layout planner: a Spyre type for every value at the least total cost.
 
-Each node has modes (see ``_rules``): the stick every input needs and the stick its
-output gets. A value not in a needed stick is restickified, costing
-``prod(device_size)`` of its layout (spec section 7). The planner searches globally:
+The planner reasons with the primitives' own types, never with a model of them. For a
+node, each mode of its rule (see ``_rules``) names the stick every input needs; the
+candidate input types are those the inputs can be had in (as produced, or
+restickified into the default layout of a stick), and the rule's lowering is
+*evaluated on them* (``primitives.abstract_eval``: the Spyre primitives' constructors
+run, no data moves). A ``LayoutError`` means the mode cannot run on those types;
+otherwise the evaluated output type is the planned type, and the copies the lowering
+makes are its cost. Restickifying a value costs ``prod(device_size)`` of the type it
+is moved from (spec section 7).
 
-1. Forward dynamic programming in topological order: ``avail[v][s]`` is the least
-   cost to have ``v`` in stick ``s`` (producing it in some stick, then restickifying
-   if that is cheaper), over all modes of its producer and its inputs' best sticks.
-   This is exact on trees, such as the spec's cases.
-2. Backward reconstruction: from the outputs, every value's consumers *demand* sticks;
-   its producer's stick and mode are chosen to minimise its own cost plus one
-   restickify per distinct demanded stick it cannot serve, so shared values are
-   restickified once per target, not once per consumer.
+1. Forward dynamic programming in topological order: ``produced[v][t]`` is the least
+   cost to produce ``v`` with type ``t``, over every mode of its producer and every
+   candidate type of its inputs; a value can then also be had in the default type of
+   any stick at one restickify more. This is exact on trees, such as the spec's cases.
+2. Backward reconstruction: from the outputs, consumers *demand* the types they were
+   planned on. A producer runs once for its cheapest demanded type and again only for
+   a demanded type no restickify can make (a view, a row-major product); every other
+   demanded type is one restickify, so shared values move once per target type.
 
-3. Row-major products: a batched product whose layout reaches no reshape is laid out
-   ``SpyreTensorLayout.row_major`` (same stick, same size: no cost changes), the order
-   its ``dot_general`` computes it in.
-
-All passes are linear in the graph's size (times the few sticks per value).
+The interpreter then runs exactly this plan and checks every node gives its planned
+type. Evaluations are cached per node signature and input types, so repeated layers
+cost one evaluation; all passes are linear in the graph's size.
 """
 
 from __future__ import annotations
 
-import math
+import functools
+import itertools
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import Any
 
-from .._errors import SpyreUnsupportedError
+import jax
+import numpy as np
+
+from .. import primitives as sp
+from .._array import SpyreType
+from .._errors import LayoutError, SpyreUnsupportedError
+from .._layout import SpyreTensorLayout
+from .._stick import SPARSE, default_type, restickify_cost, serves, stick_name, stick_of
+from .._stick import stick_options as _stick_options
 from ._graph import Graph, Node, Scalar, Value
-from ._rules import SPARSE, Mode, layout_for, rule_for, stick_options
+from ._rules import Mode, rule_for
 
-__all__ = ["Plan", "accepts", "move_cost", "plan_graph"]
+__all__ = ["Move", "Option", "Plan", "host_input_type", "plan_graph"]
 
 INF = float("inf")
+_CANDIDATES = 2  # input types tried per input and mode: the cheapest, and one more
 
 
-def move_cost(v: Value, stick: int) -> int:
-    """Elements a restickify of ``v`` from ``stick`` moves: its device size."""
-    return math.prod(layout_for(v.shape, v.dtype, stick).device_size)
+@dataclass(frozen=True, eq=False)
+class Option:
+    """One way to run a node: a mode, the input types it reads, the type it gives.
 
-
-def accepts(v: Value, stick: int, required: int | None) -> bool:
-    """Whether ``v`` in ``stick`` serves a consumer that needs ``required``.
-
-    A sparse broadcast view serves any stick along which it is broadcast.
+    Attributes:
+        mode: the rule's mode.
+        ins: the type each input is read in (None for scalars).
+        out: the output's type, as the Spyre primitives give it.
+        copies: the copying primitives the lowering calls (restickifies, slices...).
     """
-    return required is None or stick == required or (stick == SPARSE and required in v.bcast)
+
+    mode: Mode
+    ins: tuple[SpyreType | None, ...]
+    out: SpyreType
+    copies: tuple[sp.SpyrePrim, ...] = ()
+
+    @property
+    def cost(self) -> int:
+        """Elements the node's own lowering moves."""
+        return sum(p.moves for p in self.copies)
+
+
+@dataclass(frozen=True, eq=False)
+class Move:
+    """A restickify the plan inserts between a value's producer and a consumer.
+
+    Attributes:
+        value: the value moved.
+        source: its type before.
+        target: its type after (the default layout of a stick).
+        reason: which consumer needs it, in which stick.
+    """
+
+    value: Value
+    source: SpyreType
+    target: SpyreType
+    reason: str
+
+    @property
+    def cost(self) -> int:
+        """Elements moved: ``prod(source device_size)``."""
+        return restickify_cost(self.source)
 
 
 @dataclass
@@ -53,149 +99,257 @@ class Plan:
     """The planner's decisions.
 
     Attributes:
-        modes: the mode of every live node.
-        sticks: the stick every live value is produced in.
-        conversions: the sticks each value is restickified to, for its consumers.
-        cost: planned elements moved by restickifies and copying reshapes.
+        runs: for every live node, the options it runs (usually one).
+        sources: the type each graph input and constant arrives in; constants may be
+            built in several (one per type their consumers need, at no cost).
+        moves: the restickifies, grouped by value, in the order they can run.
+        outputs: the planned type of each graph output (None for scalars).
     """
 
-    modes: dict[Node, Mode] = field(default_factory=dict)
-    sticks: dict[Value, int] = field(default_factory=dict)
-    conversions: dict[Value, set[int]] = field(default_factory=dict)
-    cost: int = 0
+    runs: dict[Node, list[Option]] = field(default_factory=dict)
+    sources: dict[Value, list[SpyreType]] = field(default_factory=dict)
+    moves: dict[Value, list[Move]] = field(default_factory=dict)
+    outputs: list[SpyreType | None] = field(default_factory=list)
+
+    @property
+    def restickify_cost(self) -> int:
+        """Elements moved by restickifies, planned ones and those inside lowerings."""
+        planned = sum(m.cost for ms in self.moves.values() for m in ms)
+        inside = sum(p.moves for o in self.options() for p in o.copies if p.role == "restickify")
+        return planned + inside
+
+    @property
+    def copy_cost(self) -> int:
+        """Elements moved by the program's own copies (slices, concatenates...)."""
+        return sum(p.moves for o in self.options() for p in o.copies if p.role == "copy")
+
+    @property
+    def cost(self) -> int:
+        """Every element the plan moves between layouts."""
+        return self.restickify_cost + self.copy_cost
+
+    def options(self) -> list[Option]:
+        """Every option the plan runs."""
+        return [o for opts in self.runs.values() for o in opts]
+
+    def out_type(self, node: Node) -> SpyreType:
+        """The type a node's (first) run gives."""
+        return self.runs[node][0].out
 
 
-def plan_graph(graph: Graph, input_sticks: dict[Value, int]) -> Plan:
-    """Plan sticks for a graph whose inputs arrive in ``input_sticks``.
+def host_input_type(shape: tuple[int, ...], dtype: Any) -> SpyreType:
+    """The type of a host input moved to the device by ``to_device`` (default layout)."""
+    return SpyreType.contiguous(shape, dtype, SpyreTensorLayout(shape, dtype))
+
+
+@functools.lru_cache(maxsize=65536)
+def _default(shape: tuple[int, ...], dtype: np.dtype, stick: int) -> SpyreType:
+    return default_type(shape, dtype, stick)
+
+
+def _defaults(v: Value) -> list[SpyreType]:
+    return [_default(v.shape, v.dtype, s) for s in _stick_options(v.shape)]
+
+
+def plan_graph(graph: Graph, input_types: dict[Value, SpyreType]) -> Plan:
+    """Plan types for a graph whose inputs arrive in ``input_types``.
 
     Raises:
         SpyreUnsupportedError: for a primitive with no lowering rule (naming its line).
+        LayoutError: for a node no mode of which can run, naming it and the layouts.
     """
-    produced: dict[Value, dict[int, float]] = {}
-    best_mode: dict[Node, dict[int, Mode]] = {}
-    avail: dict[Value, dict[int, float]] = {}
+    return _Planner(graph, input_types).plan()
 
-    for v in graph.inputs:
-        produced[v] = {input_sticks[v]: 0}
-    for c in graph.consts:
-        produced[c] = dict.fromkeys(stick_options(c.shape), 0)
-    for v in [*graph.inputs, *graph.consts]:
-        avail[v] = _closure(v, produced[v])
 
-    for node in graph.nodes:
+class _Planner:
+    def __init__(self, graph: Graph, input_types: dict[Value, SpyreType]) -> None:
+        self.graph = graph
+        self.input_types = input_types
+        self.produced: dict[Value, dict[SpyreType, tuple[float, Option | None]]] = {}
+        self.avail: dict[Value, dict[SpyreType, float]] = {}
+        self.cache: dict[Any, Option | None] = {}
+
+    # -- forward --------------------------------------------------------------------
+
+    def plan(self) -> Plan:
+        for v in self.graph.inputs:
+            self._produce(v, {self.input_types[v]: (0, None)})
+        for c in self.graph.consts:
+            self._produce(c, {t: (0, None) for t in _defaults(c)})
+        for node in self.graph.nodes:
+            self._produce(node.outs[0], self._node_options(node))
+        return self._reconstruct()
+
+    def _produce(self, v: Value, produced: dict[SpyreType, tuple[float, Option | None]]) -> None:
+        self.produced[v] = produced
+        avail = {t: cost for t, (cost, _) in produced.items()}
+        base = min(cost + restickify_cost(t) for t, cost in avail.items())
+        for d in _defaults(v):
+            avail[d] = min(avail.get(d, INF), base)
+        self.avail[v] = avail
+
+    def _node_options(self, node: Node) -> dict[SpyreType, tuple[float, Option | None]]:
+        rule = rule_for(node)
         if len(node.outs) != 1:
             raise SpyreUnsupportedError(f"{node.describe()}: nodes with several outputs")
-        out = node.outs[0]
-        prod: dict[int, float] = {}
-        modes: dict[int, Mode] = {}
-        for m in rule_for(node).modes(node):
-            cost = m.cost + sum(_in_cost(avail, u, r) for u, r in zip(node.ins, m.ins, strict=True))
-            if cost < prod.get(m.out, INF):
-                prod[m.out], modes[m.out] = cost, m
-        produced[out], best_mode[node] = prod, modes
-        avail[out] = _closure(out, prod)
+        best: dict[SpyreType, tuple[float, Option | None]] = {}
+        tried: list[tuple[SpyreType | None, ...]] = []
+        for mode in rule.modes(node):
+            choices = [self._candidates(u, r) for u, r in zip(node.ins, mode.ins, strict=True)]
+            for combo in itertools.product(*choices):
+                ins = tuple(t for t, _ in combo)
+                tried.append(ins)
+                option = self._evaluate(node, mode, ins)
+                if option is None:
+                    continue
+                total = sum(c for _, c in combo) + option.cost
+                if total < best.get(option.out, (INF,))[0]:
+                    best[option.out] = (total, option)
+        if not best:
+            raise self._infeasible(node, tried)
+        return best
 
-    plan = _reconstruct(graph, produced, best_mode, input_sticks)
-    _row_major_products(graph, plan)
-    return plan
+    def _infeasible(self, node: Node, tried: list[tuple[SpyreType | None, ...]]) -> LayoutError:
+        have = [
+            min(self.avail[u].items(), key=lambda tc: tc[1])[0].str_short()
+            for u in node.ins
+            if isinstance(u, Value)
+        ]
+        also = {", ".join(t.str_short() for t in ins if t is not None) for ins in tried}
+        also.discard(", ".join(have))
+        return LayoutError(
+            f"no layout works for {node.describe()} with inputs {', '.join(have)}"
+            + (f" (also tried {'; '.join(sorted(also))})" if also else "")
+        )
+
+    def _candidates(self, u: Value | Scalar, r: int | None) -> list[tuple[Any, float]]:
+        """The cheapest types ``u`` can be read in by a consumer needing stick ``r``.
+
+        The cheapest serving type, and the default type of ``r`` when that is not it
+        (a rule may refuse a view it can read from a fresh copy); else the next one.
+        """
+        if isinstance(u, Scalar):
+            return [(None, 0.0)]
+        ranked = sorted(
+            ((t, c) for t, c in self.avail[u].items() if serves(t, r)),
+            key=lambda tc: (tc[1], _tie_break(tc[0])),
+        )
+        if r is not None:
+            fallback = _default(u.shape, u.dtype, r)
+            if ranked and ranked[0][0] != fallback and fallback in self.avail[u]:
+                rest = [tc for tc in ranked[1:] if tc[0] != fallback]
+                return [ranked[0], (fallback, self.avail[u][fallback]), *rest[: _CANDIDATES - 2]]
+        return ranked[:_CANDIDATES]
+
+    def _evaluate(self, node: Node, mode: Mode, ins: tuple[SpyreType | None, ...]) -> Any:
+        key = _signature(node, mode, ins)
+        if key is not None and key in self.cache:
+            return self.cache[key]
+        args = [u if t is None else sp.abstract(t) for u, t in zip(node.ins, ins, strict=True)]
+        try:
+            with sp.abstract_eval() as called:
+                out = rule_for(node).lower(node, args, mode)[0]
+            copies = tuple(p for p in called if p.role in ("copy", "restickify"))
+            option: Option | None = Option(mode, ins, jax.typeof(out), copies)
+        except LayoutError:
+            option = None
+        if key is not None:
+            self.cache[key] = option
+        return option
+
+    # -- backward -------------------------------------------------------------------
+
+    def _reconstruct(self) -> Plan:
+        plan = Plan()
+        demands: dict[Value, dict[SpyreType | None, Node | None]] = defaultdict(dict)
+        for out in self.graph.outputs:
+            if isinstance(out, Value):
+                demands[out].setdefault(None, None)
+        for node in reversed(self.graph.nodes):
+            v = node.outs[0]
+            wanted = demands.pop(v, None)
+            if not wanted:
+                continue  # dead: nothing reads it
+            plan.runs[node] = [self.produced[v][t][1] for t in self._serve(plan, v, wanted)]
+            for option in plan.runs[node]:
+                for u, t in zip(node.ins, option.ins, strict=True):
+                    if isinstance(u, Value):
+                        demands[u].setdefault(t, node)
+        for v in self.graph.inputs:
+            wanted = demands.pop(v, {})
+            if wanted:
+                self._serve(plan, v, wanted)
+            plan.sources[v] = [self.input_types[v]]
+        for c in self.graph.consts:  # built directly in every type they are read in
+            wanted = demands.pop(c, {})
+            if wanted:
+                plan.sources[c] = [t for t in wanted if t is not None] or _defaults(c)[:1]
+        plan.outputs = [self._output_type(plan, o) for o in self.graph.outputs]
+        return plan
+
+    def _serve(self, plan: Plan, v: Value, wanted: dict[SpyreType | None, Any]) -> list[Any]:
+        """The types ``v``'s producer runs for; plans restickifies for the other demands."""
+        produced = self.produced[v]
+        defaults = set(_defaults(v))
+        runs = [t for t in wanted if t is not None and t in produced and t not in defaults]
+
+        def total(p: SpyreType) -> float:
+            cost = produced[p][0]
+            for d in wanted:
+                if d is not None and d != p:
+                    make = produced[d][0] if d in produced else INF
+                    cost += min(make, restickify_cost(p) if d in defaults else INF)
+            return cost
+
+        if not runs:
+            runs.append(min(produced, key=lambda p: (total(p), _tie_break(p))))
+        moves = []
+        for d, consumer in wanted.items():
+            if d is None or d in runs:
+                continue
+            src = min(runs, key=restickify_cost)
+            if d in produced and produced[d][0] < restickify_cost(src):
+                runs.append(d)
+            else:
+                moves.append(Move(v, src, d, _why(consumer, src, d)))
+        if moves:
+            plan.moves[v] = moves
+        return runs
+
+    def _output_type(self, plan: Plan, o: Value | Scalar) -> SpyreType | None:
+        if isinstance(o, Scalar):
+            return None
+        for node, options in plan.runs.items():
+            if node.outs[0] is o:
+                return options[0].out
+        return plan.sources[o][0]
 
 
-def _row_major_products(graph: Graph, plan: Plan) -> None:
-    """Lay out products row-major where that saves a copy and changes no planned cost.
-
-    A batched ``dot_general`` computes ``[batch..., m, n]``; its default layout
-    interleaves the batches inside each tile, so producing it is a transposing copy
-    of the whole product, and a second batched product reading it copies it back.
-    ``SpyreTensorLayout.row_major`` is stuck on the same dim with the same size, so
-    every planned stick and restickify cost stays exact. Only a reshape's cost depends
-    on more than the stick (whether it is a view), and it was planned on default
-    layouts: a product whose layout can reach a reshape, through nodes whose output
-    follows an input's layout, keeps the default layout.
-    """
-    consumers = graph.consumers()
-    for node, mode in list(plan.modes.items()):
-        if rule_for(node).row_major_helps(node) and not _reaches_reshape(
-            node.outs[0], consumers, plan
-        ):
-            plan.modes[node] = replace(mode, row_major=True)
+def _tie_break(t: SpyreType) -> tuple[Any, ...]:
+    """Among equal costs: dense before sparse, contiguous before views, lower sticks."""
+    s = stick_of(t)
+    return (s == SPARSE, t.is_view, s)
 
 
-def _reaches_reshape(v: Value, consumers: dict[Value, list[Node]], plan: Plan) -> bool:
-    """Whether ``v``'s layout can reach a node that needs default layouts."""
-    todo, seen = [v], {v}
-    while todo:
-        for node in consumers.get(todo.pop(), []):
-            if node not in plan.modes:
-                continue  # dead
-            rule = rule_for(node)
-            if rule.needs_default_layout:
-                return True
-            out = node.outs[0]
-            if rule.inherits_layout and out not in seen:
-                seen.add(out)
-                todo.append(out)
-    return False
+def _why(consumer: Node, source: SpyreType, target: SpyreType) -> str:
+    need = stick_name(stick_of(target))
+    if stick_of(source) == SPARSE and stick_of(target) != SPARSE:
+        return f"compact: {consumer.describe()} needs it dense, stuck on {need}"
+    have = stick_name(stick_of(source))
+    if stick_of(source) == stick_of(target):
+        return f"{consumer.describe()} refused its layout; copied to the default layout of {need}"
+    return f"{consumer.describe()} needs it stuck on {need} (it is on {have})"
 
 
-def _closure(v: Value, prod: dict[int, float]) -> dict[int, float]:
-    """Cheapest way to have ``v`` in every stick: produced there, or restickified."""
-    if not prod:
-        return {}
-    base = min(cost + move_cost(v, p) for p, cost in prod.items())
-    sticks = set(stick_options(v.shape)) | set(prod)
-    return {s: min(prod.get(s, INF), base) for s in sticks}
-
-
-def _in_cost(avail: dict[Value, dict[int, float]], u: Value | Scalar, r: int | None) -> float:
-    if isinstance(u, Scalar):
-        return 0
-    options = [cost for s, cost in avail[u].items() if accepts(u, s, r)]
-    return min(options, default=INF)
-
-
-def _reconstruct(
-    graph: Graph,
-    produced: dict[Value, dict[int, float]],
-    best_mode: dict[Node, dict[int, Mode]],
-    input_sticks: dict[Value, int],
-) -> Plan:
-    plan = Plan()
-    demands: dict[Value, set[int | None]] = defaultdict(set)
-    for out in graph.outputs:
-        if isinstance(out, Value):
-            demands[out].add(None)
-    for node in reversed(graph.nodes):
-        v = node.outs[0]
-        if not demands.get(v):
-            continue  # dead: nothing reads it
-        stick = _choose(v, produced[v], demands[v])
-        mode = best_mode[node][stick]
-        plan.modes[node] = mode
-        _settle(plan, v, stick, demands[v])
-        plan.cost += mode.cost
-        for u, r in zip(node.ins, mode.ins, strict=True):
-            if isinstance(u, Value):
-                demands[u].add(r)
-    for v in graph.inputs:
-        _settle(plan, v, input_sticks[v], demands.get(v, set()))
-    for c in graph.consts:
-        if demands.get(c):
-            _settle(plan, c, _choose(c, produced[c], demands[c]), demands[c])
-    return plan
-
-
-def _choose(v: Value, prod: dict[int, float], wanted: set[int | None]) -> int:
-    """The stick to produce ``v`` in: own cost plus one restickify per unserved demand."""
-
-    def total(p: int) -> float:
-        unserved = {r for r in wanted if not accepts(v, p, r)}
-        return prod[p] + len(unserved) * move_cost(v, p)
-
-    return min(prod, key=lambda p: (total(p), p == SPARSE, p))
-
-
-def _settle(plan: Plan, v: Value, stick: int, wanted: set[int | None]) -> None:
-    plan.sticks[v] = stick
-    moves = {r for r in wanted if r is not None and not accepts(v, stick, r)}
-    plan.conversions[v] = moves
-    plan.cost += len(moves) * move_cost(v, stick)
+def _signature(node: Node, mode: Mode, ins: tuple[SpyreType | None, ...]) -> Any:
+    """A hashable key for an evaluation, or None if the node's parameters are not."""
+    scalars = tuple((u.value, u.dtype) if isinstance(u, Scalar) else None for u in node.ins)
+    outs = tuple((o.shape, o.dtype) for o in node.outs)
+    in_shapes = tuple(None if isinstance(u, Scalar) else (u.shape, u.dtype) for u in node.ins)
+    try:
+        params = tuple(sorted(node.params.items()))
+        key = (node.prim, params, mode, ins, scalars, outs, in_shapes)
+        hash(key)
+    except TypeError:
+        return None
+    return key

@@ -1,11 +1,16 @@
 """Lowering rules: each JAX primitive's layout modes and its rewrite into Spyre primitives.
 
-A *stick* is a logical dim index, or :data:`SPARSE` for a synthetic stick (one element
-per stick; also any stick of size 1). A rule gives, for a node:
+A rule gives, for a node:
 
-- ``modes(node)``: the ways it can run, each with the stick it needs on every input
-  and the stick of its output (and any cost the mode itself incurs);
+- ``modes(node)``: the ways it can run, each with the stick (see ``spyrejax._stick``)
+  it needs on every input, the stick it asks for its output where it can choose (a
+  copy or a fresh array), and a variant where a rule has several ways to compute;
 - ``lower(node, args, mode)``: the Spyre computation for a mode.
+
+A rule says nothing else about its result: the planner evaluates ``lower`` on the
+candidate input types (``primitives.abstract_eval``: no data), so the output type and
+the copies a mode makes are exactly those of the Spyre primitives it calls, and a
+``LayoutError`` means the mode cannot run on those types.
 
 Rules live in one registry; a primitive without a rule raises
 :class:`SpyreUnsupportedError` naming it and the user's source line.
@@ -17,31 +22,15 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import jax
 import numpy as np
 
 from .. import primitives as sp
-from .._array import SpyreArray, SpyreType
-from .._errors import LayoutError, SpyreUnsupportedError
+from .._errors import SpyreUnsupportedError
 from .._layout import SpyreTensorLayout
-from ..primitives._views import Reshape, Transpose
+from .._stick import SPARSE, canon, dim_order_for, stick_options
 from ._graph import Node, Scalar, Value
 
-__all__ = [
-    "RULES",
-    "SPARSE",
-    "Mode",
-    "canon",
-    "dim_order_for",
-    "layout_for",
-    "rule_for",
-    "stick_of",
-    "stick_options",
-    "type_stick",
-]
-
-SPARSE = -1
-"""The stick of a sparse value (and of any value stuck on a size-1 dim)."""
+__all__ = ["RULES", "Mode", "Rule", "rule_for"]
 
 
 @dataclass(frozen=True)
@@ -49,53 +38,16 @@ class Mode:
     """One way to run a node.
 
     Attributes:
-        ins: the stick each input needs (None: any, e.g. scalars).
-        out: the output's stick.
-        cost: elements the mode itself moves (a reshape that must copy).
-        row_major: the output gets ``SpyreTensorLayout.row_major`` instead of the
-            default layout of its stick (a batched product; the planner sets it after
-            choosing sticks, see ``_planner._row_major_products``).
+        ins: the stick each input needs (None: any, e.g. scalars and copies' inputs).
+        out: the output's stick: what a copy or a fresh array is built in; for other
+            nodes the stick their output has when the inputs are in ``ins``.
+        variant: a rule's choice besides sticks (``"row_major"`` products, ``"fill"``
+            constants, reshape ``"view"`` or ``"copy"``); empty when there is one way.
     """
 
     ins: tuple[int | None, ...]
     out: int
-    cost: int = 0
-    row_major: bool = False
-
-
-def stick_options(shape: tuple[int, ...]) -> list[int]:
-    """The sticks a value of ``shape`` can have: its dims of size > 1, and SPARSE."""
-    return [d for d, n in enumerate(shape) if n > 1] + [SPARSE]
-
-
-def canon(shape: tuple[int, ...], d: int) -> int:
-    """``d`` as a stick: SPARSE for a size-1 dim."""
-    return SPARSE if d == SPARSE or shape[d] == 1 else d
-
-
-def dim_order_for(shape: tuple[int, ...], stick: int) -> list[int] | None:
-    """The dim order of the default layout stuck on ``stick``."""
-    if not shape:
-        return None
-    if stick == SPARSE:
-        return [*range(len(shape)), -1]
-    return [d for d in range(len(shape)) if d != stick] + [stick]
-
-
-def layout_for(shape: tuple[int, ...], dtype: Any, stick: int) -> SpyreTensorLayout:
-    """The default layout of ``shape`` stuck on ``stick``."""
-    return SpyreTensorLayout(shape, dtype, dim_order_for(shape, stick))
-
-
-def type_stick(t: SpyreType) -> int:
-    """The planner's stick of a Spyre type."""
-    s = t.stick_dim
-    return SPARSE if s is None else canon(t.shape, s)
-
-
-def stick_of(x: SpyreArray) -> int:
-    """The planner's stick of a Spyre array (traced or not)."""
-    return type_stick(jax.typeof(x))
+    variant: str = ""
 
 
 def _req(v: Value | Scalar, stick: int) -> int | None:
@@ -105,17 +57,7 @@ def _req(v: Value | Scalar, stick: int) -> int | None:
 
 
 class Rule:
-    """A lowering rule; subclasses implement ``modes`` and ``lower``.
-
-    Attributes:
-        inherits_layout: the output's layout follows an input's device dims (pointwise
-            ops, reductions, views), so a non-default input layout reaches it.
-        needs_default_layout: the planner's modes assume each input has the default
-            layout of its stick (a reshape is a view or a copy depending on it).
-    """
-
-    inherits_layout = False
-    needs_default_layout = False
+    """A lowering rule; subclasses implement ``modes`` and ``lower``."""
 
     def modes(self, node: Node) -> list[Mode]:
         """The node's modes."""
@@ -124,10 +66,6 @@ class Rule:
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         """The node's outputs, computed with Spyre primitives."""
         raise NotImplementedError
-
-    def row_major_helps(self, node: Node) -> bool:
-        """Whether ``Mode.row_major`` saves this node a transposing copy of its output."""
-        return False
 
 
 RULES: dict[str, Rule] = {}
@@ -175,8 +113,6 @@ def _carried_modes(node: Node, out_dim: Any) -> list[Mode]:
 
 
 class _Elementwise(Rule):
-    inherits_layout = True
-
     def __init__(self, op: str) -> None:
         self.op = op
 
@@ -255,8 +191,6 @@ _register(_Select(), "select_n")
 
 
 class _Convert(Rule):
-    inherits_layout = True
-
     def modes(self, node: Node) -> list[Mode]:
         out = node.outs[0]
         return [
@@ -294,23 +228,24 @@ class _DotGeneral(Rule):
         return tuple(lc), tuple(rc), tuple(lb), tuple(rb), lfree, rfree
 
     def modes(self, node: Node) -> list[Mode]:
-        lc, _, _, _, _, rfree = self._dims(node)
+        """A on k, B and the product on n; batched products also laid out row-major.
+
+        ``dot_general`` emits ``[batch..., m, n]``; the default layout of stick n,
+        ``[m, batch..., T, batch0, S]``, interleaves the batches inside each tile, so
+        batched products (total batch > 1) can also be laid out
+        ``SpyreTensorLayout.row_major`` (same stick and size). The planner weighs both
+        by what their consumers then cost (a reshape may be a view of one only).
+        """
+        lc, _, lb, _, _, rfree = self._dims(node)
         lhs, rhs = node.ins
         out = node.outs[0]
         b_stick = canon(rhs.shape, rfree[0]) if rfree else SPARSE
         out_stick = canon(out.shape, out.ndim - 1) if rfree else SPARSE
         a_stick = canon(lhs.shape, lc[0]) if lc else SPARSE  # no k: an outer product
-        return [Mode((a_stick, b_stick), out_stick)]
-
-    def row_major_helps(self, node: Node) -> bool:
-        """A product with batches (total size > 1) and a stick on n.
-
-        ``dot_general`` emits ``[batch..., m, n]``; the default layout of stick n,
-        ``[m, batch..., T, batch0, S]``, interleaves the batches inside each tile.
-        """
-        _, _, lb, _, _, rfree = self._dims(node)
-        lhs, out = node.ins[0], node.outs[0]
-        return bool(rfree) and out.shape[-1] > 1 and math.prod(lhs.shape[d] for d in lb) > 1
+        modes = [Mode((a_stick, b_stick), out_stick)]
+        if rfree and out.shape[-1] > 1 and math.prod(lhs.shape[d] for d in lb) > 1:
+            modes.insert(0, Mode((a_stick, b_stick), out_stick, "row_major"))
+        return modes
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         lc, rc, lb, rb, lfree, rfree = self._dims(node)
@@ -329,7 +264,7 @@ class _DotGeneral(Rule):
         if len(lfree) > 1:  # B broadcasts over A's outer free dims
             b = sp.expand_dims(b, tuple(range(len(rb), len(rb) + len(lfree) - 1)))
         layout = None
-        if mode.row_major:
+        if mode.variant == "row_major":
             shape = (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
             layout = SpyreTensorLayout.row_major(shape, want)
         out = sp.matmul(a, b, layout=layout, preferred_element_type=want)
@@ -347,8 +282,6 @@ _register(_DotGeneral(), "dot_general")
 
 
 class _Reduce(Rule):
-    inherits_layout = True
-
     def __init__(self, op: str) -> None:
         self.op = op
 
@@ -368,24 +301,21 @@ for _prim, _op in {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min"
 
 
 class _BroadcastInDim(Rule):
-    inherits_layout = True
-
     def modes(self, node: Node) -> list[Mode]:
+        """A view of the input; a broadcast scalar is also a constant built in any stick."""
         x, out = node.ins[0], node.outs[0]
+        if isinstance(x, Scalar) or not x.shape:
+            fills = [Mode((None,), s, "fill") for s in stick_options(out.shape)]
+            return [Mode((None,), SPARSE), *(fills if isinstance(x, Scalar) else [])]
         bdims = tuple(node.params["broadcast_dimensions"])
-        in_shape = () if isinstance(x, Scalar) else x.shape
-        out.bcast = frozenset(
-            d
-            for d in range(out.ndim)
-            if d not in bdims or (in_shape[bdims.index(d)] == 1 and out.shape[d] > 1)
-        )
-        if not in_shape:
-            return [Mode((None,), SPARSE)]
         return _carried_modes(node, lambda t: bdims[t])
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         x = args[0]
         out = node.outs[0]
+        if mode.variant == "fill":
+            dim_order = dim_order_for(out.shape, mode.out)
+            return [sp.full(out.shape, x.value, out.dtype, dim_order=dim_order)]
         if isinstance(x, Scalar):
             x = sp.to_device(np.asarray(x.value, dtype=out.dtype))
         bdims = tuple(node.params["broadcast_dimensions"])
@@ -398,49 +328,22 @@ class _BroadcastInDim(Rule):
 _register(_BroadcastInDim(), "broadcast_in_dim")
 
 
-def _planned_type(x: Value, stick: int) -> SpyreType:
-    """The type the planner expects ``x`` to have in ``stick``.
-
-    Its default layout; for a transpose's output, the transposed view of its input's
-    planned type (a permuted view: reshaping it may need a copy where a contiguous
-    array of the same layout would not).
-    """
-    if x.transposed_from is None:
-        return SpyreType.contiguous(x.shape, x.dtype, layout_for(x.shape, x.dtype, stick))
-    src, perm = x.transposed_from
-    src_stick = SPARSE if stick == SPARSE else canon(src.shape, perm[stick])
-    return Transpose(_planned_type(src, src_stick), perm=perm).out_aval
-
-
 class _Reshape(Rule):
-    needs_default_layout = True
-
     def modes(self, node: Node) -> list[Mode]:
+        """A view of the input in any stick, or a copy into any stick."""
         x, out = node.ins[0], node.outs[0]
         if node.params.get("dimensions") is not None:
             raise SpyreUnsupportedError(f"reshape with dimensions at {node.source}")
         modes = []
         for t in stick_options(x.shape):
-            layout = layout_for(x.shape, x.dtype, t)
-            try:
-                view = Reshape(_planned_type(x, t), new_shape=out.shape)
-                s = view.out_aval.stick_dim
-                modes.append(Mode((t,), SPARSE if s is None else canon(out.shape, s)))
-            except LayoutError:
-                cost = math.prod(layout.device_size)
-                for s in stick_options(out.shape):
-                    modes.append(Mode((t,), s, cost))
+            modes.append(Mode((t,), SPARSE, "view"))
+            modes.extend(Mode((t,), s, "copy") for s in stick_options(out.shape))
         return modes
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         out = node.outs[0]
-        try:
-            y = sp.reshape(args[0], out.shape)
-            if mode.cost == 0 or stick_of(y) == mode.out:
-                return [y]
-        except LayoutError:
-            if mode.cost == 0:
-                raise  # planned as a view: the interpreter copies the input, and reports it
+        if mode.variant == "view":  # a LayoutError when the layout allows no view
+            return [sp.reshape(args[0], out.shape)]
         return [sp.reshape_copy(args[0], out.shape, dim_order_for(out.shape, mode.out))]
 
 
@@ -448,8 +351,6 @@ _register(_Reshape(), "reshape")
 
 
 class _Transpose(Rule):
-    inherits_layout = True
-
     def modes(self, node: Node) -> list[Mode]:
         perm = tuple(node.params["permutation"])
         return _carried_modes(node, perm.index)
@@ -462,8 +363,6 @@ _register(_Transpose(), "transpose")
 
 
 class _Squeeze(Rule):
-    inherits_layout = True
-
     def modes(self, node: Node) -> list[Mode]:
         dims = tuple(node.params["dimensions"])
         return _carried_modes(node, lambda t: t - sum(d < t for d in dims))
@@ -476,8 +375,6 @@ _register(_Squeeze(), "squeeze")
 
 
 class _ExpandDims(Rule):
-    inherits_layout = True
-
     def modes(self, node: Node) -> list[Mode]:
         dims = set(node.params["dimensions"])
         kept = [d for d in range(node.outs[0].ndim) if d not in dims]
@@ -512,17 +409,11 @@ _register(_Iota(), "iota")
 # --- copies: slice and concatenate --------------------------------------------------
 
 
-def _copy_cost(v: Value) -> int:
-    """Elements a copy of ``v`` moves: the device size of its default layout."""
-    return math.prod(layout_for(v.shape, v.dtype, canon(v.shape, v.ndim - 1)).device_size)
-
-
 class _Slice(Rule):
     def modes(self, node: Node) -> list[Mode]:
         if any(s not in (None, 1) for s in node.params.get("strides") or ()):
             raise SpyreUnsupportedError(f"slice with strides at {node.source}")
-        cost = _copy_cost(node.ins[0])
-        return [Mode((None,), s, cost) for s in stick_options(node.outs[0].shape)]
+        return [Mode((None,), s) for s in stick_options(node.outs[0].shape)]
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         out = node.outs[0]
@@ -538,8 +429,7 @@ class _Concatenate(Rule):
     def modes(self, node: Node) -> list[Mode]:
         if any(isinstance(v, Scalar) for v in node.ins):
             raise SpyreUnsupportedError(f"concatenate of scalars at {node.source}")
-        cost = sum(_copy_cost(v) for v in node.ins)
-        return [Mode((None,) * len(node.ins), s, cost) for s in stick_options(node.outs[0].shape)]
+        return [Mode((None,) * len(node.ins), s) for s in stick_options(node.outs[0].shape)]
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         out = node.outs[0]
@@ -553,8 +443,7 @@ class _Pad(Rule):
     def modes(self, node: Node) -> list[Mode]:
         if not isinstance(node.ins[1], Scalar):
             raise SpyreUnsupportedError(f"pad with a traced fill value at {node.source}")
-        cost = _copy_cost(node.ins[0])
-        return [Mode((None, None), s, cost) for s in stick_options(node.outs[0].shape)]
+        return [Mode((None, None), s) for s in stick_options(node.outs[0].shape)]
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         out = node.outs[0]

@@ -17,8 +17,9 @@ from .._array import SpyreType, batched_layout
 from .._errors import LayoutError
 from .._jax import Primitive, ad, batching, mlir
 from .._layout import SpyreTensorLayout
+from .._stick import SPARSE, canon
 from ._graph import Node
-from ._rules import SPARSE, Mode, Rule, _register, canon
+from ._rules import Mode, Rule, _register
 
 __all__ = ["with_layout", "with_layout_p"]
 

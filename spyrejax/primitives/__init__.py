@@ -7,10 +7,11 @@ emulator kernel and transformation rules.
 from typing import Any
 
 from .._array import SpyreArray
-from ._base import SpyrePrim, image, wrap
+from .._stick import restickify_cost
+from ._base import SpyrePrim, abstract, abstract_eval, image, wrap
 from ._elementwise import ELEMENTWISE_OPS, elementwise
 from ._elementwise import PUBLIC as _EW
-from ._iota import iota
+from ._iota import full, iota
 from ._matmul import matmul
 from ._operators import install as _install
 from ._reduce import REDUCTIONS, reduce
@@ -21,7 +22,6 @@ from ._restickify import (
     pad,
     reshape_copy,
     restickify,
-    restickify_cost,
     slice_copy,
 )
 from ._transfer import to_device, to_host
@@ -89,6 +89,8 @@ __all__ = [
     "REDUCTIONS",
     "SpyrePrim",
     "abs",
+    "abstract",
+    "abstract_eval",
     "add",
     "astype",
     "broadcast_to",
@@ -102,6 +104,7 @@ __all__ = [
     "exp",
     "expand_dims",
     "expm1",
+    "full",
     "ge",
     "gelu",
     "gelu_erf",

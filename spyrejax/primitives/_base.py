@@ -9,10 +9,18 @@ computes on device images with plain JAX. From the kernel alone the base class d
   it reverse mode (``vjp_from_jvp``: the tangent map is plain JAX plus the linear
   bridges, which transpose into each other),
 - ``batch`` (vmap): the primitive rebuilt on batched types, batch at logical dim 0.
+
+Inside :func:`abstract_eval` a primitive is not bound at all: calling it returns an
+abstract Spyre array of its output type (no data) and lists the primitive. Its
+constructor is its layout rule, so this is exactly the type and the copies a
+computation would have: the planner evaluates lowering rules this way.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 import jax
@@ -23,7 +31,42 @@ from .._array import SpyreArray, SpyreType, batched_type
 from .._errors import LayoutError, SpyreUnsupportedError
 from .._jax import GradAccum, HiPrim, ShapedArray, Zero, vjp_from_jvp
 
-__all__ = ["Image", "SpyrePrim", "Wrap", "image", "is_spyre", "normalize_axes", "wrap"]
+__all__ = [
+    "Image",
+    "SpyrePrim",
+    "Wrap",
+    "abstract",
+    "abstract_eval",
+    "image",
+    "is_spyre",
+    "normalize_axes",
+    "wrap",
+]
+
+_ABSTRACT: ContextVar[list[Any] | None] = ContextVar("spyrejax_abstract_eval", default=None)
+
+
+@contextlib.contextmanager
+def abstract_eval() -> Iterator[list[SpyrePrim]]:
+    """Evaluate Spyre computations on types alone, listing the primitives they call.
+
+    Inside the block every Spyre primitive returns :func:`abstract` values of its
+    output type instead of running; the yielded list fills with the primitives in call
+    order. Their constructors still check every layout rule (a ``LayoutError`` means
+    the computation is infeasible on those types).
+    """
+    token = _ABSTRACT.set([])
+    try:
+        yield _ABSTRACT.get()
+    finally:
+        _ABSTRACT.reset(token)
+
+
+def abstract(aval: Any) -> Any:
+    """A value of type ``aval`` with no data: a Spyre array over a shape-only image."""
+    if is_spyre(aval):
+        return SpyreArray(jax.ShapeDtypeStruct(aval.layout.device_size, aval.dtype), aval)
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype)
 
 
 def normalize_axes(axes: Any, ndim: int, op: str) -> tuple[int, ...]:
@@ -57,7 +100,29 @@ def _is_float(dtype: Any) -> bool:
 
 
 class SpyrePrim(HiPrim):
-    """A primitive on Spyre arrays; subclasses set avals/params and define ``kernel``."""
+    """A primitive on Spyre arrays; subclasses set avals/params and define ``kernel``.
+
+    Attributes:
+        role: what the primitive does with data: ``"compute"``; ``"view"``, its output
+            is a view of its input's image (no memory of its own); ``"copy"``, the
+            program's own copies into a fresh layout (slice, concatenate, pad, a
+            reshape that is no view); ``"restickify"``, a copy into another layout.
+            Copies and restickifies say how many elements in :attr:`moves`.
+    """
+
+    role = "compute"
+
+    @property
+    def moves(self) -> int:
+        """Elements this primitive moves between layouts (0 unless it copies)."""
+        return 0
+
+    def __call__(self, *args: Any) -> Any:
+        called = _ABSTRACT.get()
+        if called is None:
+            return super().__call__(*args)
+        called.append(self)
+        return abstract(self.out_aval)
 
     def kernel(self, *args: jax.Array) -> jax.Array:
         """The emulator kernel: device images (and plain arrays) in, image out."""

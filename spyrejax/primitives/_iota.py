@@ -1,7 +1,8 @@
-"""``iota``: a fresh Spyre array holding each element's index along one dim.
+"""Fresh Spyre arrays: ``iota`` (each element's index along one dim) and ``full``.
 
-The kernel computes indices on the device image from iotas over the device dims and
-their tags (no host array is built), then poisons the padding.
+Kernels compute on the device image directly (iotas over the device dims and their
+tags, or a fill; no host array is built), then poison the padding. Either is built in
+any layout at no cost: the planner makes constants where their consumers need them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .._layout import SpyreTensorLayout
 from ._base import SpyrePrim
 from ._kernels import masked, poison
 
-__all__ = ["Iota", "iota"]
+__all__ = ["Full", "Iota", "full", "iota"]
 
 
 class Iota(SpyrePrim):
@@ -77,3 +78,54 @@ def iota(
     dt = host_dtype(dtype)
     layout = SpyreTensorLayout(shape, dt, dim_order)
     return Iota(shape=shape, dtype=dt, dimension=dimension, layout=layout)()
+
+
+class Full(SpyrePrim):
+    """An array of ``shape`` in ``layout`` whose every element is ``value``."""
+
+    def __init__(
+        self, *, shape: tuple[int, ...], dtype: Any, value: Any, layout: SpyreTensorLayout
+    ) -> None:
+        self.in_avals = ()
+        self.out_aval = SpyreType.contiguous(shape, dtype, layout)
+        self.params = {"shape": shape, "dtype": dtype, "value": value, "layout": layout}
+        super().__init__()
+
+    def pp_params(self) -> dict[str, Any]:
+        return {"value": self.value}
+
+    def kernel(self) -> jax.Array:
+        t = self.out_aval
+        img = jax.lax.full(t.layout.device_size, np.asarray(self.value, self.dtype), self.dtype)
+        return masked(img, t, poison(self.dtype))
+
+
+def full(
+    shape: Any,
+    value: Any,
+    dtype: Any = None,
+    *,
+    dim_order: Any = None,
+    layout: SpyreTensorLayout | None = None,
+) -> SpyreArray:
+    """A Spyre array of ``shape`` filled with ``value``, like ``jnp.full``.
+
+    Args:
+        shape: the logical shape.
+        value: a scalar.
+        dtype: element dtype; defaults to the value's.
+        dim_order: dim order of its default layout.
+        layout: or an explicit layout.
+
+    Raises:
+        LayoutError: on a bad dim order or layout, or both given.
+    """
+    shape = tuple(int(n) for n in shape)
+    dt = host_dtype(np.asarray(value).dtype if dtype is None else dtype)
+    if layout is not None and dim_order is not None:
+        raise LayoutError("full takes a dim_order or a layout, not both")
+    if layout is None:
+        layout = SpyreTensorLayout(shape, dt, dim_order)
+    layout.host_mapping(shape)
+    scalar = np.asarray(value, dt).item()  # hashable, exact in the element dtype
+    return Full(shape=shape, dtype=dt, value=scalar, layout=layout)()

@@ -22,6 +22,7 @@ from .._dma import dma_h2d, h2d_values
 from .._dtypes import format_for_dtype, host_dtype
 from .._errors import LayoutError, SpyreTypeError
 from .._layout import SpyreTensorLayout
+from .._stick import restickify_cost
 from ._base import SpyrePrim
 from ._kernels import logical_values, masked, poison
 
@@ -35,18 +36,14 @@ __all__ = [
     "pad",
     "reshape_copy",
     "restickify",
-    "restickify_cost",
     "slice_copy",
 ]
 
 
-def restickify_cost(t: SpyreType) -> int:
-    """Elements a restickify of ``t`` moves: ``prod(input device_size)`` (spec section 7)."""
-    return math.prod(t.layout.device_size)
-
-
 class Restickify(SpyrePrim):
     """Copy a Spyre array into a new layout (a device-to-device DMA)."""
+
+    role = "restickify"
 
     def __init__(self, aval: SpyreType, *, layout: SpyreTensorLayout) -> None:
         layout.host_mapping(aval.shape)
@@ -59,8 +56,13 @@ class Restickify(SpyrePrim):
         self.params = {"layout": layout}
         super().__init__()
 
+    @property
+    def moves(self) -> int:
+        """``prod(input device_size)`` elements (spec section 7)."""
+        return restickify_cost(self.in_avals[0])
+
     def pp_params(self) -> dict[str, Any]:
-        return {"cost": restickify_cost(self.in_avals[0])}
+        return {"cost": self.moves}
 
     def kernel(self, img: jax.Array) -> jax.Array:
         return dma_h2d(logical_values(img, self.in_avals[0]), self.layout)
@@ -79,6 +81,8 @@ class Copy(SpyrePrim):
     operand through its layout's DMA descriptors, computes, and writes the result with
     the target layout's. The cost is the operands' device sizes (elements moved).
     """
+
+    role = "copy"
 
     def __init__(self, *avals: SpyreType, layout: SpyreTensorLayout, **params: Any) -> None:
         self.params = {"layout": layout, **params}
@@ -99,9 +103,14 @@ class Copy(SpyrePrim):
         """The result's values from the operands' logical values."""
         raise NotImplementedError
 
+    @property
+    def moves(self) -> int:
+        """The operands' device sizes, in elements."""
+        return sum(restickify_cost(a) for a in self.in_avals)
+
     def pp_params(self) -> dict[str, Any]:
         shown = {k: v for k, v in self.params.items() if k != "layout"}
-        return {**shown, "cost": sum(restickify_cost(a) for a in self.in_avals)}
+        return {**shown, "cost": self.moves}
 
     def _copy(self, imgs: tuple[jax.Array, ...], exact: bool) -> jax.Array:
         values = [logical_values(i, t, exact) for i, t in zip(imgs, self.in_avals, strict=True)]

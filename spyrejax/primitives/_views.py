@@ -27,6 +27,8 @@ __all__ = ["broadcast_to", "expand_dims", "reshape", "squeeze", "transpose"]
 class _View(SpyrePrim):
     """A primitive whose kernel reshapes the image at most; subclasses set the type."""
 
+    role = "view"
+
     def _setup(
         self,
         aval: SpyreType,
