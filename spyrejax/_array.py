@@ -6,8 +6,10 @@ padding is known to hold, so layouts appear on every variable of a printed jaxpr
 layout rules run at trace time. It lowers to one plain array: the device image, of
 shape ``layout.device_size``.
 
-Operators and methods (``+``, ``@``, ``.T``, ``.sum()``...) are attached by
-``spyrejax.primitives``, which defines the operations they call.
+Operators and methods (``+``, ``@``, ``.T``, ``.sum()``...), the tangent space
+(``vspace_zero``/``vspace_add``) and ``__array__`` are attached by
+``spyrejax.primitives`` when it is imported (as JAX attaches its array methods), since
+they call Spyre primitives: this module imports nothing above the layout core.
 """
 
 from __future__ import annotations
@@ -173,18 +175,6 @@ class SpyreType(HiType):
         """Tangents share the layout; their padding is undefined."""
         return replace(self, pad=PadFill.POISON)
 
-    def vspace_zero(self) -> SpyreArray:
-        """A zero tangent of this type."""
-        from .primitives._base import wrap
-
-        return wrap(jax.numpy.zeros(self.layout.device_size, self.dtype), self)
-
-    def vspace_add(self, x: SpyreArray, y: SpyreArray) -> SpyreArray:
-        """Sum of two tangents of this type (image-wise: padding stays undefined)."""
-        from .primitives._base import image, wrap
-
-        return wrap(image(x) + image(y), self.to_tangent_aval())
-
     # -- vmap and scan: the batch dim is logical dim 0 and device dim 0 -------------
 
     def leading_axis_spec(self) -> int:
@@ -305,12 +295,6 @@ class SpyreArray:
         """Wait for the device image to be computed."""
         self.image.block_until_ready()
         return self
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        from .primitives import to_host
-
-        out = np.asarray(to_host(self))
-        return out if dtype is None else out.astype(dtype)
 
     def __repr__(self) -> str:
         if isinstance(self.image, jax.ShapeDtypeStruct):  # abstract: a type, no data

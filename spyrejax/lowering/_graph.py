@@ -64,10 +64,6 @@ class Value:
         kind: ``"input"``, ``"const"`` or ``"node"``.
         origin: where it comes from (argument, constant, or primitive and source line).
         const: the host array of a constant.
-        bcast: logical dims along which the value is a broadcast (no data of its own).
-        transposed_from: for a transpose's output, its input and permutation: the value
-            is a view with permuted strides, which decides whether a reshape of it can
-            be a view too.
     """
 
     shape: tuple[int, ...]
@@ -75,9 +71,7 @@ class Value:
     name: str
     kind: str
     const: Any = None
-    bcast: frozenset[int] = frozenset()
     origin: str = ""
-    transposed_from: tuple[Value, tuple[int, ...]] | None = None
 
     @property
     def ndim(self) -> int:
@@ -230,8 +224,6 @@ class _Builder:
             env[var] = v
             outs.append(v)
         node = Node(eqn.primitive.name, dict(eqn.params), ins, outs, source, eqn.primitive)
-        if node.prim == "transpose" and isinstance(ins[0], Value):
-            outs[0].transposed_from = (ins[0], tuple(eqn.params["permutation"]))
         self.graph.nodes.append(node)
 
 

@@ -10,12 +10,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import jax
+import numpy as np
+
 from .._array import SpyreArray, SpyreType
 from .._jax import aval_method, aval_property
+from ._base import image, wrap
 from ._elementwise import elementwise
 from ._matmul import matmul
 from ._reduce import reduce
 from ._restickify import astype
+from ._transfer import to_host
 from ._views import reshape, squeeze, transpose
 
 __all__ = ["install"]
@@ -82,8 +87,27 @@ _METHODS: dict[str, Callable[..., Any]] = {
 _PROPERTIES: dict[str, Callable[[Any], Any]] = {"T": lambda self: transpose(self)}
 
 
+def _vspace_zero(self: SpyreType) -> SpyreArray:
+    """A zero tangent of this type."""
+    return wrap(jax.numpy.zeros(self.layout.device_size, self.dtype), self)
+
+
+def _vspace_add(self: SpyreType, x: SpyreArray, y: SpyreArray) -> SpyreArray:
+    """Sum of two tangents of this type (image-wise: padding stays undefined)."""
+    return wrap(image(x) + image(y), self.to_tangent_aval())
+
+
+def _array(self: SpyreArray, dtype: Any = None, copy: Any = None) -> np.ndarray:
+    """The host values (a device -> host DMA), for ``np.asarray``."""
+    out = np.asarray(to_host(self))
+    return out if dtype is None else out.astype(dtype)
+
+
 def install() -> None:
-    """Attach operators, methods and properties to SpyreType and SpyreArray."""
+    """Attach operators, methods, properties and the tangent space to the array types."""
+    SpyreType.vspace_zero = _vspace_zero  # type: ignore[method-assign]
+    SpyreType.vspace_add = _vspace_add  # type: ignore[method-assign]
+    SpyreArray.__array__ = _array  # type: ignore[attr-defined]
     for name, fn in _OPERATORS.items():
         setattr(SpyreType, f"_{name}", staticmethod(fn))
         setattr(SpyreArray, f"__{name}__", fn)

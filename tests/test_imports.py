@@ -1,0 +1,87 @@
+"""spyrejax's modules import each other in one direction: no import cycle."""
+
+import ast
+from pathlib import Path
+
+import spyrejax
+
+ROOT = Path(spyrejax.__file__).parent
+
+
+def _module_name(path):
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path, modules):
+    """Modules of spyrejax that ``path`` imports anywhere in it (functions included)."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            # ``from pkg import mod`` imports the module pkg.mod where there is one.
+            targets = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names
+            ]
+        else:
+            continue
+        found.update(t for t in targets if t in modules and t != name)
+    return found
+
+
+def _graph():
+    paths = sorted(ROOT.rglob("*.py"))
+    modules = {_module_name(p) for p in paths}
+    # The package itself is the public API on top of everything: importing a submodule
+    # runs it first by Python's rules, which is not a dependency of that submodule.
+    return {
+        _module_name(p): _imports(p, modules) - {"spyrejax"}
+        for p in paths
+        if _module_name(p) != "spyrejax"
+    }
+
+
+def _cycle(graph):
+    """One import cycle as a list of modules, or None."""
+    state = {}
+
+    def visit(m, stack):
+        state[m] = "open"
+        for n in sorted(graph.get(m, ())):
+            if state.get(n) == "open":
+                return [*stack[stack.index(n) :], n]
+            if n not in state and (found := visit(n, [*stack, n])):
+                return found
+        state[m] = "done"
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (found := visit(m, [m])):
+            return found
+    return None
+
+
+def test_the_import_graph_has_no_cycle():
+    assert _cycle(_graph()) is None, " -> ".join(_cycle(_graph()))
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_layout_core_imports_no_jax():
+    core = ("spyrejax._layout", "spyrejax._segments", "spyrejax._dtypes", "spyrejax._dci")
+    for path in ROOT.rglob("*.py"):
+        if _module_name(path) in core:
+            tree = ast.parse(path.read_text())
+            names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+            names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+            assert not any(x == "jax" or x.startswith("jax.") for x in names), path
