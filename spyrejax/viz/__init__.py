@@ -3,7 +3,16 @@
 from typing import Any
 
 from .._layout import SpyreTensorLayout
-from ._pictures import PALETTE, Picture, device_memory, host_memory, logical_view, loop_nest
+from ._pictures import (
+    PALETTE,
+    Picture,
+    device_memory,
+    host_memory,
+    logical_view,
+    loop_nest,
+    share_colours,
+    stick_colours,
+)
 
 __all__ = [
     "PALETTE",
@@ -13,6 +22,8 @@ __all__ = [
     "host_memory",
     "logical_view",
     "loop_nest",
+    "share_colours",
+    "stick_colours",
 ]
 
 
@@ -20,6 +31,9 @@ def figure(
     x: Any, layout: SpyreTensorLayout | None = None, *, dtype: Any = None, max_rows: int = 16
 ) -> Any:
     """The three views of a tensor side by side, as one matplotlib figure.
+
+    The views share their colours (:func:`share_colours`): a stick has the same colour
+    in all three.
 
     Args:
         x: a SpyreArray, a host array, or a shape (with ``layout`` or ``dtype``).
@@ -29,7 +43,7 @@ def figure(
     """
     import matplotlib.pyplot as plt
 
-    pictures = (
+    pictures = share_colours(
         logical_view(x, layout, dtype=dtype, max_rows=max_rows, max_cols=256),
         host_memory(x, layout, dtype=dtype, max_rows=max_rows),
         device_memory(x, layout, dtype=dtype, max_rows=max_rows),
