@@ -113,10 +113,15 @@ def _carried_modes(node: Node, out_dim: Any) -> list[Mode]:
 
 
 class _Elementwise(Rule):
-    def __init__(self, op: str) -> None:
+    def __init__(self, op: sp.ElementwiseOp) -> None:
         self.op = op
 
     def modes(self, node: Node) -> list[Mode]:
+        if len(self.op.from_jax(list(node.ins), node.params)) != self.op.arity:
+            raise SpyreUnsupportedError(
+                f"{node.prim} with {len(node.ins)} operands at {node.source}: spyrejax lowers "
+                f"it as {self.op.name}({', '.join(self.op.params)})"
+            )
         out = node.outs[0]
         return [
             Mode(tuple(_req(v, s) for v in node.ins), canon(out.shape, s) if out.shape else SPARSE)
@@ -124,70 +129,17 @@ class _Elementwise(Rule):
         ]
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
-        vals = [_arg(a) for a in args]
-        if self.op == "integer_pow":
-            vals.append(node.params["y"])
-        elif self.op == "where":  # select_n(pred, on_false, on_true)
-            vals = [vals[0], vals[2], vals[1]]
-            if all(isinstance(a, Scalar) for a in args[1:]):  # where(p, 0.0, 1.0)
-                dtype = node.outs[0].dtype
-                vals[1] = sp.to_device(np.asarray(vals[1], dtype))  # 0-d, broadcasts
-        return [sp.elementwise(self.op, *vals)]
+        ins = self.op.from_jax(list(args), node.params)
+        vals = [_arg(a) for a in ins]
+        if all(isinstance(ins[i], Scalar) for i in self.op.value_positions):
+            i = self.op.value_positions[0]  # where(p, 0.0, 1.0): a 0-d value broadcasts
+            vals[i] = sp.to_device(np.asarray(vals[i], node.outs[0].dtype))
+        return [sp.elementwise(self.op.name, *vals)]
 
 
-_ELEMENTWISE = {
-    "add": "add",
-    "add_any": "add",
-    "sub": "sub",
-    "mul": "mul",
-    "div": "div",
-    "max": "maximum",
-    "min": "minimum",
-    "pow": "pow",
-    "neg": "neg",
-    "abs": "abs",
-    "exp": "exp",
-    "log": "log",
-    "sqrt": "sqrt",
-    "rsqrt": "rsqrt",
-    "tanh": "tanh",
-    "logistic": "sigmoid",
-    "erf": "erf",
-    "erfc": "erfc",
-    "log1p": "log1p",
-    "expm1": "expm1",
-    "sign": "sign",
-    "square": "square",
-    "one_minus_square": "one_minus_square",
-    "integer_pow": "integer_pow",
-    "lt": "lt",
-    "le": "le",
-    "gt": "gt",
-    "ge": "ge",
-    "eq": "eq",
-    "ne": "ne",
-    "and": "logical_and",
-    "or": "logical_or",
-    "not": "logical_not",
-}
-for _prim, _op in _ELEMENTWISE.items():
-    _register(_Elementwise(_op), _prim)
-
-
-class _Select(_Elementwise):
-    def __init__(self) -> None:
-        super().__init__("where")
-
-    def modes(self, node: Node) -> list[Mode]:
-        if len(node.ins) != 3:
-            raise SpyreUnsupportedError(
-                f"select_n with {len(node.ins) - 1} cases at {node.source}: spyrejax lowers "
-                "two (a where)"
-            )
-        return super().modes(node)
-
-
-_register(_Select(), "select_n")
+for _op in sp.ELEMENTWISE:
+    for _prim in _op.lowers:
+        _register(_Elementwise(_op), _prim)
 
 
 class _Convert(Rule):

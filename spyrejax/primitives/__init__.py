@@ -9,7 +9,8 @@ from typing import Any
 from .._array import SpyreArray
 from .._stick import restickify_cost
 from ._base import SpyrePrim, abstract, abstract_eval, image, wrap
-from ._elementwise import ELEMENTWISE_OPS, elementwise
+from ._elementwise import ELEMENTWISE_OPS, ElementwiseOp, elementwise
+from ._elementwise import OPS as ELEMENTWISE
 from ._elementwise import PUBLIC as _EW
 from ._iota import full, iota
 from ._matmul import matmul
@@ -29,39 +30,7 @@ from ._views import broadcast_to, expand_dims, reshape, squeeze, transpose
 
 _install()
 
-neg = _EW["neg"]
-abs = _EW["abs"]
-exp = _EW["exp"]
-log = _EW["log"]
-sqrt = _EW["sqrt"]
-rsqrt = _EW["rsqrt"]
-reciprocal = _EW["reciprocal"]
-square = _EW["square"]
-tanh = _EW["tanh"]
-sigmoid = _EW["sigmoid"]
-relu = _EW["relu"]
-gelu = _EW["gelu"]
-gelu_erf = _EW["gelu_erf"]
-silu = _EW["silu"]
-add = _EW["add"]
-sub = _EW["sub"]
-mul = _EW["mul"]
-div = _EW["div"]
-maximum = _EW["maximum"]
-minimum = _EW["minimum"]
-pow = _EW["pow"]
-lt = _EW["lt"]
-le = _EW["le"]
-gt = _EW["gt"]
-ge = _EW["ge"]
-eq = _EW["eq"]
-ne = _EW["ne"]
-where = _EW["where"]
-erf = _EW["erf"]
-erfc = _EW["erfc"]
-log1p = _EW["log1p"]
-expm1 = _EW["expm1"]
-sign = _EW["sign"]
+globals().update(_EW)  # one function per elementwise op, from its record
 
 
 def sum(x: SpyreArray, axis: Any = None, keepdims: bool = False) -> SpyreArray:
@@ -85,68 +54,38 @@ def mean(x: SpyreArray, axis: Any = None, keepdims: bool = False) -> SpyreArray:
 
 
 __all__ = [
+    "ELEMENTWISE",
     "ELEMENTWISE_OPS",
     "REDUCTIONS",
+    "ElementwiseOp",
     "SpyrePrim",
-    "abs",
     "abstract",
     "abstract_eval",
-    "add",
     "astype",
     "broadcast_to",
     "compact",
     "concatenate",
-    "div",
     "elementwise",
-    "eq",
-    "erf",
-    "erfc",
-    "exp",
     "expand_dims",
-    "expm1",
     "full",
-    "ge",
-    "gelu",
-    "gelu_erf",
-    "gt",
     "image",
     "iota",
-    "le",
-    "log",
-    "log1p",
-    "lt",
     "matmul",
     "max",
-    "maximum",
     "mean",
     "min",
-    "minimum",
-    "mul",
-    "ne",
-    "neg",
     "pad",
-    "pow",
-    "reciprocal",
     "reduce",
-    "relu",
     "reshape",
     "reshape_copy",
     "restickify",
     "restickify_cost",
-    "rsqrt",
-    "sigmoid",
-    "sign",
-    "silu",
     "slice_copy",
-    "sqrt",
-    "square",
     "squeeze",
-    "sub",
     "sum",
-    "tanh",
     "to_device",
     "to_host",
     "transpose",
-    "where",
     "wrap",
 ]
+__all__ += list(_EW)

@@ -14,7 +14,9 @@ written with poison, so nothing downstream can mistake it for data.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -39,77 +41,138 @@ from ._kernels import (
     select,
 )
 
-__all__ = ["ELEMENTWISE_OPS", "Elementwise", "elementwise"]
+__all__ = ["ELEMENTWISE_OPS", "OP", "OPS", "Elementwise", "ElementwiseOp", "elementwise"]
 
 Scalar = bool | int | float
 
-_UNARY: dict[str, Callable[..., Any]] = {
-    "neg": jnp.negative,
-    "abs": jnp.abs,
-    "exp": jnp.exp,
-    "log": jnp.log,
-    "sqrt": jnp.sqrt,
-    "rsqrt": jax.lax.rsqrt,
-    "reciprocal": jnp.reciprocal,
-    "square": jnp.square,
-    "tanh": jnp.tanh,
-    "sigmoid": jax.nn.sigmoid,
-    "relu": jax.nn.relu,
-    "gelu": functools.partial(jax.nn.gelu, approximate=True),
-    "gelu_erf": functools.partial(jax.nn.gelu, approximate=False),
-    "silu": jax.nn.silu,
-    "erf": jax.lax.erf,
-    "erfc": jax.lax.erfc,
-    "log1p": jnp.log1p,
-    "expm1": jnp.expm1,
-    "sign": jnp.sign,
-    "logical_not": jnp.logical_not,
-    "one_minus_square": lambda x: 1 - x * x,
-}
-_BINARY: dict[str, Callable[..., Any]] = {
-    "add": jnp.add,
-    "sub": jnp.subtract,
-    "mul": jnp.multiply,
-    "div": jnp.divide,
-    "maximum": jnp.maximum,
-    "minimum": jnp.minimum,
-    "pow": jnp.power,
-    "integer_pow": lambda x, y: jax.lax.integer_pow(x, int(y)),
-    "logical_and": jnp.logical_and,
-    "logical_or": jnp.logical_or,
-}
-_COMPARE: dict[str, Callable[..., Any]] = {
-    "lt": jnp.less,
-    "le": jnp.less_equal,
-    "gt": jnp.greater,
-    "ge": jnp.greater_equal,
-    "eq": jnp.equal,
-    "ne": jnp.not_equal,
-}
-_TERNARY: dict[str, Callable[..., Any]] = {"where": select}
-# Float ops whose ``jnp`` function is a nested jit: the kernel calls these ``lax``
-# twins directly (same results on same-dtype floats), one function less to compile.
-_LAX: dict[str, Callable[..., Any]] = {
-    "add": jax.lax.add,
-    "sub": jax.lax.sub,
-    "mul": jax.lax.mul,
-    "div": jax.lax.div,
-    "maximum": jax.lax.max,
-    "minimum": jax.lax.min,
-    "exp": jax.lax.exp,
-    "log": jax.lax.log,
-    "tanh": jax.lax.tanh,
-    "neg": jax.lax.neg,
-    "abs": jax.lax.abs,
-    "sqrt": jax.lax.sqrt,
-}
 
-ELEMENTWISE_OPS: dict[str, int] = {
-    **{k: 1 for k in _UNARY},
-    **{k: 2 for k in _BINARY},
-    **{k: 2 for k in _COMPARE},
-    **{k: 3 for k in _TERNARY},
-}
+@dataclass(frozen=True)
+class ElementwiseOp:
+    """One elementwise op: its primitive, wrapper, lowering and export derive from this.
+
+    Attributes:
+        name: the op's name (``spyrejax.<name>``, and the primitive's class name).
+        params: the wrapper's parameter names, one per operand.
+        fn: the computation on aligned operands (jnp semantics, any dtype).
+        lax: a ``lax`` twin the kernel calls for same-dtype floats (``jnp`` functions
+            are nested jits: one function less to compile).
+        lowers: the JAX primitives ``spyrejax.jit`` lowers to this op.
+        result: the result dtype: ``"same"`` as the value operands, ``"bool"``.
+        values: the operand positions that hold values (``where``'s condition is not
+            one): they share one dtype.
+        doc: the first line of the wrapper's docstring.
+        public: exported as ``spyrejax.<name>``.
+        from_jax: the op's operands from a JAX equation's operands and parameters
+            (``select_n(pred, on_false, on_true)`` is ``where(pred, on_true, on_false)``).
+    """
+
+    name: str
+    params: tuple[str, ...]
+    fn: Callable[..., Any]
+    lax: Callable[..., Any] | None = None
+    lowers: tuple[str, ...] = ()
+    result: str = "same"
+    values: tuple[int, ...] | None = None
+    doc: str = ""
+    public: bool = True
+    from_jax: Callable[[list[Any], dict[str, Any]], list[Any]] = lambda xs, params: xs
+
+    @property
+    def arity(self) -> int:
+        """Number of operands."""
+        return len(self.params)
+
+    @property
+    def value_positions(self) -> tuple[int, ...]:
+        """Positions of the value operands."""
+        return tuple(range(self.arity)) if self.values is None else self.values
+
+
+def _unary(name: str, fn: Any, lax: Any = None, lowers: Any = None, doc: str = "") -> Any:
+    prims = (name,) if lowers is None else lowers
+    return ElementwiseOp(name, ("x",), fn, lax, prims, doc=doc or f"``{name}(x)``.")
+
+
+def _binary(name: str, fn: Any, lax: Any = None, lowers: Any = None, doc: str = "") -> Any:
+    prims = (name,) if lowers is None else lowers
+    return ElementwiseOp(name, ("x", "y"), fn, lax, prims, doc=doc or f"``{name}(x, y)``.")
+
+
+def _compare(name: str, fn: Any, symbol: str) -> ElementwiseOp:
+    return ElementwiseOp(name, ("x", "y"), fn, None, (name,), "bool", doc=f"``x {symbol} y``.")
+
+
+OPS: tuple[ElementwiseOp, ...] = (
+    _unary("neg", jnp.negative, jax.lax.neg, doc="``-x``."),
+    _unary("abs", jnp.abs, jax.lax.abs, doc="``|x|``."),
+    _unary("exp", jnp.exp, jax.lax.exp),
+    _unary("log", jnp.log, jax.lax.log, doc="Natural logarithm."),
+    _unary("sqrt", jnp.sqrt, jax.lax.sqrt),
+    _unary("rsqrt", jax.lax.rsqrt, doc="``1 / sqrt(x)``."),
+    _unary("reciprocal", jnp.reciprocal, lowers=(), doc="``1 / x``."),
+    _unary("square", jnp.square, doc="``x * x``."),
+    _unary("tanh", jnp.tanh, jax.lax.tanh),
+    _unary("sigmoid", jax.nn.sigmoid, lowers=("logistic",), doc="``1 / (1 + exp(-x))``."),
+    _unary("relu", jax.nn.relu, lowers=(), doc="``max(x, 0)``."),
+    _unary(
+        "gelu",
+        functools.partial(jax.nn.gelu, approximate=True),
+        lowers=(),
+        doc="GELU, tanh approximation (``jax.nn.gelu``).",
+    ),
+    _unary(
+        "gelu_erf",
+        functools.partial(jax.nn.gelu, approximate=False),
+        lowers=(),
+        doc="Exact GELU (``jax.nn.gelu(x, approximate=False)``).",
+    ),
+    _unary("silu", jax.nn.silu, lowers=(), doc="``x * sigmoid(x)``."),
+    _unary("erf", jax.lax.erf, doc="The error function."),
+    _unary("erfc", jax.lax.erfc, doc="``1 - erf(x)``."),
+    _unary("log1p", jnp.log1p, doc="``log(1 + x)``."),
+    _unary("expm1", jnp.expm1, doc="``exp(x) - 1``."),
+    _unary("sign", jnp.sign, doc="-1, 0 or 1."),
+    _unary("one_minus_square", lambda x: 1 - x * x, doc="``1 - x * x`` (tanh's derivative)."),
+    _unary("bitwise_not", jnp.bitwise_not, lowers=("not",), doc="``~x`` (logical on bools)."),
+    _binary("add", jnp.add, jax.lax.add, ("add", "add_any"), doc="``x + y``."),
+    _binary("sub", jnp.subtract, jax.lax.sub, doc="``x - y``."),
+    _binary("mul", jnp.multiply, jax.lax.mul, doc="``x * y``."),
+    _binary("div", jnp.divide, jax.lax.div, doc="``x / y``."),
+    _binary("maximum", jnp.maximum, jax.lax.max, ("max",), doc="Elementwise maximum."),
+    _binary("minimum", jnp.minimum, jax.lax.min, ("min",), doc="Elementwise minimum."),
+    _binary("pow", jnp.power, doc="``x ** y``."),
+    ElementwiseOp(
+        "integer_pow",
+        ("x", "y"),
+        lambda x, y: jax.lax.integer_pow(x, int(y)),
+        lowers=("integer_pow",),
+        values=(0,),
+        from_jax=lambda xs, params: [*xs, params["y"]],
+        doc="``x ** y`` for a Python int ``y``.",
+    ),
+    _binary("bitwise_and", jnp.bitwise_and, lowers=("and",), doc="``x & y`` (logical on bools)."),
+    _binary("bitwise_or", jnp.bitwise_or, lowers=("or",), doc="``x | y`` (logical on bools)."),
+    _compare("lt", jnp.less, "<"),
+    _compare("le", jnp.less_equal, "<="),
+    _compare("gt", jnp.greater, ">"),
+    _compare("ge", jnp.greater_equal, ">="),
+    _compare("eq", jnp.equal, "=="),
+    _compare("ne", jnp.not_equal, "!="),
+    ElementwiseOp(
+        "where",
+        ("condition", "x", "y"),
+        select,
+        lowers=("select_n",),
+        values=(1, 2),
+        from_jax=lambda xs, params: [xs[0], xs[2], xs[1]] if len(xs) == 3 else xs,
+        doc="``x`` where ``condition`` (a bool array) holds, else ``y``.",
+    ),
+)
+"""Every elementwise op, one record each."""
+
+OP: dict[str, ElementwiseOp] = {op.name: op for op in OPS}
+
+ELEMENTWISE_OPS: dict[str, int] = {op.name: op.arity for op in OPS}
 """Every elementwise op name and its number of operands."""
 
 
@@ -175,14 +238,13 @@ def _mismatch(name: str, i: int, a: SpyreType, shift: int, target: SpyreType) ->
 
 
 class Elementwise(SpyrePrim):
-    """An elementwise op; subclasses per op name set ``op`` and ``fn``."""
+    """An elementwise op; one subclass per :class:`ElementwiseOp` sets ``op``."""
 
-    op: str = ""
-    fn: Callable[..., Any] = staticmethod(lambda *a: None)
+    op: ElementwiseOp
 
     def __init__(self, *avals: SpyreType, consts: tuple[tuple[int, Scalar], ...] = ()) -> None:
         out_dtype = _out_dtype(self.op, avals, consts)
-        out, plans = broadcast_rule(self.op, list(avals), out_dtype)
+        out, plans = broadcast_rule(self.op.name, list(avals), out_dtype)
         self._plans = plans
         self.in_avals = tuple(avals)
         self.out_aval = out
@@ -197,7 +259,7 @@ class Elementwise(SpyrePrim):
         ops: list[Any] = [aligned(img, p) for img, p in zip(images, self._plans, strict=True)]
         for pos, value in self.consts:
             ops.insert(pos, value)
-        if self.op not in _COMPARE and self.op not in ("where", "integer_pow"):
+        if self.op.result == "same" and self.op.values is None:  # scalars take the dtype
             dt = out_t.dtype
             ops = [jnp.asarray(o, dt) if not isinstance(o, jax.Array) else o for o in ops]
         synthetic = [k for k, d in enumerate(out_t.dims) if not d.is_data]
@@ -217,38 +279,45 @@ class Elementwise(SpyrePrim):
 
     def _compute(self, ops: list[Any]) -> jax.Array:
         """The op on aligned operands; float ops with a ``lax`` twin skip ``jnp``'s jit."""
-        lax_fn = _LAX.get(self.op)
+        lax_fn = self.op.lax
         dt = self.out_aval.dtype
         if lax_fn is None or not jnp.issubdtype(dt, jnp.floating):
-            return type(self).fn(*ops)
+            return self.op.fn(*ops)
         if any(not isinstance(o, jax.Array) or o.dtype != dt for o in ops):
-            return type(self).fn(*ops)
+            return self.op.fn(*ops)
         return lax_fn(*broadcast_all(ops))
 
     def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
         return {"consts": self.consts}
 
 
-def _out_dtype(op: str, avals: tuple[SpyreType, ...], consts: Any) -> Any:
-    """Operands share one dtype (no implicit promotion); comparisons give bool."""
-    cond_is_array = op == "where" and all(pos != 0 for pos, _ in consts)
-    if cond_is_array and avals[0].dtype != np.bool_:
-        raise SpyreTypeError(f"where: the condition must be bool, got {avals[0].dtype}")
-    values = avals[1:] if cond_is_array else avals
+def _out_dtype(op: ElementwiseOp, avals: tuple[SpyreType, ...], consts: Any) -> Any:
+    """Value operands share one dtype (no implicit promotion); comparisons give bool."""
+    scalar_at = {pos for pos, _ in consts}
+    arrays = [pos for pos in range(op.arity) if pos not in scalar_at]
+    aval_at = dict(zip(arrays, avals, strict=True))
+    for pos, a in aval_at.items():
+        if pos not in op.value_positions and a.dtype != np.bool_:
+            raise SpyreTypeError(f"{op.name}: the {op.params[pos]} must be bool, got {a.dtype}")
+    values = [a for pos, a in aval_at.items() if pos in op.value_positions]
     if not values:
-        raise SpyreTypeError(f"{op}: give at least one value operand as a Spyre array")
+        raise SpyreTypeError(f"{op.name}: give at least one value operand as a Spyre array")
     dtypes = {a.dtype for a in values}
     if len(dtypes) > 1:
         names = ", ".join(sorted(str(d) for d in dtypes))
-        raise SpyreTypeError(f"{op}: operand dtypes differ ({names}); convert with astype first")
-    return np.dtype(np.bool_) if op in _COMPARE else values[0].dtype
+        raise SpyreTypeError(
+            f"{op.name}: operand dtypes differ ({names}); convert with astype first"
+        )
+    return np.dtype(np.bool_) if op.result == "bool" else values[0].dtype
 
 
-_CLASSES: dict[str, type[Elementwise]] = {}
-for _table in (_UNARY, _BINARY, _COMPARE, _TERNARY):
-    for _name, _fn in _table.items():
-        _cls_name = "".join(part.capitalize() for part in _name.split("_"))
-        _CLASSES[_name] = type(_cls_name, (Elementwise,), {"op": _name, "fn": staticmethod(_fn)})
+def _class_name(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+_CLASSES: dict[str, type[Elementwise]] = {
+    op.name: type(_class_name(op.name), (Elementwise,), {"op": op}) for op in OPS
+}
 
 
 def _is_scalar(x: Any) -> bool:
@@ -272,8 +341,8 @@ def elementwise(op: str, *operands: Any) -> SpyreArray:
     """
     if op not in _CLASSES:
         raise SpyreTypeError(f"unknown elementwise op {op!r}; known: {sorted(_CLASSES)}")
-    if len(operands) != ELEMENTWISE_OPS[op]:
-        raise SpyreTypeError(f"{op} takes {ELEMENTWISE_OPS[op]} operands, got {len(operands)}")
+    if len(operands) != OP[op].arity:
+        raise SpyreTypeError(f"{op} takes {OP[op].arity} operands, got {len(operands)}")
     arrays, consts = [], []
     for pos, x in enumerate(operands):
         if _is_scalar(x):
@@ -292,21 +361,26 @@ def elementwise(op: str, *operands: Any) -> SpyreArray:
     return prim(*arrays)
 
 
-def _make_public(op: str) -> Callable[..., SpyreArray]:
-    arity = ELEMENTWISE_OPS[op]
-    args = ", ".join("xyz"[:arity])
-
+def _make_public(op: ElementwiseOp) -> Callable[..., SpyreArray]:
     def fn(*operands: Any) -> SpyreArray:
-        return elementwise(op, *operands)
+        return elementwise(op.name, *operands)
 
-    fn.__name__ = fn.__qualname__ = op
+    fn.__name__ = fn.__qualname__ = op.name
+    fn.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            inspect.Parameter(p, inspect.Parameter.POSITIONAL_ONLY, annotation=Any)
+            for p in op.params
+        ],
+        return_annotation=SpyreArray,
+    )
     fn.__doc__ = (
-        f"Elementwise ``{op}({args})`` on Spyre arrays (scalars broadcast).\n\n"
+        f"{op.doc} Elementwise on Spyre arrays; scalars broadcast.\n\n"
         "Operands must share the stick dim after broadcasting; the result takes the "
-        "first full-shape operand's layout and has poison padding.\n"
+        "first full-shape operand's layout and has poison padding.\n\n"
+        f"Args:\n" + "".join(f"    {p}: a Spyre array or a scalar.\n" for p in op.params)
     )
     return fn
 
 
-PUBLIC = {op: _make_public(op) for op in _CLASSES}
+PUBLIC = {op.name: _make_public(op) for op in OPS if op.public}
 """The public function of every elementwise op, by name."""
