@@ -1,5 +1,6 @@
 import json
 
+import ml_dtypes
 import numpy as np
 import pytest
 from cases import MORE_EXPLICIT, SPEC_EXPLICIT, SPEC_VECTORS
@@ -80,7 +81,9 @@ def test_json_uses_torch_spyre_field_names():
     data = json.loads(dci.to_json())
     assert data["dsName_"] == "x"
     assert data["isHostToSen_"] == 1
-    assert data["dataformat_src_"] == data["dataformat_dst_"] == 0
+    # spyre-device spec section 5: the source is the float16 host array (IEEE_FP16 = 15),
+    # the destination the device format (SEN169_FP16 = 0).
+    assert (data["dataformat_src_"], data["dataformat_dst_"]) == (15, 0)
     assert data["input_shape_"] == [150, 100, 5]
     assert data["output_shape_"] == [64, 5, 3, 100]
     assert data["dcsi_"][1] == {
@@ -94,8 +97,81 @@ def test_json_uses_torch_spyre_field_names():
     d2h = sj.generate_dci(
         [5, 100, 150], SpyreTensorLayout([5, 100, 150], F16), host_to_device=False
     )
-    assert json.loads(d2h.to_json())["input_shape_"] == [64, 5, 3, 100]
+    out = json.loads(d2h.to_json())
+    assert out["input_shape_"] == [64, 5, 3, 100]
+    assert (out["dataformat_src_"], out["dataformat_dst_"]) == (0, 15)  # device -> host
     assert DCI.from_json(d2h.to_json()) == d2h
+
+
+def test_spec_golden_dci_json_range_one_loop_carries_its_host_stride():
+    # spyre-device spec section 5: host [1, 3, 128] float16 in [3, 2, 1, 64] /
+    # [128, 64, -1, 1]. The range-1 loop is host dim 0, whose stride is 3 * 128 = 384.
+    layout = SpyreTensorLayout([1, 3, 128], F16)
+    assert layout.device_size == (3, 2, 1, 64) and layout.stride_map == (128, 64, -1, 1)
+    data = json.loads(sj.generate_dci([1, 3, 128], layout, host_dtype=F16).to_json())
+    assert (data["dataformat_src_"], data["dataformat_dst_"]) == (15, 0)
+    (d,) = data["dcsi_"]
+    assert d["size_"] == [64, 1, 2, 3]
+    assert d["stride_src_"] == [1, 384, 64, 128]
+    assert d["stride_dst_"] == [1, 64, 64, 128]
+    assert (d["offset_src_"], d["offset_dst_"]) == (0, 0)
+    assert data["input_shape_"] == [128, 3, 1] and data["output_shape_"] == [64, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "src", "dst"),
+    [
+        (np.float16, 15, 0),  # IEEE_FP16 -> SEN169_FP16
+        (ml_dtypes.bfloat16, 17, 0),  # BFLOAT16 -> SEN169_FP16
+        (np.bool_, 8, 0),  # torch-spyre names a bool host tensor SENINT8
+        (np.float32, 1, 1),
+        (np.int32, 12, 12),
+        (np.int8, 8, 8),
+    ],
+    ids=str,
+)
+def test_dataformat_src_is_the_host_format(dtype, src, dst):
+    shape = (3, 40)
+    layout = SpyreTensorLayout(shape, dtype)
+    h2d = sj.generate_dci(shape, layout, host_dtype=dtype).to_dict()
+    assert (h2d["dataformat_src_"], h2d["dataformat_dst_"]) == (src, dst)
+    d2h = sj.generate_dci(shape, layout, host_dtype=dtype, host_to_device=False)
+    assert (d2h.to_dict()["dataformat_src_"], d2h.to_dict()["dataformat_dst_"]) == (dst, src)
+    assert DCI.from_json(d2h.to_json()) == d2h
+    # The host dtype only names the source; the descriptors are the layout's.
+    assert (
+        sj.generate_dci(shape, layout).descriptors
+        == sj.generate_dci(shape, layout, host_dtype=dtype).descriptors
+    )
+
+
+def test_host_dtype_must_fit_the_layout():
+    layout = SpyreTensorLayout((3, 40), F16)
+    with pytest.raises(sj.LayoutError, match=r"float32 does not fit.*SEN169_FP16"):
+        sj.generate_dci((3, 40), layout, host_dtype=np.float32)
+    with pytest.raises(sj.LayoutError, match="float64"):
+        sj.generate_dci((3, 40), layout, host_dtype=np.float64)
+
+
+@pytest.mark.parametrize(
+    ("shape", "order", "range_one"),
+    [
+        # (host dims, dim order, {device dim: host stride of its range-1 loop})
+        ((3, 1, 128), None, {0: 128}),  # the size-1 host dim 1
+        ((1, 3, 1, 128), None, {1: 128, 3: 384}),  # o[2] = dim 2, o[0] = dim 0
+        ((300, 1), None, {0: 64, 2: 1}),  # a size-1 stick dim: tile hs*eps, stick hs
+        ((300,), [0, -1], {0: 300, 2: 300}),  # synthetic: a new outermost dim's stride
+        ((), None, {0: 1, 1: 1}),
+    ],
+)
+def test_range_one_loops_never_carry_minus_one(shape, order, range_one):
+    layout = SpyreTensorLayout(shape, F16, order)
+    for h2d in (True, False):
+        for d in sj.generate_dci(shape, layout, host_to_device=h2d):
+            host = (d.stride_src if h2d else d.stride_dst)[::-1]  # device dims' order
+            assert -1 not in host
+            assert {j: host[j] for j in range_one} == range_one
+            assert all(d.size[::-1][j] == 1 for j in range_one)
 
 
 def test_bad_json():
@@ -103,7 +179,8 @@ def test_bad_json():
         DCI.from_json("{")
     with pytest.raises(sj.LayoutError, match="dcsi_"):
         DCI.from_json(
-            '{"isHostToSen_": 1, "input_shape_": [], "output_shape_": [], "dataformat_src_": 0}'
+            '{"isHostToSen_": 1, "input_shape_": [], "output_shape_": [], "dataformat_src_": 0, '
+            '"dataformat_dst_": 0}'
         )
 
 
