@@ -430,7 +430,8 @@ device_dtype=DataFormats.SEN169_FP16)
         (spec section 2), so the order is read off the device dims and checked by
         rebuilding the default layout. Size-1 host dims take no device memory, so
         several orders can give one layout; they fill their places in increasing order
-        (the order closest to ``range(rank)``).
+        (the order closest to ``range(rank)``). An empty tensor places no element, so
+        its order is found only when that fill gives it.
 
         Example:
             >>> import numpy as np

@@ -7,7 +7,7 @@ from cases import MORE_EXPLICIT, SPEC_EXPLICIT, SPEC_VECTORS
 from hypothesis import given
 from hypothesis import strategies as st
 from oracles import coords_by_rule, run_descriptors
-from strategies import dim_orders, dtypes, shapes
+from strategies import dim_orders, dtypes, shapes, tiled_layouts
 
 import spyrejax as sj
 from spyrejax import DCI, SpyreTensorLayout
@@ -258,3 +258,56 @@ def test_json_round_trips(shape, data, dtype, h2d):
     dci = sj.generate_dci(shape, layout, host_to_device=h2d, name="t")
     assert DCI.from_json(dci.to_json()) == dci
     assert DCI.from_dict(json.loads(json.dumps(dci.to_dict()))) == dci
+
+
+def test_padded_tiles_take_a_descriptor_per_stick_of_a_row():
+    # Host [4800] in [3, 2, 14, 64] / [120, 64, 360, 1] (device strides 1792, 896, 64, 1):
+    # 4800 = 13 tiles of 360 + one row of 120. The 13 tiles x 3 rows move as two loop
+    # nests, one per stick of a row (64 lanes, then 56 at host 64 / device 896); the
+    # last row (host 4680, device 13 * 64 = 832) the same way.
+    layout = SpyreTensorLayout.from_stride_map([3, 2, 14, 64], [120, 64, 360, 1], F16)
+    dci = sj.generate_dci([4800], layout)
+    assert [d.size for d in dci] == [(64, 13, 1, 3), (56, 13, 1, 3), (64, 1, 1, 1), (56, 1, 1, 1)]
+    assert [(d.offset_src, d.offset_dst) for d in dci] == [
+        (0, 0),
+        (64, 896),
+        (4680, 832),
+        (4744, 832 + 896),
+    ]
+    assert all(d.stride_src == (1, 360, 64, 120) for d in dci)
+    assert all(d.stride_dst == (1, 64, 896, 1792) for d in dci)
+    _check_placement((4800,), layout, coords_by_rule((4800,), layout))
+
+
+def test_equal_strides_move_one_element_per_stick():
+    layout = SpyreTensorLayout.from_stride_map([1, 60, 64], [64, 1, 1], F16)
+    (d,) = sj.generate_dci([60], layout)
+    assert d.size == (1, 60, 1)  # the stick loop runs once: lane 0 of each stick
+    assert d.stride_src == (1, 1, 64) and d.stride_dst == (1, 64, 3840)
+    _check_placement((60,), layout, coords_by_rule((60,), layout))
+
+
+def test_an_empty_tensor_has_no_descriptors():
+    for shape in [(0,), (0, 150), (150, 0)]:
+        layout = SpyreTensorLayout(shape, F16)
+        for h2d in (True, False):
+            dci = sj.generate_dci(shape, layout, host_to_device=h2d)
+            assert len(dci) == 0 and dci.to_dict()["dcsi_"] == []
+            assert DCI.from_json(dci.to_json()) == dci
+
+
+@given(case=tiled_layouts())
+def test_property_tiled_layouts_descriptors_follow_the_rule(case):
+    shape, layout = case
+    _check_placement(shape, layout, coords_by_rule(shape, layout))
+    host = np.arange(int(np.prod(shape)), dtype=np.int64)
+    image, _ = run_descriptors(
+        sj.generate_dci(shape, layout), host, np.full(int(np.prod(layout.device_size)), -1)
+    )
+    d2h = sj.generate_dci(shape, layout, host_to_device=False)
+    back, writes = run_descriptors(d2h, image, np.full(host.shape, -1))
+    np.testing.assert_array_equal(back, host)
+    assert (writes == 1).all()
+    for dci in (d2h, sj.generate_dci(shape, layout)):
+        assert all(-1 not in d.stride_src + d.stride_dst for d in dci)
+        assert DCI.from_json(dci.to_json()) == dci
