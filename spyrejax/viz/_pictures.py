@@ -295,7 +295,7 @@ def device_memory(
         text,
         sticks,
         labels,
-        tile_starts=tuple(range(0, rows, tile)),
+        tile_starts=tuple(range(0, rows, max(tile, 1))),  # an empty tensor has no tiles
         note=_note((rows, eps), (rows_total, eps), "sticks"),
     )
 
