@@ -320,10 +320,10 @@ def _descriptors(
 ) -> tuple[Descriptor, ...]:
     segments = mapping.segmentation.segments
     dstrides = layout.device_strides
-    hstrides = _host_strides(layout, mapping)
-    out = []
     if mapping.size == 0:
         return ()  # an empty tensor: nothing to move
+    hstrides = _host_strides(layout, mapping)
+    out = []
     for combo in itertools.product(*(_cover(s.size, s.axes) for s in segments)):
         loops: dict[int, tuple[int, int]] = {}
         host_off = 0
@@ -355,11 +355,12 @@ def _host_strides(layout: SpyreTensorLayout, mapping: HostMapping) -> tuple[int,
     """The host stride of each device dim's loop: its ``stride_map`` entry, never -1.
 
     A ``-1`` dim (a size-1 host dim's place, or a synthetic dim) only ever runs one
-    iteration, but torch-spyre writes the real host stride of the dim it stands for.
-    In a default layout (:meth:`SpyreTensorLayout.dim_order`) each place is known:
-    a size-1 host dim's stride, or for a size-1 stick dim ``s`` its tile and stick
-    strides (``hs[s] * eps`` and ``hs[s]``). Synthetic dims stand for no host dim: they
-    take the stride of a new outermost dim, the host tensor's extent.
+    iteration, but its loop carries the real host stride of the dim it stands for
+    (spyre-device spec section 5). In a default layout
+    (:meth:`SpyreTensorLayout.dim_order`) each place is known: a size-1 host dim's
+    stride, or for a size-1 stick dim ``s`` its tile and stick strides (``hs[s] * eps``
+    and ``hs[s]``). Synthetic dims stand for no host dim: they take the stride of a new
+    outermost dim, the host tensor's extent.
     """
     shape, strides = mapping.shape, mapping.strides
     extent = 1 + sum((n - 1) * st for n, st in zip(shape, strides, strict=True) if n > 0)

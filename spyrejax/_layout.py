@@ -711,10 +711,11 @@ def data_positions(layout: SpyreTensorLayout, mapping: HostMapping, c: Any) -> A
 def padding_slabs(layout: SpyreTensorLayout, mapping: HostMapping) -> list[tuple[int, int, int]]:
     """Slabs ``(device dim, start, stop)`` whose union covers every padding position.
 
-    Each check :func:`data_positions` emits fails only where one device coordinate is at
-    or past a bound, so the positions failing it lie in one slab of that dim: filling
-    the slabs and then writing the data fills all padding while touching little else
-    (for a partial last stick, only the last tile).
+    A padding position fails some check :func:`data_positions` emits, and the innermost
+    check it fails holds only where one device coordinate is at or past a bound (the
+    checks below it pass), so it lies in that dim's slab: filling the slabs and then
+    writing the data fills all padding while touching little else (for a partial last
+    stick, only the last tile).
     """
     size = layout.device_size
     return [(j, bound, size[j]) for j, bound, _ in _padding_checks(layout, mapping)]
