@@ -15,7 +15,9 @@ from ._dtypes import (
     BYTES_PER_STICK,
     SUPPORTED_DTYPES,
     DataFormats,
+    fits_format,
     format_for_dtype,
+    host_format,
     poison_value,
 )
 from ._errors import (
@@ -77,8 +79,10 @@ __all__ = [
     "dma_h2d",
     "expand_dims",
     "explain",
+    "fits_format",
     "format_for_dtype",
     "generate_dci",
+    "host_format",
     "image",
     "jit",
     "lowering",

@@ -3,7 +3,10 @@
 A transfer is a list of descriptors; each is a loop nest over the device dims with
 sizes, source and destination strides and offsets, **innermost loop first**. Host dims
 that do not fill their device dims evenly (a partial last stick, any padded dim) get a
-*remainder* descriptor, and every remainder doubles the list.
+*remainder* descriptor, and every remainder doubles the list. A tile whose own steps do
+not divide it (rows of 120 in sticks of 64) is covered the same way, once per tile
+size: its full sticks, then its partial one. A loop of range 1 still carries the host
+stride of the dim it stands for, never -1 (spyre-device spec section 5).
 
 Pure Python: no JAX import. The descriptors generated here are what the DMA engine in
 ``_dma`` executes, so they are the single source of truth for every transfer.
@@ -18,7 +21,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ._dtypes import DataFormats
+import numpy as np
+
+from ._dtypes import DataFormats, DTypeLike, fits_format, host_format
 from ._errors import LayoutError
 from ._layout import HostMapping, SpyreTensorLayout
 
@@ -125,6 +130,9 @@ class DCI(Sequence[Descriptor]):
         host_shape: host sizes.
         device_shape: the layout's ``device_size``.
         name: ``dsName_``.
+        host_dataformat: the host array's format as torch-spyre names it
+            (:func:`~spyrejax.host_format`: ``IEEE_FP16`` for float16); defaults to
+            that of the device format's canonical host dtype.
     """
 
     descriptors: tuple[Descriptor, ...]
@@ -133,6 +141,11 @@ class DCI(Sequence[Descriptor]):
     host_shape: tuple[int, ...]
     device_shape: tuple[int, ...]
     name: str = ""
+    host_dataformat: DataFormats | None = None
+
+    def __post_init__(self) -> None:
+        if self.host_dataformat is None:
+            object.__setattr__(self, "host_dataformat", host_format(self.dataformat))
 
     def __len__(self) -> int:
         return len(self.descriptors)
@@ -156,15 +169,21 @@ class DCI(Sequence[Descriptor]):
         return "\n".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        """torch-spyre's DCI JSON object (shapes innermost first)."""
+        """torch-spyre's DCI JSON object (shapes innermost first).
+
+        ``dataformat_src_`` and ``dataformat_dst_`` are the formats of the source and
+        destination: the host format and the device format on the way in, swapped on
+        the way out.
+        """
         src, dst = self.host_shape, self.device_shape
+        src_fmt, dst_fmt = self.host_dataformat, self.dataformat
         if not self.host_to_device:
-            src, dst = dst, src
+            src, dst, src_fmt, dst_fmt = dst, src, dst_fmt, src_fmt
         return {
             "dsName_": self.name,
             "isHostToSen_": int(self.host_to_device),
-            "dataformat_src_": int(self.dataformat),
-            "dataformat_dst_": int(self.dataformat),
+            "dataformat_src_": int(src_fmt),
+            "dataformat_dst_": int(dst_fmt),
             "dcsi_": [d.to_dict() for d in self.descriptors],
             "input_shape_": list(src)[::-1],
             "output_shape_": list(dst)[::-1],
@@ -185,7 +204,8 @@ class DCI(Sequence[Descriptor]):
             h2d = bool(data["isHostToSen_"])
             src = tuple(int(n) for n in data["input_shape_"])[::-1]
             dst = tuple(int(n) for n in data["output_shape_"])[::-1]
-            fmt = DataFormats(int(data["dataformat_src_"]))
+            src_fmt = DataFormats(int(data["dataformat_src_"]))
+            dst_fmt = DataFormats(int(data["dataformat_dst_"]))
             descs = tuple(
                 Descriptor(
                     size=tuple(int(v) for v in e["size_"]),
@@ -201,7 +221,8 @@ class DCI(Sequence[Descriptor]):
         except (KeyError, TypeError, ValueError) as err:
             raise LayoutError(f"not a DCI JSON object ({err!r}): {data!r:.200}") from err
         host, dev = (src, dst) if h2d else (dst, src)
-        return cls(descs, h2d, fmt, host, dev, name)
+        host_fmt, dev_fmt = (src_fmt, dst_fmt) if h2d else (dst_fmt, src_fmt)
+        return cls(descs, h2d, dev_fmt, host, dev, name, host_fmt)
 
     @classmethod
     def from_json(cls, text: str) -> DCI:
@@ -223,15 +244,18 @@ class _Piece(NamedTuple):
 def _cover(n: int, axes: Sequence[tuple[int, int]]) -> list[_Piece]:
     """Pieces that cover ``n`` segment elements with nested device dims ``axes``.
 
-    The outermost dim gets the floor count of whole tiles; a leftover gets one more
-    piece (trip count 1 on the outer dim) whose inner dims cover the rest.
+    The outermost dim gets the floor count of whole tiles, each covered like one tile
+    of ``r_top`` elements by the inner dims (one piece when they divide it evenly, a
+    piece per part otherwise); a leftover gets more pieces (trip count 1 on the outer
+    dim) whose inner dims cover the rest.
     """
     if not axes:
         return [_Piece({}, 0)] if n == 1 else []
     (top, r_top), inner = axes[0], axes[1:]
     full, rest = divmod(n, r_top)
-    whole = {j: (r_prev // r, 0) for (_, r_prev), (j, r) in zip(axes, inner, strict=False)}
-    pieces = [_Piece({top: (full, 0), **whole}, 0)] if full else []
+    pieces = []
+    for sub in _cover(r_top, inner) if full else []:
+        pieces.append(_Piece({top: (full, 0), **sub.loops}, sub.offset))
     for sub in _cover(rest, inner) if rest else []:
         pieces.append(_Piece({top: (1, full), **sub.loops}, full * r_top + sub.offset))
     return pieces
@@ -241,6 +265,7 @@ def generate_dci(
     shape: Sequence[int],
     layout: SpyreTensorLayout,
     *,
+    host_dtype: DTypeLike = None,
     host_strides: Sequence[int] | None = None,
     host_to_device: bool = True,
     name: str = "",
@@ -248,8 +273,12 @@ def generate_dci(
     """The DMA descriptors that move a host tensor of ``shape`` to or from ``layout``.
 
     Args:
-        shape: host sizes.
+        shape: host sizes (an empty tensor gets no descriptors).
         layout: the device layout.
+        host_dtype: the host array's dtype, recorded as the host side's format
+            (``dataformat_src_`` on the way in: ``IEEE_FP16`` for float16, ``BFLOAT16``
+            for bfloat16); defaults to the canonical host dtype of the layout's format
+            (float16 for ``SEN169_FP16``). It does not change the descriptors.
         host_strides: host strides in elements; defaults to row-major.
         host_to_device: direction; D2H swaps source and destination and reads one
             copy of every broadcast device dim.
@@ -260,12 +289,28 @@ def generate_dci(
         remainders of inner host dims vary fastest (spec section 6).
 
     Raises:
-        LayoutError: if the layout cannot hold a host tensor of this shape.
+        LayoutError: if the layout cannot hold a host tensor of this shape, or
+            ``host_dtype`` has no Spyre format or does not fit the layout's.
     """
     mapping = layout.host_mapping(shape, host_strides)
+    fmt = layout.device_dtype
+    if host_dtype is None:
+        host_fmt = host_format(fmt)
+    elif fits_format(host_dtype, fmt):
+        host_fmt = host_format(host_dtype)
+    else:
+        raise LayoutError(
+            f"host dtype {np.dtype(host_dtype)} does not fit the layout's device format {fmt!r}"
+        )
     descs = _descriptors(layout, mapping, bool(host_to_device))
     return DCI(
-        descs, bool(host_to_device), layout.device_dtype, mapping.shape, layout.device_size, name
+        descs,
+        bool(host_to_device),
+        fmt,
+        mapping.shape,
+        layout.device_size,
+        name,
+        host_fmt,
     )
 
 
@@ -275,6 +320,9 @@ def _descriptors(
 ) -> tuple[Descriptor, ...]:
     segments = mapping.segmentation.segments
     dstrides = layout.device_strides
+    if mapping.size == 0:
+        return ()  # an empty tensor: nothing to move
+    hstrides = _host_strides(layout, mapping)
     out = []
     for combo in itertools.product(*(_cover(s.size, s.axes) for s in segments)):
         loops: dict[int, tuple[int, int]] = {}
@@ -293,13 +341,39 @@ def _descriptors(
             else:
                 count, first = 1, 0
             size.append(count)
-            host.append(stride)
+            host.append(hstrides[j])
             dev.append(dstrides[j])
             dev_off += first * dstrides[j]
         src, dst, src_off, dst_off = host, dev, host_off, dev_off
         if not h2d:
             src, dst, src_off, dst_off = dev, host, dev_off, host_off
         out.append(Descriptor(tuple(size), tuple(src), tuple(dst), src_off, dst_off, h2d))
-    if not out:
-        raise LayoutError(f"no descriptors for host shape {list(mapping.shape)} and {layout}")
+    return tuple(out)
+
+
+def _host_strides(layout: SpyreTensorLayout, mapping: HostMapping) -> tuple[int, ...]:
+    """The host stride of each device dim's loop: its ``stride_map`` entry, never -1.
+
+    A ``-1`` dim (a size-1 host dim's place, or a synthetic dim) only ever runs one
+    iteration, but its loop carries the real host stride of the dim it stands for
+    (spyre-device spec section 5). In a default layout
+    (:meth:`SpyreTensorLayout.dim_order`) each place is known: a size-1 host dim's
+    stride, or for a size-1 stick dim ``s`` its tile and stick strides (``hs[s] * eps``
+    and ``hs[s]``). Synthetic dims stand for no host dim: they take the stride of a new
+    outermost dim, the host tensor's extent.
+    """
+    shape, strides = mapping.shape, mapping.strides
+    extent = 1 + sum((n - 1) * st for n, st in zip(shape, strides, strict=True) if n > 0)
+    out = [extent if m == -1 else m for m in layout.stride_map]
+    order = layout.dim_order(shape, strides) if -1 in layout.stride_map else None
+    if order:
+        k = len(order)
+        places = {} if k == 1 else {k - 1: order[0]} | {i - 1: order[i] for i in range(1, k - 1)}
+        stick = order[-1]
+        if stick >= 0:
+            eps = layout.elems_per_stick
+            out[k - 2 if k > 1 else 0] = strides[stick] * eps
+            out[k] = strides[stick]
+        for j, d in places.items():
+            out[j] = strides[d]
     return tuple(out)

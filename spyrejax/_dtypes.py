@@ -18,8 +18,10 @@ __all__ = [
     "BYTES_PER_STICK",
     "DTypeLike",
     "DataFormats",
+    "fits_format",
     "format_for_dtype",
     "host_dtype",
+    "host_format",
     "poison_value",
 ]
 
@@ -65,7 +67,17 @@ class DataFormats(enum.IntEnum):
         return _BITS[self]
 
     def elems_per_stick(self) -> int:
-        """Elements in one 128-byte stick ("eps"): ``128 / element bytes``."""
+        """Elements in one 128-byte stick ("eps"): ``128 / element bytes``.
+
+        Raises:
+            LayoutError: for a format with no device stick geometry in torch-spyre
+                (``INVALID``, ``SEN153_FP9``, ``SENINT24``, ``SEN18F_FP24``).
+        """
+        if self in _NO_STICK_GEOMETRY:
+            raise LayoutError(
+                f"{self!r} has no device stick geometry (torch-spyre gives it no elements "
+                "per stick), so no layout can use it"
+            )
         return BYTES_PER_STICK * 8 // self.bits
 
     def __repr__(self) -> str:
@@ -97,6 +109,16 @@ _BITS: dict[DataFormats, int] = {
     DataFormats.SEN18F_FP24: 32,
 }
 
+# Formats torch-spyre stores in containers but gives no stick size: no layout uses them.
+_NO_STICK_GEOMETRY = frozenset(
+    {
+        DataFormats.INVALID,
+        DataFormats.SEN153_FP9,
+        DataFormats.SENINT24,
+        DataFormats.SEN18F_FP24,
+    }
+)
+
 _HOST_TO_FORMAT: dict[np.dtype, DataFormats] = {
     np.dtype(np.float16): DataFormats.SEN169_FP16,
     np.dtype(ml_dtypes.bfloat16): DataFormats.SEN169_FP16,
@@ -111,6 +133,20 @@ _HOST_TO_FORMAT: dict[np.dtype, DataFormats] = {
 
 SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(_HOST_TO_FORMAT)
 """Host dtypes that have a Spyre data format."""
+
+# How torch-spyre names the host side of a transfer (``dataformat_src_`` of a DCI on the
+# way in): the format of the host array itself, which can differ from the device format.
+_HOST_SIDE_FORMAT: dict[np.dtype, DataFormats] = {
+    np.dtype(np.float16): DataFormats.IEEE_FP16,
+    np.dtype(ml_dtypes.bfloat16): DataFormats.BFLOAT16,
+    # torch-spyre names a (1-byte) bool host tensor SENINT8.
+    np.dtype(np.bool_): DataFormats.SENINT8,
+    np.dtype(np.float32): DataFormats.IEEE_FP32,
+    np.dtype(ml_dtypes.float8_e4m3fn): DataFormats.SEN143_FP8,
+    np.dtype(ml_dtypes.float8_e5m2): DataFormats.SEN152_FP8,
+    np.dtype(np.int8): DataFormats.SENINT8,
+    np.dtype(np.int32): DataFormats.IEEE_INT32,
+}
 
 
 def host_dtype(dtype: DTypeLike) -> np.dtype:
@@ -145,6 +181,33 @@ def format_for_dtype(dtype: DTypeLike) -> DataFormats:
             raise LayoutError("DataFormats.INVALID is not a usable device format")
         return dtype
     return _HOST_TO_FORMAT[host_dtype(dtype)]
+
+
+def host_format(dtype: DTypeLike) -> DataFormats:
+    """The format torch-spyre records for a host array of ``dtype`` in a DCI.
+
+    ``IEEE_FP16`` for float16, ``BFLOAT16`` for bfloat16, ``SENINT8`` for bool and
+    int8, and the device format otherwise. A :class:`DataFormats` member stands for
+    the canonical host dtype of that device format (float16 for ``SEN169_FP16``);
+    a device format no host dtype maps to is its own host format.
+
+    Raises:
+        LayoutError: if ``dtype`` has no Spyre data format.
+    """
+    if isinstance(dtype, DataFormats):
+        canonical = next((dt for dt, f in _HOST_TO_FORMAT.items() if f is dtype), None)
+        return dtype if canonical is None else _HOST_SIDE_FORMAT[canonical]
+    return _HOST_SIDE_FORMAT[host_dtype(dtype)]
+
+
+def fits_format(dtype: DTypeLike, fmt: DataFormats) -> bool:
+    """Whether a host array of ``dtype`` can live in (or come from) format ``fmt``.
+
+    Its own format always fits; bool fits any format, since predicates follow the
+    layout of the values they were computed from.
+    """
+    dt = host_dtype(dtype)
+    return dt == np.bool_ or _HOST_TO_FORMAT[dt] == fmt
 
 
 def poison_value(dtype: DTypeLike) -> np.generic:

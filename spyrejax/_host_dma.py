@@ -211,7 +211,9 @@ def run_on_host(
             np.copyto(to_view, from_view)
             continue
         host_strides = s_src if host_is_src else s_dst
-        k = max(range(len(sizes)), key=lambda i: (host_strides[i], -i))
+        # Block along the walking loop of largest host stride (a range-1 loop's stride,
+        # however large, moves nothing).
+        k = max(range(len(sizes)), key=lambda i: (sizes[i] > 1, host_strides[i], -i))
         per_index = math.prod(sizes) // max(sizes[k], 1) * dtype.itemsize
         block_bytes = BLOCK_BYTES if host_is_src else D2H_BLOCK_BYTES
         step = max(1, block_bytes // max(per_index, 1))

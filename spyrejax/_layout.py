@@ -42,8 +42,8 @@ def _int_tuple(values: Any, name: str) -> tuple[int, ...]:
 
 def _check_shape(size: Any) -> tuple[int, ...]:
     shape = _int_tuple(size, "size")
-    if any(n < 1 for n in shape):
-        raise LayoutError(f"sizes must be >= 1, got size {list(shape)}")
+    if any(n < 0 for n in shape):
+        raise LayoutError(f"sizes must be >= 0, got size {list(shape)}")
     if len(shape) > 8:
         raise LayoutError(f"rank must be at most 8, got size {list(shape)}")
     return shape
@@ -103,12 +103,18 @@ class HostMapping:
     Attributes:
         shape: host sizes.
         strides: host strides in elements.
-        segmentation: which device dims walk which host dims (see ``_segments``).
+        segmentation: which device dims walk which host dims (see ``_segments``); no
+            segments for an empty host tensor.
     """
 
     shape: tuple[int, ...]
     strides: tuple[int, ...]
     segmentation: Segmentation
+
+    @property
+    def size(self) -> int:
+        """Host elements (0 for an empty tensor)."""
+        return math.prod(self.shape)
 
 
 class SpyreTensorLayout:
@@ -142,7 +148,8 @@ device_dtype=DataFormats.SEN169_FP16)
         """The default layout of a host tensor.
 
         Args:
-            size: host shape (rank 0 to 8, every size >= 1).
+            size: host shape (rank 0 to 8, every size >= 0; a size-0 dim makes an
+                empty tensor, whose device dims may have size 0 too).
             dtype: host dtype (or a :class:`DataFormats` member).
             dim_order: host dims outermost first; the last is the stick dim. A trailing
                 ``-1`` (one entry longer than the rank) asks for a sparse layout with a
@@ -170,8 +177,8 @@ device_dtype=DataFormats.SEN169_FP16)
             )
         if not dsize:
             raise LayoutError("a layout needs at least one device dim (the stick dim)")
-        if any(n < 1 for n in dsize):
-            raise LayoutError(f"device sizes must be >= 1, got device_size {list(dsize)}")
+        if any(n < 0 for n in dsize):
+            raise LayoutError(f"device sizes must be >= 0, got device_size {list(dsize)}")
         eps = fmt.elems_per_stick()
         if dsize[-1] != eps:
             raise LayoutError(
@@ -196,10 +203,12 @@ device_dtype=DataFormats.SEN169_FP16)
     ) -> SpyreTensorLayout:
         """An explicit layout.
 
-        Any tiling is allowed: a host dim split over several device dims, host dims
-        folded into one device dim, padding beyond one stick, broadcast (stride 0) and
-        synthetic (stride -1) dims. Whether it fits a given host shape is checked when
-        it is used with one (:meth:`host_mapping`).
+        Any tiling is allowed: a host dim split over several device dims (their steps
+        need not divide one another: padded sticks inside larger tiles), host dims
+        folded into one device dim, padding beyond one stick, two device dims with one
+        stride (the outer one iterates, the inner one only holds coordinate 0),
+        broadcast (stride 0), synthetic (stride -1) and size-0 dims. Whether it fits a
+        given host shape is checked when it is used with one (:meth:`host_mapping`).
 
         Args:
             device_size: padded device shape, row-major, stick dim last.
@@ -207,7 +216,7 @@ device_dtype=DataFormats.SEN169_FP16)
             device_dtype: a :class:`DataFormats` member or a host dtype.
 
         Raises:
-            LayoutError: if the lengths differ, a size is < 1, the last size is not the
+            LayoutError: if the lengths differ, a size is < 0, the last size is not the
                 stick size of the format, or a stride is < -1.
         """
         layout = cls.__new__(cls)
@@ -348,8 +357,20 @@ device_dtype=DataFormats.SEN169_FP16)
 
     @property
     def is_sparse(self) -> bool:
-        """True when the stick dim is synthetic: one element per stick (spec 2.5)."""
-        return self.stride_map[-1] == -1
+        """True when a stick holds one element (lane 0).
+
+        The stick dim is synthetic (spec 2.5), or it steps the host by the same stride
+        as an outer device dim, which then takes the whole quotient: a sparse layout
+        spelled with real strides (``[1, 60, 64]`` / ``[64, 1, 1]``).
+        """
+        stick = self.stride_map[-1]
+        return stick == -1 or (
+            stick > 0
+            and any(
+                m == stick and n > 1
+                for n, m in zip(self.device_size[:-1], self.stride_map[:-1], strict=True)
+            )
+        )
 
     # -- the index map ---------------------------------------------------------------
 
@@ -383,7 +404,9 @@ device_dtype=DataFormats.SEN169_FP16)
         """The legacy ``dim_map`` for a host shape: host dim per device dim, -1 synthetic.
 
         A device dim over folded host dims reports the innermost of them; a size-1 device
-        dim with a host stride reports the host dim whose stride divides it.
+        dim with a host stride reports the host dim whose stride divides it; a device
+        dim tied with an outer one of the same stride (which takes the whole quotient)
+        holds coordinate 0 only and reports -1, like a synthetic dim.
         """
         mapping = self.host_mapping(shape, host_strides)
         seg = mapping.segmentation
@@ -392,11 +415,47 @@ device_dtype=DataFormats.SEN169_FP16)
             found = seg.segment_of(j)
             if found is not None:
                 out.append(seg.segments[found[0]].host_dims[-1])
-            elif stride > 0:
+            elif stride > 0 and self.device_size[j] == 1:
                 out.append(_dividing_dim(mapping, stride))
             else:
                 out.append(-1)
         return tuple(out)
+
+    def dim_order(
+        self, shape: Sequence[int], host_strides: Sequence[int] | None = None
+    ) -> tuple[int, ...] | None:
+        """The dim order whose default layout this is, for a host shape; else None.
+
+        The default layout places host dims as ``[o[1], ..., o[r-2], T, o[0], S]``
+        (spec section 2), so the order is read off the device dims and checked by
+        rebuilding the default layout. Size-1 host dims take no device memory, so
+        several orders can give one layout; they fill their places in increasing order
+        (the order closest to ``range(rank)``). An empty tensor places no element, so
+        its order is found only when that fill gives it.
+
+        Example:
+            >>> import numpy as np
+            >>> SpyreTensorLayout((5, 100, 150), np.float16, [2, 0, 1]).dim_order((5, 100, 150))
+            (2, 0, 1)
+        """
+        mapping = self.host_mapping(shape, host_strides)
+        rank, k = len(mapping.shape), self.device_rank - 1  # k: entries of the order
+        if rank and k not in (rank, rank + 1):
+            return None
+        # Device position of each entry: o[0], o[1..k-2], then the stick.
+        positions = [k] if k == 1 else [k - 1, *range(k - 2), k]
+        found: list[int | None] = [_walked_dim(mapping, p) for p in positions] if rank else []
+        if rank and k == rank + 1:  # a sparse order: a trailing synthetic stick
+            found[-1] = -1
+        left = iter(sorted(set(range(rank)) - set(found)))
+        order = tuple(next(left, -1) if d is None else d for d in found)
+        try:
+            default = SpyreTensorLayout(
+                mapping.shape, self.device_dtype, order or None, host_strides=mapping.strides
+            )
+        except LayoutError:
+            return None
+        return order if default == self else None
 
     def device_coords(
         self, shape: Sequence[int], host_strides: Sequence[int] | None = None
@@ -524,6 +583,13 @@ def _host_mapping(
     layout: SpyreTensorLayout, shape: tuple[int, ...], strides: tuple[int, ...]
 ) -> HostMapping:
     what = f"layout {layout} for host shape {list(shape)}"
+    if math.prod(shape) == 0:  # an empty tensor: nothing to place, all is padding
+        return HostMapping(shape, strides, Segmentation((), tuple(range(layout.device_rank))))
+    if 0 in layout.device_size:
+        raise LayoutError(
+            f"{what}: too small; a size-0 device dim leaves no place for "
+            f"{math.prod(shape)} host elements"
+        )
     axes = tuple(zip(layout.device_size, layout.stride_map, strict=True))
     seg = segment_axes(shape, strides, axes, what=what)
     for segment in seg.segments:
@@ -532,25 +598,44 @@ def _host_mapping(
 
 
 def _check_nesting(layout: SpyreTensorLayout, segment: Any, what: str) -> None:
-    """The device dims of one host segment must form an exact mixed radix."""
+    """The device dims of one host segment must give every element its own place.
+
+    Spec section 4 spreads a segment coordinate ``x`` over the device dims from the
+    largest step down: ``c = x // ratio; x %= ratio``. That places every element when
+    the last step is 1 (nothing is left over) and each device dim is long enough for
+    the quotients it gets: below the step of the device dim above it, ``x`` takes
+    ``min(steps above)`` values (the segment size at the top). Steps need not divide
+    one another: rows of 120 split into sticks of 64 take two sticks each, the second
+    holding 56 values and 8 padding lanes.
+    """
     dims = segment.host_dims
-    ratios = [r for _, r in segment.axes]
-    if len(set(ratios)) != len(ratios):
-        raise LayoutError(f"{what}: two device dims step host dims {dims} by the same stride")
-    if ratios[-1] != 1:
-        raise LayoutError(f"{what}: host dims {dims} are only reached every {ratios[-1]} elements")
-    for (outer, r_outer), (inner, r_inner) in zip(segment.axes, segment.axes[1:], strict=False):
-        if r_outer % r_inner or r_outer // r_inner > layout.device_size[inner]:
-            raise LayoutError(
-                f"{what}: device dim {inner} (size {layout.device_size[inner]}, step "
-                f"{r_inner}) does not tile device dim {outer} (step {r_outer}) of host dims {dims}"
-            )
-    top, r_top = segment.axes[0]
-    if math.ceil(segment.size / r_top) > layout.device_size[top]:
+    if segment.axes[-1][1] != 1:
         raise LayoutError(
-            f"{what}: too small; host dims {dims} need {math.ceil(segment.size / r_top)} "
-            f"along device dim {top}, which has {layout.device_size[top]}"
+            f"{what}: host dims {dims} are only reached every {segment.axes[-1][1]} elements"
         )
+    span, outer = segment.size, None
+    for j, ratio in segment.axes:
+        need = -(-span // ratio)
+        if need > layout.device_size[j]:
+            where = (
+                f"host dims {dims}"
+                if outer is None
+                else f"the {span} elements of a step of device dim {outer} (host dims {dims})"
+            )
+            raise LayoutError(
+                f"{what}: too small; {where} need {need} along device dim {j} (step "
+                f"{ratio}), which has {layout.device_size[j]}"
+            )
+        span, outer = min(span, ratio), j
+
+
+def _walked_dim(mapping: HostMapping, j: int) -> int | None:
+    """The host dim device dim ``j`` walks one element at a time, or None."""
+    found = mapping.segmentation.segment_of(j)
+    if found is None:
+        return None
+    segment = mapping.segmentation.segments[found[0]]
+    return segment.host_dims[0] if len(segment.host_dims) == 1 and found[1] == 1 else None
 
 
 def _segment_linear(mapping: HostMapping, dims: tuple[int, ...], index: Any) -> Any:
@@ -561,28 +646,36 @@ def _segment_linear(mapping: HostMapping, dims: tuple[int, ...], index: Any) -> 
     return x
 
 
-def _padding_checks(layout: SpyreTensorLayout, mapping: HostMapping) -> list[tuple[int, int, Any]]:
-    """The checks a coordinate inside ``device_size`` can fail, as ``(dim, bound, segment)``.
+_Check = tuple[int, int, tuple[tuple[tuple[int, int], ...], int] | None]
 
-    With ``segment`` None a position holds data only if ``c[dim] < bound``; otherwise
-    only if the segment's combined index (its axes' coordinates times their ratios) is
-    below ``segment.size``, which fails only where ``c[dim] >= bound``.
+
+def _padding_checks(layout: SpyreTensorLayout, mapping: HostMapping) -> list[_Check]:
+    """The checks a coordinate inside ``device_size`` can fail, as ``(dim, bound, sum)``.
+
+    A position is data iff it is the image of a host element (spec section 4): for
+    each device dim of a segment, the coordinate recombined from it and the dims
+    below it (``sum(c[j] * ratio)``) stays below the step of the dim above it (the
+    segment size at the top). With ``sum`` None the check is ``c[dim] < bound`` (the
+    step divides evenly, so given the checks below it that is the same); otherwise
+    ``sum`` is ``(axes, limit)``: data only if the recombined coordinate over ``axes``
+    is below ``limit``. Either way it fails only where ``c[dim] >= bound`` once the
+    checks below it hold; a check that cannot fail is left out.
     """
-    checks: list[tuple[int, int, Any]] = []
-    seg = mapping.segmentation
     size = layout.device_size
+    if mapping.size == 0:
+        return [(layout.device_rank - 1, 0, None)]  # an empty tensor: all is padding
+    seg = mapping.segmentation
+    checks: list[_Check] = []
     for j in seg.ignored:
         if layout.stride_map[j] != 0 and size[j] > 1:
             checks.append((j, 1, None))
     for segment in seg.segments:
-        (top, r_top), *inner = segment.axes
-        prev = r_top
-        for j, ratio in inner:
-            if prev // ratio < size[j]:
-                checks.append((j, prev // ratio, None))
-            prev = ratio
-        if size[top] * r_top > segment.size:
-            checks.append((top, segment.size // r_top, segment))
+        limit = segment.size
+        for i, (j, ratio) in enumerate(segment.axes):
+            if limit // ratio < size[j]:
+                combined = None if limit % ratio == 0 else (segment.axes[i:], limit)
+                checks.append((j, limit // ratio, combined))
+            limit = ratio
     return checks
 
 
@@ -603,25 +696,26 @@ def data_positions(layout: SpyreTensorLayout, mapping: HostMapping, c: Any) -> A
     masks kernels build stay small.
     """
     ok: Any = True
-    for j, bound, segment in _padding_checks(layout, mapping):
-        if segment is None:
+    for j, bound, combined in _padding_checks(layout, mapping):
+        if combined is None:
             ok = ok & (c[j] < bound)
             continue
-        (top, r_top), *inner = segment.axes
-        x = c[top] * r_top
-        for k, ratio in inner:
+        axes, limit = combined
+        x: Any = 0
+        for k, ratio in axes:
             x = x + c[k] * ratio
-        ok = ok & (x < segment.size)
+        ok = ok & (x < limit)
     return ok
 
 
 def padding_slabs(layout: SpyreTensorLayout, mapping: HostMapping) -> list[tuple[int, int, int]]:
     """Slabs ``(device dim, start, stop)`` whose union covers every padding position.
 
-    Each check :func:`data_positions` emits fails only where one device coordinate is at
-    or past a bound, so the positions failing it lie in one slab of that dim: filling
-    the slabs and then writing the data fills all padding while touching little else
-    (for a partial last stick, only the last tile).
+    A padding position fails some check :func:`data_positions` emits, and the innermost
+    check it fails holds only where one device coordinate is at or past a bound (the
+    checks below it pass), so it lies in that dim's slab: filling the slabs and then
+    writing the data fills all padding while touching little else (for a partial last
+    stick, only the last tile).
     """
     size = layout.device_size
     return [(j, bound, size[j]) for j, bound, _ in _padding_checks(layout, mapping)]

@@ -7,11 +7,17 @@ or a host dim is walked by no axis, the host dim is *folded* into the next inner
 (the two must be contiguous): the pair then behaves as one dim, a **segment**. Host
 dims of size 1 never matter and are dropped.
 
+A segment's coordinate ``x`` is spread over its axes from the largest ratio down by
+quotients and remainders (``c = x // ratio; x %= ratio``). When two axes step a segment
+by the same ratio, the first (outer) one takes the whole quotient and the later ones
+always get 0, as in torch-spyre: they walk nothing, like synthetic dims.
+
 This module is pure Python: it runs at trace time on Python ints.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,12 +28,12 @@ __all__ = ["Segment", "Segmentation", "row_major_strides", "segment_axes"]
 
 
 def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    """Row-major (C order) element strides of ``shape``."""
+    """Row-major (C order) element strides of ``shape`` (size-0 dims count as 1)."""
     strides = []
     acc = 1
     for n in reversed(shape):
         strides.append(acc)
-        acc *= n
+        acc *= max(n, 1)  # as PyTorch: a size-0 dim does not zero the outer strides
     return tuple(reversed(strides))
 
 
@@ -40,7 +46,7 @@ class Segment:
         stride: host stride of the innermost of them.
         size: product of their sizes.
         axes: ``(axis, ratio)`` for every axis that walks this segment, ratio
-            descending; an axis steps ``ratio`` segment elements.
+            strictly descending; an axis steps ``ratio`` segment elements.
     """
 
     host_dims: tuple[int, ...]
@@ -55,8 +61,8 @@ class Segmentation:
 
     Attributes:
         segments: host segments, outermost (largest stride) first.
-        ignored: axes that walk no host dim: size 1, or stride ``-1`` (synthetic)
-            or ``0`` (broadcast).
+        ignored: axes that walk no host dim: size 1, stride ``-1`` (synthetic) or
+            ``0`` (broadcast), or tied with an outer axis of the same ratio.
     """
 
     segments: tuple[Segment, ...]
@@ -126,8 +132,13 @@ def segment_axes(
             )
         groups[fold : fold + 2] = [outer + inner]
     segments = []
+    tied = []
     for g, dims in enumerate(groups):
-        mine = sorted(((a, r) for a, (gg, r) in assigned.items() if gg == g), key=lambda t: -t[1])
+        mine = sorted(
+            ((a, r) for a, (gg, r) in assigned.items() if gg == g), key=lambda t: (-t[1], t[0])
+        )
+        tied.extend(a for (_, r_prev), (a, r) in itertools.pairwise(mine) if r == r_prev)
+        mine = [(a, r) for a, r in mine if a not in tied]
         segments.append(
             Segment(
                 host_dims=tuple(dims),
@@ -136,7 +147,7 @@ def segment_axes(
                 axes=tuple(mine),
             )
         )
-    ignored = tuple(a for a in range(len(axes)) if a not in assigned)
+    ignored = tuple(a for a in range(len(axes)) if a not in assigned or a in tied)
     return Segmentation(tuple(segments), ignored)
 
 

@@ -23,6 +23,8 @@ def coords_by_rule(shape, layout, host_strides=None):
     hs = host_strides or row_major(shape)
     idx = np.indices(shape).reshape(len(shape), int(np.prod(shape)))
     coords = np.zeros((idx.shape[1], len(layout.device_size)), dtype=np.int64)
+    if not idx.shape[1]:
+        return coords  # an empty tensor has no element to place
     live = [d for d, n in enumerate(shape) if n > 1]
     owner = {}
     for j, (size, m) in enumerate(zip(layout.device_size, layout.stride_map, strict=True)):
@@ -85,3 +87,29 @@ def run_descriptors(dci, src_flat, dst_flat):
         dst[dst_off] = src_flat[src_off]
         np.add.at(writes, dst_off, 1)
     return dst, writes
+
+
+def data_mask_by_rule(shape, layout, host_strides=None):
+    """Spec section 4, brute force: True on the device positions some host element maps to.
+
+    A position is padding iff it is the image of no host element. Broadcast device dims
+    (stride 0) hold every element at each of their coordinates.
+    """
+    mask = np.zeros(layout.device_size, dtype=bool)
+    coords = coords_by_rule(shape, layout, host_strides)
+    mask[tuple(coords.T)] = True
+    for j, (size, m) in enumerate(zip(layout.device_size, layout.stride_map, strict=True)):
+        if m == 0:
+            mask = np.repeat(mask.take([0], axis=j), size, axis=j)
+    return mask
+
+
+def image_by_rule(x, layout, fill):
+    """The device image of host array ``x`` by the rule: each element at its coordinate."""
+    image = np.full(layout.device_size, fill, dtype=x.dtype)
+    coords = coords_by_rule(x.shape, layout)
+    image[tuple(coords.T)] = x.reshape(-1)
+    for j, (size, m) in enumerate(zip(layout.device_size, layout.stride_map, strict=True)):
+        if m == 0:
+            image = np.repeat(image.take([0], axis=j), size, axis=j)
+    return image

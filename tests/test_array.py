@@ -131,3 +131,26 @@ def test_transfer_errors():
         sj.to_host(x)
     with pytest.raises(sj.LayoutError, match="SpyreTensorLayout"):
         sj.to_device(x, layout=(1, 2))
+
+
+def test_arrays_in_padded_tile_and_equal_stride_layouts():
+    # Small integers: sums and maxima are exact, so the kernels' padding masks show.
+    x = (np.arange(4800) % 97 - 48).astype(np.float32)
+    # Rows of 120 in sticks of 32 (the fourth holds 24 values), 3 rows a tile.
+    tiles = sj.SpyreTensorLayout.from_stride_map([3, 4, 14, 32], [120, 32, 360, 1], np.float32)
+    # Element i in lane 0 of stick i: two device dims step the host by 1.
+    ties = sj.SpyreTensorLayout.from_stride_map([1, 4800, 32], [32, 1, 1], np.float32)
+    for layout in (tiles, ties):
+        a = sj.to_device(x, layout)
+        assert a.layout == layout and padding_is_poison(a)
+        np.testing.assert_array_equal(sj.to_host(a), x)
+        through_jit = jax.jit(lambda x, layout=layout: sj.to_host(sj.to_device(x, layout)))(x)
+        np.testing.assert_array_equal(through_jit, x)
+        assert float(np.asarray(sj.sum(a))) == x.sum()
+        assert float(np.asarray(sj.max(a))) == x.max()
+        np.testing.assert_array_equal(np.asarray(a + a), 2 * x)
+    rows = sj.reshape(sj.to_device(x, tiles), (40, 120))  # a view: rows 3 a tile
+    np.testing.assert_array_equal(np.asarray(sj.sum(rows, 1)), x.reshape(40, 120).sum(1))
+    np.testing.assert_array_equal(np.asarray(sj.max(rows, 0)), x.reshape(40, 120).max(0))
+    assert sj.to_device(x, ties).layout.is_sparse
+    np.testing.assert_array_equal(np.asarray(sj.compact(sj.to_device(x, ties))), x)

@@ -1,12 +1,13 @@
 import json
 
+import ml_dtypes
 import numpy as np
 import pytest
 from cases import MORE_EXPLICIT, SPEC_EXPLICIT, SPEC_VECTORS
 from hypothesis import given
 from hypothesis import strategies as st
 from oracles import coords_by_rule, run_descriptors
-from strategies import dim_orders, dtypes, shapes
+from strategies import dim_orders, dtypes, shapes, tiled_layouts
 
 import spyrejax as sj
 from spyrejax import DCI, SpyreTensorLayout
@@ -80,7 +81,9 @@ def test_json_uses_torch_spyre_field_names():
     data = json.loads(dci.to_json())
     assert data["dsName_"] == "x"
     assert data["isHostToSen_"] == 1
-    assert data["dataformat_src_"] == data["dataformat_dst_"] == 0
+    # spyre-device spec section 5: the source is the float16 host array (IEEE_FP16 = 15),
+    # the destination the device format (SEN169_FP16 = 0).
+    assert (data["dataformat_src_"], data["dataformat_dst_"]) == (15, 0)
     assert data["input_shape_"] == [150, 100, 5]
     assert data["output_shape_"] == [64, 5, 3, 100]
     assert data["dcsi_"][1] == {
@@ -94,8 +97,81 @@ def test_json_uses_torch_spyre_field_names():
     d2h = sj.generate_dci(
         [5, 100, 150], SpyreTensorLayout([5, 100, 150], F16), host_to_device=False
     )
-    assert json.loads(d2h.to_json())["input_shape_"] == [64, 5, 3, 100]
+    out = json.loads(d2h.to_json())
+    assert out["input_shape_"] == [64, 5, 3, 100]
+    assert (out["dataformat_src_"], out["dataformat_dst_"]) == (0, 15)  # device -> host
     assert DCI.from_json(d2h.to_json()) == d2h
+
+
+def test_spec_golden_dci_json_range_one_loop_carries_its_host_stride():
+    # spyre-device spec section 5: host [1, 3, 128] float16 in [3, 2, 1, 64] /
+    # [128, 64, -1, 1]. The range-1 loop is host dim 0, whose stride is 3 * 128 = 384.
+    layout = SpyreTensorLayout([1, 3, 128], F16)
+    assert layout.device_size == (3, 2, 1, 64) and layout.stride_map == (128, 64, -1, 1)
+    data = json.loads(sj.generate_dci([1, 3, 128], layout, host_dtype=F16).to_json())
+    assert (data["dataformat_src_"], data["dataformat_dst_"]) == (15, 0)
+    (d,) = data["dcsi_"]
+    assert d["size_"] == [64, 1, 2, 3]
+    assert d["stride_src_"] == [1, 384, 64, 128]
+    assert d["stride_dst_"] == [1, 64, 64, 128]
+    assert (d["offset_src_"], d["offset_dst_"]) == (0, 0)
+    assert data["input_shape_"] == [128, 3, 1] and data["output_shape_"] == [64, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "src", "dst"),
+    [
+        (np.float16, 15, 0),  # IEEE_FP16 -> SEN169_FP16
+        (ml_dtypes.bfloat16, 17, 0),  # BFLOAT16 -> SEN169_FP16
+        (np.bool_, 8, 0),  # torch-spyre names a bool host tensor SENINT8
+        (np.float32, 1, 1),
+        (np.int32, 12, 12),
+        (np.int8, 8, 8),
+    ],
+    ids=str,
+)
+def test_dataformat_src_is_the_host_format(dtype, src, dst):
+    shape = (3, 40)
+    layout = SpyreTensorLayout(shape, dtype)
+    h2d = sj.generate_dci(shape, layout, host_dtype=dtype).to_dict()
+    assert (h2d["dataformat_src_"], h2d["dataformat_dst_"]) == (src, dst)
+    d2h = sj.generate_dci(shape, layout, host_dtype=dtype, host_to_device=False)
+    assert (d2h.to_dict()["dataformat_src_"], d2h.to_dict()["dataformat_dst_"]) == (dst, src)
+    assert DCI.from_json(d2h.to_json()) == d2h
+    # The host dtype only names the source; the descriptors are the layout's.
+    assert (
+        sj.generate_dci(shape, layout).descriptors
+        == sj.generate_dci(shape, layout, host_dtype=dtype).descriptors
+    )
+
+
+def test_host_dtype_must_fit_the_layout():
+    layout = SpyreTensorLayout((3, 40), F16)
+    with pytest.raises(sj.LayoutError, match=r"float32 does not fit.*SEN169_FP16"):
+        sj.generate_dci((3, 40), layout, host_dtype=np.float32)
+    with pytest.raises(sj.LayoutError, match="float64"):
+        sj.generate_dci((3, 40), layout, host_dtype=np.float64)
+
+
+@pytest.mark.parametrize(
+    ("shape", "order", "range_one"),
+    [
+        # (host dims, dim order, {device dim: host stride of its range-1 loop})
+        ((3, 1, 128), None, {0: 128}),  # the size-1 host dim 1
+        ((1, 3, 1, 128), None, {1: 128, 3: 384}),  # o[2] = dim 2, o[0] = dim 0
+        ((300, 1), None, {0: 64, 2: 1}),  # a size-1 stick dim: tile hs*eps, stick hs
+        ((300,), [0, -1], {0: 300, 2: 300}),  # synthetic: a new outermost dim's stride
+        ((), None, {0: 1, 1: 1}),
+    ],
+)
+def test_range_one_loops_never_carry_minus_one(shape, order, range_one):
+    layout = SpyreTensorLayout(shape, F16, order)
+    for h2d in (True, False):
+        for d in sj.generate_dci(shape, layout, host_to_device=h2d):
+            host = (d.stride_src if h2d else d.stride_dst)[::-1]  # device dims' order
+            assert -1 not in host
+            assert {j: host[j] for j in range_one} == range_one
+            assert all(d.size[::-1][j] == 1 for j in range_one)
 
 
 def test_bad_json():
@@ -103,7 +179,8 @@ def test_bad_json():
         DCI.from_json("{")
     with pytest.raises(sj.LayoutError, match="dcsi_"):
         DCI.from_json(
-            '{"isHostToSen_": 1, "input_shape_": [], "output_shape_": [], "dataformat_src_": 0}'
+            '{"isHostToSen_": 1, "input_shape_": [], "output_shape_": [], "dataformat_src_": 0, '
+            '"dataformat_dst_": 0}'
         )
 
 
@@ -181,3 +258,56 @@ def test_json_round_trips(shape, data, dtype, h2d):
     dci = sj.generate_dci(shape, layout, host_to_device=h2d, name="t")
     assert DCI.from_json(dci.to_json()) == dci
     assert DCI.from_dict(json.loads(json.dumps(dci.to_dict()))) == dci
+
+
+def test_padded_tiles_take_a_descriptor_per_stick_of_a_row():
+    # Host [4800] in [3, 2, 14, 64] / [120, 64, 360, 1] (device strides 1792, 896, 64, 1):
+    # 4800 = 13 tiles of 360 + one row of 120. The 13 tiles x 3 rows move as two loop
+    # nests, one per stick of a row (64 lanes, then 56 at host 64 / device 896); the
+    # last row (host 4680, device 13 * 64 = 832) the same way.
+    layout = SpyreTensorLayout.from_stride_map([3, 2, 14, 64], [120, 64, 360, 1], F16)
+    dci = sj.generate_dci([4800], layout)
+    assert [d.size for d in dci] == [(64, 13, 1, 3), (56, 13, 1, 3), (64, 1, 1, 1), (56, 1, 1, 1)]
+    assert [(d.offset_src, d.offset_dst) for d in dci] == [
+        (0, 0),
+        (64, 896),
+        (4680, 832),
+        (4744, 832 + 896),
+    ]
+    assert all(d.stride_src == (1, 360, 64, 120) for d in dci)
+    assert all(d.stride_dst == (1, 64, 896, 1792) for d in dci)
+    _check_placement((4800,), layout, coords_by_rule((4800,), layout))
+
+
+def test_equal_strides_move_one_element_per_stick():
+    layout = SpyreTensorLayout.from_stride_map([1, 60, 64], [64, 1, 1], F16)
+    (d,) = sj.generate_dci([60], layout)
+    assert d.size == (1, 60, 1)  # the stick loop runs once: lane 0 of each stick
+    assert d.stride_src == (1, 1, 64) and d.stride_dst == (1, 64, 3840)
+    _check_placement((60,), layout, coords_by_rule((60,), layout))
+
+
+def test_an_empty_tensor_has_no_descriptors():
+    for shape in [(0,), (0, 150), (150, 0)]:
+        layout = SpyreTensorLayout(shape, F16)
+        for h2d in (True, False):
+            dci = sj.generate_dci(shape, layout, host_to_device=h2d)
+            assert len(dci) == 0 and dci.to_dict()["dcsi_"] == []
+            assert DCI.from_json(dci.to_json()) == dci
+
+
+@given(case=tiled_layouts())
+def test_property_tiled_layouts_descriptors_follow_the_rule(case):
+    shape, layout = case
+    _check_placement(shape, layout, coords_by_rule(shape, layout))
+    host = np.arange(int(np.prod(shape)), dtype=np.int64)
+    image, _ = run_descriptors(
+        sj.generate_dci(shape, layout), host, np.full(int(np.prod(layout.device_size)), -1)
+    )
+    d2h = sj.generate_dci(shape, layout, host_to_device=False)
+    back, writes = run_descriptors(d2h, image, np.full(host.shape, -1))
+    np.testing.assert_array_equal(back, host)
+    assert (writes == 1).all()
+    for dci in (d2h, sj.generate_dci(shape, layout)):
+        assert all(-1 not in d.stride_src + d.stride_dst for d in dci)
+        assert DCI.from_json(dci.to_json()) == dci

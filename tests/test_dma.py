@@ -10,8 +10,8 @@ import pytest
 from cases import MORE_EXPLICIT, SPEC_EXPLICIT, SPEC_VECTORS
 from hypothesis import given
 from hypothesis import strategies as st
-from oracles import coords_by_rule, random_bits, run_descriptors, same_bits
-from strategies import dim_orders, dtypes, shapes
+from oracles import coords_by_rule, image_by_rule, random_bits, run_descriptors, same_bits
+from strategies import dim_orders, dtypes, shapes, tiled_layouts
 
 import spyrejax as sj
 from spyrejax import SpyreTensorLayout
@@ -339,3 +339,117 @@ def test_the_kernel_is_built_wherever_a_c_compiler_is():
     # The extension is optional, so a failed build would only show as slow transfers.
     if shutil.which("cc") or shutil.which("gcc"):
         assert NATIVE_TRANSPOSE
+
+
+# --- padded tiles, equal strides, empty tensors ---------------------------------------
+
+# Dtypes whose bits XLA moves untouched inside a jit on every CPU (see issue 12 for
+# bfloat16 NaN payloads), so both engines can be compared bit for bit.
+BIT_EXACT_IN_JIT = (np.float16, np.float32, np.int8, np.int32)
+
+
+def _round_trip_both_engines(x, layout):
+    """Host -> device -> host eagerly on the host engine and inside jax.jit (XLA).
+
+    Both images must be the rule's (each element at its coordinate, padding poison),
+    and both transfers back must give ``x`` bit for bit.
+    """
+    from spyrejax._host_dma import host_engine_suits
+
+    shape = x.shape
+    assert host_engine_suits(sj.generate_dci(shape, layout), x.dtype.itemsize)
+    want = image_by_rule(x, layout, sj.poison_value(x.dtype))
+    eager = sj.dma_h2d(x, layout)
+    jitted = jax.jit(sj.dma_h2d, static_argnames="layout")(x, layout)
+    assert same_bits(eager, want)
+    assert same_bits(jitted, want)
+    assert same_bits(sj.dma_d2h(eager, shape, layout), x)
+    d2h = jax.jit(sj.dma_d2h, static_argnames=("shape", "layout"))
+    assert same_bits(d2h(jitted, shape, layout), x)
+    return np.asarray(eager)
+
+
+def test_padded_tiles_round_trip_through_both_engines():
+    layout = SpyreTensorLayout.from_stride_map([3, 2, 14, 64], [120, 64, 360, 1], F16)
+    x = random_bits((4800,), F16, RNG)
+    image = _round_trip_both_engines(x, layout)
+    # The same device memory as host [40, 120], whose dims each tile evenly.
+    assert same_bits(image, _round_trip_both_engines(x.reshape(40, 120), layout))
+    # The second stick of rows 0..38 (13 whole tiles) holds their columns 64..119.
+    second = x[: 13 * 360].reshape(13, 3, 120)[..., 64:].transpose(1, 0, 2)
+    assert same_bits(image[:, 1, :13, :56], second)
+
+
+@pytest.mark.parametrize(
+    ("dsize", "smap"),
+    [([1, 60, 64], [64, 1, 1]), ([1, 1, 60, 64], [-1, 3840, 1, 1]), ([1, 60, 64], [60, 1, 1])],
+)
+def test_equal_strides_round_trip_through_both_engines(dsize, smap):
+    layout = SpyreTensorLayout.from_stride_map(dsize, smap, F16)
+    x = random_bits((60,), F16, RNG)
+    image = _round_trip_both_engines(x, layout)
+    assert same_bits(image[..., 0].reshape(60), x)  # element i in lane 0 of stick i
+
+
+def test_gapped_transfers_lower_to_boxes_without_index_arrays():
+    shape = (4700,)  # the last row is partial, so a gapped box ends inside a step
+    layout = SpyreTensorLayout.from_stride_map([3, 2, 14, 64], [120, 64, 360, 1], F16)
+    for fn, arg in (
+        (lambda x: sj.dma_h2d(x, layout), jnp.zeros(shape, F16)),
+        (lambda y: sj.dma_d2h(y, shape, layout), jnp.zeros(layout.device_size, F16)),
+    ):
+        closed = jax.make_jaxpr(fn)(arg)
+        prims, consts = set(), []
+        _walk(closed.jaxpr, prims, consts)
+        assert prims <= ALLOWED_PRIMITIVES, prims - ALLOWED_PRIMITIVES
+        assert all(np.size(c) <= 1 for c in consts)
+    _round_trip_both_engines(random_bits(shape, F16, RNG), layout)
+
+
+EMPTY = [((0,), None), ((0, 150), None), ((150, 0), [1, 0]), ((3, 0, 5), [0, 1, 2, -1])]
+
+
+@pytest.mark.parametrize(("shape", "order"), EMPTY)
+@pytest.mark.parametrize("dtype", [np.float16, jnp.bfloat16, np.int32], ids=str)
+def test_empty_tensors_transfer(shape, order, dtype):
+    x = np.zeros(shape, dtype)
+    layout = SpyreTensorLayout(shape, dtype, order)
+    assert layout.nbytes == 0  # an empty tensor takes no device memory
+    image = sj.dma_h2d(x, layout)
+    assert image.shape == layout.device_size and image.dtype == x.dtype
+    assert same_bits(image, np.full(layout.device_size, sj.poison_value(dtype), dtype))
+    jitted = jax.jit(sj.dma_h2d, static_argnames="layout")(x, layout)
+    assert same_bits(jitted, image)
+    for back in (
+        sj.dma_d2h(image, shape, layout),
+        jax.jit(sj.dma_d2h, static_argnames=("shape", "layout"))(jitted, shape, layout),
+    ):
+        assert back.shape == shape and back.dtype == x.dtype
+    a = sj.to_device(x, dim_order=order)
+    assert a.layout == layout and a.shape == shape
+    assert sj.to_host(a).shape == shape and np.asarray(a).shape == shape
+    through_jit = jax.jit(lambda x: sj.to_host(sj.to_device(x, dim_order=order)))(x)
+    assert through_jit.shape == shape and through_jit.dtype == x.dtype
+
+
+@given(data=st.data())
+def test_property_tiled_layouts_round_trip_through_both_engines(data):
+    dtype = data.draw(st.sampled_from(BIT_EXACT_IN_JIT))
+    shape, layout = data.draw(tiled_layouts(dtype))
+    x = random_bits(shape, dtype, np.random.default_rng(data.draw(st.integers(0, 2**32 - 1))))
+    _round_trip_both_engines(x, layout)
+
+
+@st.composite
+def empty_shapes(draw):
+    shape = list(draw(shapes(min_rank=1, max_rank=4, max_size=40)))
+    shape[draw(st.integers(0, len(shape) - 1))] = 0
+    return tuple(shape)
+
+
+@given(shape=empty_shapes(), data=st.data())
+def test_property_empty_tensors_round_trip_through_both_engines(shape, data):
+    dtype = data.draw(st.sampled_from(BIT_EXACT_IN_JIT))
+    layout = SpyreTensorLayout(shape, dtype, data.draw(dim_orders(len(shape))))
+    assert layout.nbytes == 0
+    _round_trip_both_engines(np.zeros(shape, dtype), layout)

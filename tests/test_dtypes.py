@@ -51,13 +51,61 @@ def test_host_dtype_mapping_and_eps(dtype, fmt, eps):
     assert fmt.elems_per_stick() == eps
 
 
-def test_every_format_has_a_stick_size():
+# torch-spyre gives these formats no device stick geometry (its elems_per_stick is 0).
+NO_GEOMETRY = {
+    DataFormats.INVALID,
+    DataFormats.SEN153_FP9,
+    DataFormats.SENINT24,
+    DataFormats.SEN18F_FP24,
+}
+
+
+def test_every_format_with_geometry_has_a_stick_size():
     for fmt in DataFormats:
-        if fmt is DataFormats.INVALID:
-            with pytest.raises(sj.LayoutError, match="INVALID"):
+        if fmt in NO_GEOMETRY:
+            with pytest.raises(sj.LayoutError, match=fmt.name):
                 fmt.elems_per_stick()
         else:
             assert fmt.elems_per_stick() * fmt.bits == 8 * sj.BYTES_PER_STICK
+
+
+@pytest.mark.parametrize("fmt", sorted(NO_GEOMETRY - {DataFormats.INVALID}), ids=str)
+def test_no_layout_uses_a_format_without_stick_geometry(fmt):
+    with pytest.raises(sj.LayoutError, match=f"{fmt.name} has no device stick geometry"):
+        sj.SpyreTensorLayout.from_stride_map([2, 32], [32, 1], fmt)
+    with pytest.raises(sj.LayoutError, match=fmt.name):
+        sj.SpyreTensorLayout([64], fmt)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "fmt"),
+    [
+        # torch-spyre's host side of a transfer (its stringToDTDataFormatPair).
+        (np.float16, DataFormats.IEEE_FP16),
+        (jnp.bfloat16, DataFormats.BFLOAT16),
+        (np.bool_, DataFormats.SENINT8),
+        (np.float32, DataFormats.IEEE_FP32),
+        (ml_dtypes.float8_e4m3fn, DataFormats.SEN143_FP8),
+        (ml_dtypes.float8_e5m2, DataFormats.SEN152_FP8),
+        (np.int8, DataFormats.SENINT8),
+        (np.int32, DataFormats.IEEE_INT32),
+        # A device format stands for its canonical host dtype, else for itself.
+        (DataFormats.SEN169_FP16, DataFormats.IEEE_FP16),
+        (DataFormats.IEEE_FP32, DataFormats.IEEE_FP32),
+        (DataFormats.SENINT16, DataFormats.SENINT16),
+    ],
+    ids=str,
+)
+def test_host_format_of_a_transfer(dtype, fmt):
+    assert sj.host_format(dtype) is fmt
+
+
+def test_fits_format():
+    assert sj.fits_format(jnp.bfloat16, DataFormats.SEN169_FP16)
+    assert sj.fits_format(np.bool_, DataFormats.IEEE_FP32)  # predicates follow values
+    assert not sj.fits_format(np.float32, DataFormats.SEN169_FP16)
+    with pytest.raises(sj.LayoutError, match="float64"):
+        sj.fits_format(np.float64, DataFormats.IEEE_FP32)
 
 
 def test_format_passes_through():

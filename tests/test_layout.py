@@ -7,8 +7,8 @@ import pytest
 from cases import MORE_EXPLICIT, SPEC_EXPLICIT, SPEC_VECTORS
 from hypothesis import given
 from hypothesis import strategies as st
-from oracles import coords_by_rule, dot_stride_map, host_offsets
-from strategies import dim_orders, dtypes, shapes
+from oracles import coords_by_rule, data_mask_by_rule, dot_stride_map, host_offsets
+from strategies import dim_orders, dtypes, shapes, tiled_layouts
 
 import spyrejax as sj
 from spyrejax import DataFormats, SpyreTensorLayout
@@ -229,7 +229,7 @@ def test_bad_dim_order(size, order, match):
 @pytest.mark.parametrize(
     ("size", "match"),
     [
-        ([4, 0], r"\[4, 0\]"),
+        ([4, -1], r"sizes must be >= 0, got size \[4, -1\]"),
         ([-3], r"\[-3\]"),
         ([2.5], "ints"),
         ([1] * 9, "at most 8"),
@@ -258,7 +258,7 @@ def test_bad_host_strides():
     [
         ([4, 32], [64, 1], "stick size 64"),
         ([4, 64], [64], "same length"),
-        ([0, 64], [64, 1], "must be >= 1"),
+        ([-1, 64], [64, 1], r"must be >= 0, got device_size \[-1, 64\]"),
         ([4, 64], [-2, 1], "must be >= -1"),
         ([], [], "at least one"),
     ],
@@ -275,9 +275,10 @@ def test_bad_explicit_layout(dsize, smap, match):
         ([200], [3, 64], [64, 1], "too small"),
         ([10, 64], [10, 1, 64], [64, -1, 2], "only reached every 2"),
         ([8, 64], [8, 64], [64, -1], r"does not reach every element of host dim\(s\) \(1,\)"),
-        ([128], [2, 128, 64], [64, 1, 1], "same stride"),
-        ([128], [3, 2, 64], [64, 48, 1], "does not tile"),
-        ([128], [3, 2, 64], [192, 64, 1], "does not tile"),
+        ([128], [2, 3, 64], [64, 16, 1], "the 64 elements of a step of device dim 0"),
+        # Rows of 100 split at 70: the stick must hold 70 elements.
+        ([200], [2, 2, 64], [100, 70, 1], r"need 70 along device dim 2 \(step 1\), which has 64"),
+        ([60], [0, 64], [64, 1], "size-0 device dim"),
     ],
 )
 def test_layout_that_cannot_hold_the_host_shape(size, dsize, smap, match):
@@ -391,7 +392,7 @@ def test_row_major_layout_keeps_host_order():
     assert SpyreTensorLayout.row_major((150,), F16) == SpyreTensorLayout((150,), F16)
     assert SpyreTensorLayout.row_major((), F16) == SpyreTensorLayout((), F16)
     with pytest.raises(sj.LayoutError, match="size"):
-        SpyreTensorLayout.row_major((0, 4), F16)
+        SpyreTensorLayout.row_major((-1, 4), F16)
 
 
 @given(shape=shapes(max_elements=5000), dtype=dtypes)
@@ -404,3 +405,130 @@ def test_row_major_layouts_follow_the_rule(shape, dtype):
         assert (np.diff(flat) > 0).all()
     data_mask = layout.data_mask(shape).reshape(-1)
     assert data_mask[flat].all() and data_mask.sum() == len(flat) == len(np.unique(flat))
+
+
+# -- padded tiles inside larger tiles, equal strides, empty tensors -------------------
+
+# The example: host [4800] (40 rows of 120) as 14 tiles of 3 rows, each row two
+# sticks, the second holding 56 values and 8 padding lanes.
+PADDED_TILES = ((4800,), [3, 2, 14, 64], [120, 64, 360, 1])
+
+
+def test_padded_tiles_inside_larger_tiles():
+    shape, dsize, smap = PADDED_TILES
+    layout = SpyreTensorLayout.from_stride_map(dsize, smap, F16)
+    # Spec section 4: x = 360 * tile + 120 * row + 64 * stick + lane.
+    assert layout.device_coord((121,), shape) == (1, 0, 0, 1)
+    assert layout.device_coord((239,), shape) == (1, 1, 0, 55)  # row 1, column 119
+    assert layout.device_coord((4799,), shape) == (0, 1, 13, 55)  # row 39 = 13 * 3 + 0
+    assert layout.host_index((1, 1, 0, 55), shape) == (239,)
+    pad = layout.padding_mask(shape)
+    assert pad[:, 1, :, 56:].all() and not pad[:, 1, :13, :56].any() and not pad[:, 0, :13].any()
+    assert pad[1:, :, 13].all()  # tile 13 holds row 39 only
+    assert pad.sum() == 40 * 8 + 2 * 128  # 8 lanes per row, and the 2 rows past row 39
+    # Padding needs a test at each level: lane 56 of a row's second stick has
+    # dot(c, stride_map) = 120, the offset of the real element 120 (row 1, lane 0).
+    assert np.dot((0, 1, 0, 56), smap) == 120
+    assert layout.host_index((0, 1, 0, 56), shape) is None
+    assert layout.device_coord((120,), shape) == (1, 0, 0, 0)
+    # The same memory as host [40, 120], where each host dim tiles evenly.
+    np.testing.assert_array_equal(pad, layout.padding_mask((40, 120)))
+    np.testing.assert_array_equal(
+        layout.device_coords(shape).reshape(40, 120, 4), layout.device_coords((40, 120))
+    )
+
+
+def test_equal_strides_put_one_element_per_stick():
+    # torch-spyre's tie: the non-stick dim iterates, the stick gets one element.
+    for dsize, smap in [([1, 60, 64], [64, 1, 1]), ([1, 1, 60, 64], [-1, 3840, 1, 1])]:
+        layout = SpyreTensorLayout.from_stride_map(dsize, smap, F16)
+        assert layout.is_sparse
+        lead = (0,) * (len(dsize) - 2)
+        for i in (0, 1, 59):
+            assert layout.device_coord((i,), [60]) == (*lead, i, 0)
+            assert layout.host_index((*lead, i, 0), [60]) == (i,)
+            assert layout.host_index((*lead, i, 1), [60]) is None
+        mask = layout.data_mask([60])
+        assert mask[..., 0].all() and not mask[..., 1:].any()
+        assert layout.stick_dim([60]) is None
+        assert layout.dim_map([60])[-1] == -1  # the stick only ever holds coordinate 0
+        # The data positions of the canonical sparse layout.
+        sparse = SpyreTensorLayout([60], F16, [0, -1])
+        np.testing.assert_array_equal(mask.reshape(60, 64), sparse.data_mask([60]).reshape(60, 64))
+    # Two non-stick dims tied: the outer one takes the whole quotient.
+    layout = SpyreTensorLayout.from_stride_map([4, 4, 64], [64, 64, 1], F16)
+    assert layout.device_coord((200,), [256]) == (3, 0, 8)
+    assert not layout.is_sparse
+
+
+@pytest.mark.parametrize(
+    ("size", "order", "dsize", "smap"),
+    [
+        # Spec section 2 with a size-0 host dim: it keeps its size (0) and stride.
+        ([0], None, [0, 64], [64, 1]),
+        ([0, 150], None, [3, 0, 64], [64, 150, 1]),
+        ([150, 0], None, [0, 150, 64], [64, 1, 1]),  # strides as PyTorch's: (1, 1)
+        ([2, 0, 3], [2, 1, 0], [0, 1, 3, 64], [3, 192, 1, 3]),
+    ],
+)
+def test_empty_tensors_have_layouts_of_zero_bytes(size, order, dsize, smap):
+    layout = SpyreTensorLayout(size, F16, order)
+    assert (list(layout.device_size), list(layout.stride_map)) == (dsize, smap)
+    assert layout.nbytes == 0
+    assert layout.device_coords(size).shape == (*size, len(dsize))
+    assert layout.padding_mask(size).all()  # no position holds data
+
+
+def test_empty_tensor_layout_errors():
+    with pytest.raises(sj.LayoutError, match=r"sizes must be >= 0, got size \[0, -2\]"):
+        SpyreTensorLayout([0, -2], F16)
+    # A size-0 device dim holds nothing, so only an empty tensor fits it.
+    layout = SpyreTensorLayout.from_stride_map([0, 64], [64, 1], F16)
+    assert layout.nbytes == 0 and layout.padding_mask([0]).shape == (0, 64)
+    with pytest.raises(sj.LayoutError, match="size-0 device dim"):
+        layout.host_mapping([5])
+    with pytest.raises(sj.LayoutError, match="outside shape"):
+        SpyreTensorLayout([0, 4], F16).device_coord((0, 0), [0, 4])
+
+
+@pytest.mark.parametrize(("size", "order", "dsize", "smap"), SPEC_VECTORS)
+def test_dim_order_reads_the_spec_layouts_back(size, order, dsize, smap):
+    layout = SpyreTensorLayout(size, F16, order)
+    got = layout.dim_order(size)
+    assert SpyreTensorLayout(size, F16, got or None) == layout
+    if order is not None:
+        assert list(got) == order
+
+
+def test_dim_order_of_layouts_that_are_not_default():
+    assert SpyreTensorLayout.row_major((5, 100, 150), F16).dim_order((5, 100, 150)) is None
+    folded = SpyreTensorLayout.from_stride_map([38, 64], [64, 1], F16)
+    assert folded.dim_order((40, 60)) is None
+    # Size-1 dims take no memory: they fill their places in increasing order.
+    assert SpyreTensorLayout((1, 3, 1, 128), F16, [2, 1, 0, 3]).dim_order((1, 3, 1, 128)) == (
+        0,
+        1,
+        2,
+        3,
+    )
+
+
+@given(case=tiled_layouts(), data=st.data())
+def test_property_tiled_layouts_follow_the_rule(case, data):
+    shape, layout = case
+    coords = layout.device_coords(shape).reshape(-1, layout.device_rank)
+    np.testing.assert_array_equal(coords, coords_by_rule(shape, layout))
+    np.testing.assert_array_equal(dot_stride_map(coords, layout), host_offsets(shape))
+    # Padding iff the image of no host element (brute force), and the slabs cover it.
+    data_mask = data_mask_by_rule(shape, layout)
+    np.testing.assert_array_equal(layout.data_mask(shape), data_mask)
+    assert not (~data_mask & ~_slab_mask(layout, shape)).any()
+    # host_index inverts device_coord on data positions and finds nothing on padding.
+    for flat in data.draw(st.lists(st.integers(0, data_mask.size - 1), max_size=10)):
+        coord = np.unravel_index(flat, layout.device_size)
+        index = layout.host_index(coord, shape)
+        assert (index is not None) == data_mask[coord]
+        if index is not None:
+            broadcast = [m == 0 for m in layout.stride_map]
+            want = tuple(0 if b else int(c) for b, c in zip(broadcast, coord, strict=True))
+            assert layout.device_coord(index, shape) == want

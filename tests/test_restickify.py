@@ -80,8 +80,37 @@ def test_astype(src, dst, keeps_layout):
     )
     assert same_geometry == keeps_layout
     assert out.type.stick_dim == 1  # a rebuilt layout keeps the stick dim
+    assert out.layout == sj.SpyreTensorLayout(x.shape, dst, [2, 0, 1])  # and the dim order
     assert out.layout.elems_per_stick == sj.format_for_dtype(dst).elems_per_stick()
     np.testing.assert_array_equal(np.asarray(out), x.astype(dst))
+    assert padding_is_poison(out)
+
+
+def test_astype_keeps_the_whole_dim_order():
+    x = rand((5, 7, 150), jnp.float32, np.random.default_rng(5))
+    a = sj.to_device(x, dim_order=[2, 1, 0])
+    out = a.astype(jnp.float16)
+    assert out.layout == sj.SpyreTensorLayout(x.shape, jnp.float16, [2, 1, 0])
+    assert out.layout.dim_order(x.shape) == (2, 1, 0)
+    np.testing.assert_array_equal(np.asarray(out), x.astype(jnp.float16))
+    # A row-major layout stays row-major; a transposed view converts as laid out.
+    rm = sj.to_device(x, sj.SpyreTensorLayout.row_major(x.shape, jnp.float32))
+    assert rm.astype(jnp.float16).layout == sj.SpyreTensorLayout.row_major(x.shape, jnp.float16)
+    t = a.T.astype(jnp.float16)
+    assert t.layout == sj.SpyreTensorLayout((150, 7, 5), jnp.float16)
+    np.testing.assert_array_equal(np.asarray(t), x.T.astype(jnp.float16))
+
+
+def test_astype_of_a_size_one_stick_gives_the_canonical_layout():
+    # (4, 1) float32 is stuck on its size-1 dim: [1, 4, 32] / [-1, 1, -1]. In float16
+    # it is the canonical [1, 4, 64] / [-1, 1, -1], with no extra synthetic dim.
+    x = rand((4, 1), jnp.float32, np.random.default_rng(6))
+    a = sj.to_device(x)
+    assert a.layout.device_size == (1, 4, 32)
+    out = a.astype(jnp.float16)
+    assert out.layout.device_size == (1, 4, 64) and out.layout.stride_map == (-1, 1, -1)
+    assert out.layout == sj.SpyreTensorLayout((4, 1), jnp.float16)
+    np.testing.assert_array_equal(np.asarray(out), x.astype(jnp.float16))
     assert padding_is_poison(out)
 
 

@@ -368,3 +368,29 @@ def test_stick_colours_are_distinguishable_and_readable():
         assert (hi + 0.05) / (lo + 0.05) >= 4.5, (fill, text)
     with pytest.raises(sj.LayoutError, match="must be >= 0, got -1"):
         viz.stick_colours(-1)
+
+
+def test_pictures_of_padded_tiles_inside_larger_tiles():
+    # Host [4800] as rows of 120 in two sticks, the second holding 56 values.
+    layout = sj.SpyreTensorLayout.from_stride_map([3, 2, 14, 64], [120, 64, 360, 1], F16)
+    dev = viz.device_memory((4800,), layout, max_rows=14 * 2 + 3)
+    # Sticks (0, 1, t) hold lanes 64..119 of row 3 t: 56 values, then 8 padding cells.
+    assert dev.row_labels[14] == "(0, 1, 0)"
+    assert dev.text[14, 0] == "64" and dev.text[14, 55] == "119"
+    assert dev.padding[14:28, 56:].all() and not dev.padding[14:28, :56].any()
+    assert not dev.padding[:14].any()
+    logical = viz.logical_view((4800,), layout, max_cols=130)
+    # Offsets 0..63 and 64..119 are two sticks of row 0; offset 120 starts row 1.
+    assert logical.stick[0, 0] == logical.stick[0, 63] != logical.stick[0, 64]
+    assert logical.stick[0, 64] == logical.stick[0, 119] != logical.stick[0, 120]
+
+
+def test_pictures_of_equal_strides_and_empty_tensors():
+    layout = sj.SpyreTensorLayout.from_stride_map([1, 60, 64], [64, 1, 1], F16)
+    dev = viz.device_memory((60,), layout, max_rows=60)
+    assert [dev.text[i, 0] for i in (0, 1, 59)] == ["0", "1", "59"]  # lane 0 of stick i
+    assert dev.padding[:, 1:].all() and not dev.padding[:, 0].any()
+    for shape in [(0,), (0, 150), (150, 0)]:
+        for draw in (viz.device_memory, viz.logical_view, viz.host_memory):
+            pic = draw(shape, dtype=F16)
+            assert pic.text.size == 0 and pic._repr_html_()

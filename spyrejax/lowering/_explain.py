@@ -198,12 +198,13 @@ def explain(fun: Callable[..., Any] | SpyreJit, *args: Any, **kwargs: Any) -> Re
         if isinstance(t, SpyreType):
             continue  # already on the device
         layout = SpyreTensorLayout(var.aval.shape, var.aval.dtype)
-        inputs.append((v.name, generate_dci(v.shape, layout)))
+        inputs.append((v.name, generate_dci(v.shape, layout, host_dtype=var.aval.dtype)))
     outputs = []
     for i, var in enumerate(closed.jaxpr.outvars):
         t = var.aval
         if isinstance(t, SpyreType):
-            outputs.append((f"out{i}", generate_dci(t.base_shape, t.layout, host_to_device=False)))
+            dci = generate_dci(t.base_shape, t.layout, host_dtype=t.dtype, host_to_device=False)
+            outputs.append((f"out{i}", dci))
     copies = tuple(
         (node.describe(), prim.moves)
         for node, options in plan.runs.items()

@@ -18,6 +18,7 @@ import jax
 import numpy as np
 
 from .._array import SpyreArray, SpyreType, batched_layout
+from .._devdims import layout_from_dims
 from .._dma import dma_h2d, h2d_values
 from .._dtypes import format_for_dtype, host_dtype
 from .._errors import LayoutError, SpyreTypeError
@@ -349,7 +350,26 @@ class Astype(SpyrePrim):
 
 
 def _rebuilt_layout(t: SpyreType, dtype: np.dtype) -> SpyreTensorLayout:
-    """The default layout for a new eps that keeps ``t``'s stick dim (or sparsity)."""
+    """``t``'s layout rebuilt for a new eps, as ``t.shape`` laid out contiguously.
+
+    A default layout keeps its whole dim order (read back by
+    :meth:`SpyreTensorLayout.dim_order`, so a size-1 stick dim stays one and adds no
+    synthetic dim) and a row-major layout stays row-major. Any other layout gets the
+    default layout around the same stick dim (or sparse stick).
+    """
+    fmt = t.layout.device_dtype
+    layout = t.layout
+    if t.is_view:
+        try:
+            layout = layout_from_dims(t.shape, t.dims, fmt)
+        except LayoutError:
+            layout = None
+    if layout is not None:
+        order = layout.dim_order(t.shape)
+        if order is not None:
+            return SpyreTensorLayout(t.shape, dtype, order or None)
+        if layout == SpyreTensorLayout.row_major(t.shape, fmt):
+            return SpyreTensorLayout.row_major(t.shape, dtype)
     stick = t.stick_dim
     others = [d for d in range(t.ndim) if d != stick]
     order = [*others, -1] if stick is None and t.layout.is_sparse else [*others, stick]
@@ -362,8 +382,10 @@ def astype(x: SpyreArray, dtype: Any) -> SpyreArray:
     """Convert a Spyre array's elements to ``dtype``, as ``x.astype(dtype)``.
 
     Same elements per stick (float16 <-> bfloat16, float32 <-> int32, int8 <-> float8):
-    converted in place, layout kept. Otherwise (float16 <-> float32...): the default
-    layout for the new stick size is rebuilt around the same stick dim (spec section 7).
+    converted in place, layout kept. Otherwise (float16 <-> float32...): the layout is
+    rebuilt for the new stick size (spec section 7) with the same dim order (a default
+    layout of ``dim_order [2, 1, 0]`` stays ``[2, 1, 0]``; a row-major one stays
+    row-major), or around the same stick dim for any other layout.
 
     Raises:
         LayoutError: if ``dtype`` has no Spyre format.
