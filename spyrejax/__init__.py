@@ -30,6 +30,7 @@ from ._errors import (
 from ._layout import SpyreTensorLayout
 from .lowering import Report, SpyreJit, explain, jit, with_layout
 from .primitives import ELEMENTWISE as _ELEMENTWISE
+from .primitives import REDUCTIONS as _REDUCTIONS
 from .primitives import (
     astype,
     broadcast_to,
@@ -37,21 +38,18 @@ from .primitives import (
     expand_dims,
     image,
     matmul,
-    max,
-    mean,
-    min,
     reshape,
     restickify,
     restickify_cost,
     squeeze,
-    sum,
     to_device,
     to_host,
     transpose,
 )
 
-# One function per elementwise op, derived from its record in the op table.
-globals().update({op.name: getattr(primitives, op.name) for op in _ELEMENTWISE if op.public})
+# One function per elementwise op and reduction, derived from its record in the op tables.
+_DERIVED = [*(op.name for op in _ELEMENTWISE if op.public), *_REDUCTIONS]
+globals().update({name: getattr(primitives, name) for name in _DERIVED})
 
 
 __all__ = [
@@ -87,21 +85,17 @@ __all__ = [
     "jit",
     "lowering",
     "matmul",
-    "max",
-    "mean",
-    "min",
     "poison_value",
     "primitives",
     "reshape",
     "restickify",
     "restickify_cost",
     "squeeze",
-    "sum",
     "to_device",
     "to_host",
     "transpose",
     "with_layout",
 ]
-__all__ += [op.name for op in _ELEMENTWISE if op.public]
+__all__ += _DERIVED
 
 __version__ = "0.1.0"

@@ -616,3 +616,19 @@ def test_an_operand_already_in_place_is_not_copied_when_a_rule_refuses_another()
     assert report.restickifies, "the broadcast view is copied..."
     assert all("argument" not in r.value for r in report.restickifies)  # ...y is not
     _check(f, y, tol={"rtol": 1e-5, "atol": 1e-5 * 128 * 128})
+
+
+@pytest.mark.parametrize("shape", [(3, 150), (4, 64)])
+def test_any_all_and_bitwise_ops_match_jax_jit(shape):
+    rng = np.random.default_rng(0)
+    m = jnp.asarray(rng.random(shape) > 0.4)
+    i = jnp.asarray(rng.integers(-1000, 1000, shape), jnp.int32)
+    j = jnp.asarray(rng.integers(-1000, 1000, shape), jnp.int32)
+
+    def f(m, i, j):
+        return jnp.any(m, axis=1), jnp.all(m), (i & j) | ~i, jnp.logical_and(m, ~m) | m
+
+    got, want = sj.jit(f)(m, i, j), jax.jit(f)(m, i, j)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))

@@ -128,3 +128,26 @@ def test_methods_and_errors():
         sj.sum(x)
     with pytest.raises(sj.SpyreTypeError, match="unknown reduction 'prod'"):
         sj.primitives.reduce("prod", a)
+
+
+@pytest.mark.parametrize("shape", [(3, 150), (4, 64)])  # with and without stick padding
+@pytest.mark.parametrize("axis", [0, 1, None])
+def test_any_and_all_ignore_padding(shape, axis):
+    rng = np.random.default_rng(0)
+    x = rng.random(shape) > 0.3
+    a = sj.to_device(x)
+    np.testing.assert_array_equal(np.asarray(sj.any(a, axis)), x.any(axis))
+    np.testing.assert_array_equal(np.asarray(sj.all(a, axis)), x.all(axis))
+    ones = sj.to_device(np.ones(shape, bool))  # padding must not make all() false
+    assert np.asarray(sj.all(ones, axis)).all() and not np.asarray(sj.any(~ones, axis)).any()
+    with pytest.raises(sj.SpyreTypeError, match="needs a bool array"):
+        sj.any(sj.to_device(x.astype(np.float32)), axis)
+
+
+def test_every_reduction_is_public_and_a_method():
+    import inspect
+
+    for op in sj.primitives.REDUCTIONS_TABLE:
+        fn = getattr(sj, op.name)
+        assert list(inspect.signature(fn).parameters) == ["x", "axis", "keepdims"]
+        assert callable(getattr(sj.SpyreArray, op.name))

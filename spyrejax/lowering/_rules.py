@@ -245,8 +245,9 @@ class _Reduce(Rule):
         return [sp.reduce(self.op, args[0], tuple(node.params["axes"]))]
 
 
-for _prim, _op in {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min"}.items():
-    _register(_Reduce(_op), _prim)
+for _red in sp.REDUCTIONS_TABLE:
+    for _prim in _red.lowers:
+        _register(_Reduce(_red.name), _prim)
 
 
 # --- shape ops -------------------------------------------------------------------------

@@ -4,9 +4,6 @@ Each module holds one primitive family: its rule (the constructor), public wrapp
 emulator kernel and transformation rules.
 """
 
-from typing import Any
-
-from .._array import SpyreArray
 from .._stick import restickify_cost
 from ._base import SpyrePrim, abstract, abstract_eval, image, wrap
 from ._elementwise import ELEMENTWISE_OPS, ElementwiseOp, elementwise
@@ -15,7 +12,8 @@ from ._elementwise import PUBLIC as _EW
 from ._iota import full, iota
 from ._matmul import matmul
 from ._operators import install as _install
-from ._reduce import REDUCTIONS, reduce
+from ._reduce import PUBLIC as _REDUCE
+from ._reduce import REDUCTIONS, REDUCTIONS_TABLE, ReductionOp, reduce
 from ._restickify import (
     astype,
     compact,
@@ -33,31 +31,15 @@ _install()
 globals().update(_EW)  # one function per elementwise op, from its record
 
 
-def sum(x: SpyreArray, axis: Any = None, keepdims: bool = False) -> SpyreArray:
-    """Sum over ``axis``; reducing the stick dim gives a sparse result."""
-    return reduce("sum", x, axis, keepdims)
-
-
-def max(x: SpyreArray, axis: Any = None, keepdims: bool = False) -> SpyreArray:
-    """Maximum over ``axis``; padding never takes part."""
-    return reduce("max", x, axis, keepdims)
-
-
-def min(x: SpyreArray, axis: Any = None, keepdims: bool = False) -> SpyreArray:
-    """Minimum over ``axis``; padding never takes part."""
-    return reduce("min", x, axis, keepdims)
-
-
-def mean(x: SpyreArray, axis: Any = None, keepdims: bool = False) -> SpyreArray:
-    """Mean over ``axis`` (float arrays)."""
-    return reduce("mean", x, axis, keepdims)
-
+globals().update(_REDUCE)  # one function per reduction, from its record
 
 __all__ = [
     "ELEMENTWISE",
     "ELEMENTWISE_OPS",
     "REDUCTIONS",
+    "REDUCTIONS_TABLE",
     "ElementwiseOp",
+    "ReductionOp",
     "SpyrePrim",
     "abstract",
     "abstract_eval",
@@ -71,9 +53,6 @@ __all__ = [
     "image",
     "iota",
     "matmul",
-    "max",
-    "mean",
-    "min",
     "pad",
     "reduce",
     "reshape",
@@ -82,10 +61,9 @@ __all__ = [
     "restickify_cost",
     "slice_copy",
     "squeeze",
-    "sum",
     "to_device",
     "to_host",
     "transpose",
     "wrap",
 ]
-__all__ += list(_EW)
+__all__ += [*_EW, *_REDUCE]

@@ -18,7 +18,7 @@ from .._jax import aval_method, aval_property
 from ._base import image, wrap
 from ._elementwise import elementwise
 from ._matmul import matmul
-from ._reduce import reduce
+from ._reduce import REDUCTIONS, reduce
 from ._restickify import astype
 from ._transfer import to_host
 from ._views import reshape, squeeze, transpose
@@ -49,6 +49,11 @@ _OPERATORS: dict[str, Callable[..., Any]] = {
     "ge": _binary("ge"),
     "eq": _binary("eq"),
     "ne": _binary("ne"),
+    "and": _binary("bitwise_and"),
+    "rand": _binary("bitwise_and", True),
+    "or": _binary("bitwise_or"),
+    "ror": _binary("bitwise_or", True),
+    "invert": lambda self: elementwise("bitwise_not", self),
     "neg": lambda self: elementwise("neg", self),
     "abs": lambda self: elementwise("abs", self),
     "matmul": lambda self, other: matmul(self, other),
@@ -74,10 +79,7 @@ def _transpose(self: Any, *axes: Any) -> Any:
 
 
 _METHODS: dict[str, Callable[..., Any]] = {
-    "sum": _reduction("sum"),
-    "max": _reduction("max"),
-    "min": _reduction("min"),
-    "mean": _reduction("mean"),
+    **{name: _reduction(name) for name in REDUCTIONS},
     "reshape": _reshape,
     "transpose": _transpose,
     "squeeze": lambda self, axis=None: squeeze(self, axis),

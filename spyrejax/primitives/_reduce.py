@@ -1,4 +1,4 @@
-"""Reductions ``sum``, ``max``, ``min``, ``mean`` over any axes.
+"""Reductions (``sum``, ``max``, ``min``, ``mean``, ``any``, ``all``) over any axes.
 
 Layout rule (spec section 7): the device dims over the reduced logical dims disappear;
 the others keep their order. Reducing along the stick dim gives a *sparse* result
@@ -6,8 +6,12 @@ the others keep their order. Reducing along the stick dim gives a *sparse* resul
 tile-count dim becomes a synthetic size-1 dim, exactly the layout of
 ``SpyreTensorLayout(shape, dtype, [..., -1])``.
 
-Kernel: padding is replaced by the reduction's identity (0, -inf, +inf) before
-reducing, so it never leaks into a result; float16/bfloat16 accumulate in float32.
+Every reduction is one :class:`ReductionOp` record in :data:`REDUCTIONS_TABLE`, from
+which its primitive class, wrapper and lowering rule derive.
+
+Kernel: padding is replaced by the reduction's identity (0, -inf, +inf, False, True)
+before reducing, so it never leaks into a result; float16/bfloat16 sums accumulate in
+float32.
 A dense ``sum``/``mean`` leaves exact zeros in its padding, and its type says so
 (``pad=0``); every other result has poison padding.
 """
@@ -15,6 +19,8 @@ A dense ``sum``/``mean`` leaves exact zeros in its padding, and its type says so
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -35,18 +41,70 @@ from ._kernels import (
     poison,
 )
 
-__all__ = ["REDUCTIONS", "Reduce", "reduce"]
+__all__ = ["REDUCTION", "REDUCTIONS", "REDUCTIONS_TABLE", "Reduce", "ReductionOp", "reduce"]
 
 
-def _identity(op: str, dtype: np.dtype) -> Any:
-    if op in ("sum", "mean"):
-        return 0
+def _additive(dtype: np.dtype) -> Any:
+    return 0
+
+
+def _lowest(dtype: np.dtype) -> Any:
+    """The identity of max: -inf, the smallest integer, or False."""
     if jnp.issubdtype(dtype, jnp.floating):
-        return -np.inf if op == "max" else np.inf
-    info = np.iinfo(dtype) if dtype != np.bool_ else None
-    if info is None:
-        return op == "min"
-    return info.min if op == "max" else info.max
+        return -np.inf
+    return False if dtype == np.bool_ else np.iinfo(dtype).min
+
+
+def _highest(dtype: np.dtype) -> Any:
+    """The identity of min: +inf, the largest integer, or True."""
+    if jnp.issubdtype(dtype, jnp.floating):
+        return np.inf
+    return True if dtype == np.bool_ else np.iinfo(dtype).max
+
+
+@dataclass(frozen=True)
+class ReductionOp:
+    """One reduction: its primitive, wrapper and lowering derive from this record.
+
+    Attributes:
+        name: the op's name (``spyrejax.<name>`` and ``x.<name>()``).
+        identity: the value padding is replaced with, per dtype.
+        lax: the ``lax`` reduction (``(x, axes)``), used except on bools.
+        jnp: the ``jnp`` reduction (``(x, axis=...)``), used on bools.
+        lowers: the JAX primitives ``spyrejax.jit`` lowers to this op.
+        additive: a sum: accumulates in float32 for half floats, counts broadcast
+            copies, and leaves exact zeros in dense padding (``pad=0``).
+        mean: divide by the number of reduced elements (float arrays only).
+        bools: only bool arrays (``any``/``all``).
+        doc: the wrapper's first docstring line.
+    """
+
+    name: str
+    identity: Callable[[np.dtype], Any]
+    lax: Callable[..., Any]
+    jnp: Callable[..., Any]
+    lowers: tuple[str, ...] = ()
+    additive: bool = False
+    mean: bool = False
+    bools: bool = False
+    doc: str = ""
+
+
+REDUCTIONS_TABLE: tuple[ReductionOp, ...] = (
+    ReductionOp("sum", _additive, jax.lax.reduce_sum, jnp.sum, ("reduce_sum",), True, doc="Sum"),
+    ReductionOp("max", _lowest, jax.lax.reduce_max, jnp.max, ("reduce_max",), doc="Maximum"),
+    ReductionOp("min", _highest, jax.lax.reduce_min, jnp.min, ("reduce_min",), doc="Minimum"),
+    ReductionOp("mean", _additive, jax.lax.reduce_sum, jnp.sum, (), True, True, doc="Mean"),
+    ReductionOp(
+        "any", _lowest, jax.lax.reduce_or, jnp.any, ("reduce_or",), bools=True, doc="Any true"
+    ),
+    ReductionOp(
+        "all", _highest, jax.lax.reduce_and, jnp.all, ("reduce_and",), bools=True, doc="All true"
+    ),
+)
+"""Every reduction, one record each."""
+
+REDUCTION: dict[str, ReductionOp] = {op.name: op for op in REDUCTIONS_TABLE}
 
 
 def _out_dims(t: SpyreType, axes: tuple[int, ...], keepdims: bool) -> list[DevDim]:
@@ -74,11 +132,11 @@ def _out_dims(t: SpyreType, axes: tuple[int, ...], keepdims: bool) -> list[DevDi
     return out
 
 
-def _lax_reduce(lax_fn: Any, jnp_fn: Any) -> Any:
+def _lax_reduce(op: ReductionOp) -> Any:
     """A ``(x, axes)`` reduction: ``lax`` (no nested jit) except for bools (``jnp``)."""
 
     def reduce(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
-        return jnp_fn(x, axis=axes) if x.dtype == bool else lax_fn(x, axes)
+        return op.jnp(x, axis=axes) if x.dtype == bool else op.lax(x, axes)
 
     return reduce
 
@@ -118,9 +176,11 @@ def _merged(
 
 
 class Reduce(SpyrePrim):
-    """A reduction; subclasses per op set ``op``."""
+    """A reduction; one subclass per :class:`ReductionOp` sets ``op``."""
 
-    op: str = ""
+    op: ReductionOp
+    axes: tuple[int, ...]
+    keepdims: bool
 
     def __init__(self, aval: SpyreType, *, axes: tuple[int, ...], keepdims: bool) -> None:
         shape = tuple(1 if d in axes else n for d, n in enumerate(aval.shape))
@@ -134,7 +194,7 @@ class Reduce(SpyrePrim):
         self._take = tuple(j for j, d in enumerate(aval.dims) if not d.is_data)
         # Dense sums of masked padding are exact zeros: a fill the type can promise.
         lanes_filled = any(not d.is_data and d.size > 1 for d in dims)
-        zero = self.op in ("sum", "mean") and not lanes_filled
+        zero = self.op.additive and not lanes_filled
         self.in_avals = (aval,)
         self.out_aval = SpyreType.contiguous(
             shape, aval.dtype, layout, PadFill.ZERO if zero else PadFill.POISON
@@ -144,27 +204,27 @@ class Reduce(SpyrePrim):
 
     def kernel(self, img: jax.Array) -> jax.Array:
         t = self.in_avals[0]
-        img = masked(img, t, _identity(self.op, t.dtype))
+        op = self.op
+        img = masked(img, t, op.identity(t.dtype))
         if self._take:  # synthetic dims hold data at index 0 only
             img = img[tuple(0 if k in self._take else slice(None) for k in range(img.ndim))]
         dev_axes = tuple(j - sum(1 for k in self._take if k < j) for j in self._dev_axes)
         img, dev_axes = _merged(img, tuple(d for d in t.dims if d.is_data), dev_axes)
         acc = accumulator(t.dtype)
-        if self.op in ("sum", "mean"):
+        if op.additive:
             if acc is not None:
                 img = img.astype(acc)
-            out = _staged(img, dev_axes, _lax_reduce(jax.lax.reduce_sum, jnp.sum))
+            out = _staged(img, dev_axes, _lax_reduce(op))
             # Broadcast (stride-0) logical dims hold one copy of each value.
             copies = math.prod(
                 t.shape[d] for d in self.axes if t.strides[d] == 0 and t.shape[d] > 1
             )
-            if self.op == "mean":
+            if op.mean:
                 out = out / math.prod(t.shape[d] for d in self.axes if t.strides[d] != 0)
             elif copies > 1:
                 out = out * copies
         else:
-            fns = {"max": (jax.lax.reduce_max, jnp.max), "min": (jax.lax.reduce_min, jnp.min)}
-            out = _staged(img, dev_axes, _lax_reduce(*fns[self.op]))
+            out = _staged(img, dev_axes, _lax_reduce(op))
         out = from_data_dims(out.astype(t.dtype), self.out_aval)
         if self.out_aval.pad is PadFill.POISON and padding_in_data_dims(self.out_aval):
             out = masked(out, self.out_aval, poison(t.dtype))
@@ -174,15 +234,17 @@ class Reduce(SpyrePrim):
         return {"axes": tuple(a + 1 for a in self.axes), "keepdims": self.keepdims}
 
 
-REDUCTIONS = ("sum", "max", "min", "mean")
-_CLASSES = {op: type(op.capitalize(), (Reduce,), {"op": op}) for op in REDUCTIONS}
+REDUCTIONS = tuple(op.name for op in REDUCTIONS_TABLE)
+"""Every reduction's name."""
+
+_CLASSES = {op.name: type(op.name.capitalize(), (Reduce,), {"op": op}) for op in REDUCTIONS_TABLE}
 
 
 def reduce(op: str, x: SpyreArray, axis: Any = None, keepdims: bool = False) -> SpyreArray:
     """Reduce a Spyre array with ``op`` (one of :data:`REDUCTIONS`) over ``axis``.
 
     Args:
-        op: ``"sum"``, ``"max"``, ``"min"`` or ``"mean"``.
+        op: a name from :data:`REDUCTIONS`.
         x: the Spyre array.
         axis: an int, a tuple of ints or None (all axes).
         keepdims: keep reduced dims as size 1.
@@ -204,6 +266,27 @@ def reduce(op: str, x: SpyreArray, axis: Any = None, keepdims: bool = False) -> 
         if axis is None
         else tuple(sorted(normalize_axes(axis, aval.ndim, op)))
     )
-    if op == "mean" and not jnp.issubdtype(aval.dtype, jnp.floating):
+    record = REDUCTION[op]
+    if record.mean and not jnp.issubdtype(aval.dtype, jnp.floating):
         raise SpyreTypeError(f"mean: needs a float array, got {aval.dtype}")
+    if record.bools and aval.dtype != np.bool_:
+        raise SpyreTypeError(f"{op}: needs a bool array, got {aval.dtype}")
     return _CLASSES[op](aval, axes=axes, keepdims=bool(keepdims))(x)
+
+
+def _make_public(op: ReductionOp) -> Callable[..., SpyreArray]:
+    def fn(x: SpyreArray, axis: Any = None, keepdims: bool = False) -> SpyreArray:
+        return reduce(op.name, x, axis, keepdims)
+
+    fn.__name__ = fn.__qualname__ = op.name
+    fn.__doc__ = (
+        f"{op.doc} over ``axis``, like ``jnp.{op.name}``; padding never takes part.\n\n"
+        "Reducing the stick dim gives a sparse result (one element per stick).\n\n"
+        "Args:\n    x: a Spyre array.\n    axis: an int, a tuple of ints or None (all).\n"
+        "    keepdims: keep reduced dims as size 1.\n"
+    )
+    return fn
+
+
+PUBLIC = {op.name: _make_public(op) for op in REDUCTIONS_TABLE}
+"""The public function of every reduction, by name."""
