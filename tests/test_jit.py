@@ -632,3 +632,74 @@ def test_any_all_and_bitwise_ops_match_jax_jit(shape):
     for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+_INT_OPS = {
+    "div": lambda i, j: jax.lax.div(i, j),
+    "floordiv": lambda i, j: i // j,
+    "rem": lambda i, j: jax.lax.rem(i, j),
+    "mod": lambda i, j: i % j,
+    "xor_shifts": lambda i, j: (i << 3) ^ (j >> 2),
+    "shift_right_logical": lambda i, j: jax.lax.shift_right_logical(i, jnp.int32(7)),
+    "population_count": lambda i, j: jax.lax.population_count(i) + jax.lax.clz(j),
+    "clamp": lambda i, j: jax.lax.clamp(-1000, i, j),
+    "sign_abs": lambda i, j: jnp.sign(i) * jnp.abs(j),
+}
+
+
+@pytest.mark.parametrize("shape", [(3, 70), (4, 64)])
+@pytest.mark.parametrize("name", _INT_OPS)
+def test_integer_ops_are_exact(name, shape):
+    # Integer results are exact: a float detour (jnp.divide) gives wrong quotients here.
+    rng = np.random.default_rng(0)
+    i = jnp.asarray(rng.integers(-(2**30), 2**30, shape), jnp.int32)
+    j = jnp.asarray(rng.integers(1, 2**20, shape) * rng.choice([-1, 1], shape), jnp.int32)
+    fn = _INT_OPS[name]
+    got, want = sj.jit(fn)(i, j), jax.jit(fn)(i, j)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+_FLOAT_OPS = {
+    "floor_ceil": lambda x: jnp.floor(x * 3) + jnp.ceil(x * 3),
+    "round": lambda x: jnp.round(x * 3) + jax.lax.round(x * 3),
+    "is_finite": lambda x: jnp.where(jnp.isfinite(jnp.log(x)), x, 0.0),
+    "trig": lambda x: jnp.sin(x) + jnp.cos(x) * jnp.tan(x / 2),
+    "inverse_trig": lambda x: jnp.arcsin(x / 3) + jnp.arccos(x / 3) + jnp.arctan(x),
+    "hyperbolic": lambda x: jnp.sinh(x) - jnp.cosh(x) + jnp.arcsinh(x) + jnp.arctanh(x / 3),
+    "acosh": lambda x: jnp.arccosh(jnp.abs(x) + 1),
+    "atan2": lambda x: jnp.arctan2(x, x * x - 1),
+    "exp2_cbrt": lambda x: jnp.exp2(x) + jnp.cbrt(x),
+    "erf_inv": lambda x: jax.scipy.special.erfinv(x / 3),
+    "lgamma_digamma": lambda x: jax.lax.lgamma(jnp.abs(x) + 0.5) + jax.lax.digamma(x * x + 1),
+    "rem": lambda x: jax.lax.rem(x, jnp.asarray(0.7, x.dtype)) + x % 0.3,
+    "clip": lambda x: jnp.clip(x, -0.5, 0.75),
+    "nextafter": lambda x: jnp.nextafter(x, 0.0 * x),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape", [(3, 150), (4, 64)])
+@pytest.mark.parametrize("name", _FLOAT_OPS)
+def test_float_ops_match_jax_jit(name, shape, dtype):
+    x = _rand(shape, dtype, 3)
+    fn = _FLOAT_OPS[name]
+    got = np.asarray(sj.jit(fn)(x), np.float32)
+    want = np.asarray(jax.jit(fn)(x), np.float32)
+    # The same XLA kernels on the same values: a few ulps of each result at most.
+    eps = float(jnp.finfo(dtype).eps)
+    np.testing.assert_allclose(got, want, rtol=4 * eps, atol=4 * eps * max(1.0, np.abs(want).max()))
+
+
+@pytest.mark.parametrize("values", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("shape", [(2, 8), (3, 150)])
+def test_where_with_a_bool_mask_of_another_stick_width(values, shape):
+    rng = np.random.default_rng(0)
+    m = jnp.asarray(rng.random(shape) > 0.5)  # bool: 64 per stick; float32: 32
+    x = _rand(shape, values, 1)
+
+    def f(m, x):
+        return jnp.where(m, x, 0.0) + jnp.where(m[:, :1], 1.0, x)
+
+    got, want = sj.jit(f)(m, x), jax.jit(f)(m, x)
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))

@@ -22,12 +22,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import jax
 import numpy as np
 
 from .. import primitives as sp
+from .._array import SpyreArray
 from .._errors import SpyreUnsupportedError
 from .._layout import SpyreTensorLayout
-from .._stick import SPARSE, canon, dim_order_for, stick_options
+from .._stick import SPARSE, canon, default_layout, dim_order_for, stick_of, stick_options
 from ._graph import Node, Scalar, Value
 
 __all__ = ["RULES", "Mode", "Rule", "rule_for"]
@@ -134,7 +136,30 @@ class _Elementwise(Rule):
         if all(isinstance(ins[i], Scalar) for i in self.op.value_positions):
             i = self.op.value_positions[0]  # where(p, 0.0, 1.0): a 0-d value broadcasts
             vals[i] = sp.to_device(np.asarray(vals[i], node.outs[0].dtype))
-        return [sp.elementwise(self.op.name, *vals)]
+        return [sp.elementwise(self.op.name, *_predicates_like_values(vals))]
+
+
+def _predicates_like_values(vals: list[Any]) -> list[Any]:
+    """Bool operands restickified to the stick width of the value operands, if it differs.
+
+    A predicate may hold any format's geometry; a bool mask in its default layout (64
+    per stick) read with float32 values (32 per stick) is copied into theirs.
+    """
+    types = [jax.typeof(v) if isinstance(v, SpyreArray | jax.core.Tracer) else None for v in vals]
+    formats = {t.layout.device_dtype for t in types if t is not None and t.dtype != np.bool_}
+    if len(formats) != 1:
+        return vals
+    (fmt,) = formats
+    out = []
+    for v, t in zip(vals, types, strict=True):
+        if (
+            t is not None
+            and t.dtype == np.bool_
+            and t.layout.elems_per_stick != fmt.elems_per_stick()
+        ):
+            v = sp.restickify(v, layout=default_layout(t.shape, fmt, stick_of(t)))
+        out.append(v)
+    return out
 
 
 for _op in sp.ELEMENTWISE:

@@ -98,6 +98,11 @@ def _binary(name: str, fn: Any, lax: Any = None, lowers: Any = None, doc: str = 
     return ElementwiseOp(name, ("x", "y"), fn, lax, prims, doc=doc or f"``{name}(x, y)``.")
 
 
+def _lax(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A ``lax`` op on operands that may differ in shape (``lax`` needs equal shapes)."""
+    return lambda *xs: fn(*broadcast_all([jnp.asarray(x) for x in xs]))
+
+
 def _compare(name: str, fn: Any, symbol: str) -> ElementwiseOp:
     return ElementwiseOp(name, ("x", "y"), fn, None, (name,), "bool", doc=f"``x {symbol} y``.")
 
@@ -134,10 +139,71 @@ OPS: tuple[ElementwiseOp, ...] = (
     _unary("sign", jnp.sign, doc="-1, 0 or 1."),
     _unary("one_minus_square", lambda x: 1 - x * x, doc="``1 - x * x`` (tanh's derivative)."),
     _unary("bitwise_not", jnp.bitwise_not, lowers=("not",), doc="``~x`` (logical on bools)."),
+    _unary("floor", jax.lax.floor, doc="Round down."),
+    _unary("ceil", jax.lax.ceil, doc="Round up."),
+    _unary("sin", jax.lax.sin),
+    _unary("cos", jax.lax.cos),
+    _unary("tan", jax.lax.tan),
+    _unary("asin", jax.lax.asin),
+    _unary("acos", jax.lax.acos),
+    _unary("atan", jax.lax.atan),
+    _unary("sinh", jax.lax.sinh),
+    _unary("cosh", jax.lax.cosh),
+    _unary("asinh", jax.lax.asinh),
+    _unary("acosh", jax.lax.acosh),
+    _unary("atanh", jax.lax.atanh),
+    _unary("exp2", jax.lax.exp2, doc="``2 ** x``."),
+    _unary("cbrt", jax.lax.cbrt, doc="Cube root."),
+    _unary("erf_inv", jax.lax.erf_inv, doc="The inverse error function."),
+    _unary("lgamma", jax.lax.lgamma, doc="``log |gamma(x)|``."),
+    _unary("digamma", jax.lax.digamma, doc="The derivative of ``lgamma``."),
+    _unary("population_count", jax.lax.population_count, doc="Set bits of an integer."),
+    _unary("clz", jax.lax.clz, doc="Leading zero bits of an integer."),
+    ElementwiseOp(
+        "is_finite",
+        ("x",),
+        jax.lax.is_finite,
+        lowers=("is_finite",),
+        result="bool",
+        doc="Whether ``x`` is neither infinite nor NaN.",
+    ),
+    ElementwiseOp(
+        "round",
+        ("x", "rounding_method"),
+        lambda x, method: jax.lax.round(x, jax.lax.RoundingMethod(method)),
+        lowers=("round",),
+        values=(0,),
+        doc="Round to an integer: ``rounding_method`` 0 away from zero, 1 to even.",
+        from_jax=lambda xs, params: [*xs, int(params["rounding_method"])],
+    ),
     _binary("add", jnp.add, jax.lax.add, ("add", "add_any"), doc="``x + y``."),
     _binary("sub", jnp.subtract, jax.lax.sub, doc="``x - y``."),
     _binary("mul", jnp.multiply, jax.lax.mul, doc="``x * y``."),
-    _binary("div", jnp.divide, jax.lax.div, doc="``x / y``."),
+    _binary(
+        "div",
+        _lax(jax.lax.div),
+        jax.lax.div,
+        doc="``x / y``; integers divide rounding toward zero, as ``lax.div``.",
+    ),
+    _binary("rem", _lax(jax.lax.rem), doc="Remainder with the sign of ``x``, as ``lax.rem``."),
+    _binary(
+        "atan2",
+        _lax(jax.lax.atan2),
+        doc="``arctan(x / y)`` in the quadrant of the point ``(y, x)``.",
+    ),
+    _binary("nextafter", _lax(jax.lax.nextafter), doc="The next float after ``x`` toward ``y``."),
+    _binary("bitwise_xor", jnp.bitwise_xor, lowers=("xor",), doc="``x ^ y``."),
+    _binary("shift_left", _lax(jax.lax.shift_left), doc="``x << y``."),
+    _binary(
+        "shift_right_logical",
+        _lax(jax.lax.shift_right_logical),
+        doc="``x >> y``, filling with zeros.",
+    ),
+    _binary(
+        "shift_right_arithmetic",
+        _lax(jax.lax.shift_right_arithmetic),
+        doc="``x >> y``, filling with the sign bit.",
+    ),
     _binary("maximum", jnp.maximum, jax.lax.max, ("max",), doc="Elementwise maximum."),
     _binary("minimum", jnp.minimum, jax.lax.min, ("min",), doc="Elementwise minimum."),
     _binary("pow", jnp.power, doc="``x ** y``."),
@@ -158,6 +224,13 @@ OPS: tuple[ElementwiseOp, ...] = (
     _compare("ge", jnp.greater_equal, ">="),
     _compare("eq", jnp.equal, "=="),
     _compare("ne", jnp.not_equal, "!="),
+    ElementwiseOp(
+        "clamp",
+        ("min", "x", "max"),
+        _lax(jax.lax.clamp),
+        lowers=("clamp",),
+        doc="``x`` clipped to ``[min, max]``, as ``lax.clamp``.",
+    ),
     ElementwiseOp(
         "where",
         ("condition", "x", "y"),
