@@ -154,3 +154,23 @@ def test_arrays_in_padded_tile_and_equal_stride_layouts():
     np.testing.assert_array_equal(np.asarray(sj.max(rows, 0)), x.reshape(40, 120).max(0))
     assert sj.to_device(x, ties).layout.is_sparse
     np.testing.assert_array_equal(np.asarray(sj.compact(sj.to_device(x, ties))), x)
+
+
+def test_results_convert_to_host_values_like_jax_arrays():
+    y = sj.jit(lambda x: x * 2)(jnp.arange(6.0, dtype=jnp.float32).reshape(2, 3))
+    zero = sj.to_device(np.float32(0.0))
+    s = sj.jit(lambda x: x.sum())(jnp.arange(6, dtype=jnp.int32))
+    assert float(y[1, 2]) == 10.0 and float(sj.to_device(np.float32(2.5))) == 2.5
+    assert int(s) == 15 and s.item() == 15 and [1, 2][sj.to_device(np.int32(1))] == 2
+    assert bool(zero) is False and bool(sj.to_device(np.float32(-1.0))) is True
+    assert f"{sj.to_device(np.float32(1 / 3)):.3f}" == "0.333"
+    assert len(y) == 2 and [r.tolist() for r in y] == [[0, 2, 4], [6, 8, 10]]
+    assert y.tolist() == [[0, 2, 4], [6, 8, 10]] and y[:, 1:].tolist() == [[2, 4], [8, 10]]
+    assert float(jnp.mean(y)) == 5.0 and float(jnp.max(y)) == 10.0  # via __jax_array__
+    assert jax.block_until_ready(y) is y
+    with pytest.raises(TypeError, match="one element"):
+        float(y)
+    with pytest.raises(TypeError, match="0-d"):
+        len(zero)
+    with pytest.raises(TypeError, match="integer arrays"):
+        [1, 2][zero]

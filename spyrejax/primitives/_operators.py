@@ -105,11 +105,65 @@ def _array(self: SpyreArray, dtype: Any = None, copy: Any = None) -> np.ndarray:
     return out if dtype is None else out.astype(dtype)
 
 
+def _host(self: SpyreArray) -> jax.Array:
+    """The host values as a JAX array (a device -> host DMA)."""
+    return to_host(self)
+
+
+def _scalar(convert: Callable[[Any], Any]) -> Callable[[SpyreArray], Any]:
+    def method(self: SpyreArray) -> Any:
+        if self.size != 1:
+            raise TypeError(
+                f"only arrays of one element convert to Python scalars, got shape {self.shape}"
+            )
+        return convert(np.asarray(self).reshape(()).item())
+
+    return method
+
+
+def _len(self: SpyreArray) -> int:
+    if not self.shape:
+        raise TypeError("len() of a 0-d SpyreArray")
+    return self.shape[0]
+
+
+def _index(self: SpyreArray) -> int:
+    if not np.issubdtype(self.dtype, np.integer):
+        raise TypeError(f"only integer arrays can be indices, got {self.dtype}")
+    return _scalar(int)(self)
+
+
+def _iter(self: SpyreArray) -> Any:
+    _len(self)  # a 0-d array is not iterable
+    return iter(_host(self))
+
+
+# Host-side conversions: each moves the array to the host (a DMA), as jax.Array's do.
+_HOST_METHODS: dict[str, Callable[..., Any]] = {
+    "__float__": _scalar(float),
+    "__int__": _scalar(int),
+    "__bool__": _scalar(bool),
+    "__complex__": _scalar(complex),
+    "__index__": _index,
+    "item": lambda self, *args: _host(self).item(*args),
+    "tolist": lambda self: _host(self).tolist(),
+    "__format__": lambda self, spec: format(_host(self), spec),
+    "__len__": _len,
+    "__iter__": _iter,
+    "__getitem__": lambda self, index: _host(self)[index],
+    "__jax_array__": _host,
+}
+
+
 def install() -> None:
     """Attach operators, methods, properties and the tangent space to the array types."""
     SpyreType.vspace_zero = _vspace_zero  # type: ignore[method-assign]
     SpyreType.vspace_add = _vspace_add  # type: ignore[method-assign]
     SpyreArray.__array__ = _array  # type: ignore[attr-defined]
+    for name, fn in _HOST_METHODS.items():
+        setattr(SpyreArray, name, fn)
+    # jnp functions on a Spyre array (or a traced one) read its host values.
+    SpyreType.__jax_array__ = aval_method(_host)  # type: ignore[attr-defined]
     for name, fn in _OPERATORS.items():
         setattr(SpyreType, f"_{name}", staticmethod(fn))
         setattr(SpyreArray, f"__{name}__", fn)
