@@ -1,4 +1,5 @@
 import functools
+import math
 import re
 
 import chex
@@ -703,3 +704,48 @@ def test_where_with_a_bool_mask_of_another_stick_width(values, shape):
 
     got, want = sj.jit(f)(m, x), jax.jit(f)(m, x)
     np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+
+
+_DOTS = {
+    "ij,ij->": ((5, 70), (5, 70)),
+    "abc,bcd->ad": ((3, 4, 70), (4, 70, 6)),  # tensordot(axes=2)
+    "bti,btj->ij": ((2, 5, 70), (2, 5, 40)),  # the weight gradient of x3d @ W
+    "ij,bjk->bik": ((7, 5), (3, 5, 4)),  # W @ x3d
+    "bij,jk->bik": ((3, 7, 5), (5, 130)),
+    "ibj,bjk->bik": ((7, 3, 5), (3, 5, 4)),  # batch dims in another position
+    "hqd,hkd->hqk": ((4, 6, 8), (4, 9, 8)),
+    "abcd,cdbe->abe": ((2, 3, 4, 5), (4, 5, 3, 6)),
+    "i,i->": ((70,), (70,)),
+    "ij,j->i": ((6, 70), (70,)),
+    "i,ij->j": ((70,), (70, 5)),
+    "ij,kl->ijkl": ((3, 4), (5, 6)),  # no contraction, free dims on both sides
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("spec", _DOTS)
+def test_dot_general_in_full(spec, dtype):
+    sa, sb = _DOTS[spec]
+    a, b = _rand(sa, dtype, 0), _rand(sb, dtype, 1)
+
+    def f(a, b):
+        return jnp.einsum(spec, a, b)
+
+    got = np.asarray(sj.jit(f)(a, b), np.float32)
+    want = np.asarray(jax.jit(f)(a, b), np.float32)
+    # Sums of k products of values in [-2, 2], in another order: a few ulps of each term.
+    k = max(
+        1,
+        math.prod(sa)
+        * math.prod(sb)
+        // max(1, want.size)
+        // max(1, math.prod(sb) // math.prod(sa) or 1),
+    )
+    eps = float(jnp.finfo(dtype).eps)
+    atol = 4 * eps * 4 * math.sqrt(max(k, 1)) * 4
+    np.testing.assert_allclose(
+        got, want, rtol=4 * eps, atol=max(atol, 4 * eps * np.abs(want).max())
+    )
+    report = sj.explain(f, a, b)  # every copy the lowering makes is charged
+    moved = sum(int(c) for c in re.findall(r"cost=(\d+)", report.jaxpr))
+    assert moved == report.restickify_cost + report.copy_cost

@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import primitives as sp
 from .._array import SpyreArray
-from .._errors import SpyreUnsupportedError
+from .._errors import LayoutError, SpyreUnsupportedError
 from .._layout import SpyreTensorLayout
 from .._stick import SPARSE, canon, default_layout, dim_order_for, stick_of, stick_options
 from ._graph import Node, Scalar, Value
@@ -190,22 +190,18 @@ class _DotGeneral(Rule):
     def _dims(node: Node) -> tuple[Any, ...]:
         (lc, rc), (lb, rb) = node.params["dimension_numbers"]
         lhs, rhs = node.ins
-        if isinstance(lhs, Scalar) or isinstance(rhs, Scalar) or len(lc) > 1:
-            raise SpyreUnsupportedError(
-                f"dot_general with contracting dims {lc} at {node.source}: spyrejax lowers "
-                "at most one contracting dim per operand"
-            )
+        if isinstance(lhs, Scalar) or isinstance(rhs, Scalar):
+            raise SpyreUnsupportedError(f"dot_general of a scalar at {node.source}")
         lfree = [d for d in range(lhs.ndim) if d not in (*lc, *lb)]
         rfree = [d for d in range(rhs.ndim) if d not in (*rc, *rb)]
-        if len(rfree) > 1:
-            raise SpyreUnsupportedError(
-                f"dot_general with {len(rfree)} free dims on the right at {node.source}: "
-                "spyrejax lowers at most one"
-            )
         return tuple(lc), tuple(rc), tuple(lb), tuple(rb), lfree, rfree
 
     def modes(self, node: Node) -> list[Mode]:
         """A on k, B and the product on n; batched products also laid out row-major.
+
+        Several contracting dims are merged into one k (A stuck on the last of them),
+        several free dims of B into one n (B stuck on the last of them): views where
+        the layouts allow, charged copies where they do not.
 
         ``dot_general`` emits ``[batch..., m, n]``; the default layout of stick n,
         ``[m, batch..., T, batch0, S]``, interleaves the batches inside each tile, so
@@ -216,9 +212,9 @@ class _DotGeneral(Rule):
         lc, _, lb, _, _, rfree = self._dims(node)
         lhs, rhs = node.ins
         out = node.outs[0]
-        b_stick = canon(rhs.shape, rfree[0]) if rfree else SPARSE
+        b_stick = canon(rhs.shape, rfree[-1]) if rfree else SPARSE
         out_stick = canon(out.shape, out.ndim - 1) if rfree else SPARSE
-        a_stick = canon(lhs.shape, lc[0]) if lc else SPARSE  # no k: an outer product
+        a_stick = canon(lhs.shape, lc[-1]) if lc else SPARSE  # no k: an outer product
         modes = [Mode((a_stick, b_stick), out_stick)]
         if rfree and out.shape[-1] > 1 and math.prod(lhs.shape[d] for d in lb) > 1:
             modes.insert(0, Mode((a_stick, b_stick), out_stick, "row_major"))
@@ -231,6 +227,16 @@ class _DotGeneral(Rule):
             args = [x if x.dtype == want else sp.astype(x, want) for x in args]
         a = sp.transpose(args[0], (*lb, *lfree, *lc))
         b = sp.transpose(args[1], (*rb, *rc, *rfree))
+        nb = len(lb)
+        if len(lc) > 1:  # one k: the contracting dims merged, in the same order on both
+            a = _reshape(a, (*a.shape[: -len(lc)], math.prod(a.shape[-len(lc) :])))
+            b = _reshape(
+                b, (*b.shape[:nb], math.prod(b.shape[nb : nb + len(rc)]), *b.shape[nb + len(rc) :])
+            )
+        free_sizes = tuple(b.shape[b.ndim - len(rfree) :])
+        if len(rfree) > 1:  # one n: B's free dims merged
+            b = _reshape(b, (*b.shape[: -len(rfree)], math.prod(free_sizes)))
+        merged_k, lc, rfree = lc, lc[:1], rfree[-1:]
         if not lc:  # no contraction: a matmul with k = 1
             a = sp.expand_dims(a, a.ndim)
             b = sp.expand_dims(b, len(rb))
@@ -244,12 +250,39 @@ class _DotGeneral(Rule):
         if mode.variant == "row_major":
             shape = (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
             layout = SpyreTensorLayout.row_major(shape, want)
-        out = sp.matmul(a, b, layout=layout, preferred_element_type=want)
+        try:
+            out = sp.matmul(a, b, layout=layout, preferred_element_type=want)
+        except LayoutError:
+            if len(merged_k) < 2 and len(free_sizes) < 2:
+                raise  # the operands as planned: the planner tries other layouts
+            a, b = _fresh(a), _fresh(b)  # a merged view the matmul cannot contract
+            out = sp.matmul(a, b, layout=layout, preferred_element_type=want)
         if not rfree:
             out = sp.squeeze(out, out.ndim - 1)
         if not lfree:
             out = sp.squeeze(out, len(lb))
+        if len(free_sizes) > 1:
+            out = _reshape(out, (*out.shape[:-1], *free_sizes))
         return [out]
+
+
+def _fresh(x: Any) -> Any:
+    """``x`` in the default layout of its stick: itself if it is, else a restickify."""
+    t = jax.typeof(x)
+    target = default_layout(t.shape, t.layout.device_dtype, stick_of(t))
+    return x if not t.is_view and t.layout == target else sp.restickify(x, layout=target)
+
+
+def _reshape(x: Any, shape: tuple[int, ...], *, sparse: bool = False) -> Any:
+    """``x`` reshaped: a view where its layout allows, else a copy stuck on the last dim.
+
+    With ``sparse``, a copy is sparse instead (B of a matrix-vector product).
+    """
+    try:
+        return sp.reshape(x, shape)
+    except LayoutError:
+        stick = SPARSE if sparse or not shape else canon(shape, len(shape) - 1)
+        return sp.reshape_copy(x, shape, dim_order_for(shape, stick))
 
 
 _register(_DotGeneral(), "dot_general")
