@@ -6,6 +6,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -749,3 +750,60 @@ def test_dot_general_in_full(spec, dtype):
     report = sj.explain(f, a, b)  # every copy the lowering makes is charged
     moved = sum(int(c) for c in re.findall(r"cost=(\d+)", report.jaxpr))
     assert moved == report.restickify_cost + report.copy_cost
+
+
+def _xent(logits, labels):
+    return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+
+# (function, argument makers) of index-driven and cumulative ops; ints index rows.
+_INDEXED = {
+    "embedding": (lambda e, i: e[i], ((50, 70), "ids")),
+    "take": (lambda e, i: jnp.take(e, i[0], axis=0), ((50, 70), "ids")),
+    "take_along_axis": (lambda x, y: jnp.take_along_axis(x, y[:, :1], axis=1), ((2, 70), "ids")),
+    "cross_entropy": (_xent, ((3, 70), "labels")),
+    "cross_entropy_grad": (jax.grad(_xent), ((3, 70), "labels")),
+    "embedding_grad": (jax.grad(lambda e, i: (e[i] ** 2).sum()), ((50, 70), "ids")),
+    "at_set": (lambda x, i: x.at[i[0, :2] % 3].set(1.0), ((3, 70), "ids")),
+    "at_add_max": (lambda x, i: x.at[:, i[0, 0]].add(2.0).at[1].max(0.5), ((3, 70), "ids")),
+    "dynamic_slice": (
+        lambda x, i: jax.lax.dynamic_slice(x, (i[0, 0] % 2, 5), (2, 40)),
+        ((3, 70), "ids"),
+    ),
+    "dynamic_update_slice": (
+        lambda x, i: jax.lax.dynamic_update_slice(x, x[:1] * 2, (i[0, 0] % 3, 0)),
+        ((3, 70), "ids"),
+    ),
+    "cumsum_cumprod": (
+        lambda x: jnp.cumsum(x, axis=1) + jnp.cumprod(x[:, :5], axis=0).sum(),
+        ((3, 70),),
+    ),
+    "cummax_cummin": (lambda x: jax.lax.cummax(x, axis=1) - jax.lax.cummin(x, axis=0), ((3, 70),)),
+    "argmax_argmin": (lambda x: jnp.argmax(x, axis=1) + jnp.argmin(x, axis=0).sum(), ((3, 70),)),
+    "reverse_prod": (lambda x: x[:, ::-1] * jnp.prod(x[:, :4], axis=1, keepdims=True), ((3, 70),)),
+}
+
+
+@pytest.mark.parametrize("width", [70, 64])  # with and without stick padding
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("name", _INDEXED)
+def test_index_driven_and_cumulative_ops_match_jax_jit(name, dtype, width):
+    fn, makers = _INDEXED[name]
+    rng = np.random.default_rng(0)
+    args = []
+    for i, m in enumerate(makers):
+        if m == "ids":
+            args.append(jnp.asarray(rng.integers(0, 3, (2, 5)), jnp.int32))
+        elif m == "labels":
+            args.append(jnp.asarray(rng.integers(0, width, (3,)), jnp.int32))
+        else:
+            args.append(_rand((m[0], width), dtype, i, -1, 1))
+    got, want = sj.jit(fn)(*args), jax.jit(fn)(*args)
+    assert np.asarray(got).dtype == np.asarray(want).dtype
+    got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+    # The same JAX primitives on the same values; sums (cumsum, a mean over a softmax)
+    # may round in another order: a few ulps of the largest partial sum.
+    eps = float(jnp.finfo(dtype).eps)
+    np.testing.assert_allclose(got, want, rtol=4 * eps, atol=8 * eps * max(1.0, np.abs(want).max()))
+    report = sj.explain(fn, *args)
+    assert report.copy_cost > 0  # charged as the device copies they are

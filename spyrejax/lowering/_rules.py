@@ -464,3 +464,54 @@ class _Pad(Rule):
 
 
 _register(_Pad(), "pad")
+
+
+# --- index-driven and cumulative ops: device copies through the values ----------------
+
+
+class _LaxCopy(Rule):
+    """Gathers, scatters, dynamic slices, cumulative ops and arg-reductions.
+
+    Each runs the JAX primitive on its operands' values, read and written through DMA
+    descriptors (``primitives.lax_copy``): any input layout, the result built in any
+    stick, charged as a copy of its operands.
+    """
+
+    def modes(self, node: Node) -> list[Mode]:
+        ins = (None,) * len(node.ins)
+        return [Mode(ins, s) for s in stick_options(node.outs[0].shape)]
+
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        out = node.outs[0]
+        operands = [np.asarray(a.value, a.dtype) if isinstance(a, Scalar) else a for a in args]
+        layout = default_layout(out.shape, out.dtype, mode.out)
+        return [
+            sp.lax_copy(node.primitive, operands, node.params, out.shape, out.dtype, layout=layout)
+        ]
+
+
+_register(
+    _LaxCopy(),
+    "gather",
+    "scatter",
+    "scatter-add",
+    "scatter_add",
+    "scatter-mul",
+    "scatter_mul",
+    "scatter-min",
+    "scatter_min",
+    "scatter-max",
+    "scatter_max",
+    "dynamic_slice",
+    "dynamic_update_slice",
+    "cumsum",
+    "cumprod",
+    "cummax",
+    "cummin",
+    "cumlogsumexp",
+    "argmax",
+    "argmin",
+    "reduce_precision",
+    "rev",
+    "reduce_prod",
+)

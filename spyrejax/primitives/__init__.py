@@ -10,6 +10,7 @@ from ._elementwise import ELEMENTWISE_OPS, ElementwiseOp, elementwise
 from ._elementwise import OPS as ELEMENTWISE
 from ._elementwise import PUBLIC as _EW
 from ._iota import full, iota
+from ._lax_copy import lax_copy
 from ._matmul import matmul
 from ._operators import install as _install
 from ._reduce import PUBLIC as _REDUCE
@@ -52,6 +53,7 @@ __all__ = [
     "full",
     "image",
     "iota",
+    "lax_copy",
     "matmul",
     "pad",
     "reduce",
