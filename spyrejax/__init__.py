@@ -1,6 +1,7 @@
 """spyrejax: a JAX front-end for IBM Spyre's stick-tiled tensor layouts.
 
-The layout core (:class:`SpyreTensorLayout`, :class:`DataFormats`), the DMA descriptors
+The layout core (:class:`SpyreTensorLayout`, bound to a host shape as a
+:class:`HostMapping`; :class:`DataFormats`), the DMA descriptors
 that move tensors between host and device (:func:`generate_dci`) and the DMA engine that
 executes them (:func:`dma_h2d`, :func:`dma_d2h`); Spyre arrays (:class:`SpyreArray`,
 whose abstract value :class:`SpyreType` carries the layout) and the Spyre primitives
@@ -27,7 +28,7 @@ from ._errors import (
     SpyreTypeError,
     SpyreUnsupportedError,
 )
-from ._layout import SpyreTensorLayout
+from ._layout import HostMapping, SpyreTensorLayout
 from .lowering import Report, SpyreJit, explain, jit, with_layout
 from .primitives import ELEMENTWISE as _ELEMENTWISE
 from .primitives import REDUCTIONS as _REDUCTIONS
@@ -58,6 +59,7 @@ __all__ = [
     "SUPPORTED_DTYPES",
     "DataFormats",
     "Descriptor",
+    "HostMapping",
     "LayoutError",
     "LoopNest",
     "PadFill",

@@ -272,6 +272,8 @@ def generate_dci(
 ) -> DCI:
     """The DMA descriptors that move a host tensor of ``shape`` to or from ``layout``.
 
+    The same as ``layout.for_host(shape, host_strides).dci(...)``.
+
     Args:
         shape: host sizes (an empty tensor gets no descriptors).
         layout: the device layout.
@@ -292,8 +294,22 @@ def generate_dci(
         LayoutError: if the layout cannot hold a host tensor of this shape, or
             ``host_dtype`` has no Spyre format or does not fit the layout's.
     """
-    mapping = layout.host_mapping(shape, host_strides)
-    fmt = layout.device_dtype
+    mapping = layout.for_host(shape, host_strides)
+    return _mapping_dci(mapping, host_to_device, host_dtype, name)
+
+
+def _mapping_dci(
+    mapping: HostMapping,
+    host_to_device: bool = True,
+    host_dtype: DTypeLike = None,
+    name: str = "",
+) -> DCI:
+    """The DMA descriptors that move ``mapping``'s host tensor to or from its layout.
+
+    Attached to :class:`HostMapping` as its ``dci`` method; arguments as
+    :func:`generate_dci`'s.
+    """
+    fmt = mapping.layout.device_dtype
     if host_dtype is None:
         host_fmt = host_format(fmt)
     elif fits_format(host_dtype, fmt):
@@ -302,27 +318,23 @@ def generate_dci(
         raise LayoutError(
             f"host dtype {np.dtype(host_dtype)} does not fit the layout's device format {fmt!r}"
         )
-    descs = _descriptors(layout, mapping, bool(host_to_device))
-    return DCI(
-        descs,
-        bool(host_to_device),
-        fmt,
-        mapping.shape,
-        layout.device_size,
-        name,
-        host_fmt,
-    )
+    h2d = bool(host_to_device)
+    descs = _descriptors(mapping, h2d)
+    return DCI(descs, h2d, fmt, mapping.shape, mapping.layout.device_size, name, host_fmt)
+
+
+# The mapping owns its descriptors; they are built here, one layer above the layout core.
+HostMapping.dci = _mapping_dci  # type: ignore[misc]
 
 
 @functools.lru_cache(maxsize=4096)
-def _descriptors(
-    layout: SpyreTensorLayout, mapping: HostMapping, h2d: bool
-) -> tuple[Descriptor, ...]:
+def _descriptors(mapping: HostMapping, h2d: bool) -> tuple[Descriptor, ...]:
+    layout = mapping.layout
     segments = mapping.segmentation.segments
     dstrides = layout.device_strides
     if mapping.size == 0:
         return ()  # an empty tensor: nothing to move
-    hstrides = _host_strides(layout, mapping)
+    hstrides = _host_strides(mapping)
     out = []
     for combo in itertools.product(*(_cover(s.size, s.axes) for s in segments)):
         loops: dict[int, tuple[int, int]] = {}
@@ -351,21 +363,21 @@ def _descriptors(
     return tuple(out)
 
 
-def _host_strides(layout: SpyreTensorLayout, mapping: HostMapping) -> tuple[int, ...]:
+def _host_strides(mapping: HostMapping) -> tuple[int, ...]:
     """The host stride of each device dim's loop: its ``stride_map`` entry, never -1.
 
     A ``-1`` dim (a size-1 host dim's place, or a synthetic dim) only ever runs one
     iteration, but its loop carries the real host stride of the dim it stands for
     (spyre-device spec section 5). In a default layout
-    (:meth:`SpyreTensorLayout.dim_order`) each place is known: a size-1 host dim's
+    (:meth:`HostMapping.dim_order`) each place is known: a size-1 host dim's
     stride, or for a size-1 stick dim ``s`` its tile and stick strides (``hs[s] * eps``
     and ``hs[s]``). Synthetic dims stand for no host dim: they take the stride of a new
     outermost dim, the host tensor's extent.
     """
-    shape, strides = mapping.shape, mapping.strides
+    layout, shape, strides = mapping.layout, mapping.shape, mapping.strides
     extent = 1 + sum((n - 1) * st for n, st in zip(shape, strides, strict=True) if n > 0)
     out = [extent if m == -1 else m for m in layout.stride_map]
-    order = layout.dim_order(shape, strides) if -1 in layout.stride_map else None
+    order = mapping.dim_order() if -1 in layout.stride_map else None
     if order:
         k = len(order)
         places = {} if k == 1 else {k - 1: order[0]} | {i - 1: order[i] for i in range(1, k - 1)}

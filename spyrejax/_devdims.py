@@ -77,13 +77,13 @@ def device_dims(
     Raises:
         LayoutError: if the view cannot be expressed over the layout's device dims.
     """
-    mapping = layout.host_mapping(base_shape)
+    mapping = layout.for_host(base_shape)
     axes = tuple(zip(layout.device_size, layout.stride_map, strict=True))
     what = f"view {list(shape)} with strides {list(strides)} over {layout}"
     if shape == base_shape and is_contiguous(shape, strides):
         seg = mapping.segmentation
     else:
-        extents = _padded_extents(layout, mapping)
+        extents = _padded_extents(mapping)
         live = []
         for n, s in zip(shape, strides, strict=True):
             live.append(1 if s == 0 else extents.get((s, n), n))
@@ -98,12 +98,12 @@ def device_dims(
     return tuple(tags)
 
 
-def _padded_extents(layout: SpyreTensorLayout, mapping: HostMapping) -> dict[tuple[int, int], int]:
+def _padded_extents(mapping: HostMapping) -> dict[tuple[int, int], int]:
     """``{(host stride, size): padded extent}`` of the base dims the layout pads."""
     out = {}
     for segment in mapping.segmentation.segments:
         top, ratio = segment.axes[0]
-        extent = layout.device_size[top] * ratio
+        extent = mapping.layout.device_size[top] * ratio
         if len(segment.host_dims) == 1 and extent > segment.size:
             out[(segment.stride, segment.size)] = extent
     return out
@@ -111,8 +111,8 @@ def _padded_extents(layout: SpyreTensorLayout, mapping: HostMapping) -> dict[tup
 
 def padded_base_dims(layout: SpyreTensorLayout, base_shape: tuple[int, ...]) -> dict[int, int]:
     """``{base dim: host stride}`` of the base dims whose device dims hold padding."""
-    mapping = layout.host_mapping(base_shape)
-    extents = _padded_extents(layout, mapping)
+    mapping = layout.for_host(base_shape)
+    extents = _padded_extents(mapping)
     return {
         seg.host_dims[0]: seg.stride
         for seg in mapping.segmentation.segments

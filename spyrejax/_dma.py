@@ -37,11 +37,11 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
-from ._dci import Descriptor, generate_dci
+from ._dci import Descriptor
 from ._dtypes import format_for_dtype, host_dtype, poison_value
 from ._errors import LayoutError
 from ._host_dma import aligned_empty, host_engine_suits, run_on_host
-from ._layout import SpyreTensorLayout, padding_slabs
+from ._layout import HostMapping, SpyreTensorLayout
 from ._segments import row_major_strides, segment_axes
 
 __all__ = [
@@ -335,15 +335,22 @@ def _check_format(dtype: Any, layout: SpyreTensorLayout, what: str) -> np.dtype:
 
 def h2d_values(x: jax.Array, layout: SpyreTensorLayout, fill: Any = 0) -> jax.Array:
     """Host -> device without validation (the body of :func:`dma_h2d`; also for tangents)."""
-    dci = generate_dci(x.shape, layout, host_to_device=True)
-    image = jnp.full(layout.device_size, fill, dtype=x.dtype)
-    return _execute(x, image, dci)
+    return _h2d_values(x, layout.for_host(x.shape), fill)
 
 
 def d2h_values(image: jax.Array, shape: tuple[int, ...], layout: SpyreTensorLayout) -> jax.Array:
     """Device -> host without validation (the body of :func:`dma_d2h`; also for tangents)."""
-    dci = generate_dci(shape, layout, host_to_device=False)
-    return _execute(image, jnp.zeros(shape, image.dtype), dci)
+    return _d2h_values(image, layout.for_host(shape))
+
+
+def _h2d_values(x: jax.Array, mapping: HostMapping, fill: Any) -> jax.Array:
+    image = jnp.full(mapping.layout.device_size, fill, dtype=x.dtype)
+    return _execute(x, image, mapping.dci(host_to_device=True))
+
+
+def _d2h_values(image: jax.Array, mapping: HostMapping) -> jax.Array:
+    dst = jnp.zeros(mapping.shape, image.dtype)
+    return _execute(image, dst, mapping.dci(host_to_device=False))
 
 
 # XLA emulates float8 through wider types, which canonicalises NaN payloads even when
@@ -364,18 +371,19 @@ def _fill(value: Any, dtype: np.dtype) -> jax.Array:
     return jnp.asarray(arr.view(np.uint8) if dtype in _EMULATED else arr)
 
 
-def _h2d_traced(x: jax.Array, fill: jax.Array, layout: SpyreTensorLayout) -> jax.Array:
-    return _from_bits(h2d_values(_as_bits(x), layout, fill), x.dtype)
+def _h2d_traced(x: jax.Array, fill: jax.Array, mapping: HostMapping) -> jax.Array:
+    return _from_bits(_h2d_values(_as_bits(x), mapping, fill), x.dtype)
 
 
-def _d2h_traced(image: jax.Array, shape: tuple[int, ...], layout: SpyreTensorLayout) -> jax.Array:
-    return _from_bits(d2h_values(_as_bits(image), shape, layout), image.dtype)
+def _d2h_traced(image: jax.Array, mapping: HostMapping) -> jax.Array:
+    return _from_bits(_d2h_values(_as_bits(image), mapping), image.dtype)
 
 
-# Eager XLA transfers compile once per layout; traced ones inline the bodies above (a
-# nested jit would only add compile time to the caller's program).
-_h2d = jax.jit(_h2d_traced, static_argnames=("layout",))
-_d2h = jax.jit(_d2h_traced, static_argnames=("shape", "layout"))
+# Eager XLA transfers compile once per mapping (layout and host shape); traced ones
+# inline the bodies above (a nested jit would only add compile time to the caller's
+# program).
+_h2d = jax.jit(_h2d_traced, static_argnames=("mapping",))
+_d2h = jax.jit(_d2h_traced, static_argnames=("mapping",))
 
 
 def _validate(descriptors: Sequence[Descriptor], src_shape: Any, dst_shape: Any) -> None:
@@ -391,15 +399,16 @@ def _on_host(x: Any, descriptors: Sequence[Descriptor], dtype: np.dtype) -> bool
 
 
 def _h2d_on_host(
-    x: Any, descriptors: Sequence[Descriptor], layout: SpyreTensorLayout, fill: Any
+    x: Any, descriptors: Sequence[Descriptor], mapping: HostMapping, fill: Any
 ) -> jax.Array:
     src = np.ascontiguousarray(np.asarray(x))
-    _validate(descriptors, src.shape, layout.device_size)
-    image = aligned_empty(layout.device_size, src.dtype)
+    device_size = mapping.layout.device_size
+    _validate(descriptors, src.shape, device_size)
+    image = aligned_empty(device_size, src.dtype)
     bits = f"u{image.itemsize}"
     fill_bits = np.asarray(fill, src.dtype).view(bits)
     # Poison the slabs that hold the padding (data written there next overwrites it).
-    for dim, start, stop in padding_slabs(layout, layout.host_mapping(src.shape)):
+    for dim, start, stop in mapping.padding_slabs():
         index = [slice(None)] * image.ndim
         index[dim] = slice(start, stop)
         image.view(bits)[tuple(index)] = fill_bits
@@ -447,12 +456,13 @@ def dma_h2d(x: Any, layout: SpyreTensorLayout, *, pad_value: Any = None) -> jax.
         raise LayoutError(f"layout must be a SpyreTensorLayout, got {layout!r}")
     dt = _check_format(_dtype_of(x), layout, f"host array of shape {np.shape(x)}")
     fill = poison_value(dt) if pad_value is None else pad_value
-    dci = generate_dci(np.shape(x), layout, host_to_device=True)
+    mapping = layout.for_host(np.shape(x))
+    dci = mapping.dci(host_to_device=True)
     if _on_host(x, dci, dt):
-        return _h2d_on_host(x, dci, layout, fill)
+        return _h2d_on_host(x, dci, mapping, fill)
     if isinstance(x, jax.core.Tracer):
-        return _h2d_traced(x, _fill(fill, dt), layout)
-    return _h2d(_to_jax(x, dt), _fill(fill, dt), layout=layout)
+        return _h2d_traced(x, _fill(fill, dt), mapping)
+    return _h2d(_to_jax(x, dt), _fill(fill, dt), mapping=mapping)
 
 
 def dma_d2h(image: Any, shape: Sequence[int], layout: SpyreTensorLayout) -> jax.Array:
@@ -483,10 +493,10 @@ def dma_d2h(image: Any, shape: Sequence[int], layout: SpyreTensorLayout) -> jax.
             f"device image has shape {tuple(np.shape(image))}, expected the layout's "
             f"device_size {layout.device_size}"
         )
-    mapping = layout.host_mapping(shape)
-    dci = generate_dci(mapping.shape, layout, host_to_device=False)
+    mapping = layout.for_host(shape)
+    dci = mapping.dci(host_to_device=False)
     if _on_host(image, dci, dt):
         return _d2h_on_host(image, dci, mapping.shape)
     if isinstance(image, jax.core.Tracer):
-        return _d2h_traced(image, mapping.shape, layout)
-    return _d2h(_to_jax(image, dt), shape=mapping.shape, layout=layout)
+        return _d2h_traced(image, mapping)
+    return _d2h(_to_jax(image, dt), mapping=mapping)

@@ -4,7 +4,9 @@ Spec sections 2-5. A layout is a frozen, hashable value: ``device_size`` (the pa
 row-major device shape, stick dim last), ``stride_map`` (one host stride per device dim:
 ``-1`` synthetic, ``0`` broadcast) and ``device_dtype``. The ground truth of a layout is
 its index map: host element -> device coordinate, with
-``host_offset == dot(device_coord, stride_map)`` on every data position.
+``host_offset == dot(device_coord, stride_map)`` on every data position. The map exists
+for a host shape: ``layout.for_host(shape)`` binds the layout to one, validated once, as
+a :class:`HostMapping` that owns every per-shape question (coordinates, padding, DCI).
 
 Pure Python/NumPy: no JAX import.
 """
@@ -13,9 +15,9 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -23,7 +25,7 @@ from ._dtypes import DataFormats, DTypeLike, format_for_dtype
 from ._errors import LayoutError
 from ._segments import Segmentation, row_major_strides, segment_axes
 
-__all__ = ["HostMapping", "SpyreTensorLayout", "data_positions", "padding_slabs"]
+__all__ = ["HostMapping", "SpyreTensorLayout"]
 
 
 def _int_tuple(values: Any, name: str) -> tuple[int, ...]:
@@ -94,27 +96,6 @@ def _default_dims(
     if len(order) == 1:
         return [tile, within]
     return [host(d) for d in order[1:-1]] + [tile, host(order[0]), within]
-
-
-@dataclass(frozen=True)
-class HostMapping:
-    """A layout's index map for one host shape and host strides (spec section 4).
-
-    Attributes:
-        shape: host sizes.
-        strides: host strides in elements.
-        segmentation: which device dims walk which host dims (see ``_segments``); no
-            segments for an empty host tensor.
-    """
-
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
-    segmentation: Segmentation
-
-    @property
-    def size(self) -> int:
-        """Host elements (0 for an empty tensor)."""
-        return math.prod(self.shape)
 
 
 class SpyreTensorLayout:
@@ -208,7 +189,7 @@ device_dtype=DataFormats.SEN169_FP16)
         folded into one device dim, padding beyond one stick, two device dims with one
         stride (the outer one iterates, the inner one only holds coordinate 0),
         broadcast (stride 0), synthetic (stride -1) and size-0 dims. Whether it fits a
-        given host shape is checked when it is used with one (:meth:`host_mapping`).
+        given host shape is checked when it is bound to one (:meth:`for_host`).
 
         Args:
             device_size: padded device shape, row-major, stick dim last.
@@ -372,103 +353,68 @@ device_dtype=DataFormats.SEN169_FP16)
             )
         )
 
-    # -- the index map ---------------------------------------------------------------
+    # -- bound to a host shape ---------------------------------------------------------
 
-    def host_mapping(
+    def for_host(
         self, shape: Sequence[int], host_strides: Sequence[int] | None = None
     ) -> HostMapping:
-        """The index map of this layout for a host tensor, validated.
+        """This layout bound to a host tensor: its index map, validated once and cached.
+
+        Every question that needs a host shape (device coordinates, host indices,
+        padding, ``dim_map``, DMA descriptors) is a method of the returned
+        :class:`HostMapping`; ask it rather than passing the shape around. The methods
+        of the layout that take ``(shape, host_strides=None)`` delegate to it.
+
+        Args:
+            shape: host sizes.
+            host_strides: host strides in elements; defaults to row-major.
+
+        Returns:
+            The mapping; equal arguments give the same (frozen, hashable) object.
 
         Raises:
             LayoutError: if the layout cannot hold a host tensor of this shape (too
-                small, a host dim it does not reach, or overlapping device positions).
+                small, a host dim it does not reach, or overlapping device positions),
+                or the shape or strides are malformed.
+
+        Example:
+            >>> import numpy as np
+            >>> mapping = SpyreTensorLayout((5, 100, 150), np.float16).for_host((5, 100, 150))
+            >>> mapping.device_coord((4, 7, 69)), mapping.stick_dim()
+            ((7, 1, 4, 5), 2)
         """
         shape_t = _check_shape(shape)
-        strides = _check_host_strides(shape_t, host_strides)
-        return _host_mapping(self, shape_t, strides)
+        return _for_host(self, shape_t, _check_host_strides(shape_t, host_strides))
 
     def stick_dim(
         self, shape: Sequence[int], host_strides: Sequence[int] | None = None
     ) -> int | None:
-        """The host dim that runs along the sticks, or None when sparse or size 1.
-
-        When host dims are folded into the stick, the innermost of them is returned.
-        """
-        seg = self.host_mapping(shape, host_strides).segmentation
-        found = seg.segment_of(self.device_rank - 1)
-        return None if found is None else seg.segments[found[0]].host_dims[-1]
+        """The host dim along the sticks, or None (see :meth:`HostMapping.stick_dim`)."""
+        return self.for_host(shape, host_strides).stick_dim()
 
     def dim_map(
         self, shape: Sequence[int], host_strides: Sequence[int] | None = None
     ) -> tuple[int, ...]:
-        """The legacy ``dim_map`` for a host shape: host dim per device dim, -1 synthetic.
-
-        A device dim over folded host dims reports the innermost of them; a size-1 device
-        dim with a host stride reports the host dim whose stride divides it; a device
-        dim tied with an outer one of the same stride (which takes the whole quotient)
-        holds coordinate 0 only and reports -1, like a synthetic dim.
-        """
-        mapping = self.host_mapping(shape, host_strides)
-        seg = mapping.segmentation
-        out = []
-        for j, stride in enumerate(self.stride_map):
-            found = seg.segment_of(j)
-            if found is not None:
-                out.append(seg.segments[found[0]].host_dims[-1])
-            elif stride > 0 and self.device_size[j] == 1:
-                out.append(_dividing_dim(mapping, stride))
-            else:
-                out.append(-1)
-        return tuple(out)
+        """The legacy ``dim_map`` for a host shape (see :meth:`HostMapping.dim_map`)."""
+        return self.for_host(shape, host_strides).dim_map()
 
     def dim_order(
         self, shape: Sequence[int], host_strides: Sequence[int] | None = None
     ) -> tuple[int, ...] | None:
-        """The dim order whose default layout this is, for a host shape; else None.
-
-        The default layout places host dims as ``[o[1], ..., o[r-2], T, o[0], S]``
-        (spec section 2), so the order is read off the device dims and checked by
-        rebuilding the default layout. Size-1 host dims take no device memory, so
-        several orders can give one layout; they fill their places in increasing order
-        (the order closest to ``range(rank)``). An empty tensor places no element, so
-        its order is found only when that fill gives it.
+        """The dim order whose default layout this is, or None (:meth:`HostMapping.dim_order`).
 
         Example:
             >>> import numpy as np
             >>> SpyreTensorLayout((5, 100, 150), np.float16, [2, 0, 1]).dim_order((5, 100, 150))
             (2, 0, 1)
         """
-        mapping = self.host_mapping(shape, host_strides)
-        rank, k = len(mapping.shape), self.device_rank - 1  # k: entries of the order
-        if rank and k not in (rank, rank + 1):
-            return None
-        # Device position of each entry: o[0], o[1..k-2], then the stick.
-        positions = [k] if k == 1 else [k - 1, *range(k - 2), k]
-        found: list[int | None] = [_walked_dim(mapping, p) for p in positions] if rank else []
-        if rank and k == rank + 1:  # a sparse order: a trailing synthetic stick
-            found[-1] = -1
-        left = iter(sorted(set(range(rank)) - set(found)))
-        order = tuple(next(left, -1) if d is None else d for d in found)
-        try:
-            default = SpyreTensorLayout(
-                mapping.shape, self.device_dtype, order or None, host_strides=mapping.strides
-            )
-        except LayoutError:
-            return None
-        return order if default == self else None
+        return self.for_host(shape, host_strides).dim_order()
 
     def device_coords(
         self, shape: Sequence[int], host_strides: Sequence[int] | None = None
     ) -> np.ndarray:
-        """Device coordinate of every host element (spec section 4).
-
-        Returns:
-            An int64 array of shape ``(*shape, device_rank)``. Broadcast device dims
-            report coordinate 0 (the element sits at every coordinate along them).
-        """
-        mapping = self.host_mapping(shape, host_strides)
-        index = np.indices(mapping.shape, dtype=np.int64)
-        return self.device_coords_of(np.moveaxis(index, 0, -1), mapping.shape, host_strides)
+        """Device coordinate of every host element (see :meth:`HostMapping.device_coords`)."""
+        return self.for_host(shape, host_strides).device_coords()
 
     def device_coords_of(
         self,
@@ -476,26 +422,8 @@ device_dtype=DataFormats.SEN169_FP16)
         shape: Sequence[int],
         host_strides: Sequence[int] | None = None,
     ) -> np.ndarray:
-        """Device coordinates of some host elements, vectorised.
-
-        Args:
-            indices: integer array of shape ``(..., rank)``: host indices.
-            shape: host sizes.
-            host_strides: host strides; defaults to row-major.
-
-        Returns:
-            An int64 array of shape ``(..., device_rank)``.
-        """
-        mapping = self.host_mapping(shape, host_strides)
-        idx = np.asarray(indices, dtype=np.int64)
-        index = np.moveaxis(idx, -1, 0) if idx.ndim else idx
-        out = np.zeros((*idx.shape[:-1], self.device_rank), dtype=np.int64)
-        for segment in mapping.segmentation.segments:
-            rest = _segment_linear(mapping, segment.host_dims, index)
-            for j, ratio in segment.axes:
-                out[..., j] = rest // ratio
-                rest = rest % ratio
-        return out
+        """Device coordinates of some host elements (:meth:`HostMapping.device_coords_of`)."""
+        return self.for_host(shape, host_strides).device_coords_of(indices)
 
     def host_offsets_of(
         self,
@@ -503,19 +431,8 @@ device_dtype=DataFormats.SEN169_FP16)
         shape: Sequence[int],
         host_strides: Sequence[int] | None = None,
     ) -> np.ndarray:
-        """Host offsets held at device coordinates, vectorised; -1 on padding.
-
-        Args:
-            coords: integer array of shape ``(..., device_rank)``.
-            shape: host sizes.
-            host_strides: host strides; defaults to row-major.
-        """
-        mapping = self.host_mapping(shape, host_strides)
-        c = np.asarray(coords, dtype=np.int64)
-        cols = [c[..., j] for j in range(self.device_rank)]
-        valid = np.broadcast_to(data_positions(self, mapping, cols), c.shape[:-1])
-        offsets = c @ np.array([max(m, 0) for m in self.stride_map], dtype=np.int64)
-        return np.where(valid, offsets, -1)
+        """Host offsets held at device coordinates (:meth:`HostMapping.host_offsets_of`)."""
+        return self.for_host(shape, host_strides).host_offsets_of(coords)
 
     def device_coord(
         self,
@@ -523,19 +440,8 @@ device_dtype=DataFormats.SEN169_FP16)
         shape: Sequence[int],
         host_strides: Sequence[int] | None = None,
     ) -> tuple[int, ...]:
-        """Device coordinate of one host element.
-
-        Raises:
-            LayoutError: if ``index`` is not an index into ``shape``.
-        """
-        idx = _check_index(index, shape)
-        mapping = self.host_mapping(shape, host_strides)
-        out = [0] * self.device_rank
-        for segment in mapping.segmentation.segments:
-            rest = _segment_linear(mapping, segment.host_dims, idx)
-            for j, ratio in segment.axes:
-                out[j], rest = divmod(rest, ratio)
-        return tuple(out)
+        """Device coordinate of one host element (see :meth:`HostMapping.device_coord`)."""
+        return self.for_host(shape, host_strides).device_coord(index)
 
     def host_index(
         self,
@@ -543,48 +449,316 @@ device_dtype=DataFormats.SEN169_FP16)
         shape: Sequence[int],
         host_strides: Sequence[int] | None = None,
     ) -> tuple[int, ...] | None:
+        """Host index at a device coordinate, or None (see :meth:`HostMapping.host_index`)."""
+        return self.for_host(shape, host_strides).host_index(coord)
+
+    def padding_mask(
+        self, shape: Sequence[int], host_strides: Sequence[int] | None = None
+    ) -> np.ndarray:
+        """True where the device image is padding (see :meth:`HostMapping.padding_mask`)."""
+        return self.for_host(shape, host_strides).padding_mask()
+
+    def data_mask(
+        self, shape: Sequence[int], host_strides: Sequence[int] | None = None
+    ) -> np.ndarray:
+        """True where the image holds host data (see :meth:`HostMapping.data_mask`)."""
+        return self.for_host(shape, host_strides).data_mask()
+
+
+# A padding check: (device dim, bound, recombined sum or None); see _padding_checks.
+_Check = tuple[int, int, tuple[tuple[tuple[int, int], ...], int] | None]
+
+
+@dataclass(frozen=True)
+class HostMapping:
+    """A layout bound to one host tensor: its index map (spec section 4), validated once.
+
+    Made by :meth:`SpyreTensorLayout.for_host`, which caches it: equal arguments give
+    the same object. Everything that depends on the host shape is a method here,
+    computed from the segmentation found when it was made: device coordinates, host
+    indices, padding, ``dim_map`` and the DMA descriptors (``dci()``). Frozen and
+    hashable; compares by ``(layout, shape, strides)``.
+
+    ``dci(host_to_device=True, host_dtype=None, name="")`` returns the
+    :class:`~spyrejax.DCI` that moves this host tensor to (or from) the layout; it is
+    attached by :mod:`spyrejax._dci`, the layer above, so that imports flow one way
+    (see :func:`~spyrejax.generate_dci` for its arguments).
+
+    Attributes:
+        layout: the layout.
+        shape: host sizes.
+        strides: host strides in elements.
+        segmentation: which device dims walk which host dims (see ``_segments``); no
+            segments for an empty host tensor.
+    """
+
+    layout: SpyreTensorLayout
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    segmentation: Segmentation = field(compare=False, repr=False)
+
+    dci: ClassVar[Callable[..., Any]]  # attached by spyrejax._dci (see the docstring)
+
+    @property
+    def size(self) -> int:
+        """Host elements (0 for an empty tensor)."""
+        return math.prod(self.shape)
+
+    # -- the legacy views of the map ---------------------------------------------------
+
+    def stick_dim(self) -> int | None:
+        """The host dim that runs along the sticks, or None when sparse or size 1.
+
+        When host dims are folded into the stick, the innermost of them is returned.
+        """
+        seg = self.segmentation
+        found = seg.segment_of(self.layout.device_rank - 1)
+        return None if found is None else seg.segments[found[0]].host_dims[-1]
+
+    def dim_map(self) -> tuple[int, ...]:
+        """The legacy ``dim_map``: host dim per device dim, -1 synthetic.
+
+        A device dim over folded host dims reports the innermost of them; a size-1 device
+        dim with a host stride reports the host dim whose stride divides it; a device
+        dim tied with an outer one of the same stride (which takes the whole quotient)
+        holds coordinate 0 only and reports -1, like a synthetic dim.
+        """
+        layout, seg = self.layout, self.segmentation
+        out = []
+        for j, stride in enumerate(layout.stride_map):
+            found = seg.segment_of(j)
+            if found is not None:
+                out.append(seg.segments[found[0]].host_dims[-1])
+            elif stride > 0 and layout.device_size[j] == 1:
+                out.append(self._dividing_dim(stride))
+            else:
+                out.append(-1)
+        return tuple(out)
+
+    def dim_order(self) -> tuple[int, ...] | None:
+        """The dim order whose default layout the layout is, for this host tensor; else None.
+
+        The default layout places host dims as ``[o[1], ..., o[r-2], T, o[0], S]``
+        (spec section 2), so the order is read off the device dims and checked by
+        rebuilding the default layout. Size-1 host dims take no device memory, so
+        several orders can give one layout; they fill their places in increasing order
+        (the order closest to ``range(rank)``). An empty tensor places no element, so
+        its order is found only when that fill gives it.
+        """
+        layout = self.layout
+        rank, k = len(self.shape), layout.device_rank - 1  # k: entries of the order
+        if rank and k not in (rank, rank + 1):
+            return None
+        # Device position of each entry: o[0], o[1..k-2], then the stick.
+        positions = [k] if k == 1 else [k - 1, *range(k - 2), k]
+        found: list[int | None] = [self._walked_dim(p) for p in positions] if rank else []
+        if rank and k == rank + 1:  # a sparse order: a trailing synthetic stick
+            found[-1] = -1
+        left = iter(sorted(set(range(rank)) - set(found)))
+        order = tuple(next(left, -1) if d is None else d for d in found)
+        try:
+            default = SpyreTensorLayout(
+                self.shape, layout.device_dtype, order or None, host_strides=self.strides
+            )
+        except LayoutError:
+            return None
+        return order if default == layout else None
+
+    # -- host element <-> device coordinate --------------------------------------------
+
+    def device_coord(self, index: Sequence[int]) -> tuple[int, ...]:
+        """Device coordinate of one host element.
+
+        Broadcast device dims report coordinate 0.
+
+        Raises:
+            LayoutError: if ``index`` is not an index into the host shape.
+        """
+        idx = _check_index(index, self.shape)
+        out = [0] * self.layout.device_rank
+        for segment in self.segmentation.segments:
+            rest = self._segment_linear(segment.host_dims, idx)
+            for j, ratio in segment.axes:
+                out[j], rest = divmod(rest, ratio)
+        return tuple(out)
+
+    def device_coords(self) -> np.ndarray:
+        """Device coordinate of every host element.
+
+        Returns:
+            An int64 array of shape ``(*shape, device_rank)``. Broadcast device dims
+            report coordinate 0 (the element sits at every coordinate along them).
+        """
+        index = np.indices(self.shape, dtype=np.int64)
+        return self.device_coords_of(np.moveaxis(index, 0, -1))
+
+    def device_coords_of(self, indices: np.ndarray) -> np.ndarray:
+        """Device coordinates of some host elements, vectorised.
+
+        Args:
+            indices: integer array of shape ``(..., rank)``: host indices.
+
+        Returns:
+            An int64 array of shape ``(..., device_rank)``.
+        """
+        idx = np.asarray(indices, dtype=np.int64)
+        index = np.moveaxis(idx, -1, 0) if idx.ndim else idx
+        out = np.zeros((*idx.shape[:-1], self.layout.device_rank), dtype=np.int64)
+        for segment in self.segmentation.segments:
+            rest = self._segment_linear(segment.host_dims, index)
+            for j, ratio in segment.axes:
+                out[..., j] = rest // ratio
+                rest = rest % ratio
+        return out
+
+    def host_index(self, coord: Sequence[int]) -> tuple[int, ...] | None:
         """Host index held at a device coordinate, or None if it is padding.
 
         Raises:
             LayoutError: if ``coord`` is not a coordinate of ``device_size``.
         """
-        c = _check_index(coord, self.device_size, what="device coordinate")
-        mapping = self.host_mapping(shape, host_strides)
-        if not bool(data_positions(self, mapping, c)):
+        c = _check_index(coord, self.layout.device_size, what="device coordinate")
+        if not bool(self.data_positions(c)):
             return None
-        index = [0] * len(mapping.shape)
-        for segment in mapping.segmentation.segments:
+        index = [0] * len(self.shape)
+        for segment in self.segmentation.segments:
             x = sum(c[j] * ratio for j, ratio in segment.axes)
             for d in reversed(segment.host_dims):
-                x, index[d] = divmod(x, mapping.shape[d])
+                x, index[d] = divmod(x, self.shape[d])
         return tuple(index)
 
-    def padding_mask(
-        self, shape: Sequence[int], host_strides: Sequence[int] | None = None
-    ) -> np.ndarray:
+    def host_offsets_of(self, coords: np.ndarray) -> np.ndarray:
+        """Host offsets held at device coordinates, vectorised; -1 on padding.
+
+        Args:
+            coords: integer array of shape ``(..., device_rank)``.
+        """
+        c = np.asarray(coords, dtype=np.int64)
+        cols = [c[..., j] for j in range(self.layout.device_rank)]
+        valid = np.broadcast_to(self.data_positions(cols), c.shape[:-1])
+        offsets = c @ np.array([max(m, 0) for m in self.layout.stride_map], dtype=np.int64)
+        return np.where(valid, offsets, -1)
+
+    # -- padding -------------------------------------------------------------------------
+
+    def data_positions(self, c: Any) -> Any:
+        """Whether device coordinates hold host data (spec section 4), array-agnostic.
+
+        Args:
+            c: one coordinate per device dim: ints, or broadcastable integer arrays of
+                any array library (NumPy grids, JAX iotas); only ``*``, ``+``, ``<`` and
+                ``&`` are used.
+
+        Returns:
+            True where the position holds data (a bool or a broadcast bool array).
+
+        Only the checks a coordinate inside ``device_size`` can fail are emitted, so the
+        masks kernels build stay small.
+        """
+        ok: Any = True
+        for j, bound, combined in self._padding_checks:
+            if combined is None:
+                ok = ok & (c[j] < bound)
+                continue
+            axes, limit = combined
+            x: Any = 0
+            for k, ratio in axes:
+                x = x + c[k] * ratio
+            ok = ok & (x < limit)
+        return ok
+
+    def padding_mask(self) -> np.ndarray:
         """Boolean array of shape ``device_size``: True where the device image is padding.
 
         Exact, including positions whose ``dot(coord, stride_map)`` aliases a real host
         offset (spec section 4): validity is decided per host dim.
         """
-        mapping = self.host_mapping(shape, host_strides)
-        grids = np.ogrid[tuple(slice(0, n) for n in self.device_size)]
-        return ~np.broadcast_to(data_positions(self, mapping, grids), self.device_size)
+        size = self.layout.device_size
+        grids = np.ogrid[tuple(slice(0, n) for n in size)]
+        return ~np.broadcast_to(self.data_positions(grids), size)
 
-    def data_mask(
-        self, shape: Sequence[int], host_strides: Sequence[int] | None = None
-    ) -> np.ndarray:
+    def data_mask(self) -> np.ndarray:
         """Boolean array of shape ``device_size``: True where the image holds host data."""
-        return ~self.padding_mask(shape, host_strides)
+        return ~self.padding_mask()
+
+    def padding_slabs(self) -> tuple[tuple[int, int, int], ...]:
+        """Slabs ``(device dim, start, stop)`` whose union covers every padding position.
+
+        A padding position fails some check :meth:`data_positions` emits, and the
+        innermost check it fails holds only where one device coordinate is at or past a
+        bound (the checks below it pass), so it lies in that dim's slab: filling the
+        slabs and then writing the data fills all padding while touching little else
+        (for a partial last stick, only the last tile).
+        """
+        size = self.layout.device_size
+        return tuple((j, bound, size[j]) for j, bound, _ in self._padding_checks)
+
+    @functools.cached_property
+    def _padding_checks(self) -> tuple[_Check, ...]:
+        """The checks a coordinate inside ``device_size`` can fail, as ``(dim, bound, sum)``.
+
+        A position is data iff it is the image of a host element (spec section 4): for
+        each device dim of a segment, the coordinate recombined from it and the dims
+        below it (``sum(c[j] * ratio)``) stays below the step of the dim above it (the
+        segment size at the top). With ``sum`` None the check is ``c[dim] < bound`` (the
+        step divides evenly, so given the checks below it that is the same); otherwise
+        ``sum`` is ``(axes, limit)``: data only if the recombined coordinate over
+        ``axes`` is below ``limit``. Either way it fails only where ``c[dim] >= bound``
+        once the checks below it hold; a check that cannot fail is left out.
+        """
+        layout = self.layout
+        size = layout.device_size
+        if self.size == 0:
+            return ((layout.device_rank - 1, 0, None),)  # an empty tensor: all is padding
+        seg = self.segmentation
+        checks: list[_Check] = []
+        for j in seg.ignored:
+            if layout.stride_map[j] != 0 and size[j] > 1:
+                checks.append((j, 1, None))
+        for segment in seg.segments:
+            limit = segment.size
+            for i, (j, ratio) in enumerate(segment.axes):
+                if limit // ratio < size[j]:
+                    combined = None if limit % ratio == 0 else (segment.axes[i:], limit)
+                    checks.append((j, limit // ratio, combined))
+                limit = ratio
+        return tuple(checks)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _walked_dim(self, j: int) -> int | None:
+        """The host dim device dim ``j`` walks one element at a time, or None."""
+        found = self.segmentation.segment_of(j)
+        if found is None:
+            return None
+        segment = self.segmentation.segments[found[0]]
+        return segment.host_dims[0] if len(segment.host_dims) == 1 and found[1] == 1 else None
+
+    def _segment_linear(self, dims: tuple[int, ...], index: Any) -> Any:
+        """Linear position inside a (folded) segment of the host coordinates ``index``."""
+        x = 0
+        for d in dims:
+            x = x * self.shape[d] + index[d]
+        return x
+
+    def _dividing_dim(self, stride: int) -> int:
+        """Host dim (size > 1) with the largest stride that divides ``stride``, else -1."""
+        best = -1
+        for d, (n, s) in enumerate(zip(self.shape, self.strides, strict=True)):
+            if n > 1 and s <= stride and stride % s == 0 and (best < 0 or s > self.strides[best]):
+                best = d
+        return best
 
 
 @functools.lru_cache(maxsize=4096)
-def _host_mapping(
+def _for_host(
     layout: SpyreTensorLayout, shape: tuple[int, ...], strides: tuple[int, ...]
 ) -> HostMapping:
+    """The validated mapping of canonical ``(shape, strides)``: the one place it is built."""
     what = f"layout {layout} for host shape {list(shape)}"
     if math.prod(shape) == 0:  # an empty tensor: nothing to place, all is padding
-        return HostMapping(shape, strides, Segmentation((), tuple(range(layout.device_rank))))
+        empty = Segmentation((), tuple(range(layout.device_rank)))
+        return HostMapping(layout, shape, strides, empty)
     if 0 in layout.device_size:
         raise LayoutError(
             f"{what}: too small; a size-0 device dim leaves no place for "
@@ -594,7 +768,7 @@ def _host_mapping(
     seg = segment_axes(shape, strides, axes, what=what)
     for segment in seg.segments:
         _check_nesting(layout, segment, what)
-    return HostMapping(shape, strides, seg)
+    return HostMapping(layout, shape, strides, seg)
 
 
 def _check_nesting(layout: SpyreTensorLayout, segment: Any, what: str) -> None:
@@ -627,107 +801,6 @@ def _check_nesting(layout: SpyreTensorLayout, segment: Any, what: str) -> None:
                 f"{ratio}), which has {layout.device_size[j]}"
             )
         span, outer = min(span, ratio), j
-
-
-def _walked_dim(mapping: HostMapping, j: int) -> int | None:
-    """The host dim device dim ``j`` walks one element at a time, or None."""
-    found = mapping.segmentation.segment_of(j)
-    if found is None:
-        return None
-    segment = mapping.segmentation.segments[found[0]]
-    return segment.host_dims[0] if len(segment.host_dims) == 1 and found[1] == 1 else None
-
-
-def _segment_linear(mapping: HostMapping, dims: tuple[int, ...], index: Any) -> Any:
-    """Linear position inside a (folded) segment of the host coordinates ``index``."""
-    x = 0
-    for d in dims:
-        x = x * mapping.shape[d] + index[d]
-    return x
-
-
-_Check = tuple[int, int, tuple[tuple[tuple[int, int], ...], int] | None]
-
-
-def _padding_checks(layout: SpyreTensorLayout, mapping: HostMapping) -> list[_Check]:
-    """The checks a coordinate inside ``device_size`` can fail, as ``(dim, bound, sum)``.
-
-    A position is data iff it is the image of a host element (spec section 4): for
-    each device dim of a segment, the coordinate recombined from it and the dims
-    below it (``sum(c[j] * ratio)``) stays below the step of the dim above it (the
-    segment size at the top). With ``sum`` None the check is ``c[dim] < bound`` (the
-    step divides evenly, so given the checks below it that is the same); otherwise
-    ``sum`` is ``(axes, limit)``: data only if the recombined coordinate over ``axes``
-    is below ``limit``. Either way it fails only where ``c[dim] >= bound`` once the
-    checks below it hold; a check that cannot fail is left out.
-    """
-    size = layout.device_size
-    if mapping.size == 0:
-        return [(layout.device_rank - 1, 0, None)]  # an empty tensor: all is padding
-    seg = mapping.segmentation
-    checks: list[_Check] = []
-    for j in seg.ignored:
-        if layout.stride_map[j] != 0 and size[j] > 1:
-            checks.append((j, 1, None))
-    for segment in seg.segments:
-        limit = segment.size
-        for i, (j, ratio) in enumerate(segment.axes):
-            if limit // ratio < size[j]:
-                combined = None if limit % ratio == 0 else (segment.axes[i:], limit)
-                checks.append((j, limit // ratio, combined))
-            limit = ratio
-    return checks
-
-
-def data_positions(layout: SpyreTensorLayout, mapping: HostMapping, c: Any) -> Any:
-    """Whether device coordinates hold host data (spec section 4), array-agnostic.
-
-    Args:
-        layout: the layout.
-        mapping: its index map for the host shape (``layout.host_mapping(shape)``).
-        c: one coordinate per device dim: ints, or broadcastable integer arrays of any
-            array library (NumPy grids, JAX iotas); only ``*``, ``+``, ``<`` and ``&``
-            are used.
-
-    Returns:
-        True where the position holds data (a bool or a broadcast bool array).
-
-    Only the checks a coordinate inside ``device_size`` can fail are emitted, so the
-    masks kernels build stay small.
-    """
-    ok: Any = True
-    for j, bound, combined in _padding_checks(layout, mapping):
-        if combined is None:
-            ok = ok & (c[j] < bound)
-            continue
-        axes, limit = combined
-        x: Any = 0
-        for k, ratio in axes:
-            x = x + c[k] * ratio
-        ok = ok & (x < limit)
-    return ok
-
-
-def padding_slabs(layout: SpyreTensorLayout, mapping: HostMapping) -> list[tuple[int, int, int]]:
-    """Slabs ``(device dim, start, stop)`` whose union covers every padding position.
-
-    A padding position fails some check :func:`data_positions` emits, and the innermost
-    check it fails holds only where one device coordinate is at or past a bound (the
-    checks below it pass), so it lies in that dim's slab: filling the slabs and then
-    writing the data fills all padding while touching little else (for a partial last
-    stick, only the last tile).
-    """
-    size = layout.device_size
-    return [(j, bound, size[j]) for j, bound, _ in _padding_checks(layout, mapping)]
-
-
-def _dividing_dim(mapping: HostMapping, stride: int) -> int:
-    """Host dim (size > 1) with the largest stride that divides ``stride``, else -1."""
-    best = -1
-    for d, (n, s) in enumerate(zip(mapping.shape, mapping.strides, strict=True)):
-        if n > 1 and s <= stride and stride % s == 0 and (best < 0 or s > mapping.strides[best]):
-            best = d
-    return best
 
 
 def _check_index(index: Any, shape: Sequence[int], what: str = "host index") -> tuple[int, ...]:

@@ -121,7 +121,7 @@ def test_jit_matches_eager_and_traces_once_per_layout():
 def test_transfers_lower_to_boxes_without_index_arrays():
     shape = (64, 100, 150)
     layout = SpyreTensorLayout.from_stride_map([2, 3, 64, 100, 64], [9600, 64, 15000, 150, 1], F16)
-    layout.host_mapping(shape)
+    layout.for_host(shape)
     for fn, arg in (
         (lambda x: sj.dma_h2d(x, layout), jnp.zeros(shape, F16)),
         (lambda y: sj.dma_d2h(y, shape, layout), jnp.zeros(layout.device_size, F16)),

@@ -284,13 +284,13 @@ def test_bad_explicit_layout(dsize, smap, match):
 def test_layout_that_cannot_hold_the_host_shape(size, dsize, smap, match):
     layout = SpyreTensorLayout.from_stride_map(dsize, smap, F16)
     with pytest.raises(sj.LayoutError, match=match):
-        layout.host_mapping(size)
+        layout.for_host(size)
 
 
 def test_fold_across_non_contiguous_host_dims_is_an_error():
     layout = SpyreTensorLayout.from_stride_map([38, 64], [64, 1], F16)
     with pytest.raises(sj.LayoutError, match="not contiguous"):
-        layout.host_mapping([40, 60], host_strides=[61, 1])
+        layout.for_host([40, 60], host_strides=[61, 1])
 
 
 def test_layout_error_is_a_value_error():
@@ -346,10 +346,8 @@ def test_layout_core_does_not_import_jax(name):
 
 
 def _slab_mask(layout, shape):
-    from spyrejax._layout import padding_slabs
-
     mask = np.zeros(layout.device_size, bool)
-    for dim, start, stop in padding_slabs(layout, layout.host_mapping(shape)):
+    for dim, start, stop in layout.for_host(shape).padding_slabs():
         index = [slice(None)] * layout.device_rank
         index[dim] = slice(start, stop)
         mask[tuple(index)] = True
@@ -486,7 +484,7 @@ def test_empty_tensor_layout_errors():
     layout = SpyreTensorLayout.from_stride_map([0, 64], [64, 1], F16)
     assert layout.nbytes == 0 and layout.padding_mask([0]).shape == (0, 64)
     with pytest.raises(sj.LayoutError, match="size-0 device dim"):
-        layout.host_mapping([5])
+        layout.for_host([5])
     with pytest.raises(sj.LayoutError, match="outside shape"):
         SpyreTensorLayout([0, 4], F16).device_coord((0, 0), [0, 4])
 

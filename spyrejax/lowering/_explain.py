@@ -11,7 +11,7 @@ from typing import Any
 import jax
 
 from .._array import SpyreType
-from .._dci import DCI, generate_dci
+from .._dci import DCI
 from .._layout import SpyreTensorLayout
 from ._interpret import Record, records
 from ._jit import SpyreJit
@@ -198,12 +198,13 @@ def explain(fun: Callable[..., Any] | SpyreJit, *args: Any, **kwargs: Any) -> Re
         if isinstance(t, SpyreType):
             continue  # already on the device
         layout = SpyreTensorLayout(var.aval.shape, var.aval.dtype)
-        inputs.append((v.name, generate_dci(v.shape, layout, host_dtype=var.aval.dtype)))
+        inputs.append((v.name, layout.for_host(v.shape).dci(host_dtype=var.aval.dtype)))
     outputs = []
     for i, var in enumerate(closed.jaxpr.outvars):
         t = var.aval
         if isinstance(t, SpyreType):
-            dci = generate_dci(t.base_shape, t.layout, host_dtype=t.dtype, host_to_device=False)
+            mapping = t.layout.for_host(t.base_shape)
+            dci = mapping.dci(host_to_device=False, host_dtype=t.dtype)
             outputs.append((f"out{i}", dci))
     copies = tuple(
         (node.describe(), prim.moves)

@@ -66,7 +66,7 @@ def with_layout(x: Any, layout: SpyreTensorLayout | None = None, *, dim_order: A
     if layout is not None:
         if not isinstance(layout, SpyreTensorLayout):
             raise LayoutError(f"layout must be a SpyreTensorLayout, got {layout!r}")
-        layout.host_mapping(aval.shape)
+        layout.for_host(aval.shape)
     else:
         dim_order = tuple(int(d) for d in dim_order)
         SpyreTensorLayout(aval.shape, aval.dtype, dim_order)  # validates
@@ -86,7 +86,7 @@ def _restickify_to(x: Any, layout: Any, dim_order: Any) -> Any:
 def hinted_stick(shape: tuple[int, ...], params: dict[str, Any]) -> int:
     """The stick a with_layout node asks for."""
     if params["layout"] is not None:
-        s = params["layout"].stick_dim(shape)
+        s = params["layout"].for_host(shape).stick_dim()
         return SPARSE if s is None else canon(shape, s)
     order = params["dim_order"]
     return SPARSE if not order or order[-1] == -1 else canon(shape, order[-1])

@@ -126,6 +126,6 @@ def full(
         raise LayoutError("full takes a dim_order or a layout, not both")
     if layout is None:
         layout = SpyreTensorLayout(shape, dt, dim_order)
-    layout.host_mapping(shape)
+    layout.for_host(shape)
     scalar = np.asarray(value, dt).item()  # hashable, exact in the element dtype
     return Full(shape=shape, dtype=dt, value=scalar, layout=layout)()

@@ -17,7 +17,6 @@ from .._array import SpyreType
 from .._devdims import AlignPlan, DevDim
 from .._dma import box_plan, d2h_values, dma_d2h, read_box
 from .._dtypes import poison_value
-from .._layout import data_positions
 
 __all__ = [
     "accumulator",
@@ -65,13 +64,13 @@ def data_mask(t: SpyreType) -> jax.Array | None:
     if not has_padding(t):
         return None
     layout = t.layout
-    mapping = layout.host_mapping(t.base_shape)
+    mapping = layout.for_host(t.base_shape)
     rank = layout.device_rank
     grids = [
         jax.lax.broadcasted_iota(np.int32, tuple(n if k == j else 1 for k in range(rank)), j)
         for j, n in enumerate(layout.device_size)
     ]
-    return jnp.broadcast_to(data_positions(layout, mapping, grids), layout.device_size)
+    return jnp.broadcast_to(mapping.data_positions(grids), layout.device_size)
 
 
 def poison(dtype: Any) -> jax.Array:

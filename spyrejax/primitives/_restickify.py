@@ -47,7 +47,7 @@ class Restickify(SpyrePrim):
     role = "restickify"
 
     def __init__(self, aval: SpyreType, *, layout: SpyreTensorLayout) -> None:
-        layout.host_mapping(aval.shape)
+        layout.for_host(aval.shape)
         if format_for_dtype(aval.dtype) != layout.device_dtype and aval.dtype != np.bool_:
             raise LayoutError(
                 f"restickify: layout {layout} does not fit dtype {aval.dtype} of {aval.str_short()}"
@@ -90,7 +90,7 @@ class Copy(SpyrePrim):
         shape = self.shape(avals, **params)
         if any(a.dtype != avals[0].dtype for a in avals):
             raise SpyreTypeError(f"{type(self).__name__}: operands need one dtype")
-        layout.host_mapping(shape)
+        layout.for_host(shape)
         self.in_avals = tuple(avals)
         self.out_aval = SpyreType.contiguous(shape, avals[0].dtype, layout)
         super().__init__()

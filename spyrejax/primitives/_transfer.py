@@ -32,7 +32,7 @@ class ToDevice(SpyrePrim):
     def __init__(
         self, aval: ShapedArray, *, layout: SpyreTensorLayout, pad_value: Any = None
     ) -> None:
-        layout.host_mapping(aval.shape)
+        layout.for_host(aval.shape)
         pad = PadFill.ZERO if pad_value is not None and pad_value == 0 else PadFill.POISON
         self.in_avals = (aval,)
         self.out_aval = SpyreType.contiguous(aval.shape, aval.dtype, layout, pad)

@@ -140,7 +140,7 @@ def _split_folds(
         return None
     layout = SpyreTensorLayout.from_stride_map(sizes, smap, aval.layout.device_dtype)
     try:
-        layout.host_mapping(aval.base_shape)
+        layout.for_host(aval.base_shape)
     except LayoutError:
         return None
     return layout

@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 
 from .._array import SpyreArray
-from .._dci import DCI, generate_dci
+from .._dci import DCI
 from .._errors import LayoutError
-from .._layout import SpyreTensorLayout
+from .._layout import HostMapping, SpyreTensorLayout
 
 __all__ = [
     "PALETTE",
@@ -463,21 +463,19 @@ def share_colours(*pictures: Picture) -> tuple[Picture, ...]:
     return tuple(dataclasses.replace(p, colour_sticks=key) for p in pictures)
 
 
-def _resolve(
-    x: Any, layout: SpyreTensorLayout | None, dtype: Any
-) -> tuple[tuple[int, ...], SpyreTensorLayout]:
-    """The host shape and layout a picture is drawn for."""
+def _resolve(x: Any, layout: SpyreTensorLayout | None, dtype: Any) -> HostMapping:
+    """The host tensor a picture is drawn for, bound to its layout."""
     if isinstance(x, SpyreArray):
-        return x.type.base_shape, x.layout
+        return x.layout.for_host(x.type.base_shape)
     if isinstance(x, tuple | list):
         shape = tuple(int(n) for n in x)
         if layout is None:
             if dtype is None:
                 raise LayoutError("give a layout or a dtype with a bare shape")
             layout = SpyreTensorLayout(shape, dtype)
-        return shape, layout
+        return layout.for_host(shape)
     arr_shape = tuple(np.shape(x))
-    return arr_shape, layout or SpyreTensorLayout(arr_shape, dtype or x.dtype)
+    return (layout or SpyreTensorLayout(arr_shape, dtype or x.dtype)).for_host(arr_shape)
 
 
 def _check_max(**limits: int) -> None:
@@ -536,14 +534,15 @@ def logical_view(
         max_cols: columns drawn at most.
     """
     _check_max(max_rows=max_rows, max_cols=max_cols)
-    shape, layout = _resolve(x, layout, dtype)
+    mapping = _resolve(x, layout, dtype)
+    shape, layout = mapping.shape, mapping.layout
     rows_total = math.prod(shape[:-1]) if shape else 1
     cols_total = shape[-1] if shape else 1
     rows, cols = min(rows_total, max_rows), min(cols_total, max_cols)
     r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
     offsets = r * cols_total + c  # row-major host offsets
     index = _unravel(offsets, shape)
-    coords = layout.device_coords_of(index, shape)
+    coords = mapping.device_coords_of(index)
     sticks = _stick_ids(layout, coords)
     labels = tuple(str(tuple(int(i) for i in row)) for row in _unravel(np.arange(rows), shape[:-1]))
     return Picture(
@@ -571,7 +570,8 @@ def host_memory(
     will hold it; tile boundaries separate cells bound for different tiles.
     """
     _check_max(max_rows=max_rows)
-    shape, layout = _resolve(x, layout, dtype)
+    mapping = _resolve(x, layout, dtype)
+    shape, layout = mapping.shape, mapping.layout
     width = width or layout.elems_per_stick
     total = math.prod(shape)
     rows_total = -(-total // width)
@@ -579,7 +579,7 @@ def host_memory(
     offsets = np.arange(rows * width).reshape(rows, width)
     inside = offsets < total
     index = _unravel(np.where(inside, offsets, 0), shape)
-    sticks = _stick_ids(layout, layout.device_coords_of(index, shape))
+    sticks = _stick_ids(layout, mapping.device_coords_of(index))
     sticks = np.where(inside, sticks, EMPTY)
     text = np.where(inside, offsets.astype(str), "")
     labels = tuple(f"@{r * width}" for r in range(rows))
@@ -629,7 +629,8 @@ def device_memory(
         max_rows: sticks drawn at most (a gap row is drawn in addition).
     """
     _check_max(max_rows=max_rows)
-    shape, layout = _resolve(x, layout, dtype)
+    mapping = _resolve(x, layout, dtype)
+    shape, layout = mapping.shape, mapping.layout
     eps = layout.elems_per_stick
     tile_size = _tile_size(layout)
     shown = _device_rows(layout.num_sticks, tile_size, max_rows)
@@ -638,7 +639,7 @@ def device_memory(
     gap = stick_of_row < 0
     lane = np.arange(eps)
     coords = _unravel(np.maximum(stick_of_row, 0) * eps + lane, layout.device_size)
-    offsets = np.where(gap, -1, layout.host_offsets_of(coords, shape))
+    offsets = np.where(gap, -1, mapping.host_offsets_of(coords))
     sticks = np.where(gap, EMPTY, np.where(offsets >= 0, stick_of_row, -1))
     text = np.where(offsets >= 0, offsets.astype(str), "")
     tiles = np.broadcast_to(_tile_ids(layout, stick_of_row), (rows, eps))
@@ -671,5 +672,4 @@ def loop_nest(x: Any, layout: SpyreTensorLayout | None = None, *, dtype: Any = N
     """
     if isinstance(x, DCI):
         return x.pseudocode()
-    shape, layout = _resolve(x, layout, dtype)
-    return generate_dci(shape, layout).pseudocode()
+    return _resolve(x, layout, dtype).dci().pseudocode()
