@@ -55,7 +55,7 @@ class LaxCopy(Copy):
         out_dtype: np.dtype,
         layout: SpyreTensorLayout,
     ) -> None:
-        layout.host_mapping(out_shape)
+        layout.for_host(out_shape)
         self.params = {
             "layout": layout,
             "primitive": primitive,
