@@ -164,7 +164,10 @@ def test_concrete_calls_run_on_images_and_traced_calls_on_spyre_types():
     assert lowered.out_types == [eager.type] and eager.type == traced.type
     assert same_bits(eager.image, traced.image)
     grad = jax.grad(lambda y: sj.to_host(jf(x, y)).sum())(y)  # tracers through sj.jit
-    chex.assert_trees_all_close(grad, jax.grad(lambda y: f(sj.to_host(x), y).sum())(y), rtol=1e-4)
+    # Where tanh saturates, 1 - tanh^2 is 0 in one computation and a few ulps in the
+    # other: an absolute tolerance of float32's for those near-zero gradients.
+    want = jax.grad(lambda y: f(sj.to_host(x), y).sum())(y)
+    chex.assert_trees_all_close(grad, want, **TOL[np.dtype(jnp.float32)])
     ys = jnp.stack([y, 2 * y])
     mapped = jax.vmap(lambda y: sj.to_host(jf(x, y)))(ys)
     chex.assert_trees_all_close(mapped, jax.vmap(lambda y: f(sj.to_host(x), y))(ys), rtol=1e-5)
