@@ -262,8 +262,10 @@ def test_with_layout_is_identity_under_jax_and_a_constraint_under_spyrejax():
     assert out.layout == layout
     moved = sj.with_layout(sj.to_device(x), dim_order=[1, 0])
     assert moved.layout == layout
-    with pytest.raises(sj.LayoutError, match="one of them"):
+    with pytest.raises(sj.LayoutError, match="needs a layout or a dim_order"):
         sj.with_layout(x)
+    with pytest.raises(sj.LayoutError, match="not both"):
+        sj.with_layout(x, layout, dim_order=[1, 0])
     with pytest.raises(sj.LayoutError, match="dim_order"):
         sj.with_layout(x, dim_order=[0, 0])
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from .._array import SpyreArray
 from .._stick import restickify_cost
-from ._base import SpyrePrim, abstract, abstract_eval, image, wrap
+from ._base import SpyrePrim, abstract, abstract_eval, image, target_layout, wrap
 from ._elementwise import ELEMENTWISE_OPS, ElementwiseOp, elementwise
 from ._elementwise import OPS as ELEMENTWISE
 from ._elementwise import PUBLIC as _EW
@@ -83,6 +83,7 @@ __all__ = [
     "slice_copy",
     "squeeze",
     "sum",
+    "target_layout",
     "to_device",
     "to_host",
     "transpose",
