@@ -29,7 +29,7 @@ from ._errors import (
     SpyreUnsupportedError,
 )
 from ._layout import HostMapping, SpyreTensorLayout
-from .lowering import Report, SpyreJit, explain, jit, with_layout
+from .lowering import Compiled, Lowered, Report, SpyreJit, Traced, explain, jit, with_layout
 from .primitives import ELEMENTWISE as _ELEMENTWISE
 from .primitives import REDUCTIONS as _REDUCTIONS
 from .primitives import (
@@ -57,11 +57,13 @@ __all__ = [
     "BYTES_PER_STICK",
     "DCI",
     "SUPPORTED_DTYPES",
+    "Compiled",
     "DataFormats",
     "Descriptor",
     "HostMapping",
     "LayoutError",
     "LoopNest",
+    "Lowered",
     "PadFill",
     "Report",
     "SpyreArray",
@@ -72,6 +74,7 @@ __all__ = [
     "SpyreType",
     "SpyreTypeError",
     "SpyreUnsupportedError",
+    "Traced",
     "astype",
     "broadcast_to",
     "compact",

@@ -21,13 +21,13 @@ from spyrejax.primitives import iota
     ids=str,
 )
 def test_iota_matches_lax(shape, dimension, order):
-    a = iota(shape, jnp.int32, dimension, dim_order=order)
+    a = iota(jnp.int32, shape, dimension, dim_order=order)
     np.testing.assert_array_equal(
         np.asarray(a), jax.lax.broadcasted_iota(jnp.int32, shape, dimension)
     )
     assert a.layout == sj.SpyreTensorLayout(shape, jnp.int32, order)
     assert padding_is_poison(a)
-    f = iota(shape, jnp.float16, dimension)
+    f = iota(jnp.float16, shape, dimension)
     np.testing.assert_array_equal(
         np.asarray(f), jax.lax.broadcasted_iota(jnp.float16, shape, dimension)
     )
@@ -35,6 +35,6 @@ def test_iota_matches_lax(shape, dimension, order):
 
 def test_iota_errors():
     with pytest.raises(sj.LayoutError, match="dimension 2 is out of range"):
-        iota((4, 5), jnp.int32, 2)
+        iota(jnp.int32, (4, 5), 2)
     with pytest.raises(sj.LayoutError, match="float64"):
-        iota((4, 5), jnp.float64, 0)
+        iota(jnp.float64, (4, 5), 0)

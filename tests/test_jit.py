@@ -150,8 +150,12 @@ def test_recalls_do_not_retrace_and_new_layouts_do():
     assert len(traces) == 2
     jf(sj.to_device(x, dim_order=[1, 0]), y)  # another layout
     assert len(traces) == 3
-    lowered, _ = jf.lower(x, y)
-    assert lowered is jf.lower(x, y)[0]
+    lowered = jf.lower(x, y)  # the first call's signature: planned once, shared
+    assert lowered.plan is jf.lower(x, y).plan and len(traces) == 3
+    traced = jf.trace(x.T, y.T)  # a new signature: traced once by all three stages
+    traced.lower().compile()(x.T, y.T)
+    jf(x.T, y.T)
+    assert len(traces) == 4
 
 
 def test_concrete_calls_run_on_images_and_traced_calls_on_spyre_types():
@@ -162,11 +166,14 @@ def test_concrete_calls_run_on_images_and_traced_calls_on_spyre_types():
     x, y = sj.to_device(_rand((8, 150), jnp.float32)), _rand((150, 70), jnp.float32, 1)
     eager = jf(x, y)  # concrete: device images through jax.jit's C++ dispatch
     traced = jax.jit(jf)(x, y)  # traced: the Spyre-typed computation
-    lowered, _ = jf.lower(x, y)
+    lowered = jf.lower(x, y)
     assert lowered.out_types == [eager.type] and eager.type == traced.type
     assert same_bits(eager.image, traced.image)
     grad = jax.grad(lambda y: sj.to_host(jf(x, y)).sum())(y)  # tracers through sj.jit
-    chex.assert_trees_all_close(grad, jax.grad(lambda y: f(sj.to_host(x), y).sum())(y), rtol=1e-4)
+    # Where tanh saturates, 1 - tanh^2 is 0 in one computation and a few ulps in the
+    # other: an absolute tolerance of float32's for those near-zero gradients.
+    want = jax.grad(lambda y: f(sj.to_host(x), y).sum())(y)
+    chex.assert_trees_all_close(grad, want, **TOL[np.dtype(jnp.float32)])
     ys = jnp.stack([y, 2 * y])
     mapped = jax.vmap(lambda y: sj.to_host(jf(x, y)))(ys)
     chex.assert_trees_all_close(mapped, jax.vmap(lambda y: f(sj.to_host(x), y))(ys), rtol=1e-5)
@@ -193,14 +200,14 @@ def test_spec_planner_costs():
     for fn, args, cost in cases:
         report = sj.explain(fn, *args)
         assert report.restickify_cost == cost
-        assert sj.jit(fn).lower(*args)[0].plan.cost == cost
+        assert sj.jit(fn).lower(*args).plan.cost == cost
         _check(fn, *args, tol={"rtol": 2e-2, "atol": 2e-1})
 
 
 def test_planner_chooses_layouts():
     s = 128
     a, b, c = (_rand((s, s), jnp.float32, i) for i in range(3))
-    lowered, _ = sj.jit(lambda a, b, c: a @ (b + c.T)).lower(a, b, c)
+    lowered = sj.jit(lambda a, b, c: a @ (b + c.T)).lower(a, b, c)
     plan = lowered.plan
     add = next(n for n in lowered.graph.nodes if n.prim == "add")
     assert plan.out_type(add).stick_dim == 1  # the add runs stuck on dim 1, as the matmul needs
@@ -235,7 +242,7 @@ def test_planner_is_fast_on_hundreds_of_equations():
         return x.sum()
 
     x, y = _rand((8, 150), jnp.float32), _rand((8, 150), jnp.float32, 1)
-    lowered, _ = sj.jit(chain).lower(x, y)
+    lowered = sj.jit(chain).lower(x, y)
     assert len(lowered.graph.nodes) > 300
     assert lowered.plan.cost == 0
     _check(chain, x, y, tol={"rtol": 1e-4, "atol": 1e-4})
@@ -261,8 +268,10 @@ def test_with_layout_is_identity_under_jax_and_a_constraint_under_spyrejax():
     assert out.layout == layout
     moved = sj.with_layout(sj.to_device(x), dim_order=[1, 0])
     assert moved.layout == layout
-    with pytest.raises(sj.LayoutError, match="one of them"):
+    with pytest.raises(sj.LayoutError, match="needs a layout or a dim_order"):
         sj.with_layout(x)
+    with pytest.raises(sj.LayoutError, match="not both"):
+        sj.with_layout(x, layout, dim_order=[1, 0])
     with pytest.raises(sj.LayoutError, match="dim_order"):
         sj.with_layout(x, dim_order=[0, 0])
 
@@ -426,7 +435,7 @@ def test_split_heads_and_gradients_through_copies():
     _check(f, x, w, tol={"rtol": 1e-4, "atol": 1e-4})
     grad = jax.grad(lambda x, w: f(x, w).sum(), argnums=(0, 1))
     _check(grad, x, w, tol={"rtol": 1e-4, "atol": 1e-4})
-    lowered, _ = sj.jit(f).lower(x, w)
+    lowered = sj.jit(f).lower(x, w)
     report = sj.explain(f, x, w)
     assert report.copy_cost == lowered.plan.cost > 0  # the copies are charged and reported
     assert [what.split(" at ")[0] for what, _ in report.copies].count("slice") == 4
@@ -441,7 +450,7 @@ def _attention(q, k, v):
 
 
 def _product_modes(fn, *args):
-    lowered, _ = sj.jit(fn).lower(*args)
+    lowered = sj.jit(fn).lower(*args)
     runs = lowered.plan.runs
     return [
         runs[n][0].mode.variant == "row_major"
@@ -459,7 +468,7 @@ def test_batched_products_are_laid_out_row_major():
         report.jaxpr.replace(" ", "")
     )
     # Same sticks and sizes as the default layouts: the planned cost is unchanged.
-    lowered, _ = sj.jit(_attention).lower(q, k, v)
+    lowered = sj.jit(_attention).lower(q, k, v)
     assert report.restickify_cost == lowered.plan.cost
     _check(_attention, q, k, v, tol={"rtol": 1e-4, "atol": 1e-4})
     # Unbatched products, and batches of one, keep the default layout.
@@ -502,7 +511,7 @@ def test_a_reshape_that_cannot_be_a_view_of_its_input_is_a_planned_copy():
         return x.reshape(2, 3, 64) * 2
 
     # The planner evaluates the reshape on the input's own type: one copy of the image.
-    assert sj.jit(f).lower(a)[0].plan.cost == 512
+    assert sj.jit(f).lower(a).plan.cost == 512
     report = sj.explain(f, a)
     assert report.restickify_cost + report.copy_cost == 512
     moved = [r.reason for r in report.restickifies] + [what for what, _ in report.copies]

@@ -12,7 +12,7 @@ import spyrejax as sj
 def test_restickify_moves_the_stick(dtype):
     x = rand((5, 100, 150), dtype, np.random.default_rng(0))
     a = sj.to_device(x)
-    r = sj.restickify(a, [0, 2, 1])
+    r = sj.restickify(a, dim_order=[0, 2, 1])
     assert r.layout == sj.SpyreTensorLayout(x.shape, dtype, [0, 2, 1])
     assert r.type.stick_dim == 1
     np.testing.assert_array_equal(np.asarray(r), x)
@@ -24,7 +24,7 @@ def test_restickify_moves_the_stick(dtype):
 def test_restickify_to_an_explicit_layout_and_of_views():
     x = rand((40, 60), jnp.float16, np.random.default_rng(1))
     folded = sj.SpyreTensorLayout.from_stride_map([38, 64], [64, 1], jnp.float16)
-    r = sj.restickify(sj.to_device(x), layout=folded)
+    r = sj.restickify(sj.to_device(x), folded)
     assert r.layout == folded
     np.testing.assert_array_equal(np.asarray(r), x)
     t = sj.restickify(sj.to_device(x).T)
@@ -124,7 +124,9 @@ def test_astype_of_a_sparse_array_stays_sparse():
 def test_errors():
     a = sj.to_device(jnp.ones((4, 150), jnp.float16))
     with pytest.raises(sj.LayoutError, match="not both"):
-        sj.restickify(a, [1, 0], layout=a.layout)
+        sj.restickify(a, a.layout, dim_order=[1, 0])
+    with pytest.raises(sj.LayoutError, match=r"got \[1, 0\] \(a dim order goes in dim_order=\)"):
+        sj.restickify(a, [1, 0])
     with pytest.raises(sj.LayoutError, match="too small"):
         sj.restickify(a, layout=sj.SpyreTensorLayout((4, 64), jnp.float16))
     with pytest.raises(sj.LayoutError, match="does not fit dtype"):
@@ -132,7 +134,7 @@ def test_errors():
     with pytest.raises(sj.LayoutError, match="float64"):
         sj.astype(a, jnp.float64)
     assert sj.astype(a, jnp.float16) is a
-    jaxpr = str(jax.make_jaxpr(lambda a: sj.restickify(a, [1, 0]))(a))
+    jaxpr = str(jax.make_jaxpr(lambda a: sj.restickify(a, dim_order=[1, 0]))(a))
     assert "Restickify[cost=768]" in jaxpr
 
 
@@ -144,7 +146,7 @@ def test_reshape_copy_moves_data_into_the_new_shape():
     r = sj.primitives.reshape_copy(a, (750,))
     assert r.layout == sj.SpyreTensorLayout((750,), jnp.float32)
     np.testing.assert_array_equal(np.asarray(r), x.reshape(-1))
-    t = sj.primitives.reshape_copy(a, (25, 30), [1, 0])
+    t = sj.primitives.reshape_copy(a, (25, -1), dim_order=[1, 0])
     assert t.type.stick_dim == 0
     np.testing.assert_array_equal(np.asarray(t), x.reshape(25, 30))
     g = jax.grad(lambda x: sj.to_host(sj.primitives.reshape_copy(sj.to_device(x), (750,))).sum())(x)
@@ -159,13 +161,16 @@ def test_slice_concatenate_and_pad_copies():
     s = sj.primitives.slice_copy(a, (1, 10), (4, 80))
     np.testing.assert_array_equal(np.asarray(s), x[1:4, 10:80])
     assert s.layout == sj.SpyreTensorLayout((3, 70), jnp.float32)
-    c = sj.primitives.concatenate([a, a], 0)
-    np.testing.assert_array_equal(np.asarray(c), jnp.concatenate([x, x], 0))
+    c = sj.primitives.concatenate([a, a], axis=0)
+    np.testing.assert_array_equal(np.asarray(c), jnp.concatenate([x, x], axis=0))
+    c = sj.primitives.concatenate([a, a, a], axis=-1, dim_order=[1, 0])
+    np.testing.assert_array_equal(np.asarray(c), jnp.concatenate([x, x, x], axis=-1))
+    assert c.layout == sj.SpyreTensorLayout((5, 450), jnp.float32, [1, 0])
     p = sj.primitives.pad(a, -1.0, [(1, 0, 0), (0, 2, 1)])
     np.testing.assert_array_equal(np.asarray(p), jax.lax.pad(x, -1.0, [(1, 0, 0), (0, 2, 1)]))
     with pytest.raises(sj.LayoutError, match="outside shape"):
         sj.primitives.slice_copy(a, (0, 0), (6, 10))
     with pytest.raises(sj.LayoutError, match="differ off dim 0"):
-        sj.primitives.concatenate([a, s], 0)
+        sj.primitives.concatenate([a, s], axis=0)
     with pytest.raises(sj.LayoutError, match="does not fit"):
         sj.primitives.pad(a, 0.0, [(1, 0, 0)])

@@ -42,7 +42,7 @@ def test_reshape_views(arr):
     t = sj.transpose(a, (0, 2, 1))
     with pytest.raises(sj.LayoutError, match=r"needs a copy.*restickify"):
         sj.reshape(t, (5, 15000))
-    moved = sj.restickify(t, [1, 2, 0])  # stuck on dim 0: dims 1 and 2 are unpadded
+    moved = sj.restickify(t, dim_order=[1, 2, 0])  # stuck on dim 0: dims 1 and 2 are unpadded
     np.testing.assert_array_equal(
         np.asarray(sj.reshape(moved, (5, 15000))), x.transpose(0, 2, 1).reshape(5, -1)
     )
@@ -118,7 +118,7 @@ def test_reshape_splits_a_device_dim_that_covers_whole_dims():
     # Stuck on dim 0, the 128 columns are one device dim; (64, 128) -> (64, 4, 32)
     # splits it into 4 x 32 by a reshape of the image: no fold, no copy.
     x = jnp.arange(64 * 128, dtype=jnp.float32).reshape(64, 128)
-    a = sj.restickify(sj.to_device(x), [1, 0])
+    a = sj.restickify(sj.to_device(x), dim_order=[1, 0])
     assert a.layout.device_size == (2, 128, 32)
     r = a.reshape(64, 4, 32)
     assert r.layout.device_size == (2, 4, 32, 32)

@@ -2,8 +2,19 @@
 
 from .._stick import SPARSE
 from ._explain import Report, explain
-from ._jit import Lowered, SpyreJit, jit
+from ._jit import Compiled, Lowered, SpyreJit, Traced, jit
 from ._rules import RULES
 from ._with_layout import with_layout
 
-__all__ = ["RULES", "SPARSE", "Lowered", "Report", "SpyreJit", "explain", "jit", "with_layout"]
+__all__ = [
+    "RULES",
+    "SPARSE",
+    "Compiled",
+    "Lowered",
+    "Report",
+    "SpyreJit",
+    "Traced",
+    "explain",
+    "jit",
+    "with_layout",
+]

@@ -8,8 +8,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import jax
-
 from .._array import SpyreType
 from .._dci import DCI
 from .._layout import SpyreTensorLayout
@@ -188,12 +186,12 @@ def explain(fun: Callable[..., Any] | SpyreJit, *args: Any, **kwargs: Any) -> Re
         A :class:`Report`: ``str()`` is a text report, and notebooks render it as HTML.
     """
     jitted = fun if isinstance(fun, SpyreJit) else SpyreJit(fun)
-    lowered, leaves = jitted.lower(*args, **kwargs)
-    plan = lowered.plan
-    closed = jax.make_jaxpr(lowered.interpreter.run)(*leaves)
+    lowering, _ = jitted._lowering(*args, **kwargs)
+    plan = lowering.plan
+    closed = lowering.spyre_jaxpr
     restickifies = tuple(records(plan))
     inputs = []
-    for v, var in zip(lowered.graph.inputs, closed.jaxpr.invars, strict=True):
+    for v, var in zip(lowering.graph.inputs, closed.jaxpr.invars, strict=True):
         t = var.aval
         if isinstance(t, SpyreType):
             continue  # already on the device

@@ -355,7 +355,8 @@ class _Reshape(Rule):
         out = node.outs[0]
         if mode.variant == "view":  # a LayoutError when the layout allows no view
             return [sp.reshape(args[0], out.shape)]
-        return [sp.reshape_copy(args[0], out.shape, dim_order_for(out.shape, mode.out))]
+        dim_order = dim_order_for(out.shape, mode.out)
+        return [sp.reshape_copy(args[0], out.shape, dim_order=dim_order)]
 
 
 _register(_Reshape(), "reshape")
@@ -406,8 +407,8 @@ class _Iota(Rule):
         out = node.outs[0]
         return [
             sp.iota(
-                out.shape,
                 out.dtype,
+                out.shape,
                 node.params["dimension"],
                 dim_order=dim_order_for(out.shape, mode.out),
             )
@@ -430,7 +431,7 @@ class _Slice(Rule):
         out = node.outs[0]
         start = tuple(node.params["start_indices"])
         limit = tuple(node.params["limit_indices"])
-        return [sp.slice_copy(args[0], start, limit, dim_order_for(out.shape, mode.out))]
+        return [sp.slice_copy(args[0], start, limit, dim_order=dim_order_for(out.shape, mode.out))]
 
 
 _register(_Slice(), "slice")
@@ -444,7 +445,8 @@ class _Concatenate(Rule):
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         out = node.outs[0]
-        return [sp.concatenate(args, node.params["dimension"], dim_order_for(out.shape, mode.out))]
+        dim_order = dim_order_for(out.shape, mode.out)
+        return [sp.concatenate(args, node.params["dimension"], dim_order=dim_order)]
 
 
 _register(_Concatenate(), "concatenate")
@@ -460,7 +462,7 @@ class _Pad(Rule):
         out = node.outs[0]
         config = node.params["padding_config"]
         value = _arg(args[1])
-        return [sp.pad(args[0], value, config, dim_order_for(out.shape, mode.out))]
+        return [sp.pad(args[0], value, config, dim_order=dim_order_for(out.shape, mode.out))]
 
 
 _register(_Pad(), "pad")

@@ -60,16 +60,13 @@ def with_layout(x: Any, layout: SpyreTensorLayout | None = None, *, dim_order: A
     Raises:
         LayoutError: if both or neither are given, or they do not fit ``x``.
     """
-    if (layout is None) == (dim_order is None):
-        raise LayoutError("with_layout takes a layout or a dim_order (one of them)")
+    if layout is None and dim_order is None:
+        raise LayoutError("with_layout needs a layout or a dim_order")
     aval = jax.typeof(x)
-    if layout is not None:
-        if not isinstance(layout, SpyreTensorLayout):
-            raise LayoutError(f"layout must be a SpyreTensorLayout, got {layout!r}")
-        layout.for_host(aval.shape)
-    else:
+    if dim_order is not None:
         dim_order = tuple(int(d) for d in dim_order)
-        SpyreTensorLayout(aval.shape, aval.dtype, dim_order)  # validates
+    target = sp.target_layout("with_layout", aval.shape, aval.dtype, layout, dim_order)
+    target.for_host(aval.shape)  # raises if the layout cannot hold x
     if isinstance(aval, SpyreType):
         return _restickify_to(x, layout, dim_order)
     return with_layout_p.bind(x, layout=layout, dim_order=dim_order)

@@ -5,7 +5,7 @@ emulator kernel and transformation rules.
 """
 
 from .._stick import restickify_cost
-from ._base import SpyrePrim, abstract, abstract_eval, image, wrap
+from ._base import SpyrePrim, abstract, abstract_eval, image, target_layout, wrap
 from ._elementwise import ELEMENTWISE_OPS, ElementwiseOp, elementwise
 from ._elementwise import OPS as ELEMENTWISE
 from ._elementwise import PUBLIC as _EW
@@ -63,6 +63,7 @@ __all__ = [
     "restickify_cost",
     "slice_copy",
     "squeeze",
+    "target_layout",
     "to_device",
     "to_host",
     "transpose",

@@ -21,15 +21,16 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .._array import SpyreArray, SpyreType, batched_type
-from .._errors import LayoutError, SpyreUnsupportedError
+from .._errors import LayoutError, SpyreInternalError, SpyreUnsupportedError
 from .._jax import GradAccum, HiPrim, ShapedArray, Zero, vjp_from_jvp
+from .._layout import SpyreTensorLayout
 
 __all__ = [
     "Image",
@@ -40,6 +41,7 @@ __all__ = [
     "image",
     "is_spyre",
     "normalize_axes",
+    "target_layout",
     "wrap",
 ]
 
@@ -86,6 +88,39 @@ def normalize_axes(axes: Any, ndim: int, op: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def target_layout(
+    op: str, shape: tuple[int, ...], dtype: Any, layout: Any, dim_order: Any
+) -> SpyreTensorLayout:
+    """The layout a function places its result in, from its ``layout``/``dim_order`` pair.
+
+    Every public function that places a result takes ``layout=None`` and, keyword-only,
+    ``dim_order=None``: an explicit layout, or the default layout of ``shape`` in that
+    dim order (the last entry is the stick dim), or with neither the default layout.
+
+    Args:
+        op: the function's name, for errors.
+        shape: the result's logical shape.
+        dtype: its element dtype (or device format), for the default layout.
+        layout: the explicit layout, or None.
+        dim_order: the dim order of the default layout, or None.
+
+    Raises:
+        LayoutError: if both are given, ``layout`` is not a layout, or ``dim_order`` is
+            not a dim order of ``shape``.
+    """
+    if layout is None:
+        return SpyreTensorLayout(shape, dtype, dim_order)
+    if not isinstance(layout, SpyreTensorLayout):
+        hint = " (a dim order goes in dim_order=)" if isinstance(layout, list | tuple) else ""
+        raise LayoutError(f"{op}: layout must be a SpyreTensorLayout, got {layout!r}{hint}")
+    if dim_order is not None:
+        raise LayoutError(
+            f"{op} takes a layout or a dim_order, not both (got {layout} and "
+            f"dim_order={dim_order!r})"
+        )
+    return layout
+
+
 def is_spyre(aval: Any) -> bool:
     """Whether an abstract value is a Spyre array type."""
     return isinstance(aval, SpyreType)
@@ -99,8 +134,26 @@ def _is_float(dtype: Any) -> bool:
     return jnp.issubdtype(dtype, jnp.floating)
 
 
+def _declared_params(cls: type) -> frozenset[str]:
+    """Names annotated on ``cls`` and its bases below :class:`SpyrePrim`, without a value."""
+    names = set()
+    for klass in cls.__mro__:
+        if klass is SpyrePrim:
+            break
+        for name, hint in vars(klass).get("__annotations__", {}).items():
+            is_classvar = str(hint).startswith(("ClassVar", "typing.ClassVar"))
+            if not name.startswith("_") and not is_classvar and name not in vars(klass):
+                names.add(name)
+    return frozenset(names)
+
+
 class SpyrePrim(HiPrim):
     """A primitive on Spyre arrays; subclasses set avals/params and define ``kernel``.
+
+    Subclasses declare their parameters as class annotations without a value (``layout:
+    SpyreTensorLayout``) and set the same names in ``self.params``, which hijax copies
+    onto the instance; a class that declares parameters and sets others is an internal
+    error. Annotations starting with ``_`` or marked ``ClassVar`` are no parameters.
 
     Attributes:
         role: what the primitive does with data: ``"compute"``; ``"view"``, its output
@@ -108,9 +161,23 @@ class SpyrePrim(HiPrim):
             program's own copies into a fresh layout (slice, concatenate, pad, a
             reshape that is no view); ``"restickify"``, a copy into another layout.
             Copies and restickifies say how many elements in :attr:`moves`.
+        param_names: the parameters the class declares.
     """
 
-    role = "compute"
+    role: ClassVar[str] = "compute"
+    param_names: ClassVar[frozenset[str]] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.param_names = _declared_params(cls)
+
+    def __init__(self) -> None:
+        if self.param_names and self.params.keys() != self.param_names:
+            raise SpyreInternalError(
+                f"{type(self).__name__} sets parameters {sorted(self.params)} but declares "
+                f"{sorted(self.param_names)}; declare each as a class annotation"
+            )
+        super().__init__()
 
     @property
     def moves(self) -> int:
@@ -240,6 +307,8 @@ def image(x: Any) -> jax.Array:
 
 class Wrap(SpyrePrim):
     """A Spyre array of a given type around a device image."""
+
+    type: SpyreType
 
     def __init__(self, aval: Any, type: SpyreType) -> None:
         self.in_avals = (aval,)

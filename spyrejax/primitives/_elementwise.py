@@ -17,7 +17,7 @@ import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -313,7 +313,8 @@ def _mismatch(name: str, i: int, a: SpyreType, shift: int, target: SpyreType) ->
 class Elementwise(SpyrePrim):
     """An elementwise op; one subclass per :class:`ElementwiseOp` sets ``op``."""
 
-    op: ElementwiseOp
+    op: ClassVar[ElementwiseOp]
+    consts: tuple[tuple[int, Scalar], ...]
 
     def __init__(self, *avals: SpyreType, consts: tuple[tuple[int, Scalar], ...] = ()) -> None:
         out_dtype = _out_dtype(self.op, avals, consts)

@@ -18,7 +18,7 @@ from .._array import SpyreArray, SpyreType
 from .._dtypes import host_dtype
 from .._errors import LayoutError
 from .._layout import SpyreTensorLayout
-from ._base import SpyrePrim
+from ._base import SpyrePrim, target_layout
 from ._kernels import masked, poison
 
 __all__ = ["Full", "Iota", "full", "iota"]
@@ -27,9 +27,15 @@ __all__ = ["Full", "Iota", "full", "iota"]
 class Iota(SpyrePrim):
     """Indices along ``dimension`` for an array of ``shape`` in ``layout``."""
 
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    dimension: int
+    layout: SpyreTensorLayout
+
     def __init__(
         self, *, shape: tuple[int, ...], dtype: Any, dimension: int, layout: SpyreTensorLayout
     ) -> None:
+        layout.for_host(shape)
         self.in_avals = ()
         self.out_aval = SpyreType.contiguous(shape, dtype, layout)
         self.params = {"shape": shape, "dtype": dtype, "dimension": dimension, "layout": layout}
@@ -59,33 +65,47 @@ class Iota(SpyrePrim):
 
 
 def iota(
-    shape: Any, dtype: Any = np.int32, dimension: int = 0, *, dim_order: Any = None
+    dtype: Any,
+    shape: Any,
+    dimension: int,
+    *,
+    layout: SpyreTensorLayout | None = None,
+    dim_order: Any = None,
 ) -> SpyreArray:
-    """A Spyre array of ``shape`` whose elements are their index along ``dimension``.
+    """``lax.broadcasted_iota(dtype, shape, dimension)`` as a Spyre array.
+
+    Each element holds its index along ``dimension``.
 
     Args:
-        shape: the logical shape.
         dtype: element dtype.
+        shape: the logical shape.
         dimension: the dim whose index each element holds.
-        dim_order: dim order of its (default) layout.
+        layout: its layout; defaults to the default layout of ``shape``.
+        dim_order: or the dim order of that default layout.
 
     Raises:
-        LayoutError: on a bad dimension or dim order.
+        LayoutError: on a bad dimension, dtype, layout or dim order.
     """
     shape = tuple(int(n) for n in shape)
     if not 0 <= dimension < len(shape):
         raise LayoutError(f"iota: dimension {dimension} is out of range for shape {shape}")
     dt = host_dtype(dtype)
-    layout = SpyreTensorLayout(shape, dt, dim_order)
+    layout = target_layout("iota", shape, dt, layout, dim_order)
     return Iota(shape=shape, dtype=dt, dimension=dimension, layout=layout)()
 
 
 class Full(SpyrePrim):
     """An array of ``shape`` in ``layout`` whose every element is ``value``."""
 
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    value: Any
+    layout: SpyreTensorLayout
+
     def __init__(
         self, *, shape: tuple[int, ...], dtype: Any, value: Any, layout: SpyreTensorLayout
     ) -> None:
+        layout.for_host(shape)
         self.in_avals = ()
         self.out_aval = SpyreType.contiguous(shape, dtype, layout)
         self.params = {"shape": shape, "dtype": dtype, "value": value, "layout": layout}
@@ -102,30 +122,26 @@ class Full(SpyrePrim):
 
 def full(
     shape: Any,
-    value: Any,
+    fill_value: Any,
     dtype: Any = None,
     *,
-    dim_order: Any = None,
     layout: SpyreTensorLayout | None = None,
+    dim_order: Any = None,
 ) -> SpyreArray:
-    """A Spyre array of ``shape`` filled with ``value``, like ``jnp.full``.
+    """``jnp.full(shape, fill_value, dtype)`` as a Spyre array.
 
     Args:
         shape: the logical shape.
-        value: a scalar.
-        dtype: element dtype; defaults to the value's.
-        dim_order: dim order of its default layout.
-        layout: or an explicit layout.
+        fill_value: a scalar.
+        dtype: element dtype; defaults to the fill value's.
+        layout: its layout; defaults to the default layout of ``shape``.
+        dim_order: or the dim order of that default layout.
 
     Raises:
         LayoutError: on a bad dim order or layout, or both given.
     """
     shape = tuple(int(n) for n in shape)
-    dt = host_dtype(np.asarray(value).dtype if dtype is None else dtype)
-    if layout is not None and dim_order is not None:
-        raise LayoutError("full takes a dim_order or a layout, not both")
-    if layout is None:
-        layout = SpyreTensorLayout(shape, dt, dim_order)
-    layout.for_host(shape)
-    scalar = np.asarray(value, dt).item()  # hashable, exact in the element dtype
+    dt = host_dtype(np.asarray(fill_value).dtype if dtype is None else dtype)
+    layout = target_layout("full", shape, dt, layout, dim_order)
+    scalar = np.asarray(fill_value, dt).item()  # hashable, exact in the element dtype
     return Full(shape=shape, dtype=dt, value=scalar, layout=layout)()

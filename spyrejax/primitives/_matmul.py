@@ -101,6 +101,9 @@ def _data_dims(t: SpyreType, name: str) -> tuple[list[DevDim], tuple[int, ...]]:
 class Matmul(SpyrePrim):
     """Batched matrix product on device images."""
 
+    out_layout: SpyreTensorLayout | None
+    preferred_element_type: Any
+
     def __init__(
         self,
         a: SpyreType,

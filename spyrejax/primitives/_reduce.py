@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -178,7 +178,7 @@ def _merged(
 class Reduce(SpyrePrim):
     """A reduction; one subclass per :class:`ReductionOp` sets ``op``."""
 
-    op: ReductionOp
+    op: ClassVar[ReductionOp]
     axes: tuple[int, ...]
     keepdims: bool
 

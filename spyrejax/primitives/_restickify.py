@@ -21,11 +21,12 @@ from .._array import SpyreArray, SpyreType, batched_layout
 from .._devdims import layout_from_dims
 from .._dma import dma_h2d, h2d_values
 from .._dtypes import format_for_dtype, host_dtype
-from .._errors import LayoutError, SpyreTypeError
+from .._errors import LayoutError, SpyreTypeError, SpyreUnsupportedError
 from .._layout import SpyreTensorLayout
 from .._stick import restickify_cost
-from ._base import SpyrePrim
+from ._base import SpyrePrim, normalize_axes, target_layout
 from ._kernels import logical_values, masked, poison
+from ._views import reshaped
 
 __all__ = [
     "Astype",
@@ -45,6 +46,7 @@ class Restickify(SpyrePrim):
     """Copy a Spyre array into a new layout (a device-to-device DMA)."""
 
     role = "restickify"
+    layout: SpyreTensorLayout
 
     def __init__(self, aval: SpyreType, *, layout: SpyreTensorLayout) -> None:
         layout.for_host(aval.shape)
@@ -84,6 +86,7 @@ class Copy(SpyrePrim):
     """
 
     role = "copy"
+    layout: SpyreTensorLayout
 
     def __init__(self, *avals: SpyreType, layout: SpyreTensorLayout, **params: Any) -> None:
         self.params = {"layout": layout, **params}
@@ -128,6 +131,8 @@ class Copy(SpyrePrim):
 class ReshapeCopy(Copy):
     """Reshape by copying (for reshapes that are no view)."""
 
+    new_shape: tuple[int, ...]
+
     @classmethod
     def shape(cls, avals: Any, *, new_shape: tuple[int, ...]) -> tuple[int, ...]:
         (aval,) = avals
@@ -141,6 +146,9 @@ class ReshapeCopy(Copy):
 
 class SliceCopy(Copy):
     """A static slice, copied."""
+
+    start: tuple[int, ...]
+    limit: tuple[int, ...]
 
     @classmethod
     def shape(
@@ -163,6 +171,8 @@ class SliceCopy(Copy):
 class Concatenate(Copy):
     """Operands joined along one dim, copied."""
 
+    dimension: int
+
     @classmethod
     def shape(cls, avals: Any, *, dimension: int) -> tuple[int, ...]:
         d = dimension
@@ -179,6 +189,9 @@ class Concatenate(Copy):
 
 class Pad(Copy):
     """``lax.pad`` with a scalar fill and (low, high, interior) per dim, copied."""
+
+    config: tuple[tuple[int, int, int], ...]
+    value: Any
 
     @classmethod
     def shape(cls, avals: Any, *, config: Any, value: Any = 0) -> tuple[int, ...]:
@@ -197,69 +210,120 @@ class Pad(Copy):
         return jax.lax.pad(x, jax.numpy.asarray(self.value, x.dtype), self.config)
 
 
-def _target(shape: tuple[int, ...], aval: SpyreType, dim_order: Any, layout: Any) -> Any:
-    return layout or SpyreTensorLayout(shape, aval.layout.device_dtype, dim_order)
-
-
 def reshape_copy(
-    x: SpyreArray, new_shape: Any, dim_order: Any = None, *, layout: SpyreTensorLayout | None = None
+    a: SpyreArray,
+    shape: Any,
+    *,
+    layout: SpyreTensorLayout | None = None,
+    dim_order: Any = None,
 ) -> SpyreArray:
-    """Reshape by copying into the default layout of the new shape (or ``layout``).
-
-    For reshapes that cannot be views (they merge a padded dim with another); costs a
-    restickify of ``x``.
-    """
-    aval = _spyre_aval(x, "reshape_copy")
-    new_shape = tuple(int(n) for n in new_shape)
-    if math.prod(new_shape) != aval.size:
-        raise LayoutError(f"reshape_copy: cannot reshape {aval.shape} into {new_shape}")
-    layout = _target(new_shape, aval, dim_order, layout)
-    return ReshapeCopy(aval, layout=layout, new_shape=new_shape)(x)
-
-
-def slice_copy(x: SpyreArray, start: Any, limit: Any, dim_order: Any = None) -> SpyreArray:
-    """``x[start:limit]`` (one range per dim), copied into the default layout of its shape.
-
-    Raises:
-        LayoutError: if the ranges leave the array.
-    """
-    aval = _spyre_aval(x, "slice_copy")
-    start, limit = tuple(int(i) for i in start), tuple(int(i) for i in limit)
-    shape = SliceCopy.shape([aval], start=start, limit=limit)
-    layout = _target(shape, aval, dim_order, None)
-    return SliceCopy(aval, layout=layout, start=start, limit=limit)(x)
-
-
-def concatenate(xs: Any, dimension: int = 0, dim_order: Any = None) -> SpyreArray:
-    """Spyre arrays joined along ``dimension``, copied into the default layout of the result.
-
-    Raises:
-        LayoutError: on shapes that differ off ``dimension`` or a bad dimension.
-        SpyreTypeError: on host arrays or mixed dtypes.
-    """
-    avals = [_spyre_aval(x, "concatenate") for x in xs]
-    if not avals or not -avals[0].ndim <= dimension < avals[0].ndim:
-        raise LayoutError(f"concatenate: bad dimension {dimension} or no operands")
-    dimension %= avals[0].ndim
-    shape = Concatenate.shape(avals, dimension=dimension)
-    layout = _target(shape, avals[0], dim_order, None)
-    return Concatenate(*avals, layout=layout, dimension=dimension)(*xs)
-
-
-def pad(x: SpyreArray, value: Any, config: Any, dim_order: Any = None) -> SpyreArray:
-    """``lax.pad(x, value, config)`` copied into the default layout of the result.
+    """``jnp.reshape(a, shape)`` copied into a fresh layout (for reshapes that are no view).
 
     Args:
-        x: the Spyre array.
-        value: the scalar fill.
-        config: ``(low, high, interior)`` per dim (low and high may be negative).
-        dim_order: dim order of the result's layout.
+        a: the Spyre array.
+        shape: the new shape (one ``-1`` allowed).
+        layout: the result's layout; defaults to the default layout of ``shape``.
+        dim_order: or the dim order of that default layout.
+
+    Raises:
+        LayoutError: if the sizes differ, or on a bad ``layout``/``dim_order``.
     """
-    aval = _spyre_aval(x, "pad")
-    cfg = tuple((int(lo), int(hi), int(mid)) for lo, hi, mid in config)
+    aval = _spyre_aval(a, "reshape_copy")
+    new_shape = reshaped(aval, shape, "reshape_copy")
+    layout = target_layout("reshape_copy", new_shape, aval.layout.device_dtype, layout, dim_order)
+    return ReshapeCopy(aval, layout=layout, new_shape=new_shape)(a)
+
+
+def slice_copy(
+    operand: SpyreArray,
+    start_indices: Any,
+    limit_indices: Any,
+    *,
+    layout: SpyreTensorLayout | None = None,
+    dim_order: Any = None,
+) -> SpyreArray:
+    """``lax.slice(operand, start_indices, limit_indices)`` copied into a fresh layout.
+
+    Args:
+        operand: the Spyre array.
+        start_indices: the first index per dim.
+        limit_indices: one past the last index per dim.
+        layout: the result's layout; defaults to the default layout of its shape.
+        dim_order: or the dim order of that default layout.
+
+    Raises:
+        LayoutError: if the ranges leave the array or are empty, or on a bad
+            ``layout``/``dim_order``.
+    """
+    aval = _spyre_aval(operand, "slice_copy")
+    start = tuple(int(i) for i in start_indices)
+    limit = tuple(int(i) for i in limit_indices)
+    shape = SliceCopy.shape([aval], start=start, limit=limit)
+    layout = target_layout("slice_copy", shape, aval.layout.device_dtype, layout, dim_order)
+    return SliceCopy(aval, layout=layout, start=start, limit=limit)(operand)
+
+
+def concatenate(
+    arrays: Any,
+    axis: int = 0,
+    *,
+    layout: SpyreTensorLayout | None = None,
+    dim_order: Any = None,
+) -> SpyreArray:
+    """``jnp.concatenate(arrays, axis)`` of Spyre arrays, copied into a fresh layout.
+
+    Args:
+        arrays: the Spyre arrays, of one dtype and equal shapes off ``axis``.
+        axis: the dim they are joined along (negative counts from the end).
+        layout: the result's layout; defaults to the default layout of its shape.
+        dim_order: or the dim order of that default layout.
+
+    Raises:
+        LayoutError: on shapes that differ off ``axis``, a bad ``axis``, no arrays, or
+            a bad ``layout``/``dim_order``.
+        SpyreTypeError: on host arrays or mixed dtypes.
+        SpyreUnsupportedError: on ``axis=None`` (jnp's flattening concatenate).
+    """
+    if axis is None:
+        raise SpyreUnsupportedError(
+            "concatenate: axis=None (flatten, then join) is not supported; reshape first"
+        )
+    avals = [_spyre_aval(x, "concatenate") for x in arrays]
+    if not avals:
+        raise LayoutError("concatenate needs at least one array")
+    (dimension,) = normalize_axes(axis, avals[0].ndim, "concatenate")
+    shape = Concatenate.shape(avals, dimension=dimension)
+    layout = target_layout("concatenate", shape, avals[0].layout.device_dtype, layout, dim_order)
+    return Concatenate(*avals, layout=layout, dimension=dimension)(*arrays)
+
+
+def pad(
+    operand: SpyreArray,
+    padding_value: Any,
+    padding_config: Any,
+    *,
+    layout: SpyreTensorLayout | None = None,
+    dim_order: Any = None,
+) -> SpyreArray:
+    """``lax.pad(operand, padding_value, padding_config)`` copied into a fresh layout.
+
+    Args:
+        operand: the Spyre array.
+        padding_value: the scalar fill.
+        padding_config: ``(low, high, interior)`` per dim (low and high may be negative).
+        layout: the result's layout; defaults to the default layout of its shape.
+        dim_order: or the dim order of that default layout.
+
+    Raises:
+        LayoutError: on a config that does not fit the array or leaves it empty, or a
+            bad ``layout``/``dim_order``.
+    """
+    aval = _spyre_aval(operand, "pad")
+    cfg = tuple((int(lo), int(hi), int(mid)) for lo, hi, mid in padding_config)
     shape = Pad.shape([aval], config=cfg)
-    layout = _target(shape, aval, dim_order, None)
-    return Pad(aval, layout=layout, config=cfg, value=np.asarray(value).item())(x)
+    layout = target_layout("pad", shape, aval.layout.device_dtype, layout, dim_order)
+    value = np.asarray(padding_value).item()
+    return Pad(aval, layout=layout, config=cfg, value=value)(operand)
 
 
 def _spyre_aval(x: Any, op: str) -> SpyreType:
@@ -271,32 +335,28 @@ def _spyre_aval(x: Any, op: str) -> SpyreType:
 
 def restickify(
     x: SpyreArray,
-    dim_order: Any = None,
-    *,
     layout: SpyreTensorLayout | None = None,
+    *,
+    dim_order: Any = None,
 ) -> SpyreArray:
     """Copy a Spyre array into a new layout on the device.
 
     Args:
         x: the Spyre array (any view).
-        dim_order: dim order of the target's default layout (the last entry is the new
-            stick dim); defaults to ``range(ndim)`` (stuck on the last dim).
-        layout: an explicit target layout for ``x.shape`` instead.
+        layout: the target layout for ``x.shape``; defaults to the default layout of
+            ``x.shape`` (stuck on the last dim).
+        dim_order: or the dim order of that default layout (the last entry is the new
+            stick dim).
 
     Returns:
         A contiguous Spyre array in the new layout. Moving the stick from one dim to
         another costs ``prod(x.layout.device_size)`` element moves.
 
     Raises:
-        LayoutError: if both or a bad ``dim_order``/``layout`` are given.
+        LayoutError: if both or a bad ``layout``/``dim_order`` are given.
     """
     aval = _spyre_aval(x, "restickify")
-    if layout is not None and dim_order is not None:
-        raise LayoutError("restickify takes a dim_order or a layout, not both")
-    if layout is None:
-        layout = SpyreTensorLayout(aval.shape, aval.layout.device_dtype, dim_order)
-    elif not isinstance(layout, SpyreTensorLayout):
-        raise LayoutError(f"layout must be a SpyreTensorLayout, got {layout!r}")
+    layout = target_layout("restickify", aval.shape, aval.layout.device_dtype, layout, dim_order)
     return Restickify(aval, layout=layout)(x)
 
 
@@ -313,6 +373,8 @@ def compact(x: SpyreArray) -> SpyreArray:
 
 class Astype(SpyrePrim):
     """Convert elements; a change of elements per stick rebuilds the layout."""
+
+    dtype: np.dtype
 
     def __init__(self, aval: SpyreType, *, dtype: np.dtype) -> None:
         self._same_sticks = dtype == np.bool_ or (

@@ -15,10 +15,10 @@ from .._dma import (
     h2d_values,
 )
 from .._dtypes import host_dtype
-from .._errors import LayoutError, SpyreTypeError
+from .._errors import SpyreTypeError
 from .._jax import ShapedArray
 from .._layout import SpyreTensorLayout
-from ._base import SpyrePrim
+from ._base import SpyrePrim, target_layout
 from ._kernels import logical_values
 
 __all__ = ["ToDevice", "ToHost", "to_device", "to_host"]
@@ -28,6 +28,9 @@ __all__ = ["ToDevice", "ToHost", "to_device", "to_host"]
 
 class ToDevice(SpyrePrim):
     """DMA a host array into a fresh device image."""
+
+    layout: SpyreTensorLayout
+    pad_value: Any
 
     def __init__(
         self, aval: ShapedArray, *, layout: SpyreTensorLayout, pad_value: Any = None
@@ -85,12 +88,7 @@ def to_device(
     dtype = host_dtype(_dtype_of(x))  # before asarray could narrow float64
     if not isinstance(x, jax.Array) and not (isinstance(x, np.ndarray) and x.dtype == dtype):
         x = jnp.asarray(x, dtype=dtype)  # NumPy arrays of the right dtype go to the DMA as is
-    if layout is None:
-        layout = SpyreTensorLayout(x.shape, dtype, dim_order)
-    elif dim_order is not None:
-        raise LayoutError("give to_device a layout or a dim_order, not both")
-    elif not isinstance(layout, SpyreTensorLayout):
-        raise LayoutError(f"layout must be a SpyreTensorLayout, got {layout!r}")
+    layout = target_layout("to_device", x.shape, dtype, layout, dim_order)
     if pad_value is not None:
         pad_value = np.asarray(pad_value, dtype=dtype).item()
     return ToDevice(jax.typeof(x), layout=layout, pad_value=pad_value)(x)

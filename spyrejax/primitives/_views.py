@@ -69,6 +69,8 @@ def _spyre_aval(x: Any, op: str) -> SpyreType:
 class Transpose(_View):
     """Permute logical dims (no data moves)."""
 
+    perm: tuple[int, ...]
+
     def __init__(self, aval: SpyreType, *, perm: tuple[int, ...]) -> None:
         shape = tuple(aval.shape[p] for p in perm)
         strides = tuple(aval.strides[p] for p in perm)
@@ -78,13 +80,13 @@ class Transpose(_View):
         return {"perm": (0, *(p + 1 for p in self.perm))}
 
 
-def transpose(x: SpyreArray, axes: Any = None) -> SpyreArray:
+def transpose(a: SpyreArray, axes: Any = None) -> SpyreArray:
     """Permute the logical dims of a Spyre array, as ``jnp.transpose`` (a view).
 
     Raises:
         LayoutError: if ``axes`` is not a permutation.
     """
-    aval = _spyre_aval(x, "transpose")
+    aval = _spyre_aval(a, "transpose")
     perm = (
         tuple(reversed(range(aval.ndim)))
         if axes is None
@@ -93,8 +95,8 @@ def transpose(x: SpyreArray, axes: Any = None) -> SpyreArray:
     if sorted(perm) != list(range(aval.ndim)):
         raise LayoutError(f"transpose: axes {axes} are not a permutation of range({aval.ndim})")
     if perm == tuple(range(aval.ndim)):
-        return x
-    return Transpose(aval, perm=perm)(x)
+        return a
+    return Transpose(aval, perm=perm)(a)
 
 
 # --- reshape --------------------------------------------------------------------------
@@ -102,6 +104,8 @@ def transpose(x: SpyreArray, axes: Any = None) -> SpyreArray:
 
 class Reshape(_View):
     """A copy-free reshape of the logical view."""
+
+    new_shape: tuple[int, ...]
 
     def __init__(self, aval: SpyreType, *, new_shape: tuple[int, ...]) -> None:
         strides = view_strides_for_reshape(aval.shape, aval.strides, new_shape)
@@ -183,24 +187,33 @@ def _merges_padding(aval: SpyreType, new_shape: tuple[int, ...], strides: tuple[
     return False
 
 
-def reshape(x: SpyreArray, shape: Any) -> SpyreArray:
+def reshape(a: SpyreArray, shape: Any) -> SpyreArray:
     """Reshape a Spyre array without copying (one ``-1`` allowed), as ``jnp.reshape``.
 
     Raises:
         LayoutError: if the sizes differ or the reshape cannot be a view of the image.
     """
-    aval = _spyre_aval(x, "reshape")
+    aval = _spyre_aval(a, "reshape")
+    return Reshape(aval, new_shape=reshaped(aval, shape, "reshape"))(a)
+
+
+def reshaped(aval: SpyreType, shape: Any, op: str) -> tuple[int, ...]:
+    """``shape`` as a tuple of ints for ``aval``'s size, its one ``-1`` resolved.
+
+    Raises:
+        LayoutError: if the sizes differ or ``shape`` is no shape.
+    """
     new = (shape,) if isinstance(shape, int | np.integer) else tuple(int(n) for n in shape)
     if new.count(-1) > 1 or any(n < -1 for n in new):
-        raise LayoutError(f"reshape: bad shape {new}")
+        raise LayoutError(f"{op}: bad shape {new}")
     if -1 in new:
         known = math.prod(n for n in new if n != -1)
         if known == 0 or aval.size % known:
-            raise LayoutError(f"reshape: cannot reshape {aval.shape} into {new}")
+            raise LayoutError(f"{op}: cannot reshape {aval.shape} into {new}")
         new = tuple(aval.size // known if n == -1 else n for n in new)
     if math.prod(new) != aval.size:
-        raise LayoutError(f"reshape: cannot reshape {aval.shape} into {new}")
-    return Reshape(aval, new_shape=new)(x)
+        raise LayoutError(f"{op}: cannot reshape {aval.shape} into {new}")
+    return new
 
 
 # --- squeeze / expand_dims -------------------------------------------------------------
@@ -208,6 +221,8 @@ def reshape(x: SpyreArray, shape: Any) -> SpyreArray:
 
 class Squeeze(_View):
     """Drop size-1 logical dims."""
+
+    axes: tuple[int, ...]
 
     def __init__(self, aval: SpyreType, *, axes: tuple[int, ...]) -> None:
         keep = [d for d in range(aval.ndim) if d not in axes]
@@ -219,25 +234,27 @@ class Squeeze(_View):
         return {"axes": tuple(a + 1 for a in self.axes)}
 
 
-def squeeze(x: SpyreArray, axis: Any = None) -> SpyreArray:
+def squeeze(a: SpyreArray, axis: Any = None) -> SpyreArray:
     """Drop size-1 dims (all of them when ``axis`` is None), as ``jnp.squeeze``.
 
     Raises:
         LayoutError: if a named axis does not have size 1.
     """
-    aval = _spyre_aval(x, "squeeze")
+    aval = _spyre_aval(a, "squeeze")
     if axis is None:
         axes = tuple(d for d, n in enumerate(aval.shape) if n == 1)
     else:
         axes = normalize_axes(axis, aval.ndim, "squeeze")
-        bad = [a for a in axes if aval.shape[a] != 1]
+        bad = [d for d in axes if aval.shape[d] != 1]
         if bad:
             raise LayoutError(f"squeeze: axes {bad} of shape {aval.shape} do not have size 1")
-    return Squeeze(aval, axes=tuple(sorted(axes)))(x)
+    return Squeeze(aval, axes=tuple(sorted(axes)))(a)
 
 
 class ExpandDims(_View):
     """Insert size-1 logical dims."""
+
+    axes: tuple[int, ...]
 
     def __init__(self, aval: SpyreType, *, axes: tuple[int, ...]) -> None:
         shape, strides = list(aval.shape), list(aval.strides)
@@ -250,12 +267,12 @@ class ExpandDims(_View):
         return {"axes": tuple(a + 1 for a in self.axes)}
 
 
-def expand_dims(x: SpyreArray, axis: Any) -> SpyreArray:
+def expand_dims(a: SpyreArray, axis: Any) -> SpyreArray:
     """Insert size-1 dims at ``axis`` (positions in the result), as ``jnp.expand_dims``."""
-    aval = _spyre_aval(x, "expand_dims")
+    aval = _spyre_aval(a, "expand_dims")
     n = len((axis,) if isinstance(axis, int | np.integer) else tuple(axis))
     axes = tuple(sorted(normalize_axes(axis, aval.ndim + n, "expand_dims")))
-    return ExpandDims(aval, axes=axes)(x)
+    return ExpandDims(aval, axes=axes)(a)
 
 
 # --- broadcast_to ---------------------------------------------------------------------
@@ -263,6 +280,8 @@ def expand_dims(x: SpyreArray, axis: Any) -> SpyreArray:
 
 class BroadcastTo(_View):
     """Broadcast to a larger shape: new and size-1 dims get stride 0 (no data moves)."""
+
+    shape: tuple[int, ...]
 
     def __init__(self, aval: SpyreType, *, shape: tuple[int, ...]) -> None:
         lead = len(shape) - aval.ndim
@@ -275,13 +294,13 @@ class BroadcastTo(_View):
         return {"shape": (size, *self.shape)}
 
 
-def broadcast_to(x: SpyreArray, shape: Any) -> SpyreArray:
+def broadcast_to(array: SpyreArray, shape: Any) -> SpyreArray:
     """Broadcast a Spyre array to ``shape`` without copying, as ``jnp.broadcast_to``.
 
     Raises:
         LayoutError: if the shapes are not broadcast-compatible.
     """
-    aval = _spyre_aval(x, "broadcast_to")
+    aval = _spyre_aval(array, "broadcast_to")
     shape = tuple(int(n) for n in shape)
     try:
         ok = np.broadcast_shapes(aval.shape, shape) == shape
@@ -289,4 +308,4 @@ def broadcast_to(x: SpyreArray, shape: Any) -> SpyreArray:
         ok = False
     if not ok or len(shape) < aval.ndim:
         raise LayoutError(f"broadcast_to: cannot broadcast {aval.shape} to {shape}")
-    return BroadcastTo(aval, shape=shape)(x)
+    return BroadcastTo(aval, shape=shape)(array)
