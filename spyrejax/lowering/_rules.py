@@ -282,7 +282,7 @@ def _reshape(x: Any, shape: tuple[int, ...], *, sparse: bool = False) -> Any:
         return sp.reshape(x, shape)
     except LayoutError:
         stick = SPARSE if sparse or not shape else canon(shape, len(shape) - 1)
-        return sp.reshape_copy(x, shape, dim_order_for(shape, stick))
+        return sp.reshape_copy(x, shape, dim_order=dim_order_for(shape, stick))
 
 
 _register(_DotGeneral(), "dot_general")
