@@ -9,11 +9,13 @@ index arrays and no per-element or per-stick Python loops, and runs the same eag
 and under ``jax.jit``.
 
 Transfers only move data (slices, transposes, concatenations, box updates), never
-compute on it, so they are bit-exact: NaN payloads, -0.0 and infinities survive. The
-float8 formats, which XLA emulates through wider types, move as raw bytes. One
-exception: inside ``jax.jit``, XLA's CPU backend may canonicalise bfloat16 NaNs (some
-of its fusions carry bfloat16 through float32, losing payloads); eager transfers on the
-host engine keep them.
+compute on it, and they are bit-exact: subnormals, NaN payloads, -0.0 and infinities
+survive, eagerly and inside ``jax.jit``. XLA may alter a float it only moves (its CPU
+backend flushes bfloat16 subnormals in some fused moves, and emulates float8 through
+wider types), so float data enters the engine as unsigned integers of the same width
+(:func:`as_bits`) and leaves it as floats again (:func:`from_bits`); integer moves are
+never altered. Kernels that go on moving the values (restickify, copies) take them as
+bits (:func:`d2h_bits`, :func:`h2d_bits`), so they stay integers from end to end.
 
 Eager transfers between concrete arrays run the same descriptors on the host engine
 (:mod:`spyrejax._host_dma`: blocked NumPy strided copies, and a C kernel for element
@@ -31,7 +33,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 
 from ._dci import Descriptor, generate_dci
@@ -43,10 +44,15 @@ from ._segments import row_major_strides, segment_axes
 
 __all__ = [
     "BoxPlan",
+    "as_bits",
+    "bits_dtype",
     "box_plan",
+    "d2h_bits",
     "d2h_values",
     "dma_d2h",
     "dma_h2d",
+    "from_bits",
+    "h2d_bits",
     "h2d_values",
     "read_box",
     "write_box",
@@ -240,30 +246,52 @@ def d2h_values(image: jax.Array, shape: tuple[int, ...], layout: SpyreTensorLayo
     return _execute(image, jnp.zeros(shape, image.dtype), dci)
 
 
-# XLA emulates float8 through wider types, which canonicalises NaN payloads even when
-# only moving data; those formats move as raw bytes. Native dtypes move as themselves.
-_EMULATED = (np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2))
+def bits_dtype(dtype: Any) -> np.dtype:
+    """The dtype values of ``dtype`` move as inside XLA: floats as unsigned integers.
+
+    Floating dtypes (float8 to float32) map to the unsigned integer of their width;
+    integer and bool dtypes move as themselves.
+    """
+    dt = np.dtype(dtype)
+    return np.dtype(f"uint{8 * dt.itemsize}") if jnp.issubdtype(dt, jnp.inexact) else dt
 
 
-def _as_bits(x: jax.Array) -> jax.Array:
-    return jax.lax.bitcast_convert_type(x, jnp.uint8) if x.dtype in _EMULATED else x
+def as_bits(x: jax.Array) -> jax.Array:
+    """``x`` reinterpreted as :func:`bits_dtype` (a free bitcast; no value changes)."""
+    bits = bits_dtype(x.dtype)
+    return x if bits == x.dtype else jax.lax.bitcast_convert_type(x, bits)
 
 
-def _from_bits(x: jax.Array, dtype: np.dtype) -> jax.Array:
-    return jax.lax.bitcast_convert_type(x, dtype) if dtype in _EMULATED else x
+# LLVM hoists a bitcast above the selects of a fused pad or box update, and on CPUs with
+# AVX512-BF16 it moves the bfloat16 values it then selects through float32 and back
+# with vcvtneps2bf16, which flushes subnormals. An optimization barrier keeps the
+# bitcast back to bfloat16 out of the kernel that moved the bits: a kernel of its own,
+# one more pass over the data. float16 and float8 values LLVM moves as integers, float32
+# natively, so their bitcast back fuses into the move.
+_FENCED = (np.dtype(jnp.bfloat16),)
+
+
+def from_bits(x: jax.Array, dtype: Any) -> jax.Array:
+    """The inverse of :func:`as_bits`: bits reinterpreted as ``dtype``."""
+    dt = np.dtype(dtype)
+    if x.dtype == dt:
+        return x
+    if dt in _FENCED:
+        x = jax.lax.optimization_barrier(x)
+    return jax.lax.bitcast_convert_type(x, dt)
 
 
 def _fill(value: Any, dtype: np.dtype) -> jax.Array:
-    arr = np.asarray(value, dtype=dtype)
-    return jnp.asarray(arr.view(np.uint8) if dtype in _EMULATED else arr)
+    """The fill scalar of a traced transfer, as the bits it moves as."""
+    return jnp.asarray(np.asarray(value, dtype=dtype).view(bits_dtype(dtype)))
 
 
 def _h2d_traced(x: jax.Array, fill: jax.Array, layout: SpyreTensorLayout) -> jax.Array:
-    return _from_bits(h2d_values(_as_bits(x), layout, fill), x.dtype)
+    return from_bits(h2d_values(as_bits(x), layout, fill), x.dtype)
 
 
 def _d2h_traced(image: jax.Array, shape: tuple[int, ...], layout: SpyreTensorLayout) -> jax.Array:
-    return _from_bits(d2h_values(_as_bits(image), shape, layout), image.dtype)
+    return from_bits(d2h_values(as_bits(image), shape, layout), image.dtype)
 
 
 # Eager XLA transfers compile once per layout; traced ones inline the bodies above (a
@@ -384,3 +412,25 @@ def dma_d2h(image: Any, shape: Sequence[int], layout: SpyreTensorLayout) -> jax.
     if isinstance(image, jax.core.Tracer):
         return _d2h_traced(image, mapping.shape, layout)
     return _d2h(_to_jax(image, dt), shape=mapping.shape, layout=layout)
+
+
+def d2h_bits(image: jax.Array, shape: Sequence[int], layout: SpyreTensorLayout) -> jax.Array:
+    """:func:`dma_d2h` as :func:`as_bits`, for kernels that go on moving the values.
+
+    Traced, the bits never become floats on the way (and so need no :func:`from_bits`
+    fence); eager, this is :func:`dma_d2h` (the host engine) reinterpreted.
+    """
+    if isinstance(image, jax.core.Tracer):
+        return d2h_values(as_bits(image), tuple(shape), layout)
+    return as_bits(dma_d2h(image, shape, layout))
+
+
+def h2d_bits(bits: jax.Array, dtype: Any, layout: SpyreTensorLayout) -> jax.Array:
+    """:func:`dma_h2d` of the values of ``dtype`` whose bits are ``bits`` (see :func:`d2h_bits`).
+
+    Returns the device image in ``dtype``, its padding poisoned.
+    """
+    dt = np.dtype(dtype)
+    if isinstance(bits, jax.core.Tracer):
+        return from_bits(h2d_values(bits, layout, _fill(poison_value(dt), dt)), dt)
+    return dma_h2d(from_bits(bits, dt), layout)

@@ -18,12 +18,12 @@ import jax
 import numpy as np
 
 from .._array import SpyreArray, SpyreType, batched_layout
-from .._dma import dma_h2d, h2d_values
+from .._dma import dma_h2d, h2d_bits, h2d_values
 from .._dtypes import format_for_dtype, host_dtype
 from .._errors import LayoutError, SpyreTypeError
 from .._layout import SpyreTensorLayout
 from ._base import SpyrePrim
-from ._kernels import logical_values, masked, poison
+from ._kernels import logical_bits, logical_values, masked, poison
 
 __all__ = [
     "Astype",
@@ -63,7 +63,8 @@ class Restickify(SpyrePrim):
         return {"cost": restickify_cost(self.in_avals[0])}
 
     def kernel(self, img: jax.Array) -> jax.Array:
-        return dma_h2d(logical_values(img, self.in_avals[0]), self.layout)
+        aval = self.in_avals[0]
+        return h2d_bits(logical_bits(img, aval), aval.dtype, self.layout)
 
     def tangent_kernel(self, img: jax.Array) -> jax.Array:
         return h2d_values(logical_values(img, self.in_avals[0], exact=False), self.layout)
@@ -96,7 +97,11 @@ class Copy(SpyrePrim):
         raise NotImplementedError
 
     def compute(self, *values: jax.Array) -> jax.Array:
-        """The result's values from the operands' logical values."""
+        """The result's values from the operands' logical values (or their bits).
+
+        Called on the bits (:func:`spyrejax._dma.as_bits`) of the values for the result
+        and on the values themselves for tangents, so it may only move elements.
+        """
         raise NotImplementedError
 
     def pp_params(self) -> dict[str, Any]:
@@ -104,9 +109,12 @@ class Copy(SpyrePrim):
         return {**shown, "cost": sum(restickify_cost(a) for a in self.in_avals)}
 
     def _copy(self, imgs: tuple[jax.Array, ...], exact: bool) -> jax.Array:
-        values = [logical_values(i, t, exact) for i, t in zip(imgs, self.in_avals, strict=True)]
-        out = self.compute(*values)
-        return dma_h2d(out, self.layout) if exact else h2d_values(out, self.layout)
+        pairs = zip(imgs, self.in_avals, strict=True)
+        if not exact:
+            out = self.compute(*(logical_values(i, t, exact=False) for i, t in pairs))
+            return h2d_values(out, self.layout)
+        out = self.compute(*(logical_bits(i, t) for i, t in pairs))  # moves bits only
+        return h2d_bits(out, self.out_aval.dtype, self.layout)
 
     def kernel(self, *imgs: jax.Array) -> jax.Array:
         return self._copy(imgs, exact=True)
@@ -184,7 +192,9 @@ class Pad(Copy):
         return shape
 
     def compute(self, x: jax.Array) -> jax.Array:
-        return jax.lax.pad(x, jax.numpy.asarray(self.value, x.dtype), self.config)
+        # x holds values (tangents) or their bits (see Copy._copy): the fill follows suit.
+        fill = np.asarray(self.value, self.in_avals[0].dtype).view(x.dtype)
+        return jax.lax.pad(x, jax.numpy.asarray(fill), self.config)
 
 
 def _target(shape: tuple[int, ...], aval: SpyreType, dim_order: Any, layout: Any) -> Any:
