@@ -189,8 +189,9 @@ _D2H = jax.jit(sj.dma_d2h, static_argnames=("shape", "layout"))
 def dma_cases(mib: int) -> dict[str, tuple[tuple[int, ...], Any, Any]]:
     """Shapes of ``mib`` MiB of float16 (and one of bfloat16), their layouts and dtypes.
 
-    The bfloat16 case shows the price of bit-exact bfloat16 inside ``jax.jit``: the
-    bitcast back from the bits XLA moves is a pass of its own (see ``spyrejax._dma``).
+    The bfloat16 case shows the price of bit-exact bfloat16 inside ``jax.jit``: into a
+    padded image, the bitcast back from the bits XLA moves is a pass of its own (see
+    ``spyrejax._dma.from_bits``).
     """
     elems = mib * 2**20 // 2
     cols = 4096
@@ -201,7 +202,11 @@ def dma_cases(mib: int) -> dict[str, tuple[tuple[int, ...], Any, Any]]:
         f"{mib} MiB default layout ({rows}, {cols})": ((rows, cols), None, f16),
         f"{mib} MiB stick on dim 0 ({rows}, {cols})": ((rows, cols), [1, 0], f16),
         f"{mib} MiB partial last stick ({elems // odd}, {odd})": ((elems // odd, odd), None, f16),
-        f"{mib} MiB bfloat16, default layout ({rows}, {cols})": ((rows, cols), None, bf16),
+        f"{mib} MiB bfloat16, partial last stick ({elems // odd}, {odd})": (
+            (elems // odd, odd),
+            None,
+            bf16,
+        ),
     }
 
 

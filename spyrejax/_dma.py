@@ -11,11 +11,12 @@ and under ``jax.jit``.
 Transfers only move data (slices, transposes, concatenations, box updates), never
 compute on it, and they are bit-exact: subnormals, NaN payloads, -0.0 and infinities
 survive, eagerly and inside ``jax.jit``. XLA may alter a float it only moves (its CPU
-backend flushes bfloat16 subnormals in some fused moves, and emulates float8 through
-wider types), so float data enters the engine as unsigned integers of the same width
-(:func:`as_bits`) and leaves it as floats again (:func:`from_bits`); integer moves are
-never altered. Kernels that go on moving the values (restickify, copies) take them as
-bits (:func:`d2h_bits`, :func:`h2d_bits`), so they stay integers from end to end.
+backend flushes bfloat16 subnormals in fused selects, and emulates float8 through wider
+types), so float data enters the engine as unsigned integers of the same width
+(:func:`as_bits`) and leaves it as floats again (:func:`from_bits`, fenced where the
+move selects); integer moves are never altered. Kernels that go on moving the values
+(restickify, copies) take them as bits (:func:`d2h_bits`, :func:`h2d_bits`), so they
+stay integers from end to end.
 
 Eager transfers between concrete arrays run the same descriptors on the host engine
 (:mod:`spyrejax._host_dma`: blocked NumPy strided copies, and a C kernel for element
@@ -262,23 +263,40 @@ def as_bits(x: jax.Array) -> jax.Array:
     return x if bits == x.dtype else jax.lax.bitcast_convert_type(x, bits)
 
 
-# LLVM hoists a bitcast above the selects of a fused pad or box update, and on CPUs with
-# AVX512-BF16 it moves the bfloat16 values it then selects through float32 and back
-# with vcvtneps2bf16, which flushes subnormals. An optimization barrier keeps the
-# bitcast back to bfloat16 out of the kernel that moved the bits: a kernel of its own,
-# one more pass over the data. float16 and float8 values LLVM moves as integers, float32
-# natively, so their bitcast back fuses into the move.
+# XLA writes a padded image by box updates into a filled one, which it lowers to selects
+# (a pad). LLVM folds the bitcasts around such a select into a select of bfloat16
+# values, and on CPUs with AVX512-BF16 it moves those through float32 and back with
+# vcvtneps2bf16, which flushes subnormals. So a move that selects (``fence``) leaves
+# its bits for bfloat16 through an optimization barrier: the bitcast back is a kernel
+# of its own, one more pass over the data. Other moves (slices, transposes,
+# concatenations) keep it fused, and so do the other formats, whose values LLVM moves
+# as integers (float16, float8) or natively (float32).
 _FENCED = (np.dtype(jnp.bfloat16),)
 
 
-def from_bits(x: jax.Array, dtype: Any) -> jax.Array:
-    """The inverse of :func:`as_bits`: bits reinterpreted as ``dtype``."""
+def from_bits(x: jax.Array, dtype: Any, *, fence: bool = False) -> jax.Array:
+    """The inverse of :func:`as_bits`: bits reinterpreted as ``dtype``.
+
+    Args:
+        x: the bits.
+        dtype: the dtype they hold.
+        fence: whether the move that made ``x`` selects (a pad or a box update into a
+            filled buffer); bfloat16 then leaves through an optimization barrier.
+    """
     dt = np.dtype(dtype)
     if x.dtype == dt:
         return x
-    if dt in _FENCED:
+    if fence and dt in _FENCED:
         x = jax.lax.optimization_barrier(x)
     return jax.lax.bitcast_convert_type(x, dt)
+
+
+def _has_padding(shape: Sequence[int], layout: SpyreTensorLayout) -> bool:
+    """Whether an image of ``shape`` in ``layout`` is written by box updates (selects).
+
+    Images the host array fills exactly are assembled from its boxes instead.
+    """
+    return math.prod(shape) != math.prod(layout.device_size)
 
 
 def _fill(value: Any, dtype: np.dtype) -> jax.Array:
@@ -287,7 +305,8 @@ def _fill(value: Any, dtype: np.dtype) -> jax.Array:
 
 
 def _h2d_traced(x: jax.Array, fill: jax.Array, layout: SpyreTensorLayout) -> jax.Array:
-    return from_bits(h2d_values(as_bits(x), layout, fill), x.dtype)
+    image = h2d_values(as_bits(x), layout, fill)
+    return from_bits(image, x.dtype, fence=_has_padding(x.shape, layout))
 
 
 def _d2h_traced(image: jax.Array, shape: tuple[int, ...], layout: SpyreTensorLayout) -> jax.Array:
@@ -425,12 +444,17 @@ def d2h_bits(image: jax.Array, shape: Sequence[int], layout: SpyreTensorLayout) 
     return as_bits(dma_d2h(image, shape, layout))
 
 
-def h2d_bits(bits: jax.Array, dtype: Any, layout: SpyreTensorLayout) -> jax.Array:
+def h2d_bits(
+    bits: jax.Array, dtype: Any, layout: SpyreTensorLayout, *, selected: bool = False
+) -> jax.Array:
     """:func:`dma_h2d` of the values of ``dtype`` whose bits are ``bits`` (see :func:`d2h_bits`).
 
-    Returns the device image in ``dtype``, its padding poisoned.
+    ``selected`` says the bits went through a select on the way (a pad), which the
+    bitcast back must be fenced from (see :func:`from_bits`), as from the box updates
+    of a padded image. Returns the device image in ``dtype``, its padding poisoned.
     """
     dt = np.dtype(dtype)
     if isinstance(bits, jax.core.Tracer):
-        return from_bits(h2d_values(bits, layout, _fill(poison_value(dt), dt)), dt)
+        image = h2d_values(bits, layout, _fill(poison_value(dt), dt))
+        return from_bits(image, dt, fence=selected or _has_padding(bits.shape, layout))
     return dma_h2d(from_bits(bits, dt), layout)

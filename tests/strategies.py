@@ -32,4 +32,17 @@ def dim_orders(draw, rank):
     return order
 
 
+@st.composite
+def shapes_and_orders(draw, **shape_args):
+    """A host shape (see :func:`shapes`) and a dim order for it (None: the default).
+
+    One strategy, rather than a ``st.data()`` draw, so failing cases can be pinned with
+    ``@example((shape, order), ...)``.
+    """
+    shape = draw(shapes(**shape_args))
+    return shape, draw(dim_orders(len(shape)))
+
+
 dtypes = st.sampled_from(sj.SUPPORTED_DTYPES)
+#: Seeds of the NumPy generators that draw array contents (``oracles.random_bits``).
+seeds = st.integers(0, 2**32 - 1)

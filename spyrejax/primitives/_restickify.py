@@ -81,6 +81,10 @@ class Copy(SpyrePrim):
     the target layout's. The cost is the operands' device sizes (elements moved).
     """
 
+    #: Whether ``compute`` selects (a pad): the result's bits are then fenced
+    #: (see :func:`spyrejax._dma.from_bits`).
+    selects = False
+
     def __init__(self, *avals: SpyreType, layout: SpyreTensorLayout, **params: Any) -> None:
         self.params = {"layout": layout, **params}
         shape = self.shape(avals, **params)
@@ -114,7 +118,7 @@ class Copy(SpyrePrim):
             out = self.compute(*(logical_values(i, t, exact=False) for i, t in pairs))
             return h2d_values(out, self.layout)
         out = self.compute(*(logical_bits(i, t) for i, t in pairs))  # moves bits only
-        return h2d_bits(out, self.out_aval.dtype, self.layout)
+        return h2d_bits(out, self.out_aval.dtype, self.layout, selected=self.selects)
 
     def kernel(self, *imgs: jax.Array) -> jax.Array:
         return self._copy(imgs, exact=True)
@@ -177,6 +181,8 @@ class Concatenate(Copy):
 
 class Pad(Copy):
     """``lax.pad`` with a scalar fill and (low, high, interior) per dim, copied."""
+
+    selects = True
 
     @classmethod
     def shape(cls, avals: Any, *, config: Any, value: Any = 0) -> tuple[int, ...]:
