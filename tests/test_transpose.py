@@ -20,10 +20,6 @@ _transpose = pytest.importorskip(
 WIDTHS = (1, 2, 4, 8)
 
 
-def _buffer(nbytes, rng):
-    return rng.integers(0, 256, size=nbytes, dtype=np.uint8)
-
-
 def _strided(buf, item, shape, strides, offset):
     return np.ndarray(shape, f"u{item}", buf, offset, strides)
 
@@ -42,7 +38,7 @@ def _run(shape, src_order, dst_order, item, rng, *, pad=(0, 0), gap=(0, 0)):
         strides = [0] * len(shape)
         for position, k in enumerate(order):
             strides[k] = strides_in_order[position]
-        buf = _buffer(before + int(np.prod(dims)) * item, rng)
+        buf = random_bits((before + int(np.prod(dims)) * item,), np.uint8, rng)
         views.append((buf, tuple(strides), before))
     (src_buf, s_strides, s_off), (dst_buf, d_strides, d_off) = views
     src = _strided(src_buf, item, shape, s_strides, s_off)
