@@ -1,4 +1,4 @@
-"""Test configuration: reproducible Hypothesis profiles.
+"""Test configuration: strict dtype promotion and reproducible Hypothesis profiles.
 
 Hypothesis profiles (``HYPOTHESIS_PROFILE`` selects one):
 
@@ -14,7 +14,12 @@ timed; the few long ones are marked ``slow``.
 
 import os
 
+import jax
 from hypothesis import HealthCheck, settings
+
+# No implicit promotion: an op mixing dtypes must say which it means (in the tests and,
+# through them, in spyrejax itself).
+jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 _SHARED = {
     "deadline": None,
