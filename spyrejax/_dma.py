@@ -10,13 +10,13 @@ and under ``jax.jit``.
 
 Transfers only move data (slices, transposes, concatenations, box updates), never
 compute on it, and they are bit-exact: subnormals, NaN payloads, -0.0 and infinities
-survive, eagerly and inside ``jax.jit``. XLA may alter a float it only moves (its CPU
-backend flushes bfloat16 subnormals in fused selects, and emulates float8 through wider
-types), so float data enters the engine as unsigned integers of the same width
-(:func:`as_bits`) and leaves it as floats again (:func:`from_bits`, fenced where the
-move selects); integer moves are never altered. Kernels that go on moving the values
-(restickify, copies) take them as bits (:func:`d2h_bits`, :func:`h2d_bits`), so they
-stay integers from end to end.
+survive, eagerly and inside ``jax.jit``. XLA may alter some floats it only moves (its
+CPU backend flushes bfloat16 subnormals in fused selects, and emulates float8 through
+wider types), so those formats enter the engine as unsigned integers of the same width
+(:func:`as_bits`) and leave it as floats again (:func:`from_bits`, fenced where the move
+selects); float16, float32 and integer moves are never altered. Kernels that go on
+moving the values (restickify, copies) take them as bits (:func:`d2h_bits`,
+:func:`h2d_bits`), so they stay integers from end to end.
 
 Eager transfers between concrete arrays run the same descriptors on the host engine
 (:mod:`spyrejax._host_dma`: blocked NumPy strided copies, and a C kernel for element
@@ -34,6 +34,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 
 from ._dci import Descriptor, generate_dci
@@ -247,14 +248,26 @@ def d2h_values(image: jax.Array, shape: tuple[int, ...], layout: SpyreTensorLayo
     return _execute(image, jnp.zeros(shape, image.dtype), dci)
 
 
-def bits_dtype(dtype: Any) -> np.dtype:
-    """The dtype values of ``dtype`` move as inside XLA: floats as unsigned integers.
+# The formats XLA's CPU backend may alter when it only moves them: it emulates float8
+# through wider types (canonicalising NaN payloads), and on CPUs with AVX512-BF16 LLVM
+# moves bfloat16 through float32 (flushing subnormals). float16 and float32 values,
+# integers and bools it moves exactly, and moving them as themselves keeps XLA's
+# in-place box updates (a bitcast back would fuse them into one kernel).
+_MOVED_AS_BITS = (
+    np.dtype(jnp.bfloat16),
+    np.dtype(ml_dtypes.float8_e4m3fn),
+    np.dtype(ml_dtypes.float8_e5m2),
+)
 
-    Floating dtypes (float8 to float32) map to the unsigned integer of their width;
-    integer and bool dtypes move as themselves.
+
+def bits_dtype(dtype: Any) -> np.dtype:
+    """The dtype values of ``dtype`` move as inside XLA.
+
+    bfloat16 and the float8 formats, which XLA may alter, move as the unsigned integer
+    of their width; every other dtype moves as itself.
     """
     dt = np.dtype(dtype)
-    return np.dtype(f"uint{8 * dt.itemsize}") if jnp.issubdtype(dt, jnp.inexact) else dt
+    return np.dtype(f"uint{8 * dt.itemsize}") if dt in _MOVED_AS_BITS else dt
 
 
 def as_bits(x: jax.Array) -> jax.Array:
@@ -266,11 +279,11 @@ def as_bits(x: jax.Array) -> jax.Array:
 # XLA writes a padded image by box updates into a filled one, which it lowers to selects
 # (a pad). LLVM folds the bitcasts around such a select into a select of bfloat16
 # values, and on CPUs with AVX512-BF16 it moves those through float32 and back with
-# vcvtneps2bf16, which flushes subnormals. So a move that selects (``fence``) leaves
-# its bits for bfloat16 through an optimization barrier: the bitcast back is a kernel
-# of its own, one more pass over the data. Other moves (slices, transposes,
-# concatenations) keep it fused, and so do the other formats, whose values LLVM moves
-# as integers (float16, float8) or natively (float32).
+# vcvtneps2bf16, which flushes subnormals. So after a move that selects (``fence``),
+# the bitcast back to bfloat16 sits behind an optimization barrier: a kernel of its
+# own, one more pass over the data. After other moves (slices, transposes,
+# concatenations) it stays fused, as it does for float8, whose values LLVM moves as
+# integers.
 _FENCED = (np.dtype(jnp.bfloat16),)
 
 
