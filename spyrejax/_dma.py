@@ -11,11 +11,14 @@ writing boxes needs no index arrays and no per-element or per-stick Python loops
 runs the same eagerly and under ``jax.jit``.
 
 Transfers only move data (slices, transposes, concatenations, box updates), never
-compute on it, so they are bit-exact: NaN payloads, -0.0 and infinities survive. The
-float8 formats, which XLA emulates through wider types, move as raw bytes. One
-exception: inside ``jax.jit``, XLA's CPU backend may canonicalise bfloat16 NaNs (some
-of its fusions carry bfloat16 through float32, losing payloads); eager transfers on the
-host engine keep them.
+compute on it, and they are bit-exact: subnormals, NaN payloads, -0.0 and infinities
+survive, eagerly and inside ``jax.jit``. XLA may alter some floats it only moves (its
+CPU backend flushes bfloat16 subnormals in fused selects, and emulates float8 through
+wider types), so those formats enter the engine as unsigned integers of the same width
+(:func:`as_bits`) and leave it as floats again (:func:`from_bits`, fenced where the move
+selects); float16, float32 and integer moves are never altered. Kernels that go on
+moving the values (restickify, copies) take them as bits (:func:`d2h_bits`,
+:func:`h2d_bits`), so they stay integers from end to end.
 
 Eager transfers between concrete arrays run the same descriptors on the host engine
 (:mod:`spyrejax._host_dma`: blocked NumPy strided copies, and a C kernel for element
@@ -46,10 +49,15 @@ from ._segments import row_major_strides, segment_axes
 
 __all__ = [
     "BoxPlan",
+    "as_bits",
+    "bits_dtype",
     "box_plan",
+    "d2h_bits",
     "d2h_values",
     "dma_d2h",
     "dma_h2d",
+    "from_bits",
+    "h2d_bits",
     "h2d_values",
     "read_box",
     "write_box",
@@ -353,30 +361,82 @@ def _d2h_values(image: jax.Array, mapping: HostMapping) -> jax.Array:
     return _execute(image, dst, mapping.dci(host_to_device=False))
 
 
-# XLA emulates float8 through wider types, which canonicalises NaN payloads even when
-# only moving data; those formats move as raw bytes. Native dtypes move as themselves.
-_EMULATED = (np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2))
+# The formats XLA's CPU backend may alter when it only moves them: it emulates float8
+# through wider types (canonicalising NaN payloads), and on CPUs with AVX512-BF16 LLVM
+# moves bfloat16 through float32 (flushing subnormals). float16 and float32 values,
+# integers and bools it moves exactly, and moving them as themselves keeps XLA's
+# in-place box updates (a bitcast back would fuse them into one kernel).
+_MOVED_AS_BITS = (
+    np.dtype(jnp.bfloat16),
+    np.dtype(ml_dtypes.float8_e4m3fn),
+    np.dtype(ml_dtypes.float8_e5m2),
+)
 
 
-def _as_bits(x: jax.Array) -> jax.Array:
-    return jax.lax.bitcast_convert_type(x, jnp.uint8) if x.dtype in _EMULATED else x
+def bits_dtype(dtype: Any) -> np.dtype:
+    """The dtype values of ``dtype`` move as inside XLA.
+
+    bfloat16 and the float8 formats, which XLA may alter, move as the unsigned integer
+    of their width; every other dtype moves as itself.
+    """
+    dt = np.dtype(dtype)
+    return np.dtype(f"uint{8 * dt.itemsize}") if dt in _MOVED_AS_BITS else dt
 
 
-def _from_bits(x: jax.Array, dtype: np.dtype) -> jax.Array:
-    return jax.lax.bitcast_convert_type(x, dtype) if dtype in _EMULATED else x
+def as_bits(x: jax.Array) -> jax.Array:
+    """``x`` reinterpreted as :func:`bits_dtype` (a free bitcast; no value changes)."""
+    bits = bits_dtype(x.dtype)
+    return x if bits == x.dtype else jax.lax.bitcast_convert_type(x, bits)
+
+
+# XLA writes a padded image by box updates into a filled one, which it lowers to selects
+# (a pad). LLVM folds the bitcasts around such a select into a select of bfloat16
+# values, and on CPUs with AVX512-BF16 it moves those through float32 and back with
+# vcvtneps2bf16, which flushes subnormals. So after a move that selects (``fence``),
+# the bitcast back to bfloat16 sits behind an optimization barrier: a kernel of its
+# own, one more pass over the data. After other moves (slices, transposes,
+# concatenations) it stays fused, as it does for float8, whose values LLVM moves as
+# integers.
+_FENCED = (np.dtype(jnp.bfloat16),)
+
+
+def from_bits(x: jax.Array, dtype: Any, *, fence: bool = False) -> jax.Array:
+    """The inverse of :func:`as_bits`: bits reinterpreted as ``dtype``.
+
+    Args:
+        x: the bits.
+        dtype: the dtype they hold.
+        fence: whether the move that made ``x`` selects (a pad or a box update into a
+            filled buffer); bfloat16 then leaves through an optimization barrier.
+    """
+    dt = np.dtype(dtype)
+    if x.dtype == dt:
+        return x
+    if fence and dt in _FENCED:
+        x = jax.lax.optimization_barrier(x)
+    return jax.lax.bitcast_convert_type(x, dt)
+
+
+def _has_padding(shape: Sequence[int], layout: SpyreTensorLayout) -> bool:
+    """Whether an image of ``shape`` in ``layout`` is written by box updates (selects).
+
+    Images the host array fills exactly are assembled from its boxes instead.
+    """
+    return math.prod(shape) != math.prod(layout.device_size)
 
 
 def _fill(value: Any, dtype: np.dtype) -> jax.Array:
-    arr = np.asarray(value, dtype=dtype)
-    return jnp.asarray(arr.view(np.uint8) if dtype in _EMULATED else arr)
+    """The fill scalar of a traced transfer, as the bits it moves as."""
+    return jnp.asarray(np.asarray(value, dtype=dtype).view(bits_dtype(dtype)))
 
 
 def _h2d_traced(x: jax.Array, fill: jax.Array, mapping: HostMapping) -> jax.Array:
-    return _from_bits(_h2d_values(_as_bits(x), mapping, fill), x.dtype)
+    image = _h2d_values(as_bits(x), mapping, fill)
+    return from_bits(image, x.dtype, fence=_has_padding(x.shape, mapping.layout))
 
 
 def _d2h_traced(image: jax.Array, mapping: HostMapping) -> jax.Array:
-    return _from_bits(_d2h_values(_as_bits(image), mapping), image.dtype)
+    return from_bits(_d2h_values(as_bits(image), mapping), image.dtype)
 
 
 # Eager XLA transfers compile once per mapping (layout and host shape); traced ones
@@ -500,3 +560,30 @@ def dma_d2h(image: Any, shape: Sequence[int], layout: SpyreTensorLayout) -> jax.
     if isinstance(image, jax.core.Tracer):
         return _d2h_traced(image, mapping)
     return _d2h(_to_jax(image, dt), mapping=mapping)
+
+
+def d2h_bits(image: jax.Array, shape: Sequence[int], layout: SpyreTensorLayout) -> jax.Array:
+    """:func:`dma_d2h` as :func:`as_bits`, for kernels that go on moving the values.
+
+    Traced, the bits never become floats on the way (and so need no :func:`from_bits`
+    fence); eager, this is :func:`dma_d2h` (the host engine) reinterpreted.
+    """
+    if isinstance(image, jax.core.Tracer):
+        return d2h_values(as_bits(image), tuple(shape), layout)
+    return as_bits(dma_d2h(image, shape, layout))
+
+
+def h2d_bits(
+    bits: jax.Array, dtype: Any, layout: SpyreTensorLayout, *, selected: bool = False
+) -> jax.Array:
+    """:func:`dma_h2d` of the values of ``dtype`` whose bits are ``bits`` (see :func:`d2h_bits`).
+
+    ``selected`` says the bits went through a select on the way (a pad), which the
+    bitcast back must be fenced from (see :func:`from_bits`), as from the box updates
+    of a padded image. Returns the device image in ``dtype``, its padding poisoned.
+    """
+    dt = np.dtype(dtype)
+    if isinstance(bits, jax.core.Tracer):
+        image = h2d_values(bits, layout, _fill(poison_value(dt), dt))
+        return from_bits(image, dt, fence=selected or _has_padding(bits.shape, layout))
+    return dma_h2d(from_bits(bits, dt), layout)

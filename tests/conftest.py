@@ -1,19 +1,30 @@
+"""Test configuration: strict dtype promotion and reproducible Hypothesis profiles.
+
+Hypothesis profiles (``HYPOTHESIS_PROFILE`` selects one):
+
+- ``ci``, the default, is derandomized: every property test draws the same examples on
+  every run and every machine (seeded from the test's name), so a red run reproduces.
+- ``long`` keeps exploring: random seeds and many more examples. Any example it finds
+  failing is added to its test with ``@example``, so the default run checks it from
+  then on.
+
+Property tests compile a small XLA program per example, so examples are counted, not
+timed; the few long ones are marked ``slow``.
+"""
+
 import os
 
+import jax
 from hypothesis import HealthCheck, settings
 
-# Property tests compile a small XLA program per example, so examples are counted, not
-# timed. `HYPOTHESIS_PROFILE=long` runs many more (tests marked `slow` use it anyway).
-settings.register_profile(
-    "ci",
-    max_examples=25,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-settings.register_profile(
-    "long",
-    max_examples=300,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+# No implicit promotion: an op mixing dtypes must say which it means (in the tests and,
+# through them, in spyrejax itself).
+jax.config.update("jax_numpy_dtype_promotion", "strict")
+
+_SHARED = {
+    "deadline": None,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
+}
+settings.register_profile("ci", max_examples=25, derandomize=True, database=None, **_SHARED)
+settings.register_profile("long", max_examples=500, print_blob=True, **_SHARED)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -1,6 +1,10 @@
-"""Shared helpers for the Spyre array tests."""
+"""Shared helpers for the Spyre array tests: inputs, tolerances, padding checks."""
 
+import math
+
+import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 
 import spyrejax as sj
@@ -10,17 +14,70 @@ FLOAT_DTYPES = (jnp.float16, jnp.bfloat16, jnp.float32)
 # Shapes with and without stick padding (150 fp16 values pad to 192, 64 fit exactly).
 SHAPES = ((3, 150), (2, 64))
 
-TOL = {
-    np.dtype(jnp.float16): {"rtol": 2e-3, "atol": 2e-3},
-    np.dtype(jnp.bfloat16): {"rtol": 1.6e-2, "atol": 1.6e-2},
-    np.dtype(jnp.float32): {"rtol": 2e-6, "atol": 2e-6},
-}
-# Reductions and matmuls accumulate in another order than jnp.
-LOOSE = {
-    np.dtype(jnp.float16): {"rtol": 1e-2, "atol": 2e-2},
-    np.dtype(jnp.bfloat16): {"rtol": 5e-2, "atol": 1e-1},
-    np.dtype(jnp.float32): {"rtol": 1e-5, "atol": 1e-4},
-}
+#: Roundings two implementations of one operation may differ by: each rounds once, and
+#: they may fuse differently (an FMA, another polynomial for a transcendental).
+ULPS = 4
+
+
+def tol(dtype, *, reduce_len=1, scale=1.0, ops=1):
+    """``rtol`` and ``atol`` to compare a computed result of ``dtype`` with a reference.
+
+    Both compute the same math in floating point and differ by rounding only:
+
+    - each of the ``ops`` operations of a chain rounds its result, :data:`ULPS` ulps of
+      ``dtype`` per operation;
+    - a sum of ``reduce_len`` terms added in another order (tiles and lanes, another
+      CPU's kernel) differs by about ``sqrt(reduce_len)`` roundings of its partial sums
+      (a random walk), in the dtype it accumulates in: float32 for float16 and bfloat16
+      (spyrejax's kernels, ``jnp`` sums and XLA's CPU dots all accumulate in it).
+
+    The error is relative to the magnitude of the values involved, not to the result
+    alone: where terms cancel, a result near zero keeps the absolute error of its
+    inputs. So ``atol`` is the same relative error of ``scale``, the magnitude of the
+    inputs, partial sums and result, and is never zero.
+
+    Returns:
+        ``{"rtol": ..., "atol": ...}``, for ``np.testing.assert_allclose(..., **tol(...))``.
+    """
+    dtype = np.dtype(dtype)
+    eps = float(ml_dtypes.finfo(dtype).eps)
+    acc = float(ml_dtypes.finfo(np.float32 if dtype.itemsize < 4 else dtype).eps)
+    rel = ULPS * (ops * eps + math.sqrt(reduce_len) * acc)
+    return {"rtol": rel, "atol": rel * scale}
+
+
+def assert_close(got, want, *, reduce_len=1, ops=1, scale=None):
+    """Assert two pytrees of arrays agree leaf by leaf: floats within :func:`tol`.
+
+    Each float leaf is compared within ``tol(want.dtype, ...)``; ``scale`` defaults to
+    the larger of 1 (the magnitude of :func:`rand`'s inputs) and the reference's
+    largest value. Other leaves (bool, int) must be equal.
+    """
+    got_leaves, want_leaves = jax.tree.leaves(got), jax.tree.leaves(want)
+    assert len(got_leaves) == len(want_leaves), (len(got_leaves), len(want_leaves))
+    for g, w in zip(got_leaves, want_leaves, strict=True):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.shape == w.shape, (g.shape, w.shape)
+        if not jnp.issubdtype(w.dtype, jnp.floating):
+            np.testing.assert_array_equal(g, w)
+            continue
+        wide = w.astype(np.float64)
+        s = max(1.0, float(np.abs(wide).max(initial=0.0))) if scale is None else scale
+        np.testing.assert_allclose(
+            g.astype(np.float64),
+            wide,
+            **tol(w.dtype, reduce_len=reduce_len, scale=s, ops=ops),
+        )
+
+
+def rand(shape, dtype=jnp.float32, seed=0, *, low=-2.0, high=2.0):
+    """Uniform values in ``[low, high)`` of ``dtype``: the tests' one random input.
+
+    ``seed`` is an int or a NumPy Generator (successive calls then draw new values);
+    either way the values are reproducible.
+    """
+    rng = np.random.default_rng(seed)
+    return jnp.asarray(rng.uniform(low, high, size=shape).astype(np.float32), dtype)
 
 
 def padding_is_poison(a):
@@ -32,7 +89,3 @@ def padding_is_poison(a):
         return bool((pad == poison).all())
     bits = np.dtype(f"uint{8 * t.dtype.itemsize}")
     return bool((pad.view(bits) == poison.view(bits)).all())
-
-
-def rand(shape, dtype, rng, low=-2.0, high=2.0):
-    return jnp.asarray(rng.uniform(low, high, size=shape).astype(np.float32), dtype)

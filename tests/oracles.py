@@ -3,6 +3,7 @@
 They share no code with spyrejax: each is the most direct reading of a rule.
 """
 
+import ml_dtypes
 import numpy as np
 
 
@@ -52,13 +53,48 @@ def dot_stride_map(coords, layout):
     return coords @ m
 
 
+def special_bits(dtype):
+    """The bit patterns of a float ``dtype`` that a move is most likely to alter.
+
+    Read off the IEEE-style fields (sign, exponent, mantissa), whatever the format
+    makes of them: both zeros; the smallest, largest and another subnormal; the
+    patterns with an all-ones exponent (infinities and NaNs: quiet and signalling,
+    with payloads; the largest finite values of the formats without infinities); and
+    the smallest normal. Each comes with both signs. Empty for non-float dtypes.
+    """
+    dtype = np.dtype(dtype)
+    if dtype.kind in "biu":
+        return np.zeros(0, dtype)
+    width = 8 * dtype.itemsize
+    nmant = int(ml_dtypes.finfo(dtype).nmant)
+    bits = np.dtype(f"uint{width}")
+    exp_ones = ((1 << (width - 1 - nmant)) - 1) << nmant
+    full, top = (1 << nmant) - 1, 1 << (nmant - 1)
+    mantissas = sorted({1, top, full, top | 1, full ^ top, 0b101 & full})
+    patterns = {0, 1 << nmant}
+    patterns |= set(mantissas)  # subnormals
+    patterns |= {exp_ones | m for m in (0, *mantissas)}  # infinities and NaNs
+    sign = 1 << (width - 1)
+    patterns |= {p | sign for p in patterns}
+    return np.array(sorted(patterns), bits).view(dtype)
+
+
 def random_bits(shape, dtype, rng):
-    """Arbitrary bit patterns of ``dtype`` (NaN payloads, -0.0 and inf included)."""
+    """Arbitrary bit patterns of ``dtype``, every special pattern included where it fits.
+
+    Uniformly random bits, then each of :func:`special_bits` at a random position (as
+    many as the array holds), so subnormals, NaN payloads, -0.0 and infinities are in
+    every example rather than only in the few a uniform draw happens to hit.
+    """
     dtype = np.dtype(dtype)
     if dtype == np.bool_:
         return rng.integers(0, 2, size=shape).astype(np.bool_)
     bits = np.dtype(f"uint{8 * dtype.itemsize}")
     raw = rng.integers(0, np.iinfo(bits).max, size=shape, dtype=bits, endpoint=True)
+    specials = special_bits(dtype).view(bits)
+    flat = raw.reshape(-1)
+    k = min(flat.size, specials.size)
+    flat[rng.choice(flat.size, k, replace=False)] = rng.permutation(specials)[:k]
     return raw.view(dtype)
 
 

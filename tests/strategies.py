@@ -33,6 +33,17 @@ def dim_orders(draw, rank):
     return order
 
 
+@st.composite
+def shapes_and_orders(draw, **shape_args):
+    """A host shape (see :func:`shapes`) and a dim order for it (None: the default).
+
+    One strategy, rather than a ``st.data()`` draw, so failing cases can be pinned with
+    ``@example((shape, order), ...)``.
+    """
+    shape = draw(shapes(**shape_args))
+    return shape, draw(dim_orders(len(shape)))
+
+
 dtypes = st.sampled_from(sj.SUPPORTED_DTYPES)
 
 
@@ -92,3 +103,7 @@ def tiled_layouts(draw, dtype=np.float16, max_elements=3000, max_device_elements
     sizes = [n for n, _ in dims]
     hypothesis.assume(math.prod(sizes) <= max_device_elements)
     return shape, sj.SpyreTensorLayout.from_stride_map(sizes, [s for _, s in dims], dtype)
+
+
+#: Seeds of the NumPy generators that draw array contents (``oracles.random_bits``).
+seeds = st.integers(0, 2**32 - 1)

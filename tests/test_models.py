@@ -4,31 +4,18 @@ import chex
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
+from helpers import assert_close, rand
 
 import spyrejax as sj
 
-TOL = {
-    np.dtype(jnp.float32): {"rtol": 2e-4, "atol": 2e-4},
-    np.dtype(jnp.float16): {"rtol": 2e-2, "atol": 2e-2},
-    np.dtype(jnp.bfloat16): {"rtol": 1e-1, "atol": 1e-1},
-}
 
-
-def _close(fn, *args, dtype=jnp.float32):
+def _close(fn, *args, reduce_len=1, ops=1):
+    """sj.jit(fn) against jax.jit(fn), within the rounding of the computation."""
     got = jax.tree.map(sj.to_host, sj.jit(fn)(*args))
     want = jax.jit(fn)(*args)
-    chex.assert_trees_all_close(
-        jax.tree.map(lambda x: x.astype(jnp.float32), got),
-        jax.tree.map(lambda x: x.astype(jnp.float32), want),
-        **TOL[np.dtype(dtype)],
-    )
     chex.assert_trees_all_equal_dtypes(got, want)
-
-
-def _rand(shape, dtype=jnp.float32, seed=0, scale=1.0):
-    return jnp.asarray(np.random.default_rng(seed).standard_normal(shape) * scale, dtype)
+    assert_close(got, want, reduce_len=reduce_len, ops=ops)
 
 
 def mlp(x, w1, b1, w2, b2):
@@ -57,47 +44,53 @@ def attention(q, k, v):
 @pytest.mark.parametrize("d", [64, 150])
 def test_mlp_with_gelu(dtype, d):
     args = (
-        _rand((8, d), dtype, 0),
-        _rand((d, 96), dtype, 1, 0.1),
-        _rand((96,), dtype, 2, 0.1),
-        _rand((96, d), dtype, 3, 0.1),
-        _rand((d,), dtype, 4, 0.1),
+        rand((8, d), dtype, 0),
+        rand((d, 96), dtype, 1, low=-0.2, high=0.2),
+        rand((96,), dtype, 2, low=-0.2, high=0.2),
+        rand((96, d), dtype, 3, low=-0.2, high=0.2),
+        rand((d,), dtype, 4, low=-0.2, high=0.2),
     )
-    _close(mlp, *args, dtype=dtype)
+    # Two products (of d and 96 terms), bias adds and gelu's tanh formula: about 8 ops.
+    _close(mlp, *args, reduce_len=4 * max(d, 96), ops=8)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float16], ids=str)
 def test_softmax(dtype):
-    _close(lambda x: jax.nn.softmax(x, axis=-1), _rand((6, 150), dtype), dtype=dtype)
-    _close(lambda x: jax.nn.softmax(x, axis=0), _rand((6, 150), dtype), dtype=dtype)
+    # max, subtract, exp, a sum of up to 150 terms, divide.
+    _close(lambda x: jax.nn.softmax(x, axis=-1), rand((6, 150), dtype), reduce_len=150, ops=4)
+    _close(lambda x: jax.nn.softmax(x, axis=0), rand((6, 150), dtype), reduce_len=6, ops=4)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=str)
 def test_layer_norm_and_rms_norm(dtype):
-    x, g, b = _rand((10, 150), dtype), _rand((150,), dtype, 1), _rand((150,), dtype, 2)
-    _close(layer_norm, x, g, b, dtype=dtype)
-    _close(rms_norm, x, g, dtype=dtype)
+    x, g, b = rand((10, 150), dtype), rand((150,), dtype, 1), rand((150,), dtype, 2)
+    # Two means of 150 terms; about six rounded ops on the way (the centred values'
+    # error is relative to x, which the division by the deviation keeps near 1).
+    _close(layer_norm, x, g, b, reduce_len=4 * 150, ops=7)
+    _close(rms_norm, x, g, reduce_len=150, ops=5)
 
 
 @pytest.mark.parametrize("shape", [(16, 64), (2, 4, 16, 64), (10, 150)], ids=str)
 def test_causal_attention(shape):
-    q, k, v = (_rand(shape, jnp.float32, s, 0.5) for s in range(3))
-    _close(attention, q, k, v)
+    q, k, v = (rand(shape, jnp.float32, s, low=-1, high=1) for s in range(3))
+    # Scores of d terms, a softmax of t, a product of t terms.
+    _close(attention, q, k, v, reduce_len=9 * max(shape[-2:]), ops=8)
 
 
 def test_equinox_mlp_from_partitioned_model():
     model = eqx.nn.MLP(40, 24, width_size=70, depth=2, key=jax.random.PRNGKey(0))
     params, static = eqx.partition(model, eqx.is_array)
-    x = _rand((40,), jnp.float32)
+    x = rand((40,), jnp.float32)
 
     def run(params, x):
         return eqx.combine(params, static)(x)
 
-    _close(run, params, x)
+    # Three products of up to 70 terms, each with a bias and a relu.
+    _close(run, params, x, reduce_len=9 * 70, ops=6)
     # Parameters already on the device, as SpyreArrays.
     on_device = jax.tree.map(sj.to_device, params)
     got = sj.to_host(sj.jit(run)(on_device, x))
-    chex.assert_trees_all_close(got, run(params, x), rtol=2e-4, atol=2e-4)
+    assert_close(got, run(params, x), reduce_len=9 * 70, ops=6)
 
 
 def test_gradient_of_a_small_loss():
@@ -105,17 +98,22 @@ def test_gradient_of_a_small_loss():
         pred = jnp.tanh(x @ w)
         return jnp.mean((pred - y) ** 2)
 
-    w, x, y = _rand((150, 20), seed=0, scale=0.1), _rand((8, 150), seed=1), _rand((8, 20), seed=2)
-    _close(jax.grad(loss), w, x, y)
-    _close(jax.value_and_grad(loss, argnums=(0, 1)), w, x, y)
+    w, x, y = (
+        rand((150, 20), jnp.float32, 0, low=-0.2, high=0.2),
+        rand((8, 150), jnp.float32, 1),
+        rand((8, 20), jnp.float32, 2),
+    )
+    # Forward: a product of 150 terms, a mean of 160; backward: sums over 8 rows and 20.
+    _close(jax.grad(loss), w, x, y, reduce_len=9 * 160, ops=8)
+    _close(jax.value_and_grad(loss, argnums=(0, 1)), w, x, y, reduce_len=9 * 160, ops=8)
 
 
 def test_vmapped_function():
     def f(x, w):
         return jax.nn.softmax(x @ w, axis=-1).sum(0)
 
-    xb, w = _rand((3, 5, 150)), _rand((150, 70), seed=1)
-    _close(jax.vmap(f, in_axes=(0, None)), xb, w)
+    xb, w = rand((3, 5, 150)), rand((150, 70), jnp.float32, 1)
+    _close(jax.vmap(f, in_axes=(0, None)), xb, w, reduce_len=9 * 150, ops=6)
 
 
 def test_transformer_block():
@@ -128,7 +126,14 @@ def test_transformer_block():
         x = x + a @ wo
         return x + jax.nn.gelu(rms_norm(x, g2) @ w1) @ w2
 
-    ws = [_rand((d, d), seed=i, scale=0.1) for i in range(4)]
-    args = (_rand((t, d)), *ws, _rand((d,), seed=5), _rand((d, 128), seed=6, scale=0.1))
-    args = (*args, _rand((128, d), seed=7, scale=0.1), _rand((d,), seed=8))
-    _close(block, *args)
+    ws = [rand((d, d), jnp.float32, i, low=-0.2, high=0.2) for i in range(4)]
+    args = (
+        rand((t, d)),
+        *ws,
+        rand((d,), jnp.float32, 5),
+        rand((d, 128), jnp.float32, 6, low=-0.2, high=0.2),
+    )
+    args = (*args, rand((128, d), jnp.float32, 7, low=-0.2, high=0.2), rand((d,), jnp.float32, 8))
+    # Norms, three projections, attention, two more products: a chain of about six
+    # sums of up to 128 terms and about thirty rounded ops.
+    _close(block, *args, reduce_len=36 * 128, ops=30)

@@ -1,9 +1,8 @@
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import rand
+from helpers import assert_close, rand
 
 import spyrejax as sj
 from spyrejax.primitives import SpyrePrim
@@ -61,9 +60,10 @@ def test_grad_matches_plain_jax(name):
 
     got = jax.grad(loss(spy), argnums=(0, 1))(X, Y)
     want = jax.grad(loss(ref), argnums=(0, 1))(X, Y)
-    chex.assert_trees_all_close(got, want, rtol=1e-4, atol=1e-4)
+    # At most a product of 150 terms forward and of 40 back, and a few rounded ops.
+    assert_close(got, want, reduce_len=150 * 40, ops=6)
     jitted = jax.jit(jax.grad(loss(spy), argnums=(0, 1)))(X, Y)
-    chex.assert_trees_all_close(jitted, want, rtol=1e-4, atol=1e-4)
+    assert_close(jitted, want, reduce_len=150 * 40, ops=6)
 
 
 @pytest.mark.parametrize("name", FUNCTIONS)
@@ -71,20 +71,17 @@ def test_vmap_matches_plain_jax(name):
     spy, ref = FUNCTIONS[name]
     xb = jnp.stack([X, 2 * X, -X])
     yb = jnp.stack([Y, Y, 3 * Y])
-    chex.assert_trees_all_close(jax.vmap(spy)(xb, yb), jax.vmap(ref)(xb, yb), rtol=1e-5, atol=1e-5)
+    want = jax.vmap(ref)(xb, yb)
+    assert_close(jax.vmap(spy)(xb, yb), want, reduce_len=150, ops=4)
     # One argument batched, the other not.
-    chex.assert_trees_all_close(
-        jax.vmap(spy, in_axes=(0, None))(xb, Y),
-        jax.vmap(ref, in_axes=(0, None))(xb, Y),
-        rtol=1e-5,
-        atol=1e-5,
-    )
+    want = jax.vmap(ref, in_axes=(0, None))(xb, Y)
+    assert_close(jax.vmap(spy, in_axes=(0, None))(xb, Y), want, reduce_len=150, ops=4)
 
 
 def test_vmap_of_a_batch_dim_that_is_not_first():
     xb = jnp.stack([X, 2 * X], axis=1)  # (6, 2, 150)
     out = jax.vmap(lambda x: sj.to_host(sj.exp(sj.to_device(x))), in_axes=1)(xb)
-    chex.assert_trees_all_close(out, jnp.exp(jnp.moveaxis(xb, 1, 0)), rtol=1e-6)
+    assert_close(out, jnp.exp(jnp.moveaxis(xb, 1, 0)))
 
 
 def test_vmap_over_spyre_arrays_maps_the_outermost_device_dim():
@@ -92,10 +89,10 @@ def test_vmap_over_spyre_arrays_maps_the_outermost_device_dim():
     a = sj.to_device(xb, dim_order=[1, 0, 2])  # batch is the outermost device dim
     out = jax.vmap(lambda a: a * 2.0)(a)
     assert isinstance(out, sj.SpyreArray) and out.shape == xb.shape
-    chex.assert_trees_all_close(sj.to_host(out), 2 * xb)
+    assert_close(sj.to_host(out), 2 * xb)
     made = jax.vmap(sj.to_device)(xb)
     assert made.layout.device_size[0] == 3
-    chex.assert_trees_all_close(sj.to_host(made), xb)
+    np.testing.assert_array_equal(sj.to_host(made), xb)  # a transfer: exact
     with pytest.raises(sj.SpyreUnsupportedError, match=r"jax.vmap/scan cannot map over axis 0"):
         jax.vmap(lambda a: a * 2.0)(sj.to_device(xb))  # batch is not outermost
     with pytest.raises(sj.SpyreUnsupportedError, match="axis 1"):
@@ -115,7 +112,7 @@ def test_primitive_without_a_batch_rule_names_itself_and_vmap():
         a = sj.to_device(x)
         return sj.to_host(NoBatch(jax.typeof(a), k=2.0)(a))
 
-    chex.assert_trees_all_close(f(X), 2 * X)
+    assert_close(f(X), 2 * X)
     with pytest.raises(
         sj.SpyreUnsupportedError, match="primitive NoBatch does not support the transformation"
     ):
@@ -127,4 +124,4 @@ def test_jvp_and_forward_mode():
     tx, ty = jnp.ones_like(X), jnp.zeros_like(Y)
     got = jax.jvp(spy, (X, Y), (tx, ty))
     want = jax.jvp(ref, (X, Y), (tx, ty))
-    chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-5)
+    assert_close(got, want, ops=4)

@@ -11,20 +11,13 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from oracles import random_bits
 
 _transpose = pytest.importorskip(
     "spyrejax._transpose", reason="spyrejax was built without its C transpose kernel"
 )
 
 WIDTHS = (1, 2, 4, 8)
-
-
-def _random_bits(shape, item, rng):
-    return rng.integers(0, 256, size=(*shape, item), dtype=np.uint8).view(f"u{item}")[..., 0]
-
-
-def _buffer(nbytes, rng):
-    return rng.integers(0, 256, size=nbytes, dtype=np.uint8)
 
 
 def _strided(buf, item, shape, strides, offset):
@@ -45,11 +38,11 @@ def _run(shape, src_order, dst_order, item, rng, *, pad=(0, 0), gap=(0, 0)):
         strides = [0] * len(shape)
         for position, k in enumerate(order):
             strides[k] = strides_in_order[position]
-        buf = _buffer(before + int(np.prod(dims)) * item, rng)
+        buf = random_bits((before + int(np.prod(dims)) * item,), np.uint8, rng)
         views.append((buf, tuple(strides), before))
     (src_buf, s_strides, s_off), (dst_buf, d_strides, d_off) = views
     src = _strided(src_buf, item, shape, s_strides, s_off)
-    src[...] = _random_bits(shape, item, rng)
+    src[...] = random_bits(shape, f"u{item}", rng)
     want = dst_buf.copy()
     _strided(want, item, shape, d_strides, d_off)[...] = src
     _transpose.transpose(dst_buf, d_off, d_strides, src_buf, s_off, s_strides, shape, item)

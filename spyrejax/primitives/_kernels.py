@@ -15,7 +15,7 @@ import numpy as np
 
 from .._array import SpyreType
 from .._devdims import AlignPlan, DevDim
-from .._dma import box_plan, d2h_values, dma_d2h, read_box
+from .._dma import box_plan, d2h_bits, d2h_values, dma_d2h, from_bits, read_box
 from .._dtypes import poison_value
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "data_mask",
     "from_data_dims",
     "has_padding",
+    "logical_bits",
     "logical_values",
     "masked",
     "merge_axes",
@@ -122,10 +123,26 @@ def from_data_dims(result: jax.Array, t: SpyreType) -> jax.Array:
 def logical_values(image: jax.Array, t: SpyreType, exact: bool = True) -> jax.Array:
     """The logical values of an image: a DMA read with its layout, then its view.
 
-    ``exact`` moves bits (``dma_d2h``); otherwise values (differentiable, for tangents).
+    ``exact`` moves bits (see :func:`logical_bits`); otherwise values (differentiable,
+    for tangents).
     """
-    read = dma_d2h if exact else d2h_values
-    base = read(image, t.base_shape, t.layout)
+    if not exact:
+        return _view(d2h_values(image, t.base_shape, t.layout), t)
+    if not t.is_view:
+        return dma_d2h(image, t.base_shape, t.layout)
+    return from_bits(logical_bits(image, t), t.dtype)
+
+
+def logical_bits(image: jax.Array, t: SpyreType) -> jax.Array:
+    """The logical values of an image as :func:`as_bits`: a DMA read, then the view.
+
+    Copies compute on these (slices, concatenations, pads move integers), so XLA cannot
+    alter a float on the way.
+    """
+    return _view(d2h_bits(image, t.base_shape, t.layout), t)
+
+
+def _view(base: jax.Array, t: SpyreType) -> jax.Array:
     if not t.is_view:
         return base
     return read_box(base, box_plan(t.base_shape, t.shape, t.strides, 0))

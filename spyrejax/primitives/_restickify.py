@@ -19,13 +19,13 @@ import numpy as np
 
 from .._array import SpyreArray, SpyreType, batched_layout
 from .._devdims import layout_from_dims
-from .._dma import dma_h2d, h2d_values
+from .._dma import dma_h2d, h2d_bits, h2d_values
 from .._dtypes import format_for_dtype, host_dtype
 from .._errors import LayoutError, SpyreTypeError, SpyreUnsupportedError
 from .._layout import SpyreTensorLayout
 from .._stick import restickify_cost
 from ._base import SpyrePrim, normalize_axes, target_layout
-from ._kernels import logical_values, masked, poison
+from ._kernels import logical_bits, logical_values, masked, poison
 from ._views import reshaped
 
 __all__ = [
@@ -68,7 +68,8 @@ class Restickify(SpyrePrim):
         return {"cost": self.moves}
 
     def kernel(self, img: jax.Array) -> jax.Array:
-        return dma_h2d(logical_values(img, self.in_avals[0]), self.layout)
+        aval = self.in_avals[0]
+        return h2d_bits(logical_bits(img, aval), aval.dtype, self.layout)
 
     def tangent_kernel(self, img: jax.Array) -> jax.Array:
         return h2d_values(logical_values(img, self.in_avals[0], exact=False), self.layout)
@@ -87,6 +88,9 @@ class Copy(SpyrePrim):
 
     role = "copy"
     layout: SpyreTensorLayout
+    #: Whether ``compute`` selects (a pad): the result's bits are then fenced
+    #: (see :func:`spyrejax._dma.from_bits`).
+    selects = False
 
     def __init__(self, *avals: SpyreType, layout: SpyreTensorLayout, **params: Any) -> None:
         self.params = {"layout": layout, **params}
@@ -104,7 +108,11 @@ class Copy(SpyrePrim):
         raise NotImplementedError
 
     def compute(self, *values: jax.Array) -> jax.Array:
-        """The result's values from the operands' logical values."""
+        """The result's values from the operands' logical values (or their bits).
+
+        Called on the bits (:func:`spyrejax._dma.as_bits`) of the values for the result
+        and on the values themselves for tangents, so it may only move elements.
+        """
         raise NotImplementedError
 
     @property
@@ -117,9 +125,12 @@ class Copy(SpyrePrim):
         return {**shown, "cost": self.moves}
 
     def _copy(self, imgs: tuple[jax.Array, ...], exact: bool) -> jax.Array:
-        values = [logical_values(i, t, exact) for i, t in zip(imgs, self.in_avals, strict=True)]
-        out = self.compute(*values)
-        return dma_h2d(out, self.layout) if exact else h2d_values(out, self.layout)
+        pairs = zip(imgs, self.in_avals, strict=True)
+        if not exact:
+            out = self.compute(*(logical_values(i, t, exact=False) for i, t in pairs))
+            return h2d_values(out, self.layout)
+        out = self.compute(*(logical_bits(i, t) for i, t in pairs))  # moves bits only
+        return h2d_bits(out, self.out_aval.dtype, self.layout, selected=self.selects)
 
     def kernel(self, *imgs: jax.Array) -> jax.Array:
         return self._copy(imgs, exact=True)
@@ -192,6 +203,7 @@ class Pad(Copy):
 
     config: tuple[tuple[int, int, int], ...]
     value: Any
+    selects = True
 
     @classmethod
     def shape(cls, avals: Any, *, config: Any, value: Any = 0) -> tuple[int, ...]:
@@ -207,7 +219,9 @@ class Pad(Copy):
         return shape
 
     def compute(self, x: jax.Array) -> jax.Array:
-        return jax.lax.pad(x, jax.numpy.asarray(self.value, x.dtype), self.config)
+        # x holds values (tangents) or their bits (see Copy._copy): the fill follows suit.
+        fill = np.asarray(self.value, self.in_avals[0].dtype).view(x.dtype)
+        return jax.lax.pad(x, jax.numpy.asarray(fill), self.config)
 
 
 def reshape_copy(
