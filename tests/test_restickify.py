@@ -200,7 +200,7 @@ def test_copies_and_views_keep_every_bit_eagerly_and_under_jit(dtype, order):
     def copies(a):
         p = sj.primitives
         return {
-            "restickify": sj.to_host(sj.restickify(a, [1, 0])),
+            "restickify": sj.to_host(sj.restickify(a, dim_order=[1, 0])),
             "restickify_view": sj.to_host(sj.restickify(a.T)),
             "view": sj.to_host(a.T),
             "slice": sj.to_host(p.slice_copy(a, (1, 3), (5, 140))),

@@ -17,10 +17,12 @@ import jax
 import numpy as np
 
 from .._array import SpyreArray, SpyreType
+from .._dma import dma_h2d, h2d_values
 from .._dtypes import host_dtype
 from .._errors import SpyreTypeError
 from .._layout import SpyreTensorLayout
 from ._base import SpyrePrim
+from ._kernels import logical_values
 from ._restickify import Copy
 
 __all__ = ["LaxCopy", "lax_copy"]
@@ -70,6 +72,17 @@ class LaxCopy(Copy):
 
     def pp_params(self) -> dict[str, Any]:
         return {"primitive": self.primitive.name, "cost": self.moves}
+
+    def _copy(self, imgs: tuple[jax.Array, ...], exact: bool) -> jax.Array:
+        """On the operands' values, not their bits: the primitive may compute (cumsum).
+
+        The transfers themselves stay exact (``dma_d2h``/``dma_h2d``); a pure move
+        (a gather) of bfloat16 values through XLA could flush a subnormal, which the
+        bit-exact copies of ``_restickify`` avoid by moving bits.
+        """
+        pairs = zip(imgs, self.in_avals, strict=True)
+        out = self.compute(*(logical_values(i, t, exact) for i, t in pairs))
+        return dma_h2d(out, self.layout) if exact else h2d_values(out, self.layout)
 
     def compute(self, *values: jax.Array) -> jax.Array:
         operands: list[Any] = list(values)
