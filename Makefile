@@ -11,7 +11,7 @@ $(PY):
 	echo "creating $(VENV) with $$py"; \
 	"$$py" -m venv $(VENV)
 
-$(STAMP): $(PY) pyproject.toml setup.py spyrejax/_transpose.c
+$(STAMP): $(PY) pyproject.toml setup.py spyrejax/dma/_transpose.c
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,notebook]'
 	@touch $(STAMP)
@@ -39,4 +39,4 @@ format: $(STAMP)
 	$(PY) -m ruff check --fix $(LINTED)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build spyrejax/*.so
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build spyrejax/*.so spyrejax/*/*.so

@@ -1,14 +1,14 @@
 """Build of spyrejax's one C extension; everything else is in ``pyproject.toml``.
 
-``spyrejax._transpose`` is the host DMA engine's element-transpose kernel. It is
+``spyrejax.dma._transpose`` is the host DMA engine's element-transpose kernel. It is
 optional: built without a C compiler, spyrejax still installs and runs transposed
-transfers in XLA instead (see ``spyrejax/_host_dma.py``).
+transfers in XLA instead (see ``spyrejax/dma/_host_dma.py``).
 """
 
 from setuptools import Extension, setup
 
 setup(
     ext_modules=[
-        Extension("spyrejax._transpose", ["spyrejax/_transpose.c"], optional=True),
+        Extension("spyrejax.dma._transpose", ["spyrejax/dma/_transpose.c"], optional=True),
     ]
 )

@@ -191,7 +191,7 @@ def dma_cases(mib: int) -> dict[str, tuple[tuple[int, ...], Any, Any]]:
 
     The bfloat16 case shows the price of bit-exact bfloat16 inside ``jax.jit``: into a
     padded image, the bitcast back from the bits XLA moves is a pass of its own (see
-    ``spyrejax._dma.from_bits``).
+    ``spyrejax.dma._dma.from_bits``).
     """
     elems = mib * 2**20 // 2
     cols = 4096

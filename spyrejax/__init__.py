@@ -9,10 +9,16 @@ that compute on their device images (:func:`to_device`, :func:`matmul`, ...).
 """
 
 from . import lowering, primitives
-from ._array import PadFill, SpyreArray, SpyreType
-from ._dci import DCI, Descriptor, LoopNest, generate_dci
-from ._dma import dma_d2h, dma_h2d
-from ._dtypes import (
+from ._errors import (
+    LayoutError,
+    SpyreError,
+    SpyreInternalError,
+    SpyreTypeError,
+    SpyreUnsupportedError,
+)
+from .dma._dci import DCI, Descriptor, LoopNest, generate_dci
+from .dma._dma import dma_d2h, dma_h2d
+from .layout._dtypes import (
     BYTES_PER_STICK,
     SUPPORTED_DTYPES,
     DataFormats,
@@ -21,14 +27,7 @@ from ._dtypes import (
     host_format,
     poison_value,
 )
-from ._errors import (
-    LayoutError,
-    SpyreError,
-    SpyreInternalError,
-    SpyreTypeError,
-    SpyreUnsupportedError,
-)
-from ._layout import HostMapping, SpyreTensorLayout
+from .layout._layout import HostMapping, SpyreTensorLayout
 from .lowering import Compiled, Lowered, Report, SpyreJit, Traced, explain, jit, with_layout
 from .primitives import ELEMENTWISE as _ELEMENTWISE
 from .primitives import REDUCTIONS as _REDUCTIONS
@@ -47,6 +46,7 @@ from .primitives import (
     to_host,
     transpose,
 )
+from .primitives._array import PadFill, SpyreArray, SpyreType
 
 # One function per elementwise op and reduction, derived from its record in the op tables.
 _DERIVED = [*(op.name for op in _ELEMENTWISE if op.public), *_REDUCTIONS]

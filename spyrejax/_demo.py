@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._dci import generate_dci
-from ._dma import dma_d2h, dma_h2d
-from ._layout import SpyreTensorLayout
+from .dma._dci import generate_dci
+from .dma._dma import dma_d2h, dma_h2d
+from .layout._layout import SpyreTensorLayout
 
 __all__ = ["main"]
 

@@ -35,7 +35,7 @@ def test_numpy_arrays_go_straight_to_the_host_dma_engine(monkeypatch):
         raise AssertionError("converted or compiled on the way to the device")
 
     monkeypatch.setattr(sj.primitives._transfer.jnp, "asarray", refuse)
-    monkeypatch.setattr(sj._dma, "_h2d", refuse)
+    monkeypatch.setattr(sj.dma._dma, "_h2d", refuse)
     a = sj.to_device(x)
     monkeypatch.undo()
     np.testing.assert_array_equal(np.asarray(a), x)

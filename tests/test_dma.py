@@ -15,7 +15,7 @@ from strategies import dim_orders, dtypes, seeds, shapes, shapes_and_orders, til
 
 import spyrejax as sj
 from spyrejax import SpyreTensorLayout
-from spyrejax._host_dma import NATIVE_TRANSPOSE
+from spyrejax.dma._host_dma import NATIVE_TRANSPOSE
 
 F16 = np.float16
 RNG = np.random.default_rng(0)
@@ -213,7 +213,7 @@ def test_float8_formats_move_as_bytes():
 @given(case=shapes_and_orders(), dtype=dtypes, seed=seeds)
 def test_property_host_engine_runs_descriptors_like_the_oracle(case, dtype, seed):
     # Whatever the engine choice would be: the host engine is correct for every layout.
-    from spyrejax._host_dma import aligned_empty, run_on_host
+    from spyrejax.dma._host_dma import aligned_empty, run_on_host
 
     shape, order = case
     layout = SpyreTensorLayout(shape, dtype, order)
@@ -265,9 +265,9 @@ def test_property_eager_and_jitted_transfers_agree_bit_for_bit(case, dtype, seed
 
 
 def test_engine_choice_follows_stick_granularity(monkeypatch):
-    from spyrejax import _host_dma
-    from spyrejax._dci import Descriptor
-    from spyrejax._host_dma import SMALL_ELEMENTS, host_engine_suits
+    from spyrejax.dma import _host_dma
+    from spyrejax.dma._dci import Descriptor
+    from spyrejax.dma._host_dma import SMALL_ELEMENTS, host_engine_suits
 
     big = (512, 4096)
     assert SMALL_ELEMENTS < 512 * 4096
@@ -297,12 +297,12 @@ def test_eager_transfers_hand_over_aligned_buffers_without_copies():
 
 
 def test_host_engine_fills_padding_and_rejects_bad_descriptors():
-    from spyrejax._dci import Descriptor
+    from spyrejax.dma._dci import Descriptor
 
     layout = SpyreTensorLayout((3, 100), F16)  # 100 -> 128: 28 padding lanes per row
     image = np.asarray(sj.dma_h2d(np.ones((3, 100), F16), layout, pad_value=7))
     assert (image[1, :, 36:] == 7).all() and (image[0] == 1).all()
-    from spyrejax._host_dma import run_on_host
+    from spyrejax.dma._host_dma import run_on_host
 
     d = Descriptor((4,), (1,), (1,), 0, 0, True)
     with pytest.raises(sj.LayoutError, match="C-contiguous"):
@@ -311,7 +311,7 @@ def test_host_engine_fills_padding_and_rejects_bad_descriptors():
         run_on_host(np.zeros(8, F16), np.zeros(8, np.float32), [d], host_is_src=True)
     outside = Descriptor((64,), (1,), (1,), 0, 100, True)
     with pytest.raises(sj.LayoutError, match="inside the buffer"):
-        sj._dma._validate([outside], (64,), (128,))
+        sj.dma._dma._validate([outside], (64,), (128,))
 
 
 needs_kernel = pytest.mark.skipif(
@@ -328,7 +328,7 @@ def _transposed_case():
 
 @needs_kernel
 def test_large_element_transposes_run_on_the_kernel(monkeypatch):
-    from spyrejax import _host_dma
+    from spyrejax.dma import _host_dma
 
     x, layout, jitted = _transposed_case()
     calls = []
@@ -341,14 +341,14 @@ def test_large_element_transposes_run_on_the_kernel(monkeypatch):
 
 
 def test_without_the_kernel_large_element_transposes_run_in_xla(monkeypatch):
-    from spyrejax import _host_dma
+    from spyrejax.dma import _host_dma
 
     def refuse(*args, **kwargs):
         raise AssertionError("the host engine ran an element-granular transfer")
 
     x, layout, jitted = _transposed_case()
     monkeypatch.setattr(_host_dma, "_native", None)  # as if built without a C compiler
-    monkeypatch.setattr(sj._dma, "run_on_host", refuse)
+    monkeypatch.setattr(sj.dma._dma, "run_on_host", refuse)
     image = sj.dma_h2d(x, layout)
     assert same_bits(image, jitted)
     assert same_bits(sj.dma_d2h(image, TRANSPOSED, layout), x)
@@ -373,7 +373,7 @@ def _round_trip_both_engines(x, layout):
     Both images must be the rule's (each element at its coordinate, padding poison),
     and both transfers back must give ``x`` bit for bit.
     """
-    from spyrejax._host_dma import host_engine_suits
+    from spyrejax.dma._host_dma import host_engine_suits
 
     shape = x.shape
     assert host_engine_suits(sj.generate_dci(shape, layout), x.dtype.itemsize)

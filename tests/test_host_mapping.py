@@ -19,7 +19,7 @@ from oracles import (
 from strategies import tiled_layouts
 
 import spyrejax as sj
-import spyrejax._layout as layout_core
+import spyrejax.layout._layout as layout_core
 from spyrejax import HostMapping, SpyreTensorLayout
 
 F16 = np.float16

@@ -1,4 +1,4 @@
-"""The host DMA engine's element-transpose kernel (``spyrejax._transpose``, C).
+"""The host DMA engine's element-transpose kernel (``spyrejax.dma._transpose``, C).
 
 The oracle is NumPy: the kernel's copy between two strided views must equal
 ``dst_view[...] = src_view`` bit for bit, and must not touch a byte outside the
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from oracles import random_bits
 
 _transpose = pytest.importorskip(
-    "spyrejax._transpose", reason="spyrejax was built without its C transpose kernel"
+    "spyrejax.dma._transpose", reason="spyrejax was built without its C transpose kernel"
 )
 
 WIDTHS = (1, 2, 4, 8)

@@ -59,7 +59,7 @@ def test_reshape_that_splits_an_unpadded_stick_folds_its_dims():
     # float16: one 64-lane stick spans two rows of 32 after the reshape.
     x = jnp.arange(8 * 256, dtype=jnp.float16).reshape(8, 256) / 256
     r = sj.to_device(x).reshape(8, 8, 32)
-    assert r.type.dims[-1] == sj._devdims.DevDim((1, 2), 1, 64)
+    assert r.type.dims[-1] == sj.layout._devdims.DevDim((1, 2), 1, 64)
     np.testing.assert_array_equal(np.asarray(r + 1.0), x.reshape(8, 8, 32) + 1)
     with pytest.raises(sj.LayoutError, match="folds reduced and kept dims"):
         r.sum(2)

@@ -1,6 +1,6 @@
 """Lowering plain JAX functions to Spyre primitives: ``jit``, ``with_layout``, ``explain``."""
 
-from .._stick import SPARSE
+from ..primitives._stick import SPARSE
 from ._explain import Report, explain
 from ._jit import Compiled, Lowered, SpyreJit, Traced, jit
 from ._rules import RULES

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .._array import SpyreType
-from .._dci import DCI
-from .._layout import SpyreTensorLayout
+from ..dma._dci import DCI
+from ..layout._layout import SpyreTensorLayout
+from ..primitives._array import SpyreType
 from ._interpret import Record, records
 from ._jit import SpyreJit
 

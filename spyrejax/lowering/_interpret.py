@@ -16,9 +16,9 @@ import jax
 import numpy as np
 
 from .. import primitives as sp
-from .._array import SpyreType
 from .._errors import SpyreInternalError
-from .._layout import SpyreTensorLayout
+from ..layout._layout import SpyreTensorLayout
+from ..primitives._array import SpyreType
 from ._graph import Graph, Node, Scalar, Value
 from ._planner import Move, Plan
 from ._rules import rule_for

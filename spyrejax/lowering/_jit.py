@@ -27,11 +27,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._array import SpyreArray, SpyreType
-from .._dtypes import host_dtype
 from .._errors import SpyreTypeError
 from .._jax import ClosedJaxpr
+from ..layout._dtypes import host_dtype
 from ..primitives import abstract, image, wrap
+from ..primitives._array import SpyreArray, SpyreType
 from ._graph import Graph, build_graph
 from ._interpret import Interpreter
 from ._planner import Plan, host_input_type, plan_graph

@@ -36,11 +36,11 @@ import jax
 import numpy as np
 
 from .. import primitives as sp
-from .._array import SpyreType
 from .._errors import LayoutError, SpyreUnsupportedError
-from .._layout import SpyreTensorLayout
-from .._stick import SPARSE, default_type, restickify_cost, serves, stick_name, stick_of
-from .._stick import stick_options as _stick_options
+from ..layout._layout import SpyreTensorLayout
+from ..primitives._array import SpyreType
+from ..primitives._stick import SPARSE, default_type, restickify_cost, serves, stick_name, stick_of
+from ..primitives._stick import stick_options as _stick_options
 from ._graph import Graph, Node, Scalar, Value
 from ._rules import Mode, rule_for
 

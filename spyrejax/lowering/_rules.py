@@ -2,7 +2,7 @@
 
 A rule gives, for a node:
 
-- ``modes(node)``: the ways it can run, each with the stick (see ``spyrejax._stick``)
+- ``modes(node)``: the ways it can run, each with the stick (see ``spyrejax.primitives._stick``)
   it needs on every input, the stick it asks for its output where it can choose (a
   copy or a fresh array), and a variant where a rule has several ways to compute;
 - ``lower(node, args, mode)``: the Spyre computation for a mode.
@@ -26,10 +26,17 @@ import jax
 import numpy as np
 
 from .. import primitives as sp
-from .._array import SpyreArray
 from .._errors import LayoutError, SpyreUnsupportedError
-from .._layout import SpyreTensorLayout
-from .._stick import SPARSE, canon, default_layout, dim_order_for, stick_of, stick_options
+from ..layout._layout import SpyreTensorLayout
+from ..primitives._array import SpyreArray
+from ..primitives._stick import (
+    SPARSE,
+    canon,
+    default_layout,
+    dim_order_for,
+    stick_of,
+    stick_options,
+)
 from ._graph import Node, Scalar, Value
 
 __all__ = ["RULES", "Mode", "Rule", "rule_for"]

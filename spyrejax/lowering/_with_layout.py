@@ -13,11 +13,11 @@ import jax
 import jax.numpy as jnp
 
 from .. import primitives as sp
-from .._array import SpyreType, batched_layout
 from .._errors import LayoutError
 from .._jax import Primitive, ad, batching, mlir
-from .._layout import SpyreTensorLayout
-from .._stick import SPARSE, canon
+from ..layout._layout import SpyreTensorLayout
+from ..primitives._array import SpyreType, batched_layout
+from ..primitives._stick import SPARSE, canon
 from ._graph import Node
 from ._rules import Mode, Rule, _register
 

@@ -4,8 +4,9 @@ Each module holds one primitive family: its rule (the constructor), public wrapp
 emulator kernel and transformation rules.
 """
 
-from .._stick import restickify_cost
+from ._astype import astype
 from ._base import SpyrePrim, abstract, abstract_eval, image, target_layout, wrap
+from ._copies import concatenate, pad, reshape_copy, slice_copy
 from ._elementwise import ELEMENTWISE_OPS, ElementwiseOp, elementwise
 from ._elementwise import OPS as ELEMENTWISE
 from ._elementwise import PUBLIC as _EW
@@ -15,15 +16,8 @@ from ._matmul import matmul
 from ._operators import install as _install
 from ._reduce import PUBLIC as _REDUCE
 from ._reduce import REDUCTIONS, REDUCTIONS_TABLE, ReductionOp, reduce
-from ._restickify import (
-    astype,
-    compact,
-    concatenate,
-    pad,
-    reshape_copy,
-    restickify,
-    slice_copy,
-)
+from ._restickify import compact, restickify
+from ._stick import restickify_cost
 from ._transfer import to_device, to_host
 from ._views import broadcast_to, expand_dims, reshape, squeeze, transpose
 

@@ -27,10 +27,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._array import SpyreArray, SpyreType, batched_type
 from .._errors import LayoutError, SpyreInternalError, SpyreUnsupportedError
 from .._jax import GradAccum, HiPrim, ShapedArray, Zero, vjp_from_jvp
-from .._layout import SpyreTensorLayout
+from ..layout._layout import SpyreTensorLayout
+from ._array import SpyreArray, SpyreType, batched_type
 
 __all__ = [
     "Image",

@@ -23,23 +23,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._array import SpyreArray, SpyreType
-from .._devdims import AlignPlan, align
 from .._errors import LayoutError, SpyreTypeError
-from .._layout import SpyreTensorLayout
+from ..layout._devdims import AlignPlan, align
+from ..layout._layout import SpyreTensorLayout
+from ._array import SpyreArray, SpyreType
+from ._axes import aligned, broadcast_all, collapsed, merge_axes, merged_shape
 from ._base import SpyrePrim
-from ._kernels import (
-    aligned,
-    broadcast_all,
-    collapsed,
-    from_data_dims,
-    masked,
-    merge_axes,
-    merged_shape,
-    padding_in_data_dims,
-    poison,
-    select,
-)
+from ._masks import from_data_dims, masked, padding_in_data_dims, poison, select
 
 __all__ = ["ELEMENTWISE_OPS", "OP", "OPS", "Elementwise", "ElementwiseOp", "elementwise"]
 

@@ -14,12 +14,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._array import SpyreArray, SpyreType
-from .._dtypes import host_dtype
 from .._errors import LayoutError
-from .._layout import SpyreTensorLayout
+from ..layout._dtypes import host_dtype
+from ..layout._layout import SpyreTensorLayout
+from ._array import SpyreArray, SpyreType
 from ._base import SpyrePrim, target_layout
-from ._kernels import masked, poison
+from ._masks import masked, poison
 
 __all__ = ["Full", "Iota", "full", "iota"]
 

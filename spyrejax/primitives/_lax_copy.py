@@ -16,14 +16,14 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._array import SpyreArray, SpyreType
-from .._dma import dma_h2d, h2d_values
-from .._dtypes import host_dtype
 from .._errors import SpyreTypeError
-from .._layout import SpyreTensorLayout
+from ..dma._dma import dma_h2d, h2d_values
+from ..layout._dtypes import host_dtype
+from ..layout._layout import SpyreTensorLayout
+from ._array import SpyreArray, SpyreType
 from ._base import SpyrePrim
-from ._kernels import logical_values
-from ._restickify import Copy
+from ._copies import Copy
+from ._values import logical_values
 
 __all__ = ["LaxCopy", "lax_copy"]
 

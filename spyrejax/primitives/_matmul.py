@@ -21,14 +21,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._array import PadFill, SpyreArray, SpyreType, batched_layout
-from .._devdims import DevDim
-from .._dma import d2h_values, h2d_values
-from .._dtypes import poison_value
 from .._errors import LayoutError, SpyreTypeError
-from .._layout import SpyreTensorLayout
+from ..dma._dma import d2h_values, h2d_values
+from ..layout._devdims import DevDim
+from ..layout._dtypes import poison_value
+from ..layout._layout import SpyreTensorLayout
+from ._array import PadFill, SpyreArray, SpyreType, batched_layout
 from ._base import SpyrePrim
-from ._kernels import accumulator, from_data_dims, masked
+from ._masks import from_data_dims, masked
+from ._values import accumulator
 
 __all__ = ["Matmul", "matmul"]
 

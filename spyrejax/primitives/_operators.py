@@ -13,13 +13,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._array import SpyreArray, SpyreType
 from .._jax import aval_method, aval_property
+from ._array import SpyreArray, SpyreType
+from ._astype import astype
 from ._base import image, wrap
 from ._elementwise import elementwise
 from ._matmul import matmul
 from ._reduce import REDUCTIONS, reduce
-from ._restickify import astype
 from ._transfer import to_host
 from ._views import reshape, squeeze, transpose
 

@@ -27,19 +27,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._array import PadFill, SpyreArray, SpyreType
-from .._devdims import DevDim, layout_from_dims
 from .._errors import LayoutError, SpyreTypeError
+from ..layout._devdims import DevDim, layout_from_dims
+from ._array import PadFill, SpyreArray, SpyreType
+from ._axes import collapsed, merge_axes
 from ._base import SpyrePrim, normalize_axes
-from ._kernels import (
-    accumulator,
-    collapsed,
-    from_data_dims,
-    masked,
-    merge_axes,
-    padding_in_data_dims,
-    poison,
-)
+from ._masks import from_data_dims, masked, padding_in_data_dims, poison
+from ._values import accumulator
 
 __all__ = ["REDUCTION", "REDUCTIONS", "REDUCTIONS_TABLE", "Reduce", "ReductionOp", "reduce"]
 

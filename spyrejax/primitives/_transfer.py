@@ -8,18 +8,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._array import PadFill, SpyreArray, SpyreType, batched_layout
-from .._dma import (
+from .._errors import SpyreTypeError
+from .._jax import ShapedArray
+from ..dma._dma import (
     _dtype_of,
     dma_h2d,
     h2d_values,
 )
-from .._dtypes import host_dtype
-from .._errors import SpyreTypeError
-from .._jax import ShapedArray
-from .._layout import SpyreTensorLayout
+from ..layout._dtypes import host_dtype
+from ..layout._layout import SpyreTensorLayout
+from ._array import PadFill, SpyreArray, SpyreType, batched_layout
 from ._base import SpyrePrim, target_layout
-from ._kernels import logical_values
+from ._values import logical_values
 
 __all__ = ["ToDevice", "ToHost", "to_device", "to_host"]
 

@@ -15,10 +15,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._array import SpyreArray, SpyreType
-from .._devdims import DevDim, device_dims, padded_base_dims, view_strides_for_reshape
 from .._errors import LayoutError, SpyreTypeError
-from .._layout import SpyreTensorLayout
+from ..layout._devdims import DevDim, device_dims, padded_base_dims, view_strides_for_reshape
+from ..layout._layout import SpyreTensorLayout
+from ._array import SpyreArray, SpyreType
 from ._base import SpyrePrim, normalize_axes
 
 __all__ = ["broadcast_to", "expand_dims", "reshape", "squeeze", "transpose"]

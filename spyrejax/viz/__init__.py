@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from .._layout import SpyreTensorLayout
+from ..layout._layout import SpyreTensorLayout
 from ._pictures import (
     PALETTE,
     Picture,

@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from .._array import SpyreArray
-from .._dci import DCI
 from .._errors import LayoutError
-from .._layout import HostMapping, SpyreTensorLayout
+from ..dma._dci import DCI
+from ..layout._layout import HostMapping, SpyreTensorLayout
+from ..primitives._array import SpyreArray
 
 __all__ = [
     "PALETTE",

@@ -18,8 +18,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .._errors import LayoutError
 from ._dtypes import DataFormats
-from ._errors import LayoutError
 from ._layout import HostMapping, SpyreTensorLayout
 from ._segments import Segmentation, row_major_strides, segment_axes
 

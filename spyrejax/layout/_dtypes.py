@@ -12,7 +12,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from ._errors import LayoutError
+from .._errors import LayoutError
 
 __all__ = [
     "BYTES_PER_STICK",

@@ -21,7 +21,7 @@ moving the values (restickify, copies) take them as bits (:func:`d2h_bits`,
 :func:`h2d_bits`), so they stay integers from end to end.
 
 Eager transfers between concrete arrays run the same descriptors on the host engine
-(:mod:`spyrejax._host_dma`: blocked NumPy strided copies, and a C kernel for element
+(:mod:`spyrejax.dma._host_dma`: blocked NumPy strided copies, and a C kernel for element
 transposes) when they are small, stick-granular or transposes the kernel takes; traced
 transfers, and any others, run as above in XLA.
 """
@@ -40,12 +40,12 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
+from .._errors import LayoutError
+from ..layout._dtypes import format_for_dtype, host_dtype, poison_value
+from ..layout._layout import HostMapping, SpyreTensorLayout
+from ..layout._segments import row_major_strides, segment_axes
 from ._dci import Descriptor
-from ._dtypes import format_for_dtype, host_dtype, poison_value
-from ._errors import LayoutError
 from ._host_dma import aligned_empty, host_engine_suits, run_on_host
-from ._layout import HostMapping, SpyreTensorLayout
-from ._segments import row_major_strides, segment_axes
 
 __all__ = [
     "BoxPlan",

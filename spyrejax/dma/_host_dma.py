@@ -20,7 +20,7 @@ views executes it. Two things make that fast:
 A descriptor whose stick runs down a host column is an *element transpose*: one loop is
 contiguous in the source, another in the destination. NumPy copies those an element at
 a time (about 1 ns each) and XLA's CPU transpose is not much faster, so the engine hands
-them to a small C kernel, :mod:`spyrejax._transpose`, which moves square tiles through
+them to a small C kernel, :mod:`spyrejax.dma._transpose`, which moves square tiles through
 SIMD registers (16 bytes per tile row) at a good fraction of ``memcpy`` speed.
 
 Small transfers, *stick-granular* ones (the innermost loops move contiguous runs of, on
@@ -29,7 +29,7 @@ element transposes take this path (:func:`host_engine_suits`). The kernel is an
 optional extension: built without a C compiler, spyrejax runs large element-granular
 transfers in XLA instead (:data:`NATIVE_TRANSPOSE` says which).
 
-Every descriptor is validated by :func:`spyrejax._dma.box_plan` before any view is built,
+Every descriptor is validated by :func:`spyrejax.dma._dma.box_plan` before any view is built,
 so no view can reach outside its buffer.
 """
 
@@ -41,8 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import LayoutError
 from ._dci import Descriptor
-from ._errors import LayoutError
 
 try:
     from . import _transpose as _native
@@ -71,7 +71,7 @@ MIN_RUN_BYTES = 64
 SMALL_ELEMENTS = 1 << 16
 _ALIGN = 64  # what the CPU client needs to adopt a NumPy buffer without a copy
 _KERNEL_WIDTHS = (1, 2, 4, 8)  # element widths the transpose kernel moves
-#: Whether the element-transpose kernel (:mod:`spyrejax._transpose`) was built.
+#: Whether the element-transpose kernel (:mod:`spyrejax.dma._transpose`) was built.
 NATIVE_TRANSPOSE = _native is not None
 
 
@@ -105,7 +105,7 @@ def _transpose_dims(
 ) -> tuple[int, int] | None:
     """The loops contiguous in the source and (another) in the destination, if any.
 
-    Loops are innermost first, as in a :class:`~spyrejax._dci.Descriptor`. Returns the
+    Loops are innermost first, as in a :class:`~spyrejax.dma._dci.Descriptor`. Returns the
     innermost such loops of size > 1, as the kernel picks them; ``None`` when the
     descriptor is not an element transpose (no such pair, or both sides contiguous
     along the same loop).

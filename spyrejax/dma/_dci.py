@@ -23,9 +23,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._dtypes import DataFormats, DTypeLike, fits_format, host_format
-from ._errors import LayoutError
-from ._layout import HostMapping, SpyreTensorLayout
+from .._errors import LayoutError
+from ..layout._dtypes import DataFormats, DTypeLike, fits_format, host_format
+from ..layout._layout import HostMapping, SpyreTensorLayout
 
 __all__ = ["DCI", "Descriptor", "LoopNest", "generate_dci"]
 

@@ -1,5 +1,5 @@
 /*
- * spyrejax._transpose: the host DMA engine's element-transpose kernel.
+ * spyrejax.dma._transpose: the host DMA engine's element-transpose kernel.
  *
  * A descriptor whose stick runs down a host column (a "transposed-stick" layout) is an
  * element transpose: the source is contiguous along one loop, the destination along
@@ -324,8 +324,8 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "spyrejax._transpose",
-    "The host DMA engine's element-transpose kernel (see spyrejax._host_dma).", -1, methods,
+    PyModuleDef_HEAD_INIT, "spyrejax.dma._transpose",
+    "The host DMA engine's element-transpose kernel (see spyrejax.dma._host_dma).", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__transpose(void) {

@@ -22,12 +22,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._devdims import DevDim, device_dims, is_contiguous, stick_dim
-from ._dtypes import format_for_dtype, host_dtype
-from ._errors import LayoutError, SpyreUnsupportedError
-from ._jax import HiType, ShapedArray, register_hitype
-from ._layout import SpyreTensorLayout
-from ._segments import row_major_strides
+from .._errors import LayoutError, SpyreUnsupportedError
+from .._jax import HiType, ShapedArray, register_hitype
+from ..layout._devdims import DevDim, device_dims, is_contiguous, stick_dim
+from ..layout._dtypes import format_for_dtype, host_dtype
+from ..layout._layout import SpyreTensorLayout
+from ..layout._segments import row_major_strides
 
 __all__ = ["PadFill", "SpyreArray", "SpyreType"]
 

@@ -21,8 +21,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .._errors import LayoutError
 from ._dtypes import DataFormats, DTypeLike, format_for_dtype
-from ._errors import LayoutError
 from ._segments import Segmentation, row_major_strides, segment_axes
 
 __all__ = ["HostMapping", "SpyreTensorLayout"]
@@ -481,7 +481,7 @@ class HostMapping:
 
     ``dci(host_to_device=True, host_dtype=None, name="")`` returns the
     :class:`~spyrejax.DCI` that moves this host tensor to (or from) the layout; it is
-    attached by :mod:`spyrejax._dci`, the layer above, so that imports flow one way
+    attached by :mod:`spyrejax.dma._dci`, the layer above, so that imports flow one way
     (see :func:`~spyrejax.generate_dci` for its arguments).
 
     Attributes:
@@ -497,7 +497,7 @@ class HostMapping:
     strides: tuple[int, ...]
     segmentation: Segmentation = field(compare=False, repr=False)
 
-    dci: ClassVar[Callable[..., Any]]  # attached by spyrejax._dci (see the docstring)
+    dci: ClassVar[Callable[..., Any]]  # attached by spyrejax.dma._dci (see the docstring)
 
     @property
     def size(self) -> int:

@@ -22,7 +22,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ._errors import LayoutError
+from .._errors import LayoutError
 
 __all__ = ["Segment", "Segmentation", "row_major_strides", "segment_axes"]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..layout._layout import SpyreTensorLayout
 from ._array import SpyreType
-from ._layout import SpyreTensorLayout
 
 __all__ = [
     "SPARSE",

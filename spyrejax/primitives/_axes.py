@@ -1,0 +1,75 @@
+"""Axis helpers: operands aligned onto a result's device dims, and runs of axes merged."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..layout._devdims import AlignPlan, DevDim
+
+__all__ = ["aligned", "broadcast_all", "collapsed", "merge_axes", "merged_shape"]
+
+
+def broadcast_all(arrays: list[jax.Array]) -> list[jax.Array]:
+    """The arrays broadcast to their common shape (``lax`` ops need equal shapes)."""
+    shape = np.broadcast_shapes(*(a.shape for a in arrays))
+    return [jnp.broadcast_to(a, shape) for a in arrays]
+
+
+def aligned(image: jax.Array, plan: AlignPlan) -> jax.Array:
+    """Bring an operand's image onto the target's device dims (see ``_devdims.align``)."""
+    if plan.take:
+        image = image[tuple(0 if k in plan.take else slice(None) for k in range(image.ndim))]
+    return image.transpose(plan.perm).reshape(plan.shape)
+
+
+def _joins_next(dims: Sequence[DevDim], j: int) -> bool:
+    """Whether device dim ``j`` steps through one logical dim in whole runs of ``j + 1``.
+
+    Such a pair (a tile count and its stick, adjacent) is one row-major axis of the
+    logical dim, padding included: merging them is a free reshape of the image.
+    """
+    a, b = dims[j], dims[j + 1]
+    return a.is_data and len(a.dims) == 1 and a.dims == b.dims and a.ratio == b.ratio * b.size
+
+
+def collapsed(
+    dims: Sequence[DevDim], shape: Sequence[int], shapes: Sequence[Sequence[int]] = ()
+) -> list[tuple[int, ...]]:
+    """Runs of device axes a kernel may compute on as one axis.
+
+    A run is adjacent device dims over one logical dim (see ``_joins_next``) of an image
+    of ``shape``, which every operand (of aligned ``shapes``) holds whole or broadcasts
+    whole. Kernels merge each run with a reshape: XLA then sees the shapes its own ops
+    produce (a batched dot emits ``[batch, m, n]``, not ``[..., T, S]``), so an
+    elementwise op on a dot's result can update it in place.
+    """
+    runs: list[list[int]] = []
+    for j in range(len(dims)):
+        pair = (shape[j - 1], shape[j]) if j else ()
+        if (
+            j
+            and _joins_next(dims, j - 1)
+            and all((s[j - 1], s[j]) in (pair, (1, 1)) for s in shapes)
+        ):
+            runs[-1].append(j)
+        else:
+            runs.append([j])
+    return [tuple(r) for r in runs]
+
+
+def merged_shape(shape: Sequence[int], runs: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """``shape`` with each run of axes (from ``collapsed``) as one axis."""
+    return tuple(math.prod(shape[j] for j in r) for r in runs)
+
+
+def merge_axes(x: Any, runs: list[tuple[int, ...]]) -> Any:
+    """``x`` reshaped so each run of axes becomes one axis (scalars pass through)."""
+    if not isinstance(x, jax.Array) or not x.ndim or len(runs) == x.ndim:
+        return x
+    return x.reshape(merged_shape(x.shape, runs))
