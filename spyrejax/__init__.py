@@ -8,7 +8,7 @@ whose abstract value :class:`SpyreType` carries the layout) and the Spyre primit
 that compute on their device images (:func:`to_device`, :func:`matmul`, ...).
 """
 
-from . import lowering, primitives
+from . import dma, layout, lowering, primitives
 from ._errors import (
     LayoutError,
     SpyreError,
@@ -16,18 +16,10 @@ from ._errors import (
     SpyreTypeError,
     SpyreUnsupportedError,
 )
-from .dma._dci import DCI, Descriptor, LoopNest, generate_dci
-from .dma._dma import dma_d2h, dma_h2d
-from .layout._dtypes import (
-    BYTES_PER_STICK,
-    SUPPORTED_DTYPES,
-    DataFormats,
-    fits_format,
-    format_for_dtype,
-    host_format,
-    poison_value,
-)
-from .layout._layout import HostMapping, SpyreTensorLayout
+from .dma import *  # noqa: F403  (each layer's package lists its public names)
+from .dma import __all__ as _DMA
+from .layout import *  # noqa: F403
+from .layout import __all__ as _LAYOUT
 from .lowering import Compiled, Lowered, Report, SpyreJit, Traced, explain, jit, with_layout
 from .primitives import ELEMENTWISE as _ELEMENTWISE
 from .primitives import REDUCTIONS as _REDUCTIONS
@@ -54,15 +46,8 @@ globals().update({name: getattr(primitives, name) for name in _DERIVED})
 
 
 __all__ = [
-    "BYTES_PER_STICK",
-    "DCI",
-    "SUPPORTED_DTYPES",
     "Compiled",
-    "DataFormats",
-    "Descriptor",
-    "HostMapping",
     "LayoutError",
-    "LoopNest",
     "Lowered",
     "PadFill",
     "Report",
@@ -70,7 +55,6 @@ __all__ = [
     "SpyreError",
     "SpyreInternalError",
     "SpyreJit",
-    "SpyreTensorLayout",
     "SpyreType",
     "SpyreTypeError",
     "SpyreUnsupportedError",
@@ -78,19 +62,14 @@ __all__ = [
     "astype",
     "broadcast_to",
     "compact",
-    "dma_d2h",
-    "dma_h2d",
+    "dma",
     "expand_dims",
     "explain",
-    "fits_format",
-    "format_for_dtype",
-    "generate_dci",
-    "host_format",
     "image",
     "jit",
+    "layout",
     "lowering",
     "matmul",
-    "poison_value",
     "primitives",
     "reshape",
     "restickify",
@@ -101,6 +80,6 @@ __all__ = [
     "transpose",
     "with_layout",
 ]
-__all__ += _DERIVED
+__all__ += [*_LAYOUT, *_DMA, *_DERIVED]
 
 __version__ = "0.1.0"
