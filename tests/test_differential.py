@@ -1034,6 +1034,45 @@ def test_random_programs_match_jax_jit_long(prog):
     judge(prog)
 
 
+# --- regressions: minimal repros of wrong numbers the random programs found --------
+
+
+def _assert_sums_close(got, want, terms):
+    """float32 results of sums of ``terms`` products, summed in different orders."""
+    bound = 2 * terms * float(jnp.finfo(jnp.float32).eps) * float(np.abs(want).max())
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0, atol=bound)
+
+
+@pytest.mark.parametrize("n", [64, 70])
+def test_vmap_of_jit_lines_up_a_batched_scalar_with_a_batched_vector(n):
+    # Per example: a sparse vector (a sum along the stick) times a 0-d sum. Batched, the
+    # scalar's batch dim was broadcast right-aligned, along the vector's dim: 339 off.
+    y = jnp.asarray(np.random.default_rng(0).uniform(-2, 2, (3, 3, n)), jnp.float32)
+
+    def f(y):
+        return y.sum(1) * y.sum()
+
+    got = jax.vmap(lambda y: sj.to_host(sj.jit(f)(y)))(y)
+    _assert_sums_close(got, jax.vmap(f)(y), 4 * n)
+
+
+def test_vmap_of_primitives_lines_up_batch_dims_of_operands_of_lower_rank():
+    rng = np.random.default_rng(1)
+    a, b = rng.uniform(-2, 2, (3, 3, 4, 70)), rng.uniform(-2, 2, (3, 70, 5))
+    c, x = rng.uniform(-2, 2, (3, 3)), rng.uniform(-2, 2, (3, 3, 3))
+    a, b, c, x = (jnp.asarray(v, jnp.float32) for v in (a, b, c, x))
+
+    def matmul(a, b):
+        return sj.to_host(sj.to_device(a) @ sj.to_device(b))
+
+    def where(x, c):
+        return sj.to_host(sj.where(sj.to_device(c) > 0, sj.to_device(x), 0.0))
+
+    _assert_sums_close(jax.vmap(matmul)(a, b), jax.vmap(jnp.matmul)(a, b), 70)
+    want = jax.vmap(lambda x, c: jnp.where(c > 0, x, 0.0))(x, c)
+    np.testing.assert_array_equal(np.asarray(jax.vmap(where)(x, c)), np.asarray(want))
+
+
 if __name__ == "__main__":  # the at-scale run: python tests/test_differential.py 1000
     from collections import Counter
 

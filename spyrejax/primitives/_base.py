@@ -57,7 +57,16 @@ def _is_float(dtype: Any) -> bool:
 
 
 class SpyrePrim(HiPrim):
-    """A primitive on Spyre arrays; subclasses set avals/params and define ``kernel``."""
+    """A primitive on Spyre arrays; subclasses set avals/params and define ``kernel``.
+
+    Attributes:
+        broadcasts_operands: operands of different ranks broadcast right-aligned, as
+            NumPy's (elementwise ops; matmul's batch dims). Under ``vmap`` a batched
+            operand of lower rank then gets size-1 dims after its batch dim, so that
+            its batch dim meets the others' (see :meth:`batch`).
+    """
+
+    broadcasts_operands = False
 
     def kernel(self, *args: jax.Array) -> jax.Array:
         """The emulator kernel: device images (and plain arrays) in, image out."""
@@ -127,9 +136,33 @@ class SpyrePrim(HiPrim):
                 moved.append(jnp.moveaxis(a, d, 0))
             batched.append(d is not None)
         flags = tuple(batched)
+        if self.broadcasts_operands:
+            moved = _align_batch_dims(moved, flags, self.in_avals)
         params = self.batch_params(flags, axis_data.size)
         new = type(self)(*[jax.typeof(a) for a in moved], **params)
         return new(*moved), 0
+
+
+def _align_batch_dims(args: list[Any], batched: tuple[bool, ...], avals: Any) -> list[Any]:
+    """Batched operands of lower rank with size-1 dims after their batch dim (dim 0).
+
+    Up to the highest operand rank, so that right-aligned broadcasting lines the batch
+    dims up. Without them, ``x[b, i] * s[b]`` (a per-example vector times a per-example scalar)
+    would broadcast ``s`` along ``i``: wrong numbers whenever the sizes agree.
+    """
+    rank = max(aval.ndim for aval in avals)
+    out = []
+    for a, b, aval in zip(args, batched, avals, strict=True):
+        if b and aval.ndim < rank:
+            axes = tuple(range(1, 1 + rank - aval.ndim))
+            if is_spyre(aval):
+                from ._views import expand_dims  # the views module builds on this one
+
+                a = expand_dims(a, axes)
+            else:
+                a = jnp.expand_dims(a, axes)
+        out.append(a)
+    return out
 
 
 def _lo_tangent(t: Any, lo_primal: Any, aval: Any) -> Any:

@@ -179,6 +179,7 @@ class Elementwise(SpyrePrim):
 
     op: str = ""
     fn: Callable[..., Any] = staticmethod(lambda *a: None)
+    broadcasts_operands = True
 
     def __init__(self, *avals: SpyreType, consts: tuple[tuple[int, Scalar], ...] = ()) -> None:
         out_dtype = _out_dtype(self.op, avals, consts)

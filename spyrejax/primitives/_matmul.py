@@ -101,6 +101,8 @@ def _data_dims(t: SpyreType, name: str) -> tuple[list[DevDim], tuple[int, ...]]:
 class Matmul(SpyrePrim):
     """Batched matrix product on device images."""
 
+    broadcasts_operands = True  # the batch dims
+
     def __init__(
         self,
         a: SpyreType,
