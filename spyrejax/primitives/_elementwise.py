@@ -216,6 +216,20 @@ class Elementwise(SpyrePrim):
             return from_data_dims(result, out_t)
         return masked(result, out_t, poison(out_t.dtype))
 
+    def tangent_kernel(self, *images: jax.Array) -> jax.Array:
+        """The kernel on images whose float padding holds 1 instead of poison.
+
+        Reverse mode transposes the tangent map, in which the operands' images are
+        coefficients: a zero cotangent times poison (NaN) padding is NaN, and the
+        transpose of a broadcast (a stick of size 1, a stride-0 dim) sums those lanes
+        into data. At 1 every op's derivative is finite.
+        """
+        safe = [
+            masked(img, t, 1) if jnp.issubdtype(t.dtype, jnp.floating) else img
+            for img, t in zip(images, self.in_avals, strict=True)
+        ]
+        return self.kernel(*safe)
+
     def _compute(self, ops: list[Any]) -> jax.Array:
         """The op on aligned operands; float ops with a ``lax`` twin skip ``jnp``'s jit."""
         lax_fn = _LAX.get(self.op)
