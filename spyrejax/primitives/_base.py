@@ -243,6 +243,15 @@ class SpyrePrim(HiPrim):
             )
         return {}
 
+    def align_batched(self, args: list[Any], batched: tuple[bool, ...]) -> list[Any]:
+        """vmap: the operands, batched at dim 0, ready for the batched primitive.
+
+        Primitives whose operands broadcast right-aligned (elementwise ops, matmul's
+        batch dims) give lower-rank batched operands size-1 dims after their batch dim
+        (``primitives._views.align_batch_dims``); the rest take them as they are.
+        """
+        return args
+
     def batch(self, axis_data: Any, args: Any, dims: Any) -> tuple[Any, int]:
         """vmap: move batch dims to 0 and rebuild the primitive on batched types."""
         if all(d is None for d in dims):  # hijax also asks when nothing is batched
@@ -259,6 +268,7 @@ class SpyrePrim(HiPrim):
                 moved.append(jnp.moveaxis(a, d, 0))
             batched.append(d is not None)
         flags = tuple(batched)
+        moved = self.align_batched(moved, flags)
         params = self.batch_params(flags, axis_data.size)
         new = type(self)(*[jax.typeof(a) for a in moved], **params)
         return new(*moved), 0
@@ -323,6 +333,15 @@ class Wrap(SpyrePrim):
         """``image`` is the transpose of ``wrap``."""
         if isinstance(accum, GradAccum) and not isinstance(ct, Zero):
             accum.accum(image(ct))
+
+    def align_batched(self, args: list[Any], batched: tuple[bool, ...]) -> list[Any]:
+        """vmap: the operands, batched at dim 0, ready for the batched primitive.
+
+        Primitives whose operands broadcast right-aligned (elementwise ops, matmul's
+        batch dims) give lower-rank batched operands size-1 dims after their batch dim
+        (``primitives._views.align_batch_dims``); the rest take them as they are.
+        """
+        return args
 
     def batch(self, axis_data: Any, args: Any, dims: Any) -> tuple[Any, int]:
         """vmap: wrap the batched image into the batched type."""

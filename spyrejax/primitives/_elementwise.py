@@ -30,6 +30,7 @@ from ._array import SpyreArray, SpyreType
 from ._axes import aligned, broadcast_all, collapsed, merge_axes, merged_shape
 from ._base import SpyrePrim
 from ._masks import from_data_dims, masked, padding_in_data_dims, poison, select
+from ._views import align_batch_dims
 
 __all__ = ["ELEMENTWISE_OPS", "OP", "OPS", "Elementwise", "ElementwiseOp", "elementwise"]
 
@@ -341,6 +342,20 @@ class Elementwise(SpyrePrim):
             return from_data_dims(result, out_t)
         return masked(result, out_t, poison(out_t.dtype))
 
+    def tangent_kernel(self, *images: jax.Array) -> jax.Array:
+        """The kernel on images whose float padding holds 1 instead of poison.
+
+        Reverse mode transposes the tangent map, in which the operands' images are
+        coefficients: a zero cotangent times poison (NaN) padding is NaN, and the
+        transpose of a broadcast (a stick of size 1, a stride-0 dim) sums those lanes
+        into data. At 1 every op's derivative is finite.
+        """
+        safe = [
+            masked(img, t, 1) if jnp.issubdtype(t.dtype, jnp.floating) else img
+            for img, t in zip(images, self.in_avals, strict=True)
+        ]
+        return self.kernel(*safe)
+
     def _compute(self, ops: list[Any]) -> jax.Array:
         """The op on aligned operands; float ops with a ``lax`` twin skip ``jnp``'s jit."""
         lax_fn = self.op.lax
@@ -350,6 +365,10 @@ class Elementwise(SpyrePrim):
         if any(not isinstance(o, jax.Array) or o.dtype != dt for o in ops):
             return self.op.fn(*ops)
         return lax_fn(*broadcast_all(ops))
+
+    def align_batched(self, args: list[Any], batched: tuple[bool, ...]) -> list[Any]:
+        """vmap: lower-rank batched operands line their batch dim up with the others'."""
+        return align_batch_dims(args, batched, self.in_avals)
 
     def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
         return {"consts": self.consts}

@@ -30,6 +30,7 @@ from ._array import PadFill, SpyreArray, SpyreType, batched_layout
 from ._base import SpyrePrim
 from ._masks import from_data_dims, masked
 from ._values import accumulator
+from ._views import align_batch_dims
 
 __all__ = ["Matmul", "matmul"]
 
@@ -129,6 +130,10 @@ class Matmul(SpyrePrim):
     def pp_params(self) -> dict[str, Any]:
         pet = self.params["preferred_element_type"]
         return {} if pet is None else {"preferred_element_type": np.dtype(pet).name}
+
+    def align_batched(self, args: list[Any], batched: tuple[bool, ...]) -> list[Any]:
+        """vmap: lower-rank batched operands line their batch dim up with the others'."""
+        return align_batch_dims(args, batched, self.in_avals)
 
     def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
         out = self.out_aval

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .._errors import LayoutError, SpyreTypeError
@@ -21,7 +22,7 @@ from ..layout._layout import SpyreTensorLayout
 from ._array import SpyreArray, SpyreType
 from ._base import SpyrePrim, normalize_axes
 
-__all__ = ["broadcast_to", "expand_dims", "reshape", "squeeze", "transpose"]
+__all__ = ["align_batch_dims", "broadcast_to", "expand_dims", "reshape", "squeeze", "transpose"]
 
 
 class _View(SpyrePrim):
@@ -309,3 +310,20 @@ def broadcast_to(array: SpyreArray, shape: Any) -> SpyreArray:
     if not ok or len(shape) < aval.ndim:
         raise LayoutError(f"broadcast_to: cannot broadcast {aval.shape} to {shape}")
     return BroadcastTo(aval, shape=shape)(array)
+
+
+def align_batch_dims(args: list[Any], batched: tuple[bool, ...], avals: Any) -> list[Any]:
+    """Batched operands of lower rank with size-1 dims after their batch dim (dim 0).
+
+    Up to the highest operand rank, so that right-aligned broadcasting lines the batch
+    dims up. Without them, ``x[b, i] * s[b]`` (a per-example vector times a per-example
+    scalar) would broadcast ``s`` along ``i``: wrong numbers whenever the sizes agree.
+    """
+    rank = max(aval.ndim for aval in avals)
+    out = []
+    for a, b, aval in zip(args, batched, avals, strict=True):
+        if b and aval.ndim < rank:
+            axes = tuple(range(1, 1 + rank - aval.ndim))
+            a = expand_dims(a, axes) if isinstance(aval, SpyreType) else jnp.expand_dims(a, axes)
+        out.append(a)
+    return out
