@@ -4,6 +4,7 @@ A JAX upgrade that moves or changes these touches only this file. Everything els
 spyrejax imports public JAX (``jax``, ``jax.numpy``, ``jax.lax``) or these names.
 """
 
+from jax._src.interpreters.ad import LinearizeTracer
 from jax.experimental.hijax import (
     GradAccum,
     HiPrim,
@@ -20,6 +21,7 @@ from jax.extend.source_info_util import summarize as summarize_source
 from jax.interpreters import ad, batching, mlir
 
 __all__ = [
+    "AD_TRACERS",
     "ClosedJaxpr",
     "GradAccum",
     "HiPrim",
@@ -39,3 +41,6 @@ __all__ = [
     "summarize_source",
     "vjp_from_jvp",
 ]
+
+AD_TRACERS = (ad.JVPTracer, LinearizeTracer)
+"""The tracers of forward and reverse mode autodiff (``jax.jvp``, ``jax.grad``)."""

@@ -34,6 +34,8 @@ _CALLS = {
     "checkpoint": "jaxpr",
 }
 _IDENTITIES = {"copy", "copy_p", "stop_gradient", "optimization_barrier"}
+# Equations whose derivative is not that of what the graph keeps of them.
+_DERIVATIVE_RULES = {"custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "stop_gradient"}
 
 # Scalar folds computed with NumPy: exact (correctly rounded) ops only, so they agree
 # with XLA, and no eager XLA compile per folded constant. Others fold through JAX.
@@ -117,12 +119,18 @@ class Node:
 
 @dataclass(eq=False)
 class Graph:
-    """A flat graph: inputs, constants, nodes in order, outputs."""
+    """A flat graph: inputs, constants, nodes in order, outputs.
+
+    ``derivative_rules`` lists where the function had its own derivative rules that the
+    graph does not keep (``custom_jvp``/``custom_vjp`` bodies are inlined, and
+    ``stop_gradient`` forwarded): differentiating the graph would go around them.
+    """
 
     inputs: list[Value]
     consts: list[Value] = field(default_factory=list)
     nodes: list[Node] = field(default_factory=list)
     outputs: list[Value | Scalar] = field(default_factory=list)
+    derivative_rules: list[str] = field(default_factory=list)
 
     def consumers(self) -> dict[Value, list[Node]]:
         """Nodes that read each value."""
@@ -159,6 +167,8 @@ class _Builder:
             name = eqn.primitive.name
             # Equations inside JAX's own functions have no user frame: use the caller's.
             source = summarize_source(eqn.source_info) or caller or "<unknown source>"
+            if name in _DERIVATIVE_RULES and not all(isinstance(x, Scalar) for x in ins):
+                self.graph.derivative_rules.append(f"{name} at {source}")
             if name in _CALLS:
                 self._call(eqn, ins, env, source)
             elif name == "split":

@@ -27,8 +27,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._errors import SpyreTypeError
-from .._jax import ClosedJaxpr
+from .._errors import SpyreTypeError, SpyreUnsupportedError
+from .._jax import AD_TRACERS, ClosedJaxpr
 from ..layout._dtypes import host_dtype
 from ..primitives import abstract, image, wrap
 from ..primitives._array import SpyreArray, SpyreType
@@ -82,6 +82,12 @@ class Lowering:
     def call(self, leaves: Sequence[Any]) -> Any:
         """The outputs for flat inputs, in the output structure."""
         if any(isinstance(x, jax.core.Tracer) for x in leaves):
+            if self.graph.derivative_rules and any(isinstance(x, AD_TRACERS) for x in leaves):
+                raise SpyreUnsupportedError(
+                    "differentiating a spyrejax.jit function from outside would go around "
+                    f"its own derivative rules ({', '.join(self.graph.derivative_rules[:3])}):"
+                    " transform first, then lower, as spyrejax.jit(jax.grad(f))"
+                )
             outs = self.compiled(*leaves)
         else:
             outs = self.run_on_images(leaves)
