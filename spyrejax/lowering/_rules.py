@@ -28,7 +28,7 @@ import numpy as np
 from .. import primitives as sp
 from .._errors import LayoutError, SpyreUnsupportedError
 from ..layout._layout import SpyreTensorLayout
-from ..primitives._array import SpyreArray
+from ..primitives._array import SpyreType
 from ..primitives._stick import (
     SPARSE,
     canon,
@@ -146,13 +146,21 @@ class _Elementwise(Rule):
         return [sp.elementwise(self.op.name, *_predicates_like_values(vals))]
 
 
+def _spyre_type(v: Any) -> SpyreType | None:
+    """The Spyre type of a Spyre array (traced or not); None for scalars."""
+    if isinstance(v, bool | int | float | np.generic | np.ndarray):
+        return None
+    t = jax.typeof(v)
+    return t if isinstance(t, SpyreType) else None
+
+
 def _predicates_like_values(vals: list[Any]) -> list[Any]:
     """Bool operands restickified to the stick width of the value operands, if it differs.
 
     A predicate may hold any format's geometry; a bool mask in its default layout (64
     per stick) read with float32 values (32 per stick) is copied into theirs.
     """
-    types = [jax.typeof(v) if isinstance(v, SpyreArray | jax.core.Tracer) else None for v in vals]
+    types = [_spyre_type(v) for v in vals]
     formats = {t.layout.device_dtype for t in types if t is not None and t.dtype != np.bool_}
     if len(formats) != 1:
         return vals
@@ -276,8 +284,7 @@ class _DotGeneral(Rule):
 def _fresh(x: Any) -> Any:
     """``x`` in the default layout of its stick: itself if it is, else a restickify."""
     t = jax.typeof(x)
-    target = default_layout(t.shape, t.layout.device_dtype, stick_of(t))
-    return x if not t.is_view and t.layout == target else sp.restickify(x, layout=target)
+    return sp.in_layout(x, default_layout(t.shape, t.layout.device_dtype, stick_of(t)))
 
 
 def _reshape(x: Any, shape: tuple[int, ...], *, sparse: bool = False) -> Any:

@@ -74,10 +74,7 @@ def with_layout(x: Any, layout: SpyreTensorLayout | None = None, *, dim_order: A
 
 def _restickify_to(x: Any, layout: Any, dim_order: Any) -> Any:
     t = jax.typeof(x)
-    target = layout or SpyreTensorLayout(t.shape, t.layout.device_dtype, dim_order)
-    if t.layout == target and not t.is_view:
-        return x
-    return sp.restickify(x, layout=target)
+    return sp.in_layout(x, layout or SpyreTensorLayout(t.shape, t.layout.device_dtype, dim_order))
 
 
 def hinted_stick(shape: tuple[int, ...], params: dict[str, Any]) -> int:

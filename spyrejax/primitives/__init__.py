@@ -16,7 +16,7 @@ from ._matmul import matmul
 from ._operators import install as _install
 from ._reduce import PUBLIC as _REDUCE
 from ._reduce import REDUCTIONS, REDUCTIONS_TABLE, ReductionOp, reduce
-from ._restickify import compact, restickify
+from ._restickify import compact, in_layout, restickify
 from ._stick import restickify_cost
 from ._transfer import to_device, to_host
 from ._views import broadcast_to, expand_dims, reshape, squeeze, transpose
@@ -46,6 +46,7 @@ __all__ = [
     "expand_dims",
     "full",
     "image",
+    "in_layout",
     "iota",
     "lax_copy",
     "matmul",

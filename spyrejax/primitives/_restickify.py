@@ -23,7 +23,7 @@ from ._base import SpyrePrim, target_layout
 from ._stick import restickify_cost
 from ._values import logical_bits, logical_values
 
-__all__ = ["Restickify", "compact", "restickify"]
+__all__ = ["Restickify", "compact", "in_layout", "restickify"]
 
 
 class Restickify(SpyrePrim):
@@ -105,3 +105,9 @@ def compact(x: SpyreArray) -> SpyreArray:
     if not aval.layout.is_sparse:
         return x
     return restickify(x)
+
+
+def in_layout(x: SpyreArray, layout: SpyreTensorLayout) -> SpyreArray:
+    """``x`` as a fresh array in ``layout``: itself if it already is, else a restickify."""
+    t = _spyre_aval(x, "in_layout")
+    return x if t.layout == layout and not t.is_view else restickify(x, layout=layout)
