@@ -69,13 +69,13 @@ def _record(v: Value, source: SpyreType, target: Any, cost: int, reason: str) ->
     return Record(what, reason, source.layout, target, cost, source.str_short())
 
 
-def _check(node: Node, out: Any, planned: SpyreType) -> Any:
-    """``out``, after checking it is what the plan and the equation say.
+def _check(node: Node, want: Value, out: Any, planned: SpyreType) -> Any:
+    """``out`` (the value of ``want``), after checking it is what the plan and equation say.
 
     Raises:
         SpyreInternalError: naming the equation, what it should give and what it gave.
     """
-    want, got = node.outs[0], jax.typeof(out)
+    got = jax.typeof(out)
     if tuple(got.shape) != tuple(want.shape) or np.dtype(got.dtype) != np.dtype(want.dtype):
         raise SpyreInternalError(
             f"internal error: the lowering of {node.describe()} gave "
@@ -114,9 +114,16 @@ class Interpreter:
                     u if isinstance(u, Scalar) else env[u, t]
                     for u, t in zip(node.ins, option.ins, strict=True)
                 ]
-                out = rule_for(node).lower(node, ins, option.mode)[0]
-                env[node.outs[0], option.out] = _check(node, out, option.out)
-            self._move(env, node.outs[0])
+                outs = rule_for(node).lower(node, ins, option.mode)
+                if len(outs) != len(node.outs):
+                    raise SpyreInternalError(
+                        f"internal error: the lowering of {node.describe()} gave {len(outs)} "
+                        f"results for {len(node.outs)}; please report it"
+                    )
+                for v, out, t in zip(node.outs, outs, option.outs, strict=True):
+                    env[v, t] = _check(node, v, out, t)
+            for v in node.outs:
+                self._move(env, v)
         return [
             self._output(env, o, t)
             for o, t in zip(self.graph.outputs, self.plan.outputs, strict=True)

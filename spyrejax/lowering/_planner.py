@@ -36,7 +36,7 @@ import jax
 import numpy as np
 
 from .. import primitives as sp
-from .._errors import LayoutError, SpyreUnsupportedError
+from .._errors import LayoutError
 from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import SpyreType
 from ..primitives._stick import SPARSE, default_type, restickify_cost, serves, stick_name, stick_of
@@ -52,19 +52,24 @@ _CANDIDATES = 2  # input types tried per input and mode: the cheapest, and one m
 
 @dataclass(frozen=True, eq=False)
 class Option:
-    """One way to run a node: a mode, the input types it reads, the type it gives.
+    """One way to run a node: a mode, the input types it reads, the types it gives.
 
     Attributes:
         mode: the rule's mode.
         ins: the type each input is read in (None for scalars).
-        out: the output's type, as the Spyre primitives give it.
+        outs: each output's type, as the Spyre primitives give it.
         copies: the copying primitives the lowering calls (restickifies, slices...).
     """
 
     mode: Mode
     ins: tuple[SpyreType | None, ...]
-    out: SpyreType
+    outs: tuple[SpyreType, ...]
     copies: tuple[sp.SpyrePrim, ...] = ()
+
+    @property
+    def out(self) -> SpyreType:
+        """The first output's type (the only one of most nodes)."""
+        return self.outs[0]
 
     @property
     def cost(self) -> int:
@@ -132,9 +137,9 @@ class Plan:
         """Every option the plan runs."""
         return [o for opts in self.runs.values() for o in opts]
 
-    def out_type(self, node: Node) -> SpyreType:
-        """The type a node's (first) run gives."""
-        return self.runs[node][0].out
+    def out_type(self, node: Node, index: int = 0) -> SpyreType:
+        """The type a node's (first) run gives its output ``index``."""
+        return self.runs[node][0].outs[index]
 
 
 def host_input_type(shape: tuple[int, ...], dtype: Any) -> SpyreType:
@@ -167,7 +172,9 @@ class _Planner:
         self.input_types = input_types
         self.produced: dict[Value, dict[SpyreType, tuple[float, Option | None]]] = {}
         self.avail: dict[Value, dict[SpyreType, float]] = {}
-        self.cache: dict[Any, Option | None] = {}
+        self.cache: dict[Any, tuple[Option | None, str]] = {}
+        self.options: dict[Node, list[tuple[float, Option]]] = {}
+        self.refusals: dict[Node, str] = {}  # the last LayoutError a node's lowering raised
 
     # -- forward --------------------------------------------------------------------
 
@@ -177,7 +184,14 @@ class _Planner:
         for c in self.graph.consts:
             self._produce(c, {t: (0, None) for t in _defaults(c)})
         for node in self.graph.nodes:
-            self._produce(node.outs[0], self._node_options(node))
+            options = self._node_options(node)
+            self.options[node] = options
+            for i, v in enumerate(node.outs):
+                produced: dict[SpyreType, tuple[float, Option | None]] = {}
+                for total, option in options:
+                    if total < produced.get(option.outs[i], (INF,))[0]:
+                        produced[option.outs[i]] = (total, option)
+                self._produce(v, produced)
         return self._reconstruct()
 
     def _produce(self, v: Value, produced: dict[SpyreType, tuple[float, Option | None]]) -> None:
@@ -188,11 +202,10 @@ class _Planner:
             avail[d] = min(avail.get(d, INF), base)
         self.avail[v] = avail
 
-    def _node_options(self, node: Node) -> dict[SpyreType, tuple[float, Option | None]]:
+    def _node_options(self, node: Node) -> list[tuple[float, Option]]:
+        """Every feasible option of a node with its total cost, the cheapest per outputs."""
         rule = rule_for(node)
-        if len(node.outs) != 1:
-            raise SpyreUnsupportedError(f"{node.describe()}: nodes with several outputs")
-        best: dict[SpyreType, tuple[float, Option | None]] = {}
+        best: dict[tuple[SpyreType, ...], tuple[float, Option]] = {}
         tried: list[tuple[SpyreType | None, ...]] = []
         for mode in rule.modes(node):
             choices = [self._candidates(u, r) for u, r in zip(node.ins, mode.ins, strict=True)]
@@ -203,11 +216,11 @@ class _Planner:
                 if option is None:
                     continue
                 total = sum(c for _, c in combo) + option.cost
-                if total < best.get(option.out, (INF,))[0]:
-                    best[option.out] = (total, option)
+                if total < best.get(option.outs, (INF,))[0]:
+                    best[option.outs] = (total, option)
         if not best:
             raise self._infeasible(node, tried)
-        return best
+        return list(best.values())
 
     def _infeasible(self, node: Node, tried: list[tuple[SpyreType | None, ...]]) -> LayoutError:
         have = [
@@ -217,9 +230,11 @@ class _Planner:
         ]
         also = {", ".join(t.str_short() for t in ins if t is not None) for ins in tried}
         also.discard(", ".join(have))
+        why = self.refusals.get(node)
         return LayoutError(
-            f"no layout works for {node.describe()} with inputs {', '.join(have)}"
+            f"no layout works for {node.describe()} with inputs {', '.join(have) or '(none)'}"
             + (f" (also tried {'; '.join(sorted(also))})" if also else "")
+            + (f": {why}" if why else "")
         )
 
     def _candidates(self, u: Value | Scalar, r: int | None) -> list[tuple[Any, float]]:
@@ -244,17 +259,23 @@ class _Planner:
     def _evaluate(self, node: Node, mode: Mode, ins: tuple[SpyreType | None, ...]) -> Any:
         key = _signature(node, mode, ins)
         if key is not None and key in self.cache:
-            return self.cache[key]
+            option, why = self.cache[key]
+            if why:
+                self.refusals[node] = why
+            return option
+        why = ""
         args = [u if t is None else sp.abstract(t) for u, t in zip(node.ins, ins, strict=True)]
         try:
             with sp.abstract_eval() as called:
-                out = rule_for(node).lower(node, args, mode)[0]
+                outs = rule_for(node).lower(node, args, mode)
             copies = tuple(p for p in called if p.role in ("copy", "restickify"))
-            option: Option | None = Option(mode, ins, jax.typeof(out), copies)
-        except LayoutError:
+            types = tuple(jax.typeof(o) for o in outs)
+            option: Option | None = Option(mode, ins, types, copies)
+        except LayoutError as err:
+            why = self.refusals[node] = str(err)
             option = None
         if key is not None:
-            self.cache[key] = option
+            self.cache[key] = (option, why)
         return option
 
     # -- backward -------------------------------------------------------------------
@@ -266,11 +287,14 @@ class _Planner:
             if isinstance(out, Value):
                 demands[out].setdefault(None, None)
         for node in reversed(self.graph.nodes):
-            v = node.outs[0]
-            wanted = demands.pop(v, None)
-            if not wanted:
+            wanted = [demands.pop(v, {}) for v in node.outs]
+            if not any(wanted):
                 continue  # dead: nothing reads it
-            plan.runs[node] = [self.produced[v][t][1] for t in self._serve(plan, v, wanted)]
+            if len(node.outs) == 1:
+                (v,), (w,) = node.outs, wanted
+                plan.runs[node] = [self.produced[v][t][1] for t in self._serve(plan, v, w)]
+            else:
+                plan.runs[node] = self._serve_outputs(plan, node, wanted)
             for option in plan.runs[node]:
                 for u, t in zip(node.ins, option.ins, strict=True):
                     if isinstance(u, Value):
@@ -316,12 +340,39 @@ class _Planner:
             plan.moves[v] = moves
         return runs
 
+    def _serve_outputs(
+        self, plan: Plan, node: Node, wanted: list[dict[SpyreType | None, Any]]
+    ) -> list[Option]:
+        """The options a node with several outputs runs; plans the other demands' moves.
+
+        The cheapest option runs; a demanded type it does not give is a restickify of
+        its output when that is a default type, else a run of the option that gives it.
+        """
+        runs = [min(self.options[node], key=lambda to: (to[0], _tie_break(to[1].out)))[1]]
+        for i, (v, w) in enumerate(zip(node.outs, wanted, strict=True)):
+            moves = []
+            defaults = set(_defaults(v))
+            for d, consumer in w.items():
+                if d is None or any(o.outs[i] == d for o in runs):
+                    continue
+                src = runs[0].outs[i]
+                if d in defaults and not (
+                    d in self.produced[v] and self.produced[v][d][0] < restickify_cost(src)
+                ):
+                    moves.append(Move(v, src, d, _why(consumer, src, d)))
+                else:
+                    runs.append(self.produced[v][d][1])
+            if moves:
+                plan.moves[v] = moves
+        return runs
+
     def _output_type(self, plan: Plan, o: Value | Scalar) -> SpyreType | None:
         if isinstance(o, Scalar):
             return None
         for node, options in plan.runs.items():
-            if node.outs[0] is o:
-                return options[0].out
+            for i, v in enumerate(node.outs):
+                if v is o:
+                    return options[0].outs[i]
         return plan.sources[o][0]
 
 

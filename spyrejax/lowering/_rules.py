@@ -490,7 +490,9 @@ class _LaxCopy(Rule):
 
     Each runs the JAX primitive on its operands' values, read and written through DMA
     descriptors (``primitives.lax_copy``): any input layout, the result built in any
-    stick, charged as a copy of its operands.
+    stick, charged as a copy of its operands. With several results (``sort``,
+    ``top_k``), ``mode.out`` is the stick of the first; the others take the same dim
+    where they have the first's shape, else their default.
     """
 
     def modes(self, node: Node) -> list[Mode]:
@@ -498,12 +500,26 @@ class _LaxCopy(Rule):
         return [Mode(ins, s) for s in stick_options(node.outs[0].shape)]
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
-        out = node.outs[0]
         operands = [np.asarray(a.value, a.dtype) if isinstance(a, Scalar) else a for a in args]
-        layout = default_layout(out.shape, out.dtype, mode.out)
-        return [
-            sp.lax_copy(node.primitive, operands, node.params, out.shape, out.dtype, layout=layout)
-        ]
+        layouts = [_like(o, node.outs[0], mode.out) for o in node.outs]
+        if not node.primitive.multiple_results:
+            (out,), (layout,) = node.outs, layouts
+            return [
+                sp.lax_copy(
+                    node.primitive, operands, node.params, out.shape, out.dtype, layout=layout
+                )
+            ]
+        shapes, dtypes = [o.shape for o in node.outs], [o.dtype for o in node.outs]
+        return list(
+            sp.lax_copy(node.primitive, operands, node.params, shapes, dtypes, layout=layouts)
+        )
+
+
+def _like(out: Value, first: Value, stick: int) -> SpyreTensorLayout:
+    """``out``'s default layout with ``first``'s stick dim where ``out`` has the same shape."""
+    if out.shape != first.shape:
+        stick = stick_options(out.shape)[0]
+    return default_layout(out.shape, out.dtype, stick)
 
 
 _register(
@@ -530,4 +546,6 @@ _register(
     "reduce_precision",
     "rev",
     "reduce_prod",
+    "sort",
+    "top_k",
 )

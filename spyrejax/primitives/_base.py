@@ -184,15 +184,27 @@ class SpyrePrim(HiPrim):
         """Elements this primitive moves between layouts (0 unless it copies)."""
         return 0
 
+    @property
+    def out_avals(self) -> tuple[Any, ...]:
+        """Every output's abstract value (``out_aval`` is a tuple for several outputs)."""
+        return self.out_aval if isinstance(self.out_aval, tuple) else (self.out_aval,)
+
+    def _results(self, outs: Any) -> Any:
+        """Outputs in the primitive's structure: one value, or a tuple of several."""
+        return tuple(outs) if isinstance(self.out_aval, tuple) else outs[0]
+
     def __call__(self, *args: Any) -> Any:
         called = _ABSTRACT.get()
         if called is None:
             return super().__call__(*args)
         called.append(self)
-        return abstract(self.out_aval)
+        return self._results([abstract(a) for a in self.out_avals])
 
-    def kernel(self, *args: jax.Array) -> jax.Array:
-        """The emulator kernel: device images (and plain arrays) in, image out."""
+    def kernel(self, *args: jax.Array) -> Any:
+        """The emulator kernel: device images (and plain arrays) in, image(s) out.
+
+        A primitive with several outputs (a tuple ``out_aval``) returns a tuple.
+        """
         raise NotImplementedError(f"{type(self).__name__} has no kernel")
 
     def tangent_kernel(self, *args: jax.Array) -> jax.Array:
@@ -202,8 +214,10 @@ class SpyrePrim(HiPrim):
     def expand(self, *args: Any) -> Any:
         """Run the kernel on the inputs' device images."""
         lo = [a.image if isinstance(a, SpyreArray) else a for a in args]
-        out = self.kernel(*lo)
-        return SpyreArray(out, self.out_aval) if is_spyre(self.out_aval) else out
+        outs = self.kernel(*lo)
+        outs = outs if isinstance(self.out_aval, tuple) else (outs,)
+        pairs = zip(outs, self.out_avals, strict=True)
+        return self._results([SpyreArray(o, a) if is_spyre(a) else o for o, a in pairs])
 
     def pp_params(self) -> dict[str, Any]:
         """Parameters shown in printed jaxprs (Spyre types in their short form)."""
@@ -219,17 +233,23 @@ class SpyrePrim(HiPrim):
     def jvp(self, primals: Any, tangents: Any) -> tuple[Any, Any]:
         """Forward mode: ``jax.jvp`` of the kernel on the device images."""
         out = self(*primals)
-        if not _is_float(self.out_aval.dtype):
-            return out, Zero(self.out_aval.to_tangent_aval())
+        avals = self.out_avals
+        if not any(_is_float(a.dtype) for a in avals):
+            return out, self._results([Zero(a.to_tangent_aval()) for a in avals])
         lo_p, lo_t = [], []
         for p, t, aval in zip(primals, tangents, self.in_avals, strict=True):
             lo = image(p) if is_spyre(aval) else p
             lo_p.append(lo)
             lo_t.append(_lo_tangent(t, lo, aval))
         _, t_out = jax.jvp(self.tangent_kernel, tuple(lo_p), tuple(lo_t))
-        if is_spyre(self.out_aval):
-            t_out = wrap(t_out, self.out_aval.to_tangent_aval())
-        return out, t_out
+        t_outs = t_out if isinstance(self.out_aval, tuple) else (t_out,)
+        result = []
+        for t, a in zip(t_outs, avals, strict=True):
+            if not _is_float(a.dtype):
+                result.append(Zero(a.to_tangent_aval()))
+            else:
+                result.append(wrap(t, a.to_tangent_aval()) if is_spyre(a) else t)
+        return out, self._results(result)
 
     vjp_fwd, vjp_bwd_retval = vjp_from_jvp
 
@@ -271,7 +291,7 @@ class SpyrePrim(HiPrim):
         moved = self.align_batched(moved, flags)
         params = self.batch_params(flags, axis_data.size)
         new = type(self)(*[jax.typeof(a) for a in moved], **params)
-        return new(*moved), 0
+        return new(*moved), self._results([0] * len(self.out_avals))
 
 
 def _lo_tangent(t: Any, lo_primal: Any, aval: Any) -> Any:

@@ -20,7 +20,7 @@ from .._errors import SpyreTypeError
 from ..dma._dma import dma_h2d, h2d_values
 from ..layout._dtypes import host_dtype
 from ..layout._layout import SpyreTensorLayout
-from ._array import SpyreArray, SpyreType
+from ._array import SpyreType
 from ._base import SpyrePrim
 from ._copies import Copy
 from ._values import logical_values
@@ -28,24 +28,25 @@ from ._values import logical_values
 __all__ = ["LaxCopy", "lax_copy"]
 
 
-class LaxCopy(Copy):
-    """A JAX primitive on the operands' logical values; the result in a fresh layout.
+class LaxCopy(SpyrePrim):
+    """A JAX primitive on the operands' logical values; the results in fresh layouts.
 
     Attributes:
         primitive: the JAX primitive.
         primitive_params: its parameters, as sorted ``(name, value)`` pairs.
         consts: ``(position, value)`` of operands given as scalars.
-        out_shape: the result's shape.
-        out_dtype: the result's dtype.
-        layout: the result's layout.
+        out_shapes: each result's shape.
+        out_dtypes: each result's dtype.
+        layouts: each result's layout.
     """
 
+    role = "copy"
     primitive: Any
     primitive_params: tuple[tuple[str, Any], ...]
     consts: tuple[tuple[int, Any], ...]
-    out_shape: tuple[int, ...]
-    out_dtype: np.dtype
-    layout: SpyreTensorLayout
+    out_shapes: tuple[tuple[int, ...], ...]
+    out_dtypes: tuple[np.dtype, ...]
+    layouts: tuple[SpyreTensorLayout, ...]
 
     def __init__(
         self,
@@ -53,27 +54,32 @@ class LaxCopy(Copy):
         primitive: Any,
         primitive_params: tuple[tuple[str, Any], ...],
         consts: tuple[tuple[int, Any], ...],
-        out_shape: tuple[int, ...],
-        out_dtype: np.dtype,
-        layout: SpyreTensorLayout,
+        out_shapes: tuple[tuple[int, ...], ...],
+        out_dtypes: tuple[np.dtype, ...],
+        layouts: tuple[SpyreTensorLayout, ...],
     ) -> None:
-        layout.for_host(out_shape)
+        outs = []
+        for shape, dtype, layout in zip(out_shapes, out_dtypes, layouts, strict=True):
+            layout.for_host(shape)
+            outs.append(SpyreType.contiguous(shape, dtype, layout))
         self.params = {
-            "layout": layout,
+            "layouts": layouts,
             "primitive": primitive,
             "primitive_params": primitive_params,
             "consts": consts,
-            "out_shape": out_shape,
-            "out_dtype": out_dtype,
+            "out_shapes": out_shapes,
+            "out_dtypes": out_dtypes,
         }
         self.in_avals = tuple(avals)
-        self.out_aval = SpyreType.contiguous(out_shape, out_dtype, layout)
+        self.out_aval = tuple(outs) if primitive.multiple_results else outs[0]
         SpyrePrim.__init__(self)
+
+    moves = Copy.moves
 
     def pp_params(self) -> dict[str, Any]:
         return {"primitive": self.primitive.name, "cost": self.moves}
 
-    def _copy(self, imgs: tuple[jax.Array, ...], exact: bool) -> jax.Array:
+    def _copy(self, imgs: tuple[jax.Array, ...], exact: bool) -> Any:
         """On the operands' values, not their bits: the primitive may compute (cumsum).
 
         The transfers themselves stay exact (``dma_d2h``/``dma_h2d``); a pure move
@@ -81,10 +87,19 @@ class LaxCopy(Copy):
         bit-exact copies of ``_restickify`` avoid by moving bits.
         """
         pairs = zip(imgs, self.in_avals, strict=True)
-        out = self.compute(*(logical_values(i, t, exact) for i, t in pairs))
-        return dma_h2d(out, self.layout) if exact else h2d_values(out, self.layout)
+        outs = self.compute(*(logical_values(i, t, exact) for i, t in pairs))
+        outs = outs if self.primitive.multiple_results else [outs]
+        write = dma_h2d if exact else h2d_values
+        images = [write(o, layout) for o, layout in zip(outs, self.layouts, strict=True)]
+        return self._results(images)
 
-    def compute(self, *values: jax.Array) -> jax.Array:
+    def kernel(self, *imgs: jax.Array) -> Any:
+        return self._copy(imgs, exact=True)
+
+    def tangent_kernel(self, *imgs: jax.Array) -> Any:
+        return self._copy(imgs, exact=False)
+
+    def compute(self, *values: jax.Array) -> Any:
         operands: list[Any] = list(values)
         for pos, value in self.consts:
             operands.insert(pos, value)
@@ -95,24 +110,28 @@ def lax_copy(
     primitive: Any,
     operands: list[Any],
     params: dict[str, Any],
-    out_shape: tuple[int, ...],
+    out_shape: Any,
     out_dtype: Any,
     *,
-    layout: SpyreTensorLayout,
-) -> SpyreArray:
+    layout: Any,
+) -> Any:
     """Run a JAX primitive on the values of Spyre arrays (and scalars) as a device copy.
 
     Args:
-        primitive: a JAX primitive with one result.
+        primitive: a JAX primitive.
         operands: Spyre arrays and Python/NumPy scalars, in the primitive's order.
         params: the primitive's parameters.
-        out_shape: the result's shape.
-        out_dtype: the result's dtype.
-        layout: the result's layout.
+        out_shape: the result's shape; for a primitive with several results (``sort``,
+            ``top_k``), a sequence of shapes.
+        out_dtype: the result's dtype, or a sequence of them.
+        layout: the result's layout, or a sequence of them.
+
+    Returns:
+        A Spyre array, or a tuple of them for a primitive with several results.
 
     Raises:
         SpyreTypeError: if an operand is a host array, or none is a Spyre array.
-        LayoutError: if ``layout`` cannot hold the result.
+        LayoutError: if a layout cannot hold its result.
     """
     arrays, consts = [], []
     for pos, x in enumerate(operands):
@@ -125,13 +144,17 @@ def lax_copy(
                 "spyrejax.to_device"
             )
         arrays.append(x)
+    several = primitive.multiple_results
+    shapes = [tuple(s) for s in out_shape] if several else [tuple(out_shape)]
+    dtypes = list(out_dtype) if several else [out_dtype]
+    layouts = list(layout) if several else [layout]
     prim = LaxCopy(
         *[jax.typeof(a) for a in arrays],
         primitive=primitive,
         primitive_params=tuple(sorted(params.items())),
         consts=tuple(consts),
-        out_shape=tuple(out_shape),
-        out_dtype=host_dtype(out_dtype),
-        layout=layout,
+        out_shapes=tuple(shapes),
+        out_dtypes=tuple(host_dtype(d) for d in dtypes),
+        layouts=tuple(layouts),
     )
     return prim(*arrays)
