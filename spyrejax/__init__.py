@@ -10,6 +10,7 @@ that compute on their device images (:func:`to_device`, :func:`matmul`, ...).
 
 from . import dma, layout, lowering, primitives
 from ._errors import (
+    DeviceError,
     LayoutError,
     SpyreError,
     SpyreInternalError,
@@ -47,6 +48,7 @@ globals().update({name: getattr(primitives, name) for name in _DERIVED})
 
 __all__ = [
     "Compiled",
+    "DeviceError",
     "LayoutError",
     "Lowered",
     "PadFill",
