@@ -8,7 +8,7 @@ whose abstract value :class:`SpyreType` carries the layout) and the Spyre primit
 that compute on their device images (:func:`to_device`, :func:`matmul`, ...).
 """
 
-from . import dma, layout, lowering, primitives
+from . import device, dma, layout, lowering, primitives
 from ._errors import (
     DeviceError,
     LayoutError,
@@ -17,11 +17,22 @@ from ._errors import (
     SpyreTypeError,
     SpyreUnsupportedError,
 )
+from .device import Machine
 from .dma import *  # noqa: F403  (each layer's package lists its public names)
 from .dma import __all__ as _DMA
 from .layout import *  # noqa: F403
 from .layout import __all__ as _LAYOUT
-from .lowering import Compiled, Lowered, Report, SpyreJit, Traced, explain, jit, with_layout
+from .lowering import (
+    Compiled,
+    Lowered,
+    Report,
+    SpyreJit,
+    Traced,
+    explain,
+    jit,
+    with_division,
+    with_layout,
+)
 from .primitives import ELEMENTWISE as _ELEMENTWISE
 from .primitives import REDUCTIONS as _REDUCTIONS
 from .primitives import (
@@ -51,6 +62,7 @@ __all__ = [
     "DeviceError",
     "LayoutError",
     "Lowered",
+    "Machine",
     "PadFill",
     "Report",
     "SpyreArray",
@@ -64,6 +76,7 @@ __all__ = [
     "astype",
     "broadcast_to",
     "compact",
+    "device",
     "dma",
     "expand_dims",
     "explain",
@@ -80,6 +93,7 @@ __all__ = [
     "to_device",
     "to_host",
     "transpose",
+    "with_division",
     "with_layout",
 ]
 __all__ += [*_LAYOUT, *_DMA, *_DERIVED]

@@ -4,6 +4,7 @@ Pure Python/NumPy planning on layout types (spyre-device spec); the integration 
 ``spyrejax.jit`` programs lives in :mod:`spyrejax.lowering`.
 """
 
+from ._cost import OpCost, op_cost, transfer_cost
 from ._division import (
     IterDim,
     Operand,
@@ -16,18 +17,34 @@ from ._division import (
     reduce_space,
     validate_hint,
 )
+from ._lx import Buffer, LXPlan, Stream, place, stream
 from ._machine import Machine
+from ._percore import core_dci
+from ._program import DeviceOp, DeviceProgram, OpDesc, plan_program
 
 __all__ = [
+    "Buffer",
+    "DeviceOp",
+    "DeviceProgram",
     "IterDim",
+    "LXPlan",
     "Machine",
+    "OpCost",
+    "OpDesc",
     "OpSpace",
     "Operand",
+    "Stream",
     "TensorSpec",
     "WorkDivision",
+    "core_dci",
     "divide",
     "elementwise_space",
     "matmul_space",
+    "op_cost",
+    "place",
+    "plan_program",
     "reduce_space",
+    "stream",
+    "transfer_cost",
     "validate_hint",
 ]

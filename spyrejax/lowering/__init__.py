@@ -1,6 +1,7 @@
 """Lowering plain JAX functions to Spyre primitives: ``jit``, ``with_layout``, ``explain``."""
 
 from ..primitives._stick import SPARSE
+from ._device import device_program, with_division
 from ._explain import Report, explain
 from ._jit import Compiled, Lowered, SpyreJit, Traced, jit
 from ._rules import RULES
@@ -14,7 +15,9 @@ __all__ = [
     "Report",
     "SpyreJit",
     "Traced",
+    "device_program",
     "explain",
     "jit",
+    "with_division",
     "with_layout",
 ]
