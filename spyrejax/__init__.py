@@ -24,11 +24,13 @@ from .layout import *  # noqa: F403
 from .layout import __all__ as _LAYOUT
 from .lowering import (
     Compiled,
+    Export,
     Lowered,
     Report,
     SpyreJit,
     Traced,
     explain,
+    export,
     jit,
     with_division,
     with_layout,
@@ -60,6 +62,7 @@ globals().update({name: getattr(primitives, name) for name in _DERIVED})
 __all__ = [
     "Compiled",
     "DeviceError",
+    "Export",
     "LayoutError",
     "Lowered",
     "Machine",
@@ -80,6 +83,7 @@ __all__ = [
     "dma",
     "expand_dims",
     "explain",
+    "export",
     "image",
     "jit",
     "layout",
