@@ -209,3 +209,27 @@ def test_with_division_errors_are_named():
         sj.with_division(jnp.ones(3), mb=0)
     with pytest.raises(sj.DeviceError, match="does not divide"):
         sj.explain(lambda a: sj.with_division(jnp.exp(a), mb=3), S((512, 512), F16))
+
+
+# --- pictures -------------------------------------------------------------------------------
+
+
+def test_core_ownership_shows_each_cores_rows():
+    from spyrejax import viz
+
+    r = sj.explain(lambda a, b: a + b, S((512, 512), F16), S((512, 512), F16))
+    pic = viz.core_ownership(r.ops[0].division)
+    assert pic.owner.shape == (8, 512)
+    assert (pic.owner[:, :16] == 0).all() and (pic.owner[:, 16:32] == 1).all()
+    assert (pic.copies == 1).all() and "<table>" in pic._repr_html_()
+
+
+def test_roofline_puts_the_big_matmul_near_the_compute_roof():
+    from spyrejax import viz
+
+    r = sj.explain(lambda a, b: jnp.exp(a @ b), S((4096, 4096), F16), S((4096, 4096), F16))
+    roof = viz.roofline(r)
+    mm = roof.names.index("0_matmul")
+    assert roof.intensity[mm] > roof.ridge
+    assert roof.achieved[mm] <= roof.peak
+    assert roof.intensity[roof.names.index("1_exp")] == 0
