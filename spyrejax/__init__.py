@@ -8,19 +8,33 @@ whose abstract value :class:`SpyreType` carries the layout) and the Spyre primit
 that compute on their device images (:func:`to_device`, :func:`matmul`, ...).
 """
 
-from . import dma, layout, lowering, primitives
+from . import device, dma, layout, lowering, primitives
 from ._errors import (
+    DeviceError,
     LayoutError,
     SpyreError,
     SpyreInternalError,
     SpyreTypeError,
     SpyreUnsupportedError,
 )
+from .device import Machine
 from .dma import *  # noqa: F403  (each layer's package lists its public names)
 from .dma import __all__ as _DMA
 from .layout import *  # noqa: F403
 from .layout import __all__ as _LAYOUT
-from .lowering import Compiled, Lowered, Report, SpyreJit, Traced, explain, jit, with_layout
+from .lowering import (
+    Compiled,
+    Export,
+    Lowered,
+    Report,
+    SpyreJit,
+    Traced,
+    explain,
+    export,
+    jit,
+    with_division,
+    with_layout,
+)
 from .primitives import ELEMENTWISE as _ELEMENTWISE
 from .primitives import REDUCTIONS as _REDUCTIONS
 from .primitives import (
@@ -47,8 +61,11 @@ globals().update({name: getattr(primitives, name) for name in _DERIVED})
 
 __all__ = [
     "Compiled",
+    "DeviceError",
+    "Export",
     "LayoutError",
     "Lowered",
+    "Machine",
     "PadFill",
     "Report",
     "SpyreArray",
@@ -62,9 +79,11 @@ __all__ = [
     "astype",
     "broadcast_to",
     "compact",
+    "device",
     "dma",
     "expand_dims",
     "explain",
+    "export",
     "image",
     "jit",
     "layout",
@@ -78,6 +97,7 @@ __all__ = [
     "to_device",
     "to_host",
     "transpose",
+    "with_division",
     "with_layout",
 ]
 __all__ += [*_LAYOUT, *_DMA, *_DERIVED]

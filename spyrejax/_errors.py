@@ -7,6 +7,7 @@ spyrejax problems specifically while still catching the builtin they subclass.
 from __future__ import annotations
 
 __all__ = [
+    "DeviceError",
     "LayoutError",
     "SpyreError",
     "SpyreInternalError",
@@ -33,3 +34,7 @@ class SpyreTypeError(SpyreError, TypeError):
 
 class SpyreInternalError(SpyreError, RuntimeError):
     """A broken invariant inside spyrejax (a bug to report), raised instead of a wrong result."""
+
+
+class DeviceError(SpyreError, ValueError):
+    """A request the device model cannot satisfy (a core count, a work-division hint)."""

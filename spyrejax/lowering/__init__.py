@@ -1,7 +1,9 @@
 """Lowering plain JAX functions to Spyre primitives: ``jit``, ``with_layout``, ``explain``."""
 
 from ..primitives._stick import SPARSE
+from ._device import device_program, with_division
 from ._explain import Report, explain
+from ._export import Export, export
 from ._jit import Compiled, Lowered, SpyreJit, Traced, jit
 from ._rules import RULES
 from ._with_layout import with_layout
@@ -10,11 +12,15 @@ __all__ = [
     "RULES",
     "SPARSE",
     "Compiled",
+    "Export",
     "Lowered",
     "Report",
     "SpyreJit",
     "Traced",
+    "device_program",
     "explain",
+    "export",
     "jit",
+    "with_division",
     "with_layout",
 ]

@@ -8,9 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..device import DeviceOp, DeviceProgram, Machine
 from ..dma._dci import DCI
 from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import SpyreType
+from ._device import device_program
 from ._interpret import Record, records
 from ._jit import SpyreJit
 
@@ -54,6 +56,8 @@ class Report:
         output_dcis: DMA descriptors moving the outputs back.
         copies: the copies the program's own ops make (slice, concatenate, pad, a
             reshape that is no view), each with its cost (elements moved).
+        device: the program on the machine (spyrejax.device): every op divided over
+            the cores, LX residency, predicted time.
     """
 
     jaxpr: str
@@ -63,6 +67,17 @@ class Report:
     input_dcis: tuple[tuple[str, DCI], ...]
     output_dcis: tuple[tuple[str, DCI], ...]
     copies: tuple[tuple[str, int], ...] = ()
+    device: DeviceProgram | None = None
+
+    @property
+    def ops(self) -> tuple[DeviceOp, ...]:
+        """The device ops: ``ops[i].division.splits``, ``.read_bytes``, ``.time_s``..."""
+        return self.device.ops if self.device is not None else ()
+
+    @property
+    def time_s(self) -> float:
+        """The program's predicted time on the machine, in seconds."""
+        return self.device.time_s if self.device is not None else 0.0
 
     @property
     def copy_cost(self) -> int:
@@ -96,6 +111,8 @@ class Report:
                         f"    ranges {nest.ranges} host {nest.host_strides} "
                         f"device {nest.device_strides} offsets {offsets}"
                     )
+        if self.device is not None:
+            out.extend(["", str(self.device)])
         return "\n".join(out)
 
     def _repr_html_(self) -> str:
@@ -174,12 +191,19 @@ def _tensors(closed: Any) -> tuple[TensorInfo, ...]:
     return tuple(out)
 
 
-def explain(fun: Callable[..., Any] | SpyreJit, *args: Any, **kwargs: Any) -> Report:
+def explain(
+    fun: Callable[..., Any] | SpyreJit,
+    *args: Any,
+    machine: Machine | None = None,
+    **kwargs: Any,
+) -> Report:
     """What :func:`spyrejax.jit` does with ``fun`` on these arguments.
 
     Args:
         fun: a plain JAX function or a :class:`SpyreJit`.
-        *args: its arguments (host arrays and Spyre arrays, as for the jitted call).
+        *args: its arguments (host arrays and Spyre arrays, as for the jitted call, or
+            ``jax.ShapeDtypeStruct`` values: plan and cost without data).
+        machine: the machine profile of the device model (default ``Machine.spyre()``).
         **kwargs: its keyword arguments.
 
     Returns:
@@ -219,4 +243,5 @@ def explain(fun: Callable[..., Any] | SpyreJit, *args: Any, **kwargs: Any) -> Re
         tuple(inputs),
         tuple(outputs),
         copies,
+        device_program(lowering.graph, plan, machine),
     )

@@ -106,6 +106,8 @@ def _leaf_aval(x: Any) -> Any:
     if isinstance(x, jax.core.Tracer):  # under an outer jit, grad or vmap
         aval = jax.typeof(x)
         return aval if isinstance(aval, SpyreType) else jax.ShapeDtypeStruct(aval.shape, aval.dtype)
+    if isinstance(x, jax.ShapeDtypeStruct):  # plan and cost without data (explain, export)
+        return jax.ShapeDtypeStruct(tuple(x.shape), host_dtype(x.dtype))
     if isinstance(x, jax.Array | np.ndarray | np.generic | int | float | bool):
         arr = x if hasattr(x, "dtype") else np.asarray(x, dtype=jax.numpy.asarray(x).dtype)
         return jax.ShapeDtypeStruct(np.shape(arr), host_dtype(arr.dtype))

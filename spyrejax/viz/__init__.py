@@ -3,6 +3,7 @@
 from typing import Any
 
 from ..layout._layout import SpyreTensorLayout
+from ._device import CoreMap, Roofline, core_ownership, roofline
 from ._pictures import (
     PALETTE,
     Picture,
@@ -16,12 +17,16 @@ from ._pictures import (
 
 __all__ = [
     "PALETTE",
+    "CoreMap",
     "Picture",
+    "Roofline",
+    "core_ownership",
     "device_memory",
     "figure",
     "host_memory",
     "logical_view",
     "loop_nest",
+    "roofline",
     "share_colours",
     "stick_colours",
 ]

@@ -1,0 +1,50 @@
+"""The device model: machine profiles, work division over cores, LX plans, cost, SuperDSC.
+
+Pure Python/NumPy planning on layout types (spyre-device spec); the integration with
+``spyrejax.jit`` programs lives in :mod:`spyrejax.lowering`.
+"""
+
+from ._cost import OpCost, op_cost, transfer_cost
+from ._division import (
+    IterDim,
+    Operand,
+    OpSpace,
+    TensorSpec,
+    WorkDivision,
+    divide,
+    elementwise_space,
+    matmul_space,
+    reduce_space,
+    validate_hint,
+)
+from ._lx import Buffer, LXPlan, Stream, place, stream
+from ._machine import Machine
+from ._percore import core_dci
+from ._program import DeviceOp, DeviceProgram, OpDesc, plan_program
+
+__all__ = [
+    "Buffer",
+    "DeviceOp",
+    "DeviceProgram",
+    "IterDim",
+    "LXPlan",
+    "Machine",
+    "OpCost",
+    "OpDesc",
+    "OpSpace",
+    "Operand",
+    "Stream",
+    "TensorSpec",
+    "WorkDivision",
+    "core_dci",
+    "divide",
+    "elementwise_space",
+    "matmul_space",
+    "op_cost",
+    "place",
+    "plan_program",
+    "reduce_space",
+    "stream",
+    "transfer_cost",
+    "validate_hint",
+]

@@ -1,0 +1,167 @@
+"""Predicted time of ops and programs (spyre-device spec section 4), from a Machine only.
+
+Per op, torch-spyre's form: ``time = max(compute, memory)`` (plus ring time), with
+
+- memory = ``(read + write) / bandwidth + turnaround x min(read, write)``; the bandwidth
+  is the access pattern's (DDR streams, restickify, cross-row reduce, broadcast operand)
+  derated by the cores the op keeps active;
+- compute = ``MACs / cores / rate`` for matmuls (the rate depends on the operands'
+  order); elementwise ops are memory-bound on Spyre (a machine with vector lanes, such
+  as ktir-cpu's, charges them ``elements / lanes / clock``, transcendentals more);
+- ring = bytes over the ring (a K split's partial sums) / ring bandwidth.
+
+Bytes are device bytes, stick-granular; a value living in LX costs no DDR traffic; an
+operand read twice by one op (``x + x``) or broadcast is read once. Nothing here is
+fitted: every rate is a :class:`Machine` constant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ._machine import Machine
+
+if TYPE_CHECKING:
+    from ._division import OpSpace, WorkDivision
+
+__all__ = ["OpCost", "memory_seconds", "op_cost", "transfer_cost"]
+
+# Ops the vector units run as transcendentals (ktir-cpu charges them 4x).
+TRANSCENDENTAL = frozenset(
+    ("exp", "exp2", "log", "log1p", "expm1", "tanh", "sigmoid", "gelu", "gelu_erf", "silu",
+     "erf", "erfc", "erf_inv", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
+     "asinh", "acosh", "atanh", "pow", "atan2", "lgamma", "digamma", "rsqrt", "sqrt", "cbrt")
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """What one op costs.
+
+    Attributes:
+        read_bytes: DDR bytes read (device bytes; LX-resident operands are free).
+        write_bytes: DDR bytes written.
+        ring_bytes: bytes moved between cores over the ring.
+        macs: multiply-accumulates.
+        sticks: 128-byte sticks moved to or from DDR.
+        compute_s: compute time.
+        memory_s: DDR time.
+        ring_s: ring time.
+        time_s: predicted time, ``max(compute, memory) + ring``.
+        bound: ``"compute"`` or ``"memory"``.
+        pattern: the access pattern whose bandwidth was used.
+    """
+
+    read_bytes: int
+    write_bytes: int
+    ring_bytes: int
+    macs: int
+    sticks: int
+    compute_s: float
+    memory_s: float
+    ring_s: float
+    time_s: float
+    bound: str
+    pattern: str
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity: MACs per DDR byte."""
+        moved = self.read_bytes + self.write_bytes
+        return self.macs / moved if moved else 0.0
+
+
+def _bandwidth(machine: Machine, pattern: str) -> float:
+    return {
+        "ddr": machine.ddr_bw,
+        "restickify": machine.restickify_bw,
+        "reduce": machine.reduce_bw,
+        "broadcast": machine.broadcast_bw,
+    }[pattern]
+
+
+def memory_seconds(machine: Machine, read: int, write: int, cores: int, pattern: str) -> float:
+    """DDR time of ``read`` and ``write`` bytes with ``cores`` active cores."""
+    bw = _bandwidth(machine, pattern) * machine.bandwidth_fraction(cores)
+    ns = machine.turnaround_ns_per_byte * min(read, write)
+    return (read + write) / bw + ns * 1e-9
+
+
+def _finish(
+    machine: Machine,
+    read: int,
+    write: int,
+    ring: int,
+    macs: int,
+    compute: float,
+    cores: int,
+    pattern: str,
+) -> OpCost:
+    memory = memory_seconds(machine, read, write, cores, pattern) if read + write else 0.0
+    ring_s = ring / machine.ring_bw
+    bound = "compute" if compute > memory else "memory"
+    sticks = (read + write) // machine.stick_bytes
+    return OpCost(
+        read, write, ring, macs, sticks, compute, memory, ring_s,
+        max(compute, memory) + ring_s, bound, pattern,
+    )  # fmt: skip
+
+
+def _matmul_rate(machine: Machine, space: OpSpace) -> float:
+    """MACs per ns per core for a matmul, by the operands' order (spec section 1)."""
+    _, b, out = (o.tensor for o in space.operands)
+    if len(out.shape) == 2:
+        return machine.matmul_macs_per_ns
+    batch = 1
+    for n in out.shape[:-2]:
+        batch *= n
+    if len(b.shape) == 2:  # a 3-D by 2-D projection
+        small = batch <= 4
+        return machine.projection_small_macs_per_ns if small else machine.projection_macs_per_ns
+    first = out.dims[0]
+    outer = first.is_data and first.dims[0] < len(out.shape) - 2
+    return machine.bmm_batch_outer_macs_per_ns if outer else machine.bmm_tiled_macs_per_ns
+
+
+def _pattern(space: OpSpace) -> str:
+    if space.kind == "reduce":
+        stick_var = next((w[0] for w in space.operands[0].walks[-1:] if w is not None), None)
+        crosses_rows = any(d.reduced and d.name != stick_var for d in space.dims)
+        return "reduce" if crosses_rows else "ddr"
+    return "broadcast" if space.broadcast else "ddr"
+
+
+def op_cost(
+    division: WorkDivision, machine: Machine, in_lx: frozenset[int] = frozenset()
+) -> OpCost:
+    """The cost of a divided op; operands whose index is in ``in_lx`` live in LX."""
+    space = division.space
+    cores = division.cores_used
+    read, seen = 0, set()
+    for i, op in enumerate(space.operands[:-1]):
+        key = op.tensor.name or i  # one value read twice (x + x) is read once
+        if i in in_lx or key in seen:
+            continue
+        seen.add(key)
+        read += op.tensor.nbytes
+    out = len(space.operands) - 1
+    write = 0 if out in in_lx else space.output.tensor.nbytes
+    ring = 0
+    compute = 0.0
+    if space.kind == "matmul":
+        k = division.splits[space.names[-1]]
+        ring = (k - 1) * space.output.tensor.nbytes  # partial sums to a K partner
+        compute = space.macs / cores / _matmul_rate(machine, space) * 1e-9
+    elif machine.vector_lanes_per_cycle:
+        elements = 1
+        for n in space.output.tensor.shape:
+            elements *= n
+        factor = machine.transcendental_factor if space.opfunc in TRANSCENDENTAL else 1.0
+        compute = elements * factor / cores / machine.vector_lanes_per_cycle / machine.clock_hz
+    return _finish(machine, read, write, ring, space.macs, compute, cores, _pattern(space))
+
+
+def transfer_cost(machine: Machine, read: int, write: int, pattern: str = "ddr") -> OpCost:
+    """The cost of a device-to-device copy (a restickify or a program's own copy)."""
+    return _finish(machine, read, write, 0, 0, 0.0, machine.cores, pattern)

@@ -1,0 +1,583 @@
+"""Work division of one op over the cores (spyre-device spec section 2).
+
+An op's iteration space has one variable per output dim and per reduced dim, named as
+SuperDSC names them (``mb``, ``out``, ``in``, ...). A variable that indexes some
+operand's stick dim counts in sticks, so every split falls on a stick boundary. The
+division is computed in the spec's passes: the 256 MiB span pass (forced splits), the
+matmul pass (a cost model's choice), the distribution pass (largest divisors over the
+cores left), then the mixed-radix core -> slice map and per-core boxes and offsets.
+
+Pure Python: an op is described by :class:`TensorSpec` values (shape, layout and the
+device-dim tags of :mod:`spyrejax.layout`), never by JAX objects.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._errors import DeviceError
+from ..layout._devdims import DevDim, device_dims
+from ..layout._layout import SpyreTensorLayout
+from ..layout._segments import row_major_strides
+from ._machine import Machine
+
+__all__ = [
+    "IterDim",
+    "OpSpace",
+    "Operand",
+    "TensorSpec",
+    "WorkDivision",
+    "divide",
+    "elementwise_space",
+    "matmul_space",
+    "reduce_space",
+    "validate_hint",
+]
+
+_OTHER_NAMES = ("mb", "x", "y", "i", "j", "ki", "kj")
+_MATMUL_NAMES = ("ki", "kj", "y", "x", "mb", "out", "in")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A tensor as an op reads or writes it: logical shape, layout, device-dim tags.
+
+    Attributes:
+        shape: logical shape (a view's shape for a view).
+        layout: the device layout of its image.
+        dims: per device dim, the logical dims it walks (:class:`DevDim`).
+        name: a name for reports.
+    """
+
+    shape: tuple[int, ...]
+    layout: SpyreTensorLayout
+    dims: tuple[DevDim, ...]
+    name: str = ""
+
+    @classmethod
+    def of(
+        cls,
+        shape: Sequence[int],
+        layout: SpyreTensorLayout,
+        *,
+        base_shape: Sequence[int] | None = None,
+        strides: Sequence[int] | None = None,
+        name: str = "",
+    ) -> TensorSpec:
+        """The spec of a tensor of ``shape`` in ``layout`` (a view if ``strides`` given)."""
+        shape = tuple(int(n) for n in shape)
+        base = tuple(base_shape) if base_shape is not None else shape
+        strides = tuple(strides) if strides is not None else row_major_strides(shape)
+        return cls(shape, layout, device_dims(layout, base, shape, tuple(strides)), name)
+
+    @property
+    def itemsize(self) -> int:
+        """Device bytes per element."""
+        return 128 // self.layout.elems_per_stick
+
+    @property
+    def nbytes(self) -> int:
+        """Device bytes of its image (stick-granular)."""
+        return self.layout.nbytes
+
+
+@dataclass(frozen=True)
+class IterDim:
+    """One variable of an op's iteration space.
+
+    Attributes:
+        name: the SuperDSC dim name.
+        extent: logical extent.
+        stick: elements per unit: the largest ``elems_per_stick`` among the operands
+            whose stick dim it indexes, else 1.
+        reduced: whether it is a reduced (contracted) dim.
+        pinned: whether some operand lays it out in a way no split can follow (a
+            folded device dim): it is never split.
+    """
+
+    name: str
+    extent: int
+    stick: int = 1
+    reduced: bool = False
+    pinned: bool = False
+
+    @property
+    def units(self) -> int:
+        """Stick-adjusted extent: ``ceil(extent / stick)``."""
+        return -(-self.extent // self.stick)
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One operand of an op, with the iteration variable each device dim walks.
+
+    Attributes:
+        tensor: the tensor.
+        role: ``"input"`` or ``"output"``.
+        walks: per device dim, ``(variable name, ratio)`` or None (synthetic, size-1
+            or broadcast dims).
+    """
+
+    tensor: TensorSpec
+    role: str
+    walks: tuple[tuple[str, int] | None, ...]
+
+
+@dataclass(frozen=True)
+class OpSpace:
+    """An op's iteration space and operands.
+
+    Attributes:
+        opfunc: the op's name (``add``, ``exp``, ``sum``, ``matmul``, ``batchmatmul``).
+        kind: ``"elementwise"``, ``"reduce"`` or ``"matmul"``.
+        dims: the iteration variables in iteration order (SuperDSC name order).
+        operands: inputs first, then the output.
+        macs: multiply-accumulates (matmul only).
+        broadcast: whether an input is broadcast along some variable.
+    """
+
+    opfunc: str
+    kind: str
+    dims: tuple[IterDim, ...]
+    operands: tuple[Operand, ...]
+    macs: int = 0
+    broadcast: bool = False
+
+    def dim(self, name: str) -> IterDim:
+        """The variable called ``name``."""
+        for d in self.dims:
+            if d.name == name:
+                return d
+        raise DeviceError(
+            f"{self.opfunc} has no dim {name!r}; its dims are {[d.name for d in self.dims]}"
+        )
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The variables' names in iteration order."""
+        return tuple(d.name for d in self.dims)
+
+    @property
+    def inputs(self) -> tuple[Operand, ...]:
+        """The input operands."""
+        return tuple(o for o in self.operands if o.role == "input")
+
+    @property
+    def output(self) -> Operand:
+        """The output operand."""
+        return self.operands[-1]
+
+
+# --- building iteration spaces ---------------------------------------------------------
+
+
+def _space(
+    opfunc: str,
+    kind: str,
+    names: Sequence[str],
+    extents: Sequence[int],
+    reduced: Sequence[bool],
+    operands: Sequence[tuple[TensorSpec, str, Callable[[int], str | None]]],
+    macs: int = 0,
+) -> OpSpace:
+    """An :class:`OpSpace`; ``operands`` give each tensor's logical dim -> variable."""
+    stick = dict.fromkeys(names, 1)
+    pinned: set[str] = set()
+    ops = []
+    broadcast = False
+    for tensor, role, var_of in operands:
+        walks: list[tuple[str, int] | None] = []
+        for j, d in enumerate(tensor.dims):
+            if not d.is_data:
+                walks.append(None)
+                continue
+            vars_ = [var_of(x) for x in d.dims]
+            if len(d.dims) != 1 or vars_[0] is None:
+                pinned.update(v for v in vars_ if v is not None)
+                walks.append(None)
+                continue
+            var = vars_[0]
+            walks.append((var, d.ratio))
+            if j == len(tensor.dims) - 1:
+                stick[var] = max(stick[var], tensor.layout.elems_per_stick)
+        seen = {w[0] for w in walks if w is not None}
+        if role == "input" and any(
+            n not in seen and e > 1 for n, e, r in zip(names, extents, reduced, strict=True)
+        ):
+            broadcast = broadcast or kind == "elementwise"
+        ops.append(Operand(tensor, role, tuple(walks)))
+    for op in ops:
+        for var in {w[0] for w in op.walks if w is not None}:
+            if not _follows(op, var, stick[var]):
+                pinned.add(var)
+    dims = tuple(
+        IterDim(n, e, stick[n], r, n in pinned)
+        for n, e, r in zip(names, extents, reduced, strict=True)
+    )
+    return OpSpace(opfunc, kind, dims, tuple(ops), macs, broadcast)
+
+
+def _follows(op: Operand, var: str, stick: int) -> bool:
+    """Whether splits of ``var`` in units of ``stick`` cut ``op`` into boxes.
+
+    The operand walks ``var`` with one device dim (ratio 1), or with a tile and a stick
+    dim (ratio ``eps`` and 1, the stick dim of size ``eps`` dividing ``stick``).
+    """
+    dims = [(op.walks[j][1], op.tensor.layout.device_size[j]) for j in _walking(op, var)]
+    if len(dims) == 1:
+        return dims[0][0] == 1
+    if len(dims) == 2:
+        (r_t, _), (r_s, n_s) = sorted(dims, reverse=True)
+        return r_s == 1 and r_t == n_s and stick % n_s == 0
+    return False
+
+
+def _walking(op: Operand, var: str) -> list[int]:
+    return [j for j, w in enumerate(op.walks) if w is not None and w[0] == var]
+
+
+def _names(n: int) -> list[str]:
+    """Non-matmul names for logical dims 0..n-1: ``out`` for dim 0, ``mb`` for the last."""
+    if n == 0:
+        return []
+    if n - 1 > len(_OTHER_NAMES):
+        raise DeviceError(f"an op of rank {n} has more dims than SuperDSC names")
+    inner = list(_OTHER_NAMES[: n - 1])  # mb for dim n-1, x for n-2, ...
+    return ["out", *reversed(inner)]
+
+
+def _right_aligned(t: TensorSpec, names: Sequence[str], shape: Sequence[int]) -> Callable:
+    shift = len(shape) - len(t.shape)
+
+    def var_of(i: int) -> str | None:
+        if t.shape[i] == 1 and shape[i + shift] != 1:
+            return None
+        return names[i + shift]
+
+    return var_of
+
+
+def elementwise_space(opfunc: str, out: TensorSpec, ins: Sequence[TensorSpec]) -> OpSpace:
+    """The iteration space of an elementwise op (inputs broadcast right-aligned)."""
+    names = _names(len(out.shape))
+    order = list(reversed(names))  # iteration order: mb (innermost dim) first, out last
+    extents = {n: out.shape[i] for i, n in enumerate(names)}
+    operands = [(t, "input", _right_aligned(t, names, out.shape)) for t in ins]
+    operands.append((out, "output", lambda i: names[i]))
+    return _space(
+        opfunc, "elementwise", order, [extents[n] for n in order], [False] * len(order), operands
+    )
+
+
+def reduce_space(
+    opfunc: str, x: TensorSpec, out: TensorSpec, axes: Sequence[int], keepdims: bool = False
+) -> OpSpace:
+    """The iteration space of a reduction of ``x`` over ``axes``."""
+    names = _names(len(x.shape))
+    order = list(reversed(names))
+    kept = [i for i in range(len(x.shape)) if i not in axes]
+
+    def out_var(i: int) -> str | None:
+        return names[i] if keepdims else names[kept[i]]
+
+    extents = {n: x.shape[i] for i, n in enumerate(names)}
+    red = {names[a] for a in axes}
+    operands = [(x, "input", lambda i: names[i]), (out, "output", out_var)]
+    return _space(
+        opfunc, "reduce", order, [extents[n] for n in order], [n in red for n in order], operands
+    )
+
+
+def matmul_space(a: TensorSpec, b: TensorSpec, out: TensorSpec) -> OpSpace:
+    """The iteration space of ``out[..., m, n] = a[..., m, k] @ b[..., k, n]``."""
+    n = len(out.shape)
+    if n < 2 or len(a.shape) < 2 or len(b.shape) < 2:
+        raise DeviceError("matmul work division needs operands and result of rank >= 2")
+    if n + 1 > len(_MATMUL_NAMES):
+        raise DeviceError(f"a matmul of rank {n} has more dims than SuperDSC names")
+    names = list(_MATMUL_NAMES[-(n + 1) :])  # batch..., M, N, K
+    batch, m, nn, k = names[: n - 2], names[n - 2], names[n - 1], names[n]
+    ext = [*out.shape, a.shape[-1]]
+
+    def var_a(i: int) -> str | None:
+        if i == len(a.shape) - 1:
+            return k
+        if i == len(a.shape) - 2:
+            return m
+        j = i + n - len(a.shape)
+        return None if a.shape[i] == 1 and out.shape[j] != 1 else batch[j]
+
+    def var_b(i: int) -> str | None:
+        if i == len(b.shape) - 1:
+            return nn
+        if i == len(b.shape) - 2:
+            return k
+        j = i + n - len(b.shape)
+        return None if b.shape[i] == 1 and out.shape[j] != 1 else batch[j]
+
+    operands = [(a, "input", var_a), (b, "input", var_b), (out, "output", lambda i: names[i])]
+    opfunc = "batchmatmul" if n > 2 else "matmul"
+    macs = math.prod(out.shape) * a.shape[-1]
+    reduced = [False] * n + [True]
+    return _space(opfunc, "matmul", names, ext, reduced, operands, macs)
+
+
+# --- the division ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkDivision:
+    """How one op's iteration space is divided over the cores.
+
+    Attributes:
+        space: the op's iteration space.
+        splits: per dim name, how many slices it is cut into (1: not split).
+        cores: cores available to the op (the machine's setting).
+        order: the dims in mixed-radix order, fastest first.
+        committed: dims fixed before distribution (hints or forced by the span pass).
+        how: ``"hint"``, ``"span"``, ``"matmul"`` or ``"distribution"``: the pass that
+            decided the division.
+    """
+
+    space: OpSpace
+    splits: Mapping[str, int]
+    cores: int
+    order: tuple[str, ...]
+    committed: tuple[str, ...] = ()
+    how: str = "distribution"
+    _cache: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def cores_used(self) -> int:
+        """Active cores: the product of the splits."""
+        return math.prod(self.splits.values())
+
+    def core_to_slice(self, core: int) -> dict[str, int]:
+        """The slice of each dim core ``core`` works on (the mixed-radix map)."""
+        out, step = {}, 1
+        for name in self.order:
+            out[name] = (core // step) % self.splits[name]
+            step *= self.splits[name]
+        return {n: out[n] for n in self.space.names}
+
+    def chunk(self, name: str) -> int:
+        """Logical elements of dim ``name`` per slice (the last slice may hold fewer)."""
+        d = self.space.dim(name)
+        return d.units // self.splits[name] * d.stick
+
+    def extent(self, name: str, core: int) -> int:
+        """Logical elements of dim ``name`` that core ``core`` works on."""
+        d = self.space.dim(name)
+        start = self.core_to_slice(core)[name] * self.chunk(name)
+        return max(0, min(start + self.chunk(name), d.extent) - start)
+
+    def box(self, operand: int, core: int) -> tuple[tuple[int, int], ...]:
+        """Core ``core``'s box of an operand's device image: ``(start, stop)`` per dim."""
+        key = ("box", operand, core)
+        if key not in self._cache:
+            self._cache[key] = self._box(self.space.operands[operand], core)
+        return self._cache[key]
+
+    def _box(self, op: Operand, core: int) -> tuple[tuple[int, int], ...]:
+        where = self.core_to_slice(core)
+        out = []
+        for j, n in enumerate(op.tensor.layout.device_size):
+            w = op.walks[j]
+            if w is None or self.splits[w[0]] == 1:
+                out.append((0, n))
+                continue
+            var, ratio = w
+            c = self.chunk(var)
+            a = where[var] * c
+            if ratio * n <= c:
+                out.append((0, n))
+            else:
+                out.append((min(a // ratio, n), min(-(-(a + c) // ratio), n)))
+        return tuple(out)
+
+    def box_shape(self, operand: int, core: int) -> tuple[int, ...]:
+        """Extents of core ``core``'s box of an operand."""
+        return tuple(b - a for a, b in self.box(operand, core))
+
+    def offset(self, operand: int, core: int) -> int:
+        """Byte offset of core ``core``'s box from the operand's base."""
+        op = self.space.operands[operand]
+        strides = op.tensor.layout.device_strides
+        start = sum(a * s for (a, _), s in zip(self.box(operand, core), strides, strict=True))
+        return start * op.tensor.itemsize
+
+    def offsets(self, operand: int) -> tuple[int, ...]:
+        """Byte offsets of every active core's box of an operand."""
+        return tuple(self.offset(operand, c) for c in range(self.cores_used))
+
+    def core_bytes(self, operand: int, core: int = 0) -> int:
+        """Device bytes of core ``core``'s box of an operand."""
+        return (
+            math.prod(self.box_shape(operand, core)) * self.space.operands[operand].tensor.itemsize
+        )
+
+    def span(self, operand: int, core: int = 0) -> int:
+        """Bytes core ``core`` addresses in an operand (spec section 2, pass 1)."""
+        return _span(self.space.operands[operand], self.box_shape(operand, core))
+
+    def describe(self) -> str:
+        """``mb=1 out=32 (32 cores)``."""
+        parts = " ".join(f"{n}={self.splits[n]}" for n in self.space.names)
+        return f"{parts} ({self.cores_used} of {self.cores} cores, {self.how})"
+
+
+def _span(op: Operand, shape: Sequence[int]) -> int:
+    strides = op.tensor.layout.device_strides
+    for n, s in zip(shape, strides, strict=True):
+        if n > 1:
+            return n * s * op.tensor.itemsize
+    return op.tensor.itemsize
+
+
+def _divisors(n: int, limit: int) -> list[int]:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def _largest_divisor(n: int, limit: int) -> int:
+    return max(_divisors(n, limit) or [1])
+
+
+def validate_hint(space: OpSpace, hint: Mapping[str, int], cores: int) -> dict[str, int]:
+    """A hint's splits after the spec's checks.
+
+    Raises:
+        DeviceError: naming the dim and value: an unknown dim, a split that is not a
+            positive int or does not divide the dim's stick-adjusted extent, a product
+            over ``cores``, more than one reduction dim split, or a dim no split can follow.
+    """
+    out = {}
+    for name, s in hint.items():
+        d = space.dim(name)
+        if isinstance(s, bool) or not isinstance(s, int) or s < 1:
+            raise DeviceError(f"with_division: {name}={s!r} must be a positive int")
+        if d.units % s:
+            what = f"{d.units} sticks" if d.stick > 1 else f"{d.units}"
+            raise DeviceError(
+                f"with_division: {name}={s} does not divide {space.opfunc}'s {name} extent ({what})"
+            )
+        if d.pinned and s > 1:
+            raise DeviceError(
+                f"with_division: {space.opfunc}'s {name} is laid out in folded device dims; "
+                "it cannot be split"
+            )
+        out[name] = s
+    if math.prod(out.values()) > cores:
+        raise DeviceError(
+            f"with_division: splits {out} use {math.prod(out.values())} cores, more than {cores}"
+        )
+    red = [n for n, s in out.items() if s > 1 and space.dim(n).reduced]
+    if len(red) > 1:
+        raise DeviceError(f"with_division: at most one reduction dim may be split, got {red}")
+    return out
+
+
+def _order(space: OpSpace, splits: Mapping[str, int]) -> tuple[str, ...]:
+    names = list(space.names)
+    if space.kind == "matmul" and splits.get(names[-1], 1) > 1:
+        names = [names[-1], *names[:-1]]  # K fastest: K partners are ring neighbours
+    return tuple(names)
+
+
+def _max_span(space: OpSpace, splits: Mapping[str, int], cores: int) -> int:
+    div = WorkDivision(space, dict(splits), cores, _order(space, splits))
+    return max(div.span(i) for i in range(len(space.operands)))
+
+
+def _span_pass(space: OpSpace, machine: Machine, fixed: Mapping[str, int]) -> dict[str, int]:
+    """Pass 1: splits forced so every operand's span fits (empty if it already does)."""
+    base = {n: fixed.get(n, 1) for n in space.names}
+    if _max_span(space, base, machine.cores) <= machine.span_limit:
+        return {}
+    free = [d for d in space.dims if d.name not in fixed and not d.pinned]
+    budget = machine.cores // math.prod(base.values())
+    best: tuple[Any, dict[str, int]] | None = None
+    for combo in itertools.product(*(_divisors(d.units, budget) for d in free)):
+        if math.prod(combo) > budget:
+            continue
+        splits = {**base, **{d.name: s for d, s in zip(free, combo, strict=True)}}
+        if sum(1 for d in space.dims if d.reduced and splits[d.name] > 1) > 1:
+            continue
+        span = _max_span(space, splits, machine.cores)
+        if span > machine.span_limit:
+            continue
+        key = (span, -math.prod(combo))
+        if best is None or key > best[0]:
+            best = (key, splits)
+    if best is None:
+        raise DeviceError(
+            f"{space.opfunc}: no division over {machine.cores} cores keeps every per-core "
+            f"span within {machine.span_limit} bytes with at most one reduction dim split"
+        )
+    return {n: s for n, s in best[1].items() if s > 1 and n not in fixed}
+
+
+def _distribute(space: OpSpace, cores: int, fixed: Mapping[str, int]) -> dict[str, int]:
+    """Pass 3: committed splits, then output dims by decreasing extent, then one reduction."""
+    splits = {n: fixed.get(n, 1) for n in space.names}
+    left = cores // math.prod(splits.values())
+    outs = [d for d in space.dims if not d.reduced and d.name not in fixed and not d.pinned]
+    for d in sorted(outs, key=lambda d: -d.units):  # stable: iteration order among ties
+        splits[d.name] = _largest_divisor(d.units, left)
+        left //= splits[d.name]
+    if not any(splits[d.name] > 1 for d in space.dims if d.reduced):
+        red = [d for d in space.dims if d.reduced and d.name not in fixed and not d.pinned]
+        if red:
+            d = max(red, key=lambda d: _largest_divisor(d.units, left))
+            splits[d.name] = _largest_divisor(d.units, left)
+    return splits
+
+
+def _matmul_pass(
+    space: OpSpace, machine: Machine, score: Callable[[WorkDivision], float]
+) -> dict[str, int] | None:
+    """Pass 2: the splits of least predicted time (ties: more cores, then fewer K splits)."""
+    free = [d for d in space.dims if not d.pinned]
+    best: tuple[Any, dict[str, int]] | None = None
+    for combo in itertools.product(*(_divisors(d.units, machine.cores) for d in free)):
+        if math.prod(combo) > machine.cores:
+            continue
+        splits = {n: 1 for n in space.names} | {d.name: s for d, s in zip(free, combo, strict=True)}
+        div = WorkDivision(space, splits, machine.cores, _order(space, splits), how="matmul")
+        key = (score(div), -div.cores_used, splits[space.names[-1]])
+        if best is None or key < best[0]:
+            best = (key, splits)
+    return None if best is None else best[1]
+
+
+def divide(
+    space: OpSpace,
+    machine: Machine,
+    hint: Mapping[str, int] | None = None,
+    score: Callable[[WorkDivision], float] | None = None,
+) -> WorkDivision:
+    """Divide an op over ``machine.cores`` cores (spyre-device spec section 2).
+
+    Args:
+        space: the op's iteration space.
+        machine: the machine profile (its ``cores`` and ``span_limit``).
+        hint: splits per dim name that the user fixed (validated, then they win).
+        score: for matmuls, the predicted time of a candidate division (pass 2); without
+            it pass 3 decides.
+
+    Raises:
+        DeviceError: for an invalid hint, or when no division keeps the spans in bounds.
+    """
+    fixed = validate_hint(space, hint or {}, machine.cores)
+    forced = _span_pass(space, machine, fixed)
+    committed = {**fixed, **forced}
+    splits = _distribute(space, machine.cores, committed)
+    how = "hint" if fixed else "span" if forced else "distribution"
+    if space.kind == "matmul" and not committed and score is not None:
+        chosen = _matmul_pass(space, machine, score)
+        if chosen is not None and math.prod(chosen.values()) >= math.prod(splits.values()):
+            splits, how = chosen, "matmul"
+    return WorkDivision(space, splits, machine.cores, _order(space, splits), tuple(committed), how)

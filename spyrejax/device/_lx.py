@@ -1,0 +1,247 @@
+"""Scratchpad (LX) planning (spyre-device spec section 3).
+
+Each intermediate value gets a per-core buffer (its device bytes / the cores of its
+op) with a lifetime ``[first use, last use]`` over the op order. The placers put
+buffers at 128-byte aligned addresses inside the usable LX budget; a buffer that does
+not fit stays in DDR. An in-place op (``exp``, ``sub``, ``add``, ``rsqrt``) may reuse its
+input's space when the input dies there.
+
+- ``greedy`` walks the time points: frees the buffers that died, then places each new
+  buffer at its in-place parent, else at address 0 if it fits below the lowest live
+  block, else above the high-water mark, else in the first gap;
+- ``first_fit`` and ``best_fit`` place all buffers sorted by priority (span minus 0.25
+  per in-place relation, divided by the number of uses, +0.5 if the first use is a
+  write): at the lowest address, or in the smallest gap, free over their lifetime.
+
+Pure Python.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .._errors import DeviceError
+from ._machine import Machine
+
+__all__ = ["INPLACE_OPS", "Buffer", "LXPlan", "Stream", "place", "stream"]
+
+INPLACE_OPS = frozenset({"exp", "sub", "add", "rsqrt"})
+STRATEGIES = ("greedy", "first_fit", "best_fit")
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A per-core buffer wanting LX space.
+
+    Attributes:
+        name: the value's name.
+        size: bytes per core.
+        first: index of the op that writes it.
+        last: index of the last op that reads it.
+        parent: the buffer whose space an in-place op may reuse (it must die at
+            ``first``), or None.
+        uses: how many ops read it.
+        first_is_write: whether its first use writes it (always, for op results).
+    """
+
+    name: str
+    size: int
+    first: int
+    last: int
+    parent: str | None = None
+    uses: int = 1
+    first_is_write: bool = True
+
+    def priority(self, relations: int) -> float:
+        """The first-fit/best-fit priority (higher is placed first)."""
+        span = self.last - self.first
+        return (span - 0.25 * relations) / max(self.uses, 1) + (0.5 if self.first_is_write else 0)
+
+
+@dataclass(frozen=True)
+class LXPlan:
+    """Where each buffer lives.
+
+    Attributes:
+        address: per buffer name, its LX byte address, or None (stays in DDR).
+        sizes: per buffer name, its aligned size.
+        lifetimes: per buffer name, ``(first, last)``.
+        strategy: the placer used.
+        budget: usable LX bytes.
+    """
+
+    address: dict[str, int | None]
+    sizes: dict[str, int]
+    lifetimes: dict[str, tuple[int, int]]
+    strategy: str
+    budget: int
+
+    def in_lx(self, name: str) -> bool:
+        """Whether buffer ``name`` was placed in LX."""
+        return self.address.get(name) is not None
+
+    @property
+    def peak(self) -> int:
+        """The highest LX byte used by any placed buffer."""
+        ends = [a + self.sizes[n] for n, a in self.address.items() if a is not None]
+        return max(ends, default=0)
+
+    def live_at(self, t: int) -> list[str]:
+        """Buffers in LX at time point ``t``."""
+        return [n for n, a in self.address.items() if a is not None and self._alive(n, t)]
+
+    def _alive(self, name: str, t: int) -> bool:
+        first, last = self.lifetimes[name]
+        return first <= t <= last
+
+
+def _align(n: int, alignment: int) -> int:
+    return -(-n // alignment) * alignment
+
+
+def _overlaps(a: Buffer, b: Buffer) -> bool:
+    """Whether two buffers need disjoint space (live together, not an in-place handover)."""
+    if (a.parent == b.name and b.last == a.first) or (b.parent == a.name and a.last == b.first):
+        return False
+    return a.first <= b.last and b.first <= a.last
+
+
+def _gaps(taken: list[tuple[int, int]], budget: int) -> list[tuple[int, int]]:
+    """Free ``(start, end)`` ranges of ``[0, budget)`` around the ``taken`` ones."""
+    out, at = [], 0
+    for start, end in sorted(taken):
+        if start > at:
+            out.append((at, start))
+        at = max(at, end)
+    if at < budget:
+        out.append((at, budget))
+    return out
+
+
+def place(buffers: Sequence[Buffer], machine: Machine, strategy: str = "greedy") -> LXPlan:
+    """Place per-core buffers in LX.
+
+    Raises:
+        DeviceError: for an unknown strategy or two buffers with one name.
+    """
+    if strategy not in STRATEGIES:
+        raise DeviceError(f"LX placer {strategy!r}: expected one of {STRATEGIES}")
+    names = [b.name for b in buffers]
+    if len(set(names)) != len(names):
+        raise DeviceError(f"LX buffers need distinct names, got {names}")
+    align, budget = machine.lx_alignment, machine.lx_usable
+    sizes = {b.name: _align(b.size, align) for b in buffers}
+    lifetimes = {b.name: (b.first, b.last) for b in buffers}
+    if strategy == "greedy":
+        address = _greedy(buffers, sizes, budget)
+    else:
+        address = _fit(buffers, sizes, budget, best=strategy == "best_fit")
+    return LXPlan(address, sizes, lifetimes, strategy, budget)
+
+
+def _inplace(
+    b: Buffer, by: dict[str, Buffer], address: dict[str, int | None], sizes: dict[str, int]
+) -> int | None:
+    """The parent's address when ``b`` can take its space in place, else None."""
+    p = by.get(b.parent) if b.parent else None
+    ok = p is not None and p.last == b.first and address.get(p.name) is not None
+    return address[p.name] if ok and sizes[b.name] <= sizes[p.name] else None
+
+
+def _greedy(buffers: Sequence[Buffer], sizes: dict[str, int], budget: int) -> dict:
+    by = {b.name: b for b in buffers}
+    address: dict[str, int | None] = {}
+    live: dict[str, tuple[int, int]] = {}
+    times = sorted({b.first for b in buffers})
+    for t in times:
+        for n in [n for n in live if by[n].last < t]:
+            del live[n]
+        for b in [b for b in buffers if b.first == t]:
+            size = sizes[b.name]
+            at = _inplace(b, by, address, sizes)
+            if at is not None:
+                live.pop(b.parent, None)
+            else:
+                at = _greedy_spot(list(live.values()), size, budget)
+            address[b.name] = at
+            if at is not None:
+                live[b.name] = (at, at + size)
+    return address
+
+
+def _greedy_spot(taken: list[tuple[int, int]], size: int, budget: int) -> int | None:
+    if not taken:
+        return 0 if size <= budget else None
+    low = min(s for s, _ in taken)
+    if size <= low:
+        return 0
+    high = max(e for _, e in taken)
+    if high + size <= budget:
+        return high
+    for start, end in _gaps(taken, budget):
+        if end - start >= size:
+            return start
+    return None
+
+
+def _fit(buffers: Sequence[Buffer], sizes: dict[str, int], budget: int, best: bool) -> dict:
+    by = {b.name: b for b in buffers}
+    relations = {b.name: 0 for b in buffers}
+    for b in buffers:
+        if b.parent in relations:
+            relations[b.name] += 1
+            relations[b.parent] += 1
+    order = sorted(buffers, key=lambda b: (-b.priority(relations[b.name]), b.first, b.name))
+    address: dict[str, int | None] = {}
+    for b in order:
+        size = sizes[b.name]
+        at = _inplace(b, by, address, sizes)
+        if at is None:
+            taken = [
+                (address[o.name], address[o.name] + sizes[o.name])
+                for o in order
+                if address.get(o.name) is not None and _overlaps(b, o)
+            ]
+            fits = [(s, e) for s, e in _gaps(taken, budget) if e - s >= size]
+            if fits:
+                at = min(fits, key=lambda g: (g[1] - g[0], g[0]))[0] if best else fits[0][0]
+        address[b.name] = at
+    return {b.name: address[b.name] for b in buffers}
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A counted outer loop that moves one tile of a too-large per-core slice at a time.
+
+    Attributes:
+        dim: the device dim the loop tiles (outer dims run one index per trip).
+        trips: iterations.
+        tile: device-dim indices per iteration.
+        tile_bytes: bytes per iteration.
+    """
+
+    dim: int
+    trips: int
+    tile: int
+    tile_bytes: int
+
+
+def stream(box: Sequence[int], itemsize: int, budget: int) -> Stream | None:
+    """How to stream a per-core box of device extents ``box`` through ``budget`` bytes.
+
+    None if the box fits. Otherwise the loop runs over the outermost dim whose single
+    index fits, taking as many indices per trip as fit; the dims outside it run one
+    index per trip, so ``trips`` counts their iterations too.
+    """
+    total = math.prod(box) * itemsize
+    if total <= budget:
+        return None
+    for j, n in enumerate(box):
+        per_index = math.prod(box[j + 1 :]) * itemsize
+        if n > 1 and per_index <= budget:
+            tile = min(n, budget // per_index)
+            trips = math.prod(box[:j]) * -(-n // tile)
+            return Stream(j, trips, tile, tile * per_index)
+    raise DeviceError(f"a per-core box {tuple(box)} has no tile within {budget} LX bytes")

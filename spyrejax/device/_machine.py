@@ -1,0 +1,272 @@
+"""Machine profiles: every constant of the device model, each with its origin.
+
+This module is the only place a machine constant is written (spyre-device spec
+section 1). A :class:`Machine` is a frozen record; :meth:`Machine.spyre` is the card as
+torch-spyre's compiler and cost model describe it, :meth:`Machine.ktir_cpu` the
+defaults of ktir-cpu (a CPU interpreter of Spyre kernels with a latency model), so a
+prediction can be compared with that peer emulator.
+
+Origins: ``datasheet`` (published, or a compiler constant), ``fitted`` (torch-spyre
+fitted it to profiler measurements), ``derived`` (computed from the others),
+``ktir-cpu`` (that emulator's default).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from .._errors import DeviceError
+
+__all__ = ["Machine"]
+
+_MIB = 1 << 20
+_GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A Spyre machine profile: the constants the device model plans and costs with.
+
+    Rates are per core unless named otherwise; bandwidths in bytes per second.
+
+    Attributes:
+        name: the profile's name.
+        cores: cores the compiler may use for one op (1..32).
+        max_cores: cores on the card.
+        corelets: corelets per core.
+        clock_hz: core clock.
+        peak_macs_per_cycle: fp16 MACs per cycle per core at peak.
+        matmul_macs_per_ns: sustained fp16 matmul MACs per ns per core.
+        bmm_tiled_macs_per_ns: batched matmul, both operands in the default (tiled) order.
+        bmm_batch_outer_macs_per_ns: batched matmul, batch-outermost order (the low end
+            of the fitted 460-490 range, so predictions are not optimistic).
+        projection_small_macs_per_ns: a 3-D by 2-D projection with batch <= 4.
+        projection_macs_per_ns: a 3-D by 2-D projection with a larger batch.
+        lx_bytes: scratchpad per core.
+        lx_reserved: fraction of the scratchpad reserved by the compiler.
+        lx_alignment: byte alignment of scratchpad buffers.
+        span_limit: bytes a core can address in DDR from one base (per operand).
+        ring_bytes_per_cycle: ring bandwidth between cores, each way.
+        ddr_bytes: device memory.
+        ddr_usable_bytes: device memory usable by programs.
+        ddr_segment_bytes: size of one DDR address segment.
+        ddr_peak_bw: DDR peak bandwidth.
+        ddr_bw: DDR bandwidth of a read-only or write-only stream.
+        turnaround_ns_per_byte: read/write turnaround, per byte of min(read, write).
+        cores_derate: fraction of the 32-core DDR bandwidth reached with n active
+            cores, as ``((n, fraction), ...)``; between entries the lower entry holds.
+        restickify_bw: bandwidth of a restickify.
+        reduce_bw: bandwidth of a cross-row reduction.
+        broadcast_bw: bandwidth of an op with a broadcast operand.
+        max_cards: cards per host.
+        stick_bytes: bytes in a stick (the DDR and DMA granule).
+        vector_lanes_per_cycle: elementwise lanes per cycle per core, or 0 when
+            elementwise ops are modelled memory-bound (the spyre profile).
+        transcendental_factor: cost of a transcendental over a plain vector op.
+        lx_free: whether LX accesses cost nothing (both profiles: yes).
+        stick_granular_ddr: whether DDR traffic is charged per unique stick touched.
+        origins: where each constant comes from, by field name.
+    """
+
+    name: str
+    cores: int
+    max_cores: int
+    corelets: int
+    clock_hz: float
+    peak_macs_per_cycle: int
+    matmul_macs_per_ns: float
+    bmm_tiled_macs_per_ns: float
+    bmm_batch_outer_macs_per_ns: float
+    projection_small_macs_per_ns: float
+    projection_macs_per_ns: float
+    lx_bytes: int
+    lx_reserved: float
+    lx_alignment: int
+    span_limit: int
+    ring_bytes_per_cycle: int
+    ddr_bytes: int
+    ddr_usable_bytes: int
+    ddr_segment_bytes: int
+    ddr_peak_bw: float
+    ddr_bw: float
+    turnaround_ns_per_byte: float
+    cores_derate: tuple[tuple[int, float], ...]
+    restickify_bw: float
+    reduce_bw: float
+    broadcast_bw: float
+    max_cards: int
+    stick_bytes: int
+    vector_lanes_per_cycle: int
+    transcendental_factor: float
+    lx_free: bool
+    stick_granular_ddr: bool
+    origins: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.cores, int) or not 1 <= self.cores <= self.max_cores:
+            raise DeviceError(
+                f"Machine {self.name!r}: cores must be an int in 1..{self.max_cores}, "
+                f"got {self.cores!r}"
+            )
+
+    # -- derived ------------------------------------------------------------------
+
+    @property
+    def lx_usable(self) -> int:
+        """Usable scratchpad bytes per core (derived: the unreserved part, rounded down)."""
+        return int(self.lx_bytes * (1 - self.lx_reserved))
+
+    @property
+    def ring_bw(self) -> float:
+        """Ring bandwidth each way, bytes per second (derived)."""
+        return self.ring_bytes_per_cycle * self.clock_hz
+
+    @property
+    def peak_macs_per_s(self) -> float:
+        """Peak MACs per second per core (derived)."""
+        return self.peak_macs_per_cycle * self.clock_hz
+
+    def bandwidth_fraction(self, active: int) -> float:
+        """Fraction of the full DDR bandwidth that ``active`` cores reach."""
+        keys = [n for n, _ in self.cores_derate]
+        i = bisect.bisect_right(keys, max(1, active)) - 1
+        return self.cores_derate[max(i, 0)][1]
+
+    def origin(self, name: str) -> str:
+        """Where the constant ``name`` comes from.
+
+        Raises:
+            DeviceError: if the profile has no such constant.
+        """
+        own = dict(self.origins)
+        if name in own:
+            return own[name]
+        if name in ("lx_usable", "ring_bw", "peak_macs_per_s"):
+            return "derived"
+        raise DeviceError(f"Machine has no constant {name!r}")
+
+    def with_cores(self, cores: int) -> Machine:
+        """The same machine, with ``cores`` cores per op (a compiler setting)."""
+        return replace(self, cores=cores)
+
+    def table(self) -> list[tuple[str, Any, str]]:
+        """Every constant as ``(name, value, origin)`` rows."""
+        skip = {"name", "origins"}
+        return [
+            (f.name, getattr(self, f.name), self.origin(f.name))
+            for f in fields(self)
+            if f.name not in skip
+        ]
+
+    # -- profiles -------------------------------------------------------------------
+
+    @classmethod
+    def spyre(cls, cores: int = 32) -> Machine:
+        """The Spyre card (spyre-device spec section 1)."""
+        d, f, v = "datasheet", "fitted", "derived"
+        origins = {
+            "cores": "datasheet (a compiler setting of 1..32)",
+            "max_cores": d,
+            "corelets": d,
+            "clock_hz": d,
+            "peak_macs_per_cycle": f"{v} (98.304 TFLOP/s / 32 cores / 2 / 1.5 GHz)",
+            "matmul_macs_per_ns": f"{f} (the datasheet 1,536 is ~33% optimistic)",
+            "bmm_tiled_macs_per_ns": f,
+            "bmm_batch_outer_macs_per_ns": f"{f} (low end of 460-490)",
+            "projection_small_macs_per_ns": f,
+            "projection_macs_per_ns": f,
+            "lx_bytes": d,
+            "lx_reserved": d,
+            "lx_alignment": d,
+            "span_limit": d,
+            "ring_bytes_per_cycle": d,
+            "ddr_bytes": d,
+            "ddr_usable_bytes": d,
+            "ddr_segment_bytes": d,
+            "ddr_peak_bw": d,
+            "ddr_bw": f,
+            "turnaround_ns_per_byte": f,
+            "cores_derate": f"{f} (on reductions)",
+            "restickify_bw": f,
+            "reduce_bw": f,
+            "broadcast_bw": f,
+            "max_cards": d,
+            "stick_bytes": d,
+            "vector_lanes_per_cycle": "model: elementwise ops are memory-bound (fitted)",
+            "transcendental_factor": f"{f} (gelu and exp cost what neg costs)",
+            "lx_free": "model",
+            "stick_granular_ddr": "spec section 4 (device bytes, stick-granular)",
+        }
+        return cls(
+            name="spyre",
+            cores=cores,
+            max_cores=32,
+            corelets=2,
+            clock_hz=1.5e9,
+            peak_macs_per_cycle=1024,
+            matmul_macs_per_ns=1140.0,
+            bmm_tiled_macs_per_ns=160.0,
+            bmm_batch_outer_macs_per_ns=460.0,
+            projection_small_macs_per_ns=705.0,
+            projection_macs_per_ns=470.0,
+            lx_bytes=2 * _MIB,
+            lx_reserved=0.2,
+            lx_alignment=128,
+            span_limit=256 * _MIB,
+            ring_bytes_per_cycle=128,
+            ddr_bytes=128 * 10**9,
+            ddr_usable_bytes=112 * 10**9,
+            ddr_segment_bytes=16 * _GIB,
+            ddr_peak_bw=204.8e9,
+            ddr_bw=150e9,
+            turnaround_ns_per_byte=0.00574,
+            cores_derate=((1, 0.11), (2, 0.22), (4, 0.43), (8, 0.54), (16, 0.54), (32, 1.0)),
+            restickify_bw=116e9,
+            reduce_bw=113e9,
+            broadcast_bw=118e9,
+            max_cards=8,
+            stick_bytes=128,
+            vector_lanes_per_cycle=0,
+            transcendental_factor=1.0,
+            lx_free=True,
+            stick_granular_ddr=True,
+            origins=tuple(origins.items()),
+        )
+
+    @classmethod
+    def ktir_cpu(cls, cores: int = 32) -> Machine:
+        """ktir-cpu's latency-model defaults (spyre-device spec section 1).
+
+        Its card geometry (cores, scratchpad, spans) is the Spyre card's; its rates are
+        its own: 1 GHz, 0.128 TB/s DDR, 0.064 TB/s ring, 64 fp16 lanes per cycle, 8
+        systolic rows (512 MACs per cycle per core), transcendentals 4x, DDR charged
+        per unique stick touched, LX free. It has no fitted derates.
+        """
+        base = cls.spyre(cores)
+        k = "ktir-cpu"
+        rates = {
+            "clock_hz": 1e9,
+            "peak_macs_per_cycle": 512,
+            "matmul_macs_per_ns": 512.0,
+            "bmm_tiled_macs_per_ns": 512.0,
+            "bmm_batch_outer_macs_per_ns": 512.0,
+            "projection_small_macs_per_ns": 512.0,
+            "projection_macs_per_ns": 512.0,
+            "ring_bytes_per_cycle": 64,
+            "ddr_peak_bw": 0.128e12,
+            "ddr_bw": 0.128e12,
+            "turnaround_ns_per_byte": 0.0,
+            "cores_derate": ((1, 1.0),),
+            "restickify_bw": 0.128e12,
+            "reduce_bw": 0.128e12,
+            "broadcast_bw": 0.128e12,
+            "vector_lanes_per_cycle": 64,
+            "transcendental_factor": 4.0,
+        }
+        origins = dict(base.origins)
+        origins.update({name: k for name in rates})
+        origins["matmul_macs_per_ns"] = f"{k} (8 systolic rows x 64 lanes at 1 GHz)"
+        origins["ring_bytes_per_cycle"] = f"{k} (0.064 TB/s at 1 GHz)"
+        return replace(base, name="ktir-cpu", origins=tuple(origins.items()), **rates)

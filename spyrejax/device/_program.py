@@ -1,0 +1,266 @@
+"""A program on the device: its ops divided, its intermediates placed in LX, its cost.
+
+The lowering side lists a program's ops as :class:`OpDesc` values (pure data: names of
+the values each reads and writes, their :class:`TensorSpec`, the iteration space of a
+compute op); :func:`plan_program` divides every compute op, decides which
+intermediates live in LX (spyre-device spec section 3), and costs every op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ._cost import OpCost, op_cost, transfer_cost
+from ._division import OpSpace, TensorSpec, WorkDivision, divide
+from ._lx import INPLACE_OPS, Buffer, LXPlan, Stream, place, stream
+from ._machine import Machine
+
+__all__ = ["DeviceOp", "DeviceProgram", "OpDesc", "plan_program"]
+
+
+@dataclass(frozen=True)
+class OpDesc:
+    """One op of a program, as the lowering lists it.
+
+    Attributes:
+        opfunc: the op's name.
+        kind: ``"compute"`` (divided), ``"restickify"``, ``"copy"`` (a device copy) or
+            ``"view"`` (no data moves).
+        source: the user's source line.
+        inputs: ``(value name, tensor)`` per Spyre operand.
+        output: ``(value name, tensor)`` of the result.
+        space: the iteration space of a compute op.
+        hint: splits the user fixed with ``with_division``.
+    """
+
+    opfunc: str
+    kind: str
+    source: str
+    inputs: tuple[tuple[str, TensorSpec], ...]
+    output: tuple[str, TensorSpec]
+    space: OpSpace | None = None
+    hint: Mapping[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class DeviceOp:
+    """One op of a planned program.
+
+    Attributes:
+        index: position in the program.
+        desc: what the lowering listed.
+        division: the work division (compute ops), else None.
+        cost: the predicted cost.
+        lx_inputs: names of the inputs read from LX.
+        lx_output: whether the result stays in LX.
+        streams: per input/output operand index, the streaming loop of a per-core
+            slice too large for LX (only operands that need one).
+        lx_peak: LX bytes per core live while the op runs (intermediates placed in LX).
+    """
+
+    index: int
+    desc: OpDesc
+    division: WorkDivision | None
+    cost: OpCost
+    lx_inputs: tuple[str, ...] = ()
+    lx_output: bool = False
+    streams: tuple[tuple[int, Stream], ...] = ()
+    lx_peak: int = 0
+
+    @property
+    def opfunc(self) -> str:
+        """The op's name."""
+        return self.desc.opfunc
+
+    @property
+    def source(self) -> str:
+        """The user's source line."""
+        return self.desc.source
+
+    @property
+    def read_bytes(self) -> int:
+        """DDR bytes read."""
+        return self.cost.read_bytes
+
+    @property
+    def write_bytes(self) -> int:
+        """DDR bytes written."""
+        return self.cost.write_bytes
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates."""
+        return self.cost.macs
+
+    @property
+    def time_s(self) -> float:
+        """Predicted seconds."""
+        return self.cost.time_s
+
+    @property
+    def bound(self) -> str:
+        """``"compute"`` or ``"memory"``."""
+        return self.cost.bound
+
+    def core_bytes(self) -> tuple[int, ...]:
+        """Per-core device bytes of each operand (inputs, then output) on core 0."""
+        d = self.division
+        if d is None:
+            return ()
+        return tuple(d.core_bytes(i) for i in range(len(d.space.operands)))
+
+
+@dataclass(frozen=True)
+class DeviceProgram:
+    """A program planned for a machine.
+
+    Attributes:
+        ops: the ops in program order.
+        machine: the machine profile.
+        lx: the LX placement of the intermediates.
+    """
+
+    ops: tuple[DeviceOp, ...]
+    machine: Machine
+    lx: LXPlan
+
+    @property
+    def time_s(self) -> float:
+        """Predicted seconds: the sum of the ops' times."""
+        return sum(op.time_s for op in self.ops)
+
+    @property
+    def compute_ops(self) -> tuple[DeviceOp, ...]:
+        """The divided ops."""
+        return tuple(op for op in self.ops if op.division is not None)
+
+    @property
+    def lx_peak(self) -> int:
+        """The most LX bytes per core live at once."""
+        return max((op.lx_peak for op in self.ops), default=0)
+
+    def table(self) -> list[dict[str, object]]:
+        """One row per op: what it is, where, its division and its predicted cost."""
+        return [
+            {
+                "op": f"{op.index}_{op.opfunc}",
+                "source": op.source,
+                "division": op.division.describe() if op.division else op.desc.kind,
+                "read_bytes": op.read_bytes,
+                "write_bytes": op.write_bytes,
+                "macs": op.macs,
+                "lx_peak": op.lx_peak,
+                "time_us": op.time_s * 1e6,
+                "bound": op.bound,
+            }
+            for op in self.ops
+            if op.desc.kind != "view"
+        ]
+
+    def __str__(self) -> str:
+        rows = self.table()
+        out = [f"device model ({self.machine.name}, {self.machine.cores} cores):"]
+        for r in rows:
+            out.append(
+                f"  {r['op']:<16} {r['division']:<40} read {r['read_bytes']:>10} B  write "
+                f"{r['write_bytes']:>10} B  MACs {r['macs']:>12}  LX {r['lx_peak']:>8} B  "
+                f"{r['time_us']:10.3f} us  {r['bound']}  [{r['source']}]"
+            )
+        out.append(f"  predicted time: {self.time_s * 1e6:.3f} us")
+        return "\n".join(out)
+
+
+def _same_slices(prod: WorkDivision, p_op: int, cons: WorkDivision, c_op: int) -> bool:
+    if prod.cores_used != cons.cores_used:
+        return False
+    return all(prod.box(p_op, c) == cons.box(c_op, c) for c in range(prod.cores_used))
+
+
+def _buffers(
+    descs: Sequence[OpDesc], divisions: list[WorkDivision | None], keep: set[str]
+) -> list[Buffer]:
+    """Per-core buffers of the intermediates that may live in LX."""
+    producer = {d.output[0]: i for i, d in enumerate(descs)}
+    readers: dict[str, list[tuple[int, int]]] = {}
+    for i, d in enumerate(descs):
+        for k, (name, _) in enumerate(d.inputs):
+            readers.setdefault(name, []).append((i, k))
+    out = []
+    for name, i in producer.items():
+        div, uses = divisions[i], readers.get(name, [])
+        if name in keep or div is None or not uses:
+            continue
+        n_out = len(div.space.operands) - 1
+        ok = all(
+            divisions[j] is not None and _same_slices(div, n_out, divisions[j], k) for j, k in uses
+        )
+        if not ok:
+            continue
+        size = div.space.output.tensor.nbytes // div.cores_used
+        parent = None
+        if descs[i].opfunc in INPLACE_OPS:
+            parent = next((n for n, _ in descs[i].inputs if n in producer), None)
+        last = max(j for j, _ in uses)
+        out.append(Buffer(name, size, i, last, parent, len(uses)))
+    return out
+
+
+def plan_program(
+    descs: Sequence[OpDesc],
+    machine: Machine,
+    keep_in_ddr: Sequence[str] = (),
+    strategy: str = "greedy",
+) -> DeviceProgram:
+    """Divide, place and cost a program's ops.
+
+    Args:
+        descs: the ops in program order.
+        machine: the machine profile.
+        keep_in_ddr: value names that live in DDR whatever happens (graph inputs and
+            outputs).
+        strategy: the LX placer (``greedy``, ``first_fit``, ``best_fit``).
+    """
+
+    def score(div: WorkDivision) -> float:  # pass 2: the predicted time of a division
+        return op_cost(div, machine).time_s
+
+    divisions: list[WorkDivision | None] = []
+    for d in descs:
+        if d.kind == "compute" and d.space is not None:
+            divisions.append(divide(d.space, machine, d.hint, score))
+        else:
+            divisions.append(None)
+    buffers = _buffers(descs, divisions, set(keep_in_ddr))
+    lx = place(buffers, machine, strategy)
+    ops = []
+    for i, (d, div) in enumerate(zip(descs, divisions, strict=True)):
+        lx_in = tuple(n for n, _ in d.inputs if lx.in_lx(n))
+        lx_out = lx.in_lx(d.output[0])
+        if div is not None:
+            in_lx = {k for k, (n, _) in enumerate(d.inputs) if lx.in_lx(n)}
+            if lx_out:
+                in_lx.add(len(d.inputs))
+            cost = op_cost(div, machine, frozenset(in_lx))
+            streams = _streams(div, machine)
+        else:
+            read = sum(t.nbytes for _, t in d.inputs) if d.kind != "view" else 0
+            write = d.output[1].nbytes if d.kind != "view" else 0
+            pattern = "restickify" if d.kind == "restickify" else "ddr"
+            cost = transfer_cost(machine, read, write, pattern)
+            streams = ()
+        peak = sum(lx.sizes[n] for n in lx.live_at(i))
+        ops.append(DeviceOp(i, d, div, cost, lx_in, lx_out, streams, peak))
+    return DeviceProgram(tuple(ops), machine, lx)
+
+
+def _streams(div: WorkDivision, machine: Machine) -> tuple[tuple[int, Stream], ...]:
+    """Operands whose per-core slice does not fit its share of LX."""
+    n = len(div.space.operands)
+    budget = machine.lx_usable // n
+    out = []
+    for i, op in enumerate(div.space.operands):
+        s = stream(div.box_shape(i, 0), op.tensor.itemsize, budget)
+        if s is not None:
+            out.append((i, s))
+    return tuple(out)

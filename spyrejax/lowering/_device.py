@@ -1,0 +1,236 @@
+"""The device model applied to a ``spyrejax.jit`` program, and the ``with_division`` hint.
+
+:func:`device_program` lists the Spyre primitives a planned program runs (each node's
+lowering traced on its planned types, so every op keeps its source line), turns them
+into :class:`spyrejax.device.OpDesc` values and plans them with
+:func:`spyrejax.device.plan_program`: work division, LX residency and cost.
+
+``with_division(x, **splits)`` is the identity under plain JAX and a hint under
+``spyrejax.jit``: the op producing ``x`` is divided with those splits (validated against
+its iteration space when the program is planned).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from .. import primitives as sp
+from .._errors import DeviceError
+from .._jax import Primitive, Var, ad, batching, mlir
+from ..device import (
+    DeviceProgram,
+    Machine,
+    OpDesc,
+    TensorSpec,
+    elementwise_space,
+    matmul_space,
+    plan_program,
+    reduce_space,
+)
+from ..device._division import _MATMUL_NAMES, _OTHER_NAMES
+from ..primitives._array import SpyreType
+from ..primitives._astype import Astype
+from ..primitives._elementwise import Elementwise
+from ..primitives._matmul import Matmul
+from ..primitives._reduce import Reduce
+from ._graph import Graph, Node, Scalar, Value
+from ._planner import Plan
+from ._rules import Mode, Rule, _carried_modes, _register, rule_for
+
+__all__ = ["device_program", "with_division", "with_division_p"]
+
+_DIM_NAMES = frozenset({*_OTHER_NAMES, *_MATMUL_NAMES, "out"})
+
+with_division_p = Primitive("spyre_with_division")
+with_division_p.def_impl(lambda x, **_: x)
+with_division_p.def_abstract_eval(lambda x, **_: x)
+mlir.register_lowering(with_division_p, lambda ctx, x, **_: [x])
+ad.deflinear2(with_division_p, lambda ct, x, **params: [with_division_p.bind(ct, **params)])
+batching.primitive_batchers[with_division_p] = lambda args, dims, **params: (
+    with_division_p.bind(args[0], **params),
+    dims[0],
+)
+
+
+def with_division(x: Any, **splits: int) -> Any:
+    """Fix how the op producing ``x`` is divided over the cores (a hint).
+
+    Args:
+        x: an array (traced or not).
+        **splits: slices per SuperDSC dim name of that op's iteration space (``mb``,
+            ``out``, ``in``, ``x``, ...); the dims not named are distributed as usual.
+
+    Returns:
+        ``x`` itself. Under :func:`spyrejax.jit` the device model divides the op that
+        produces ``x`` with these splits (``spyrejax.explain`` and ``export`` show it).
+
+    Raises:
+        DeviceError: for an unknown dim name or a split that is not a positive int; when
+            the program is planned, for a split that does not divide the dim's
+            stick-adjusted extent, a product over the cores, or more than one reduction
+            dim split.
+    """
+    if not splits:
+        raise DeviceError("with_division needs at least one split, e.g. with_division(x, mb=4)")
+    for name, s in splits.items():
+        if name not in _DIM_NAMES:
+            raise DeviceError(
+                f"with_division: unknown dim {name!r}; SuperDSC dims are {sorted(_DIM_NAMES)}"
+            )
+        if isinstance(s, bool) or not isinstance(s, int) or s < 1:
+            raise DeviceError(f"with_division: {name}={s!r} must be a positive int")
+    return with_division_p.bind(x, splits=tuple(sorted(splits.items())))
+
+
+class _WithDivision(Rule):
+    def modes(self, node: Node) -> list[Mode]:
+        return _carried_modes(node, lambda t: t)
+
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        return [args[0]]
+
+
+_register(_WithDivision(), with_division_p.name)
+
+
+# --- a program's ops ------------------------------------------------------------------
+
+
+class _Names:
+    """Names of (value, type) pairs: a value moved into another type is another buffer."""
+
+    def __init__(self) -> None:
+        self.names: dict[tuple[Value, SpyreType], str] = {}
+        self.count: dict[Value, int] = {}
+
+    def __call__(self, v: Value, t: SpyreType) -> str:
+        key = (v, t)
+        if key not in self.names:
+            k = self.count.get(v, 0)
+            self.count[v] = k + 1
+            self.names[key] = v.name if k == 0 else f"{v.name}~{k}"
+        return self.names[key]
+
+
+def _spec(t: SpyreType, name: str) -> TensorSpec:
+    return TensorSpec(t.shape, t.layout, t.dims, name)
+
+
+def _space(prim: Any, ins: list[TensorSpec], out: TensorSpec) -> Any:
+    if isinstance(prim, Matmul):
+        return (
+            "compute",
+            "matmul" if len(out.shape) == 2 else "batchmatmul",
+            matmul_space(*ins, out),
+        )
+    if isinstance(prim, Elementwise):
+        return "compute", prim.op.name, elementwise_space(prim.op.name, out, ins)
+    if isinstance(prim, Astype):
+        return "compute", "astype", elementwise_space("astype", out, ins)
+    if isinstance(prim, Reduce):
+        space = reduce_space(prim.op.name, ins[0], out, prim.axes, prim.keepdims)
+        return "compute", prim.op.name, space
+    role = getattr(prim, "role", "compute")
+    kind = role if role in ("view", "copy", "restickify") else "copy"
+    return kind, type(prim).__name__.lower(), None
+
+
+def _node_descs(
+    node: Node, option: Any, names: _Names, hint: dict[str, int] | None
+) -> list[OpDesc]:
+    """The ops a node's planned option runs, its lowering traced on the planned types."""
+    spyre = [(u, t) for u, t in zip(node.ins, option.ins, strict=True) if t is not None]
+
+    def run(*xs: Any) -> Any:
+        it = iter(xs)
+        args = [u if isinstance(u, Scalar) else next(it) for u in node.ins]
+        return rule_for(node).lower(node, args, option.mode)
+
+    closed = jax.make_jaxpr(run)(*(sp.abstract(t) for _, t in spyre))
+    env = {var: names(u, t) for var, (u, t) in zip(closed.jaxpr.invars, spyre, strict=True)}
+    final = closed.jaxpr.outvars[0]
+    if isinstance(final, Var) and final in env:  # a node that only forwards its input
+        names.names[node.outs[0], option.out] = env[final]
+        return []
+    out_name = names(node.outs[0], option.out)
+    descs = []
+    for k, eqn in enumerate(closed.jaxpr.eqns):
+        prim = eqn.params.get("_prim")
+        outs = [v for v in eqn.outvars if isinstance(v.aval, SpyreType)]
+        if prim is None or len(outs) != 1:
+            continue
+        ins = [(env[v], v.aval) for v in eqn.invars if isinstance(v, Var) and v in env]
+        env[outs[0]] = out_name if outs[0] is final else f"{out_name}.{k}"
+        in_specs = [_spec(t, n) for n, t in ins]
+        out_spec = _spec(outs[0].aval, env[outs[0]])
+        try:
+            kind, opfunc, space = _space(prim, in_specs, out_spec)
+        except DeviceError:
+            kind, opfunc, space = "copy", type(prim).__name__.lower(), None
+        mine = hint if outs[0] is final and kind == "compute" else None
+        descs.append(
+            OpDesc(
+                opfunc,
+                kind,
+                node.source,
+                tuple((s.name, s) for s in in_specs),
+                (out_spec.name, out_spec),
+                space,
+                mine,
+            )
+        )
+    return descs
+
+
+def _move_descs(plan: Plan, v: Value, names: _Names) -> list[OpDesc]:
+    out = []
+    for m in plan.moves.get(v, []):
+        src, dst = names(v, m.source), names(v, m.target)
+        out.append(
+            OpDesc(
+                "restickify",
+                "restickify",
+                m.reason,
+                ((src, _spec(m.source, src)),),
+                (dst, _spec(m.target, dst)),
+            )
+        )
+    return out
+
+
+def _hints(graph: Graph) -> dict[Value, dict[str, int]]:
+    return {
+        node.ins[0]: dict(node.params["splits"])
+        for node in graph.nodes
+        if node.prim == with_division_p.name and isinstance(node.ins[0], Value)
+    }
+
+
+def program_ops(graph: Graph, plan: Plan) -> tuple[list[OpDesc], list[str]]:
+    """The ops of a planned graph in program order, and the names that live in DDR."""
+    names = _Names()
+    hints = _hints(graph)
+    descs: list[OpDesc] = []
+    ddr = []
+    for v in graph.inputs:
+        for t in plan.sources.get(v, []):
+            ddr.append(names(v, t))
+        descs.extend(_move_descs(plan, v, names))
+    for node in graph.nodes:
+        for option in plan.runs.get(node, []):
+            descs.extend(_node_descs(node, option, names, hints.get(node.outs[0])))
+        descs.extend(_move_descs(plan, node.outs[0], names))
+    for o, t in zip(graph.outputs, plan.outputs, strict=True):
+        if isinstance(o, Value) and t is not None:
+            ddr.append(names(o, t))
+    return descs, ddr
+
+
+def device_program(
+    graph: Graph, plan: Plan, machine: Machine | None = None, strategy: str = "greedy"
+) -> DeviceProgram:
+    """A planned graph on a machine: every op divided, placed and costed."""
+    descs, ddr = program_ops(graph, plan)
+    return plan_program(descs, machine or Machine.spyre(), ddr, strategy)

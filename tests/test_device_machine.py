@@ -1,0 +1,69 @@
+"""Machine profiles: the spec's constants, each with an origin, and the core setting."""
+
+import dataclasses
+
+import pytest
+
+import spyrejax as sj
+from spyrejax.device import Machine
+
+
+def test_spyre_profile_holds_the_spec_constants():
+    m = Machine.spyre()
+    assert (m.cores, m.corelets, m.clock_hz) == (32, 2, 1.5e9)
+    assert m.peak_macs_per_cycle * m.clock_hz * 2 * 32 == pytest.approx(98.304e12)
+    assert m.lx_usable == 1_677_721 and m.lx_alignment == 128
+    assert m.span_limit == 256 * 2**20
+    assert m.ring_bw == 128 * 1.5e9
+    assert m.matmul_macs_per_ns == 1140 and m.bmm_tiled_macs_per_ns == 160
+
+
+def test_one_read_and_one_write_stream_run_at_about_105_gb_per_s():
+    m = Machine.spyre()
+    b = 1e9
+    seconds = 2 * b / m.ddr_bw + m.turnaround_ns_per_byte * b * 1e-9
+    assert 2 * b / seconds == pytest.approx(105e9, rel=0.01)
+
+
+def test_bandwidth_fraction_follows_the_fitted_table():
+    m = Machine.spyre()
+    assert [m.bandwidth_fraction(n) for n in (1, 2, 4, 8, 16, 32)] == [
+        0.11,
+        0.22,
+        0.43,
+        0.54,
+        0.54,
+        1.0,
+    ]
+    assert m.bandwidth_fraction(25) == 0.54  # between entries the lower one holds
+
+
+def test_every_constant_has_an_origin():
+    for m in (Machine.spyre(), Machine.ktir_cpu()):
+        rows = m.table()
+        assert len(rows) == len(dataclasses.fields(m)) - 2
+        assert all(origin for _, _, origin in rows)
+    assert Machine.spyre().origin("ddr_bw").startswith("fitted")
+    assert Machine.ktir_cpu().origin("ddr_bw") == "ktir-cpu"
+    with pytest.raises(sj.DeviceError, match="no constant"):
+        Machine.spyre().origin("warp_size")
+
+
+def test_ktir_cpu_profile_is_its_own():
+    k = Machine.ktir_cpu()
+    assert (k.clock_hz, k.ddr_bw, k.ring_bw) == (1e9, 0.128e12, 0.064e12)
+    assert k.peak_macs_per_cycle == 512 and k.transcendental_factor == 4
+    assert k.vector_lanes_per_cycle == 64
+
+
+@pytest.mark.parametrize("cores", [0, 33, 2.0, -1])
+def test_cores_outside_1_to_32_are_an_error(cores):
+    with pytest.raises(sj.DeviceError, match="cores"):
+        Machine.spyre(cores)
+
+
+def test_machines_are_frozen_and_with_cores_copies():
+    m = Machine.spyre()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.cores = 4
+    assert m.with_cores(4).cores == 4 and m.cores == 32

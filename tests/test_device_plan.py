@@ -1,0 +1,235 @@
+"""LX placement, per-core DMA, cost, and the device model of spyrejax.jit programs."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import spyrejax as sj
+from spyrejax.device import (
+    Buffer,
+    Machine,
+    TensorSpec,
+    core_dci,
+    divide,
+    elementwise_space,
+    place,
+    stream,
+)
+from spyrejax.layout import SpyreTensorLayout
+
+F16 = np.float16
+S = jax.ShapeDtypeStruct
+
+
+def spec(shape, name=""):
+    return TensorSpec.of(shape, SpyreTensorLayout(shape, F16), name=name)
+
+
+# --- LX placement ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "first_fit", "best_fit"])
+def test_three_buffers_of_3_3_4_bytes_go_to_0_128_256(strategy):
+    bufs = [Buffer(n, s, 0, 1) for n, s in (("a", 3), ("b", 3), ("c", 4))]
+    plan = place(bufs, Machine.spyre(), strategy)
+    assert sorted(plan.address.values()) == [0, 128, 256]
+    if strategy == "greedy":
+        assert plan.address == {"a": 0, "b": 128, "c": 256}
+
+
+def test_an_in_place_op_reuses_its_dying_input():
+    bufs = [Buffer("x", 1000, 0, 1), Buffer("y", 1000, 1, 2, parent="x")]
+    for strategy in ("greedy", "first_fit", "best_fit"):
+        plan = place(bufs, Machine.spyre(), strategy)
+        assert plan.address["x"] == plan.address["y"] == 0
+
+
+def test_a_buffer_over_the_budget_stays_in_ddr():
+    plan = place([Buffer("big", 2 * 2**20, 0, 1)], Machine.spyre())
+    assert plan.address == {"big": None} and not plan.in_lx("big")
+
+
+def test_unknown_placer_is_a_named_error():
+    with pytest.raises(sj.DeviceError, match="placer"):
+        place([], Machine.spyre(), "random")
+
+
+buffers = st.lists(
+    st.tuples(st.integers(1, 700_000), st.integers(0, 6), st.integers(0, 3)),
+    min_size=1,
+    max_size=8,
+).map(lambda xs: [Buffer(f"b{i}", s, t, t + d) for i, (s, t, d) in enumerate(xs)])
+
+
+@given(buffers, st.sampled_from(["greedy", "first_fit", "best_fit"]))
+def test_placements_never_overlap_while_both_live(bufs, strategy):
+    m = Machine.spyre()
+    plan = place(bufs, m, strategy)
+    placed = [b for b in bufs if plan.in_lx(b.name)]
+    for b in placed:
+        a = plan.address[b.name]
+        assert a % 128 == 0 and a + plan.sizes[b.name] <= m.lx_usable
+    for i, x in enumerate(placed):
+        for y in placed[i + 1 :]:
+            if x.first <= y.last and y.first <= x.last:
+                ax, ay = plan.address[x.name], plan.address[y.name]
+                assert ax + plan.sizes[x.name] <= ay or ay + plan.sizes[y.name] <= ax
+
+
+def test_a_slice_too_large_for_lx_is_streamed_by_a_counted_loop():
+    s = stream((4, 16384, 64), 2, Machine.spyre().lx_usable)
+    assert s is not None and s.dim == 1 and s.trips == 4 * 2  # a row of 2 MiB is too big
+    s = stream((100, 160, 64), 2, Machine.spyre().lx_usable)  # 20 KiB per row
+    assert s.dim == 0 and s.tile == 81 and s.trips == 2
+    assert s.tile_bytes <= Machine.spyre().lx_usable
+    assert stream((1, 16, 64), 2, 1 << 20) is None
+
+
+# --- per-core DMA ------------------------------------------------------------------------------
+
+
+def _run(dci, src, dst):
+    """Execute descriptors on flat NumPy buffers (a reference engine for the tests)."""
+    for d in dci:
+        for idx in np.ndindex(*d.size):
+            s = d.offset_src + sum(i * st for i, st in zip(idx, d.stride_src, strict=True))
+            t = d.offset_dst + sum(i * st for i, st in zip(idx, d.stride_dst, strict=True))
+            dst[t] = src[s]
+
+
+@pytest.mark.parametrize("shape", [(512, 512), (100, 150), (3, 5, 130)])
+def test_per_core_descriptors_load_each_cores_box(shape):
+    x = spec(shape)
+    d = divide(elementwise_space("add", x, [x, x]), Machine.spyre())
+    image = np.arange(np.prod(x.layout.device_size), dtype=np.int64)
+    full = image.reshape(x.layout.device_size)
+    for core in (0, 1, d.cores_used - 1):
+        box = d.box_shape(0, core)
+        lx = np.full(np.prod(box), -1, np.int64)
+        dci = core_dci(d, 0, core)
+        if np.prod(box) <= 4096:
+            _run(dci, image, lx)
+            want = full[tuple(slice(a, b) for a, b in d.box(0, core))].ravel()
+            np.testing.assert_array_equal(lx, want)
+        assert dci[0].offset_src * 2 == d.offset(0, core)
+        store = core_dci(d, 2, core, load=False)
+        assert store.to_dict()["isHostToSen_"] == 0
+
+
+def test_the_512_add_moves_16_rows_per_core_2048_bytes_apart():
+    x = spec((512, 512))
+    d = divide(elementwise_space("add", x, [x, x]), Machine.spyre())
+    nests = [core_dci(d, 0, c)[0].loop_nest() for c in range(3)]
+    assert [n.ranges for n in nests] == [(8, 16, 64)] * 3
+    assert [n.host_offset * 2 for n in nests] == [0, 2048, 4096]
+
+
+# --- cost ------------------------------------------------------------------------------------
+
+
+def test_bytes_are_stick_granular():
+    r = sj.explain(lambda a: -a, S((3, 100), F16))
+    assert r.ops[0].read_bytes == 3 * 2 * 128  # 384 elements, not 300 or 320
+
+
+def test_a_broadcast_operand_is_read_once():
+    r = sj.explain(lambda a, b: a + b, S((256, 512), F16), S((512,), F16))
+    (op,) = [o for o in r.ops if o.opfunc == "add"]
+    assert op.read_bytes == 256 * 512 * 2 + 512 * 2
+    assert op.cost.pattern == "broadcast"
+
+
+def test_x_plus_x_reads_x_once():
+    r = sj.explain(lambda a: a + a, S((256, 512), F16))
+    assert r.ops[0].read_bytes == 256 * 512 * 2
+
+
+def test_elementwise_ops_are_memory_bound_and_transcendentals_cost_what_neg_costs():
+    neg = sj.explain(lambda a: -a, S((1024, 1024), F16))
+    exp = sj.explain(jnp.exp, S((1024, 1024), F16))
+    assert neg.ops[0].bound == exp.ops[0].bound == "memory"
+    assert neg.time_s == pytest.approx(exp.time_s)
+    ktir = sj.explain(jnp.exp, S((1024, 1024), F16), machine=Machine.ktir_cpu())
+    ktir_neg = sj.explain(lambda a: -a, S((1024, 1024), F16), machine=Machine.ktir_cpu())
+    assert ktir.ops[0].cost.compute_s == pytest.approx(4 * ktir_neg.ops[0].cost.compute_s)
+
+
+def test_a_large_matmul_is_compute_bound_at_the_fitted_rate():
+    r = sj.explain(jnp.matmul, S((8192, 32768), F16), S((32768, 4096), F16))
+    op = r.ops[0]
+    assert op.bound == "compute" and op.macs == 8192 * 32768 * 4096
+    assert dict(op.division.splits) == {"mb": 16, "out": 1, "in": 2}
+    assert op.cost.compute_s == pytest.approx(op.macs / 32 / 1140e9)
+    assert op.cost.ring_bytes == 8192 * 4096 * 2  # one partial sum per K pair
+    assert r.time_s == pytest.approx(sum(o.time_s for o in r.ops))
+
+
+def test_an_lx_resident_intermediate_costs_no_ddr_traffic():
+    def f(a):
+        return jnp.exp(-a)
+
+    r = sj.explain(f, S((64, 512), F16))
+    neg, exp = r.ops
+    assert neg.lx_output and exp.lx_inputs == (neg.desc.output[0],)
+    assert neg.write_bytes == 0 and exp.read_bytes == 0
+    assert exp.write_bytes == 64 * 512 * 2
+    assert r.device.lx_peak == 64 * 512 * 2 // 32
+
+
+# --- explain and hints ----------------------------------------------------------------------
+
+
+def test_explain_takes_shape_dtype_structs_and_reports_per_op():
+    r = sj.explain(lambda a, b: a + b, S((512, 512), F16), S((512, 512), F16))
+    (op,) = r.ops
+    assert dict(op.division.splits) == {"mb": 1, "out": 32}
+    assert op.division.offsets(0)[:3] == (0, 2048, 4096)
+    assert op.read_bytes == 2 * 512 * 512 * 2 and op.write_bytes == 512 * 512 * 2
+    assert op.time_s > 0 and op.bound == "memory" and "<lambda>" in op.source
+    assert "predicted time" in str(r)
+
+
+def test_with_division_is_the_identity_outside_spyrejax_and_a_hint_inside():
+    x = jnp.ones((512, 512), jnp.float16)
+    f = lambda a: sj.with_division(jnp.exp(a), mb=8)  # noqa: E731
+    np.testing.assert_array_equal(jax.jit(f)(x), jnp.exp(x))
+    np.testing.assert_array_equal(np.asarray(sj.jit(f)(x)), np.asarray(jnp.exp(x)))
+    r = sj.explain(f, S((512, 512), F16))
+    assert dict(r.ops[0].division.splits) == {"mb": 8, "out": 4}
+    assert r.ops[0].division.how == "hint"
+
+
+def test_with_division_errors_are_named():
+    with pytest.raises(sj.DeviceError, match="unknown dim"):
+        sj.with_division(jnp.ones(3), rows=2)
+    with pytest.raises(sj.DeviceError, match="positive int"):
+        sj.with_division(jnp.ones(3), mb=0)
+    with pytest.raises(sj.DeviceError, match="does not divide"):
+        sj.explain(lambda a: sj.with_division(jnp.exp(a), mb=3), S((512, 512), F16))
+
+
+# --- pictures -------------------------------------------------------------------------------
+
+
+def test_core_ownership_shows_each_cores_rows():
+    from spyrejax import viz
+
+    r = sj.explain(lambda a, b: a + b, S((512, 512), F16), S((512, 512), F16))
+    pic = viz.core_ownership(r.ops[0].division)
+    assert pic.owner.shape == (8, 512)
+    assert (pic.owner[:, :16] == 0).all() and (pic.owner[:, 16:32] == 1).all()
+    assert (pic.copies == 1).all() and "<table>" in pic._repr_html_()
+
+
+def test_roofline_puts_the_big_matmul_near_the_compute_roof():
+    from spyrejax import viz
+
+    r = sj.explain(lambda a, b: jnp.exp(a @ b), S((4096, 4096), F16), S((4096, 4096), F16))
+    roof = viz.roofline(r)
+    mm = roof.names.index("0_matmul")
+    assert roof.intensity[mm] > roof.ridge
+    assert roof.achieved[mm] <= roof.peak
+    assert roof.intensity[roof.names.index("1_exp")] == 0
