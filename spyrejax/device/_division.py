@@ -21,6 +21,7 @@ from typing import Any
 
 from .._errors import DeviceError
 from ..layout._devdims import DevDim, device_dims
+from ..layout._dtypes import BYTES_PER_STICK
 from ..layout._layout import SpyreTensorLayout
 from ..layout._segments import row_major_strides
 from ._machine import Machine
@@ -77,7 +78,7 @@ class TensorSpec:
     @property
     def itemsize(self) -> int:
         """Device bytes per element."""
-        return 128 // self.layout.elems_per_stick
+        return BYTES_PER_STICK // self.layout.elems_per_stick
 
     @property
     def nbytes(self) -> int:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from .._errors import DeviceError
+from ..layout._dtypes import BYTES_PER_STICK
 
 __all__ = ["Machine"]
 
@@ -227,7 +228,7 @@ class Machine:
             reduce_bw=113e9,
             broadcast_bw=118e9,
             max_cards=8,
-            stick_bytes=128,
+            stick_bytes=BYTES_PER_STICK,
             vector_lanes_per_cycle=0,
             transcendental_factor=1.0,
             lx_free=True,
