@@ -75,9 +75,7 @@ class _Conv(Rule):
         p = node.params
         lhs_spec, rhs_spec, out_spec = p["dimension_numbers"]
         lhs, rhs = args
-        want = node.outs[0].dtype
-        if lhs.dtype != rhs.dtype:  # as for dot_general: both in the result's dtype
-            lhs, rhs = (x if x.dtype == want else sp.astype(x, want) for x in (lhs, rhs))
+        want = node.outs[0].dtype  # lax requires one operand dtype
         gf, gb = p["feature_group_count"], p["batch_group_count"]
         groups = gf * gb
         nsp = len(lhs_spec) - 2
