@@ -162,6 +162,29 @@ def test_reduce_window_values_and_gradients(case, shape, dtype):
     _close(grad, x, reduce_len=12, ops=3)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_generic_reduce_window_starts_from_its_init(dtype):
+    """An init that is no identity: each window starts from it; padding does not count."""
+    x = rand((3, 9, 70), dtype)
+    pad = ((0, 0), (1, 1), (1, 0))
+    for init, op in ((0.0, jax.lax.max), (1.5, jax.lax.add), (-0.5, jax.lax.min)):
+        _close(
+            lambda x, i=init, o=op: jax.lax.reduce_window(
+                x, x.dtype.type(i), o, (1, 2, 3), (1, 2, 2), pad
+            ),
+            x,
+            reduce_len=6,
+        )
+
+    def product(x):
+        return jax.lax.reduce_window(x, x.dtype.type(1), jax.lax.mul, (1, 2, 3), (1, 2, 2), pad)
+
+    with pytest.raises(
+        sj.SpyreUnsupportedError, match=r"reduce_window with the combiner \['mul'\]"
+    ):
+        sj.jit(product)(x)
+
+
 def _apply(module, x):
     return module(x)
 

@@ -22,7 +22,9 @@ batch groups), so they lower the same way.
 Pooling (``reduce_window_max``/``min``/``sum``; average pooling is a window sum and a
 division) is the same patches copy, ``[window, *out]`` with the padding filled with the
 reduction's identity, reduced over the window dim (a non-stick dim: the result keeps
-the patches' stick). ``select_and_scatter_add`` (the max-pooling gradient) and
+the patches' stick); a generic ``reduce_window`` whose combiner is an add, max or min
+(an init that is no identity) is that reduction combined with its init once.
+``select_and_scatter_add`` (the max-pooling gradient) and
 ``select_and_gather_add`` are index-driven scatters: device copies through the values,
 like other scatters (``primitives.lax_copy``).
 """
@@ -32,7 +34,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import jax
+import jax.numpy as jnp
 
 from .. import primitives as sp
 from .._errors import SpyreUnsupportedError
@@ -172,8 +174,12 @@ class _ReduceWindow(Rule):
         return [Mode((None,), s) for s in stick_options(node.outs[0].shape)]
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        return [self._pooled(node, args[0], mode)]
+
+    def _pooled(self, node: Node, x: Any, mode: Mode) -> Any:
+        """The windows of ``x`` reduced (padding and holes hold the identity)."""
         p = node.params
-        (x,) = args
+        fill = self.op.identity(jnp.dtype(x.dtype))
         window = list(
             zip(
                 p["window_dimensions"],
@@ -189,14 +195,55 @@ class _ReduceWindow(Rule):
         shape = (math.prod(p["window_dimensions"]), *out)
         perm = (*range(1, 2 * r, 2), *range(0, 2 * r, 2))  # [*windows, *outs]
         stick = SPARSE if mode.out == SPARSE else canon(shape, mode.out + 1)
-        fill = self.op.identity(jax.numpy.dtype(x.dtype))
         patches = sp.windows(
             x, window, fill=fill, perm=perm, out_shape=shape, dim_order=dim_order_for(shape, stick)
         )
-        return [sp.reduce(self.op.name, patches, 0)]
+        return sp.reduce(self.op.name, patches, 0)
 
 
 for _name in ("max", "min", "sum"):
     _register(_ReduceWindow(_name), f"reduce_window_{_name}")
+
+# The combiner of a generic reduce_window: the reduction it is, and the op adding the init.
+_COMBINERS = {"add": ("sum", sp.add), "max": ("max", sp.maximum), "min": ("min", sp.minimum)}
+
+
+class _GenericReduceWindow(Rule):
+    """``reduce_window`` with a combiner JAX does not name (its init is no identity).
+
+    As XLA's CPU backend computes it, a window starts from the init value and takes
+    in only the input's elements (padding and holes do not count, whatever the
+    init): the patches are filled with the reduction's identity, reduced, and
+    combined with the init once.
+    """
+
+    def _combiner(self, node: Node) -> tuple[str, Any]:
+        jaxpr = node.params["jaxpr"]
+        eqns = getattr(jaxpr, "eqns", ())
+        names = [e.primitive.name for e in eqns]
+        if (
+            len(node.ins) != 2
+            or not isinstance(node.ins[1], Scalar)
+            or names not in ([n] for n in _COMBINERS)
+        ):
+            raise SpyreUnsupportedError(
+                f"reduce_window with the combiner {names} of {len(node.ins) // 2} operand(s) at "
+                f"{node.source}: spyrejax lowers one operand, a literal init, and "
+                f"{' / '.join(_COMBINERS)}"
+            )
+        return _COMBINERS[names[0]]
+
+    def modes(self, node: Node) -> list[Mode]:
+        self._combiner(node)
+        return [Mode((None, None), s) for s in stick_options(node.outs[0].shape)]
+
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        name, combine = self._combiner(node)
+        x, init = args[0], args[1].value
+        y = _ReduceWindow(name)._pooled(node, x, mode)
+        return [combine(y, init)]
+
+
+_register(_GenericReduceWindow(), "reduce_window")
 
 _register(_LaxCopy(), "select_and_scatter_add", "select_and_gather_add")
