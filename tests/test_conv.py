@@ -195,12 +195,15 @@ def _cast(tree, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_equinox_convolutions_and_pools(dtype):
+    """Conv1d/2d/3d and MaxPool2d/AvgPool2d modules; the pools' gradients."""
     key = jax.random.PRNGKey(0)
     conv1 = _cast(eqx.nn.Conv1d(3, 5, 4, stride=2, padding=1, key=key), dtype)
     conv2 = _cast(eqx.nn.Conv2d(3, 6, 3, padding="SAME", groups=3, key=key), dtype)
     x1, x2 = rand((3, 40), dtype), rand((3, 9, 70), dtype, 1)
     _close(_apply, conv1, x1, reduce_len=12, ops=2)
     _close(_apply, conv2, x2, reduce_len=9, ops=2)
+    conv3 = _cast(eqx.nn.Conv3d(2, 4, (2, 3, 3), stride=(1, 2, 1), key=key), dtype)
+    _close(_apply, conv3, rand((2, 4, 7, 33), dtype, 2), reduce_len=36, ops=2)
     for pool in (
         eqx.nn.MaxPool2d(2, 2),
         eqx.nn.AvgPool2d(3, 2, padding=1),
