@@ -355,10 +355,12 @@ _register(_BroadcastInDim(), "broadcast_in_dim")
 
 class _Reshape(Rule):
     def modes(self, node: Node) -> list[Mode]:
-        """A view of the input in any stick, or a copy into any stick."""
+        """A view of the input in any stick, or a copy into any stick.
+
+        ``dimensions`` (JAX emits it in the gradient of a grouped convolution) is a
+        transpose first: a view.
+        """
         x, out = node.ins[0], node.outs[0]
-        if node.params.get("dimensions") is not None:
-            raise SpyreUnsupportedError(f"reshape with dimensions at {node.source}")
         modes = []
         for t in stick_options(x.shape):
             modes.append(Mode((t,), SPARSE, "view"))
@@ -367,10 +369,13 @@ class _Reshape(Rule):
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         out = node.outs[0]
+        x = args[0]
+        if node.params.get("dimensions") is not None:
+            x = sp.transpose(x, tuple(node.params["dimensions"]))
         if mode.variant == "view":  # a LayoutError when the layout allows no view
-            return [sp.reshape(args[0], out.shape)]
+            return [sp.reshape(x, out.shape)]
         dim_order = dim_order_for(out.shape, mode.out)
-        return [sp.reshape_copy(args[0], out.shape, dim_order=dim_order)]
+        return [sp.reshape_copy(x, out.shape, dim_order=dim_order)]
 
 
 _register(_Reshape(), "reshape")

@@ -20,6 +20,7 @@ from ._restickify import compact, in_layout, restickify
 from ._stick import restickify_cost
 from ._transfer import to_device, to_host
 from ._views import broadcast_to, expand_dims, reshape, squeeze, transpose
+from ._windows import windows
 
 _install()
 
@@ -62,6 +63,7 @@ __all__ = [
     "to_device",
     "to_host",
     "transpose",
+    "windows",
     "wrap",
 ]
 __all__ += [*_EW, *_REDUCE]
