@@ -1,0 +1,518 @@
+"""Control flow: ``scan``, ``while`` and ``cond`` with bodies planned once, not unrolled.
+
+A loop's body (a cond's branch) is a sub-graph of its own, planned by the same planner
+on the types its operands have, and run by the same interpreter inside ``lax.scan``,
+``lax.while_loop`` or ``lax.switch`` on Spyre arrays (hijax lowers their types to the
+device images).
+
+Carries keep one type around the loop: the body must give each carry back in the type
+it took. The rule looks for a fixed point: it plans the body on the carries' types as
+they arrive, then on the types the body gives them back (until they agree), and on the
+default layouts; for each candidate, carries that arrive in another type are
+restickified once before the loop, and carries the body gives back in another type
+once per iteration at the end of the body. The cheapest candidate wins; the cost of
+what the body moves counts once per iteration (times the trip count of a ``scan``,
+once for a ``while`` whose trip count is unknown) and ``explain`` lists each such
+copy with its cost per iteration.
+
+Stacked inputs of a ``scan`` are read one slice per iteration: a slice along logical
+dim 0 is a view when dim 0 is the outermost device dim (a stacked layout); an input
+in another layout is restickified into the stacked layout of its slices once, before
+the loop. Stacked outputs come out in the stacked layout of the body's outputs.
+
+Predicates and branch indices are 0-d Spyre arrays: they are read back to the host
+(a DMA of one element) to steer the loop or pick the branch.
+
+Under the planner's abstract evaluation the rules run no loop: they plan the bodies
+and give the types, charging the copies a run would make.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import jax
+import numpy as np
+
+from .. import primitives as sp
+from .._errors import SpyreInternalError, SpyreUnsupportedError
+from ..layout._layout import SpyreTensorLayout
+from ..primitives._array import PadFill, SpyreType, batched_type
+from ..primitives._stick import SPARSE, default_type, restickify_cost, stick_of
+from ._graph import Graph, Node, Scalar, Value, build_graph
+from ._interpret import Interpreter
+from ._planner import Plan, host_input_type, plan_graph
+from ._rules import Mode, Rule, _register
+
+__all__ = ["Charge"]
+
+_FIXED_POINT_ROUNDS = 4  # bodies planned while a carry's type still changes
+
+
+@dataclass(frozen=True)
+class Charge:
+    """A copy made inside a loop body or a branch, charged as often as it runs.
+
+    It stands for the copying primitives of the sub-plan in a node's option (the
+    planner sums ``moves``, ``explain`` lists it): the same attributes they have.
+
+    Attributes:
+        role: ``"restickify"`` or ``"copy"``.
+        moves: elements moved in all (per iteration times the trip count).
+        in_avals: the type copied from (first).
+        layout: the layout a restickify writes.
+        reason: why, and where in which loop.
+        where: the operation and loop, for copies.
+        value: the value moved.
+    """
+
+    role: str
+    moves: int
+    in_avals: tuple[Any, ...]
+    layout: SpyreTensorLayout | None
+    reason: str
+    where: str
+    value: Value | None = None
+
+
+def _charges(plan: Plan, times: int, context: str) -> list[Charge]:
+    """A sub-plan's copies, each charged ``times`` times, said to be ``context``."""
+    out = []
+    for ms in plan.moves.values():
+        for m in ms:
+            base = m.cost
+            out.append(
+                Charge(
+                    "restickify",
+                    base * times,
+                    (m.source,),
+                    m.target.layout,
+                    f"{m.reason} [{context}: {base} per run x {times}]",
+                    context,
+                    m.value,
+                )
+            )
+    for node, options in plan.runs.items():
+        for option in options:
+            for prim in option.copies:
+                if prim.role not in ("copy", "restickify"):
+                    continue
+                where = getattr(prim, "where", "") or node.describe()
+                why = getattr(prim, "reason", "") or (
+                    f"{node.describe()} asks for layout {getattr(prim, 'layout', None)}"
+                )
+                base = prim.moves
+                out.append(
+                    Charge(
+                        prim.role,
+                        base * times,
+                        prim.in_avals,
+                        getattr(prim, "layout", None),
+                        f"{why} [{context}: {base} per run x {times}]",
+                        f"{where} [{context}: {base} per run x {times}]",
+                        getattr(prim, "value", None) or node.outs[0],
+                    )
+                )
+    return out
+
+
+def _type_of(x: Any) -> SpyreType | None:
+    if isinstance(x, Scalar):
+        return None
+    t = jax.typeof(x)
+    return t if isinstance(t, SpyreType) else None
+
+
+def _carried(t: SpyreType) -> SpyreType:
+    """The type a loop carries a value of type ``t`` in: contiguous, padding undefined."""
+    if t.is_view:
+        return default_type(t.shape, t.dtype, stick_of(t))
+    return replace(t, pad=PadFill.POISON) if t.pad is not PadFill.POISON else t
+
+
+def _into_cost(have: SpyreType, want: SpyreType) -> int:
+    """Elements moved to make a value of type ``have`` one of type ``want``."""
+    if have == want or (not have.is_view and _carried(have) == want):
+        return 0
+    return restickify_cost(have)
+
+
+def _into(x: Any, want: SpyreType) -> Any:
+    """``x`` as a value of the contiguous type ``want``: as is, relabelled, or restickified."""
+    if isinstance(x, Scalar):
+        x = sp.to_device(np.asarray(x.value, x.dtype))
+    have = jax.typeof(x)
+    if have == want:
+        return x
+    if not have.is_view and _carried(have) == want:  # forget that the padding is zero
+        return sp.wrap(sp.image(x), want)
+    return sp.restickify(x, layout=want.layout)
+
+
+def _before(node: Node, args: list[Any], want: list[SpyreType], first: int, why: str) -> list[Any]:
+    """Operands ``first...`` put in the loop's types once before it (charged with a why)."""
+    called = sp.abstract_calls()
+    if called is None:
+        return [_into(a, t) for a, t in zip(args, want, strict=True)]
+    for i, (a, t) in enumerate(zip(args, want, strict=True)):
+        have = _type_of(a)
+        cost = 0 if have is None else _into_cost(have, t)
+        if cost:
+            u = node.ins[first + i]
+            called.append(
+                Charge(
+                    "restickify",
+                    cost,
+                    (have,),
+                    t.layout,
+                    f"{node.describe()}: operand {first + i} {why}, once before the loop",
+                    node.describe(),
+                    u if isinstance(u, Value) else None,
+                )
+            )
+    return [sp.abstract(t) for t in want]
+
+
+def _scalar_type(x: Any) -> SpyreType:
+    """The type a scalar operand is put on the device in."""
+    return host_input_type((), np.dtype(x.dtype))
+
+
+@dataclass
+class _Body:
+    """One body (or branch, or loop predicate) planned for its input types."""
+
+    graph: Graph
+    plan: Plan
+    outs: list[SpyreType]
+
+    def run(self, *args: Any) -> list[Any]:
+        return Interpreter(self.graph, self.plan).run(*args)
+
+
+def _plan_body(graph: Graph, types: list[SpyreType]) -> _Body:
+    plan = plan_graph(graph, dict(zip(graph.inputs, types, strict=True)))
+    outs = [
+        host_input_type((), o.dtype) if t is None else t
+        for o, t in zip(graph.outputs, plan.outputs, strict=True)
+    ]
+    return _Body(graph, plan, outs)
+
+
+@dataclass
+class _NodeCache:
+    """Per node: its sub-graphs and the bodies planned for given input types."""
+
+    graphs: dict[str, Graph] = field(default_factory=dict)
+    bodies: dict[Any, _Body] = field(default_factory=dict)
+    decisions: dict[Any, Any] = field(default_factory=dict)
+
+
+_CACHE: weakref.WeakKeyDictionary[Node, _NodeCache] = weakref.WeakKeyDictionary()
+
+
+def _cache(node: Node) -> _NodeCache:
+    c = _CACHE.get(node)
+    if c is None:
+        c = _CACHE[node] = _NodeCache()
+    return c
+
+
+def _graph(node: Node, key: str, closed: Any, bound: list[Scalar | None]) -> Graph:
+    c = _cache(node)
+    if key not in c.graphs:
+        c.graphs[key] = build_graph(closed, bound)
+    return c.graphs[key]
+
+
+def _body(node: Node, key: str, graph: Graph, types: list[SpyreType]) -> _Body:
+    c = _cache(node)
+    k = (key, tuple(types))
+    if k not in c.bodies:
+        c.bodies[k] = _plan_body(graph, types)
+    return c.bodies[k]
+
+
+class _ControlRule(Rule):
+    """Takes every operand as it is (the cheapest type) and normalises it itself."""
+
+    candidates = 1
+
+    def modes(self, node: Node) -> list[Mode]:
+        return [Mode((None,) * len(node.ins), SPARSE)]
+
+
+def _emit(called: list[Any], charges: list[Charge]) -> None:
+    called.extend(c for c in charges if c.moves)
+
+
+# --- loops: scan and while ------------------------------------------------------------
+
+
+@dataclass
+class _Loop:
+    """A loop's decision: the carries' type, the body (and predicate) planned for it."""
+
+    carry: list[SpyreType]
+    body: _Body
+    cond: _Body | None
+    cost: float
+
+
+def _fix_charges(body: _Body, carry: list[SpyreType], times: int, context: str) -> list[Charge]:
+    """Restickifies at the end of the body: carries given back in another type."""
+    out = []
+    for i, (got, want) in enumerate(zip(body.outs, carry, strict=False)):
+        cost = _into_cost(got, want)
+        if cost:
+            v = body.graph.outputs[i]
+            out.append(
+                Charge(
+                    "restickify",
+                    cost * times,
+                    (got,),
+                    want.layout,
+                    f"carry {i}: the body gives it as {got.str_short()}, the loop carries "
+                    f"{want.str_short()} [{context}: {cost} per iteration x {times}]",
+                    context,
+                    v if isinstance(v, Value) else None,
+                )
+            )
+    return out
+
+
+def _choose_carry(
+    init: list[SpyreType],
+    plan_for: Any,
+    times: int,
+) -> _Loop:
+    """The cheapest carry types: as they arrive, the body's fixed point, or the defaults."""
+    tried: list[tuple[SpyreType, ...]] = []
+    carry = [_carried(t) for t in init]
+    for _ in range(_FIXED_POINT_ROUNDS):
+        tried.append(tuple(carry))
+        body, _ = plan_for(carry)
+        back = [_carried(t) for t in body.outs[: len(carry)]]
+        if back == carry or tuple(back) in tried:
+            break
+        carry = back
+    defaults = tuple(host_input_type(t.shape, t.dtype) for t in init)
+    if defaults not in tried:
+        tried.append(defaults)
+    loops = []
+    for cand in tried:
+        body, cond = plan_for(list(cand))
+        before = sum(_into_cost(a, b) for a, b in zip(init, cand, strict=True))
+        per = body.plan.cost + (cond.plan.cost if cond else 0)
+        per += sum(_into_cost(a, b) for a, b in zip(body.outs, cand, strict=False))
+        loops.append(_Loop(list(cand), body, cond, before + times * per))
+    return min(loops, key=lambda lp: lp.cost)  # the first of the cheapest
+
+
+def _stacked(t: SpyreType, length: int) -> SpyreType:
+    """The type a stacked input is sliced from: ``t`` if its dim 0 is outermost."""
+    try:
+        t.dec_rank(length, 0)
+        return t
+    except SpyreUnsupportedError:
+        inner = t.shape[1:]
+        s = stick_of(t)
+        stick = SPARSE if s in (SPARSE, 0) else s - 1
+        if stick == SPARSE and inner and inner[-1] > 1:
+            stick = len(inner) - 1
+        return batched_type(default_type(inner, t.dtype, stick if inner else SPARSE), length)
+
+
+def _scan_counts(params: dict[str, Any]) -> tuple[int, int]:
+    """How many of a scan's operands are constants and carries (the rest are stacked)."""
+    if "ft_in" in params:  # JAX >= 0.9: the operands' tree, (consts, carries, xs)
+        consts, carries, _ = params["ft_in"].unpack()
+        return len(consts), len(carries)
+    return params["num_consts"], params["num_carry"]
+
+
+class _Scan(_ControlRule):
+    def _decide(self, node: Node, types: list[Any]) -> tuple[_Loop, list[SpyreType]]:
+        p = node.params
+        nc, nk, length = *_scan_counts(p), p["length"]
+        c = _cache(node)
+        key = tuple(types)
+        if key in c.decisions:
+            return c.decisions[key]
+        bound = [u if isinstance(u, Scalar) else None for u in node.ins[:nc]]
+        graph = _graph(node, "body", p["jaxpr"], bound)
+        consts = [t for t in types[:nc] if t is not None]
+        init = [
+            t if t is not None else _scalar_type(u)
+            for t, u in zip(types[nc : nc + nk], node.ins[nc : nc + nk], strict=True)
+        ]
+        stacked = [_stacked(t, length) for t in types[nc + nk :]]
+        xs = [t.dec_rank(length, 0) for t in stacked]
+
+        def plan_for(carry: list[SpyreType]) -> tuple[_Body, None]:
+            return _body(node, "body", graph, [*consts, *carry, *xs]), None
+
+        loop = _choose_carry(init, plan_for, length)
+        c.decisions[key] = (loop, stacked)
+        return loop, stacked
+
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        p = node.params
+        nc, nk, length = *_scan_counts(p), p["length"]
+        types = [_type_of(a) for a in args]
+        loop, stacked = self._decide(node, types)
+        consts = [a for a in args[:nc] if not isinstance(a, Scalar)]
+        init = _before(node, args[nc : nc + nk], loop.carry, nc, "into the type it is carried in")
+        xs = _before(
+            node, args[nc + nk :], stacked, nc + nk, "into the stacked layout of its slices"
+        )
+        body, carry = loop.body, loop.carry
+        context = f"in the body of {node.describe()}"
+        called = sp.abstract_calls()
+        if called is not None:  # planning: the types, and what the iterations copy
+            _emit(called, _charges(body.plan, length, context))
+            _emit(called, _fix_charges(body, carry, length, context))
+            ys = [batched_type(t, length) for t in body.outs[nk:]]
+            return [sp.abstract(t) for t in [*carry, *ys]]
+
+        x_types = [t.dec_rank(length, 0) for t in stacked]
+        y_types = [batched_type(t, length) for t in body.outs[nk:]]
+
+        # Stacked operands go through the loop as device images (sliced and stacked
+        # along the image's dim 0, the logical dim 0 of a stacked layout); carries as
+        # Spyre arrays.
+        def step(c: list[Any], x: list[Any]) -> tuple[list[Any], list[Any]]:
+            x = [sp.wrap(i, t) for i, t in zip(x, x_types, strict=True)]
+            outs = body.run(*consts, *c, *x)
+            c = [_into(o, t) for o, t in zip(outs[:nk], carry, strict=True)]
+            return c, [sp.image(y) for y in outs[nk:]]
+
+        images = [sp.image(x) for x in xs]
+        c_out, ys = jax.lax.scan(
+            step, init, images, length=length, reverse=p["reverse"], unroll=p["unroll"]
+        )
+        return [*c_out, *(sp.wrap(y, t) for y, t in zip(ys, y_types, strict=True))]
+
+
+_register(_Scan(), "scan")
+
+
+class _While(_ControlRule):
+    def _decide(self, node: Node, types: list[Any]) -> _Loop:
+        p = node.params
+        cn, bn = p["cond_nconsts"], p["body_nconsts"]
+        c = _cache(node)
+        key = tuple(types)
+        if key in c.decisions:
+            return c.decisions[key]
+        cbound = [u if isinstance(u, Scalar) else None for u in node.ins[:cn]]
+        bbound = [u if isinstance(u, Scalar) else None for u in node.ins[cn : cn + bn]]
+        cgraph = _graph(node, "cond", p["cond_jaxpr"], cbound)
+        bgraph = _graph(node, "body", p["body_jaxpr"], bbound)
+        cconsts = [t for t in types[:cn] if t is not None]
+        bconsts = [t for t in types[cn : cn + bn] if t is not None]
+        init = [
+            t if t is not None else _scalar_type(u)
+            for t, u in zip(types[cn + bn :], node.ins[cn + bn :], strict=True)
+        ]
+
+        def plan_for(carry: list[SpyreType]) -> tuple[_Body, _Body]:
+            return (
+                _body(node, "body", bgraph, [*bconsts, *carry]),
+                _body(node, "cond", cgraph, [*cconsts, *carry]),
+            )
+
+        loop = c.decisions[key] = _choose_carry(init, plan_for, 1)
+        return loop
+
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        p = node.params
+        cn, bn = p["cond_nconsts"], p["body_nconsts"]
+        loop = self._decide(node, [_type_of(a) for a in args])
+        cconsts = [a for a in args[:cn] if not isinstance(a, Scalar)]
+        bconsts = [a for a in args[cn : cn + bn] if not isinstance(a, Scalar)]
+        init = _before(node, args[cn + bn :], loop.carry, cn + bn, "into the type it is carried in")
+        body, cond, carry = loop.body, loop.cond, loop.carry
+        if cond is None:
+            raise SpyreInternalError(f"internal error: {node.describe()} has no planned predicate")
+        called = sp.abstract_calls()
+        if called is not None:
+            context = f"per iteration of {node.describe()} (trip count unknown)"
+            _emit(called, _charges(body.plan, 1, context))
+            _emit(called, _charges(cond.plan, 1, context))
+            _emit(called, _fix_charges(body, carry, 1, context))
+            return [sp.abstract(t) for t in carry]
+
+        def test(c: tuple[Any, ...]) -> Any:
+            return sp.to_host(cond.run(*cconsts, *c)[0])
+
+        def step(c: tuple[Any, ...]) -> tuple[Any, ...]:
+            outs = body.run(*bconsts, *c)
+            return tuple(_into(o, t) for o, t in zip(outs, carry, strict=True))
+
+        return list(jax.lax.while_loop(test, step, tuple(init)))
+
+
+_register(_While(), "while")
+
+
+# --- cond and switch ------------------------------------------------------------------
+
+
+@dataclass
+class _Branches:
+    bodies: list[_Body]
+    outs: list[SpyreType]
+
+
+class _Cond(_ControlRule):
+    def _decide(self, node: Node, types: list[Any]) -> _Branches:
+        c = _cache(node)
+        key = tuple(types)
+        if key in c.decisions:
+            return c.decisions[key]
+        bound = [u if isinstance(u, Scalar) else None for u in node.ins[1:]]
+        ops = [t for t in types[1:] if t is not None]
+        bodies = []
+        for k, branch in enumerate(node.params["branches"]):
+            graph = _graph(node, f"branch{k}", branch, bound)
+            bodies.append(_body(node, f"branch{k}", graph, ops))
+        outs = []
+        for got in zip(*(b.outs for b in bodies), strict=True):
+            outs.append(got[0] if len(set(got)) == 1 else _carried(got[0]))
+        d = c.decisions[key] = _Branches(bodies, outs)
+        return d
+
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        index, ops = args[0], [a for a in args[1:] if not isinstance(a, Scalar)]
+        d = self._decide(node, [_type_of(a) for a in args])
+        called = sp.abstract_calls()
+        if called is not None:
+            n = len(d.bodies)
+            for k, b in enumerate(d.bodies):
+                context = f"in branch {k} of {node.describe()} (one of {n} runs)"
+                _emit(called, _charges(b.plan, 1, context))
+                _emit(called, _fix_charges(b, d.outs, 1, context))
+            return [sp.abstract(t) for t in d.outs]
+
+        def branch(b: _Body) -> Any:
+            def run(*xs: Any) -> list[Any]:
+                return [_into_out(o, t) for o, t in zip(b.run(*xs), d.outs, strict=True)]
+
+            return run
+
+        fns = [branch(b) for b in d.bodies]
+        if isinstance(index, Scalar):  # known at trace time: that branch alone
+            k = min(max(int(index.value), 0), len(fns) - 1)
+            return fns[k](*ops)
+        return list(jax.lax.switch(sp.to_host(index), fns, *ops))
+
+
+def _into_out(x: Any, want: SpyreType) -> Any:
+    """A branch's output in the type every branch gives (views kept when all agree)."""
+    return x if jax.typeof(x) == want else _into(x, want)
+
+
+_register(_Cond(), "cond")
