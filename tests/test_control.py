@@ -195,3 +195,42 @@ def test_vmap_of_scan():
         return jax.lax.scan(lambda h, w: (jnp.tanh(h * w), None), x, ws)[0]
 
     _check(jax.vmap(f, in_axes=(0, None)), rand((3, 70)), rand((4, 70), seed=1), ops=8)
+
+
+def _tanh_scan(x, ws):
+    return jax.lax.scan(lambda h, w: (jnp.tanh(h * w), h), x, ws)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_scan_in_half_precision_with_padding(dtype):
+    x, ws = rand((3, 150), dtype), rand((2, 3, 150), dtype, seed=2)  # 150 pads to 192
+    _check(_tanh_scan, x, ws, ops=4)
+
+
+def test_stacked_outputs_feed_the_next_scan():
+    def f(x, ws):
+        c, ys = jax.lax.scan(lambda h, w: (h + w, w * h), x, ws)
+        return jax.lax.scan(lambda h, y: (h * 0.5 + y, y * 2.0), c, ys)
+
+    _check(f, rand((70,)), rand((4, 70), seed=1), ops=8)
+
+
+def test_spyrejax_jit_with_a_scan_under_jit_vmap_and_grad():
+    x, ws = rand((70,)), rand((4, 70), seed=1)
+    jitted = sj.jit(_tanh_scan)
+    assert_close(jax.tree.map(sj.to_host, jax.jit(jitted)(x, ws)), _tanh_scan(x, ws), ops=4)
+    xs = rand((3, 70), seed=2)
+    batched = jax.vmap(jitted, in_axes=(0, None))(xs, ws)
+    assert_close(
+        jax.tree.map(sj.to_host, batched), jax.vmap(_tanh_scan, in_axes=(0, None))(xs, ws), ops=4
+    )
+    got = jax.grad(lambda x: sj.to_host(jitted(x, ws)[0]).sum())(x)
+    assert_close(got, jax.grad(lambda x: _tanh_scan(x, ws)[0].sum())(x), ops=12)
+
+
+def test_lax_scan_on_spyre_arrays_stacks_outputs_in_the_stacked_type():
+    x = sj.to_device(rand((4, 70)))
+    c, ys = jax.jit(lambda x: jax.lax.scan(lambda c, _: (c * 2.0, c), x, None, length=3))(x)
+    assert ys.shape == (3, 4, 70)
+    np.testing.assert_allclose(np.asarray(ys)[2], np.asarray(x) * 4.0)
+    np.testing.assert_allclose(np.asarray(c), np.asarray(x) * 8.0)
