@@ -234,3 +234,22 @@ def test_lax_scan_on_spyre_arrays_stacks_outputs_in_the_stacked_type():
     assert ys.shape == (3, 4, 70)
     np.testing.assert_allclose(np.asarray(ys)[2], np.asarray(x) * 4.0)
     np.testing.assert_allclose(np.asarray(c), np.asarray(x) * 8.0)
+
+
+def test_vmap_of_while_with_a_batched_predicate():
+    def f(x):
+        return jax.lax.while_loop(lambda c: jnp.max(c) < 10.0, lambda c: c * 1.5 + 0.1, x)
+
+    x = rand((3, 70), low=0.1, high=4.0)  # each row needs another number of iterations
+    _check(jax.vmap(f), x, ops=40)
+
+
+@pytest.mark.parametrize("branches", [2, 3])
+def test_vmap_of_switch_with_a_batched_index(branches):
+    fns = [lambda a: a.T, lambda a: jnp.transpose(a * 2.0), lambda a: jnp.transpose(a - 1.0)]
+
+    def f(i, x):
+        return jax.lax.switch(i, fns[:branches], x)
+
+    index = jnp.arange(4, dtype=jnp.int32) % branches
+    _check(jax.vmap(f), index, rand((4, 70, 40)), ops=2)

@@ -34,17 +34,26 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .. import primitives as sp
 from .._errors import SpyreInternalError, SpyreUnsupportedError
+from .._jax import jaxpr_as_fun
 from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import PadFill, SpyreType, batched_type
-from ..primitives._stick import SPARSE, default_type, restickify_cost, stick_of
+from ..primitives._stick import (
+    SPARSE,
+    canon,
+    default_type,
+    restickify_cost,
+    stick_of,
+    stick_options,
+)
 from ._graph import Graph, Node, Scalar, Value, build_graph
 from ._interpret import Interpreter
 from ._planner import Plan, host_input_type, plan_graph
-from ._rules import Mode, Rule, _register
+from ._rules import RULES, Mode, Rule, _register
 
 __all__ = ["Charge"]
 
@@ -399,23 +408,76 @@ class _Scan(_ControlRule):
 _register(_Scan(), "scan")
 
 
+def _any_predicate(params: dict[str, Any]) -> dict[str, Any]:
+    """A while whose predicate is batched (``jax.vmap``), as one with a scalar predicate.
+
+    JAX runs such a loop while any element's predicate holds, and each iteration
+    updates only the elements whose predicate holds: the predicate is folded into the
+    body (a select) and reduced for the test, so the body and test are plain jaxprs.
+    """
+    cond, body = params["cond_jaxpr"], params["body_jaxpr"]
+    cn, bn = params["cond_nconsts"], params["body_nconsts"]
+    if cond.out_avals[0].shape == ():
+        return params
+    test_fn, step_fn = jaxpr_as_fun(cond), jaxpr_as_fun(body)
+    cconsts = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in cond.in_avals[:cn]]
+    bconsts = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in body.in_avals[:bn]]
+    carry = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in body.in_avals[bn:]]
+
+    def any_test(*args: Any) -> Any:
+        (pred,) = test_fn(*args)
+        return jnp.max(pred.astype(np.int32)) > 0
+
+    def masked_step(*args: Any) -> list[Any]:
+        cc, bc, c = args[:cn], args[cn : cn + bn], args[cn + bn :]
+        (pred,) = test_fn(*cc, *c)
+        new = step_fn(*bc, *c)
+        keep = range(pred.ndim)
+        return [
+            jax.lax.select(jax.lax.broadcast_in_dim(pred, n.shape, tuple(keep)), n, o)
+            for n, o in zip(new, c, strict=True)
+        ]
+
+    return {
+        "cond_jaxpr": jax.make_jaxpr(any_test)(*cconsts, *carry),
+        "body_jaxpr": jax.make_jaxpr(masked_step)(*cconsts, *bconsts, *carry),
+        "cond_nconsts": cn,
+        "body_nconsts": cn + bn,
+    }
+
+
 class _While(_ControlRule):
-    def _decide(self, node: Node, types: list[Any]) -> _Loop:
+    def _params(self, node: Node) -> dict[str, Any]:
+        c = _cache(node)
+        if "params" not in c.decisions:
+            c.decisions["params"] = _any_predicate(node.params)
+        return c.decisions["params"]
+
+    def _ins(self, node: Node, args: list[Any]) -> list[Any]:
+        """The operands as the loop takes them: the predicate's constants also the body's."""
         p = node.params
+        if self._params(node) is p:
+            return args
+        cn = p["cond_nconsts"]
+        return [*args[:cn], *args[:cn], *args[cn:]]
+
+    def _decide(self, node: Node, types: list[Any]) -> _Loop:
+        p = self._params(node)
         cn, bn = p["cond_nconsts"], p["body_nconsts"]
         c = _cache(node)
         key = tuple(types)
         if key in c.decisions:
             return c.decisions[key]
-        cbound = [u if isinstance(u, Scalar) else None for u in node.ins[:cn]]
-        bbound = [u if isinstance(u, Scalar) else None for u in node.ins[cn : cn + bn]]
+        ins = self._ins(node, list(node.ins))
+        cbound = [u if isinstance(u, Scalar) else None for u in ins[:cn]]
+        bbound = [u if isinstance(u, Scalar) else None for u in ins[cn : cn + bn]]
         cgraph = _graph(node, "cond", p["cond_jaxpr"], cbound)
         bgraph = _graph(node, "body", p["body_jaxpr"], bbound)
         cconsts = [t for t in types[:cn] if t is not None]
         bconsts = [t for t in types[cn : cn + bn] if t is not None]
         init = [
             t if t is not None else _scalar_type(u)
-            for t, u in zip(types[cn + bn :], node.ins[cn + bn :], strict=True)
+            for t, u in zip(types[cn + bn :], ins[cn + bn :], strict=True)
         ]
 
         def plan_for(carry: list[SpyreType]) -> tuple[_Body, _Body]:
@@ -428,8 +490,9 @@ class _While(_ControlRule):
         return loop
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
-        p = node.params
+        p = self._params(node)
         cn, bn = p["cond_nconsts"], p["body_nconsts"]
+        args = self._ins(node, args)
         loop = self._decide(node, [_type_of(a) for a in args])
         cconsts = [a for a in args[:cn] if not isinstance(a, Scalar)]
         bconsts = [a for a in args[cn : cn + bn] if not isinstance(a, Scalar)]
@@ -516,3 +579,52 @@ def _into_out(x: Any, want: SpyreType) -> Any:
 
 
 _register(_Cond(), "cond")
+
+
+# --- select_n with an integer index: cond and switch under jax.vmap ---------------------
+
+
+class _SelectN(Rule):
+    """``select_n`` with a bool predicate (``where``), or an int32 case index.
+
+    ``jax.vmap`` turns a ``cond``/``switch`` on a batched index into every branch and a
+    ``select_n`` on the index: case ``k`` where the index is ``k``, a chain of
+    ``where(index == k, case_k, ...)`` on the device.
+    """
+
+    def __init__(self, where: Rule) -> None:
+        self.where = where
+
+    def modes(self, node: Node) -> list[Mode]:
+        out = node.outs[0]
+        if not out.shape:
+            return [Mode((None,) * len(node.ins), SPARSE)]
+        return [
+            Mode(tuple(_stick_req(v, s) for v in node.ins), canon(out.shape, s))
+            for s in stick_options(out.shape)
+        ]
+
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        index, cases = args[0], args[1:]
+        kind = np.dtype(index.dtype) if isinstance(index, Scalar) else jax.typeof(index).dtype
+        if kind == np.bool_ and len(cases) == 2:
+            return self.where.lower(node, args, mode)
+        dtype = node.outs[0].dtype
+        out_shape = node.outs[0].shape
+        vals = [sp.full(out_shape, c.value, dtype) if isinstance(c, Scalar) else c for c in cases]
+        if isinstance(index, Scalar):
+            return [vals[int(index.value)]]
+        out = vals[-1]
+        for k in range(len(vals) - 2, -1, -1):
+            hit = sp.elementwise("eq", index, np.asarray(k, kind))
+            out = sp.elementwise("where", hit, vals[k], out)
+        return [out]
+
+
+def _stick_req(v: Value | Scalar, stick: int) -> int | None:
+    if isinstance(v, Scalar) or not v.shape:
+        return None
+    return canon(v.shape, stick)
+
+
+_register(_SelectN(RULES["select_n"]), "select_n")
