@@ -253,3 +253,24 @@ def test_vmap_of_switch_with_a_batched_index(branches):
 
     index = jnp.arange(4, dtype=jnp.int32) % branches
     _check(jax.vmap(f), index, rand((4, 70, 40)), ops=2)
+
+
+def test_jvp_of_while_loop():
+    def f(x):
+        return jax.lax.while_loop(lambda c: c[0] < 4, lambda c: (c[0] + 1, jnp.sin(c[1])), (0, x))
+
+    def tangent(x, t):
+        out, dout = jax.jvp(f, (x,), (t,))
+        return out[1], dout[1]  # the counter's tangent is float0
+
+    _check(tangent, rand((70,)), rand((70,), seed=1), ops=16)
+
+
+def test_differentiating_from_outside_keeps_the_bodies_derivative_rules():
+    def f(x, ws):
+        return jax.lax.scan(lambda h, w: (jax.nn.relu(h * w), None), x, ws)[0].sum()
+
+    x, ws = rand((70,)), rand((3, 70), seed=1)
+    with pytest.raises(sj.SpyreUnsupportedError, match="custom_jvp_call"):
+        jax.grad(lambda x: sj.to_host(sj.jit(f)(x, ws)))(x)
+    _check(jax.grad(f), x, ws, ops=8)  # transform first, then lower

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import primitives as sp
-from .._errors import SpyreInternalError, SpyreUnsupportedError
+from .._errors import LayoutError, SpyreInternalError, SpyreUnsupportedError
 from .._jax import jaxpr_as_fun
 from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import PadFill, SpyreType, batched_type
@@ -86,7 +86,7 @@ class Charge:
     value: Value | None = None
 
 
-def _charges(plan: Plan, times: int, context: str) -> list[Charge]:
+def _charges(plan: Plan, times: int, context: str, unit: str = "iteration") -> list[Charge]:
     """A sub-plan's copies, each charged ``times`` times, said to be ``context``."""
     out = []
     for ms in plan.moves.values():
@@ -98,7 +98,7 @@ def _charges(plan: Plan, times: int, context: str) -> list[Charge]:
                     base * times,
                     (m.source,),
                     m.target.layout,
-                    f"{m.reason} [{context}: {base} per run x {times}]",
+                    f"{m.reason} [{context}: {base} per {unit} x {times}]",
                     context,
                     m.value,
                 )
@@ -119,8 +119,8 @@ def _charges(plan: Plan, times: int, context: str) -> list[Charge]:
                         base * times,
                         prim.in_avals,
                         getattr(prim, "layout", None),
-                        f"{why} [{context}: {base} per run x {times}]",
-                        f"{where} [{context}: {base} per run x {times}]",
+                        f"{why} [{context}: {base} per {unit} x {times}]",
+                        f"{where} [{context}: {base} per {unit} x {times}]",
                         getattr(prim, "value", None) or node.outs[0],
                     )
                 )
@@ -270,8 +270,11 @@ class _Loop:
     cost: float
 
 
-def _fix_charges(body: _Body, carry: list[SpyreType], times: int, context: str) -> list[Charge]:
-    """Restickifies at the end of the body: carries given back in another type."""
+def _fix_charges(
+    body: _Body, carry: list[SpyreType], times: int, context: str, what: str = "carry"
+) -> list[Charge]:
+    """Restickifies at the end of the body: carries (outputs) given in another type."""
+    unit = "iteration" if what == "carry" else "run"
     out = []
     for i, (got, want) in enumerate(zip(body.outs, carry, strict=False)):
         cost = _into_cost(got, want)
@@ -283,8 +286,9 @@ def _fix_charges(body: _Body, carry: list[SpyreType], times: int, context: str) 
                     cost * times,
                     (got,),
                     want.layout,
-                    f"carry {i}: the body gives it as {got.str_short()}, the loop carries "
-                    f"{want.str_short()} [{context}: {cost} per iteration x {times}]",
+                    f"{what} {i}: the body gives it as {got.str_short()}, the "
+                    f"{'loop carries' if what == 'carry' else 'cond gives'} "
+                    f"{want.str_short()} [{context}: {cost} per {unit} x {times}]",
                     context,
                     v if isinstance(v, Value) else None,
                 )
@@ -292,31 +296,44 @@ def _fix_charges(body: _Body, carry: list[SpyreType], times: int, context: str) 
     return out
 
 
-def _choose_carry(
-    init: list[SpyreType],
-    plan_for: Any,
-    times: int,
-) -> _Loop:
-    """The cheapest carry types: as they arrive, the body's fixed point, or the defaults."""
+def _choose_carry(init: list[SpyreType], plan_for: Any, times: int) -> _Loop:
+    """The cheapest carry types: as they arrive, the body's fixed point, or the defaults.
+
+    Raises:
+        LayoutError: the body's, if it cannot run on any of them.
+    """
     tried: list[tuple[SpyreType, ...]] = []
-    carry = [_carried(t) for t in init]
+    loops: list[_Loop] = []
+    errors: list[LayoutError] = []
+
+    def attempt(cand: tuple[SpyreType, ...]) -> _Loop | None:
+        tried.append(cand)
+        try:
+            body, cond = plan_for(list(cand))
+        except LayoutError as err:
+            errors.append(err)
+            return None
+        before = sum(_into_cost(a, b) for a, b in zip(init, cand, strict=True))
+        per = body.plan.cost + (cond.plan.cost if cond else 0)
+        per += sum(_into_cost(a, b) for a, b in zip(body.outs, cand, strict=False))
+        loop = _Loop(list(cand), body, cond, before + times * per)
+        loops.append(loop)
+        return loop
+
+    carry = tuple(_carried(t) for t in init)
     for _ in range(_FIXED_POINT_ROUNDS):
-        tried.append(tuple(carry))
-        body, _ = plan_for(carry)
-        back = [_carried(t) for t in body.outs[: len(carry)]]
-        if back == carry or tuple(back) in tried:
+        loop = attempt(carry)
+        if loop is None:
+            break
+        back = tuple(_carried(t) for t in loop.body.outs[: len(carry)])
+        if back == carry or back in tried:
             break
         carry = back
     defaults = tuple(host_input_type(t.shape, t.dtype) for t in init)
     if defaults not in tried:
-        tried.append(defaults)
-    loops = []
-    for cand in tried:
-        body, cond = plan_for(list(cand))
-        before = sum(_into_cost(a, b) for a, b in zip(init, cand, strict=True))
-        per = body.plan.cost + (cond.plan.cost if cond else 0)
-        per += sum(_into_cost(a, b) for a, b in zip(body.outs, cand, strict=False))
-        loops.append(_Loop(list(cand), body, cond, before + times * per))
+        attempt(defaults)
+    if not loops:
+        raise errors[0]
     return min(loops, key=lambda lp: lp.cost)  # the first of the cheapest
 
 
@@ -556,8 +573,8 @@ class _Cond(_ControlRule):
             n = len(d.bodies)
             for k, b in enumerate(d.bodies):
                 context = f"in branch {k} of {node.describe()} (one of {n} runs)"
-                _emit(called, _charges(b.plan, 1, context))
-                _emit(called, _fix_charges(b, d.outs, 1, context))
+                _emit(called, _charges(b.plan, 1, context, "run"))
+                _emit(called, _fix_charges(b, d.outs, 1, context, "output"))
             return [sp.abstract(t) for t in d.outs]
 
         def branch(b: _Body) -> Any:
