@@ -232,7 +232,9 @@ def _cache(node: Node) -> _NodeCache:
 def _graph(node: Node, key: str, closed: Any, bound: list[Scalar | None]) -> Graph:
     c = _cache(node)
     if key not in c.graphs:
-        c.graphs[key] = build_graph(closed, bound)
+        graph = c.graphs[key] = build_graph(closed, bound)
+        for v in graph.inputs:  # "argument leaf i" of the body: say whose
+            v.origin = v.origin.replace("argument leaf", f"{key} operand") + f" of {node.prim}"
     return c.graphs[key]
 
 
@@ -374,13 +376,33 @@ class _Scan(_ControlRule):
             t if t is not None else _scalar_type(u)
             for t, u in zip(types[nc : nc + nk], node.ins[nc : nc + nk], strict=True)
         ]
-        stacked = [_stacked(t, length) for t in types[nc + nk :]]
-        xs = [t.dec_rank(length, 0) for t in stacked]
+        given = types[nc + nk :]
+        stacked = [_stacked(t, length) for t in given]
 
-        def plan_for(carry: list[SpyreType]) -> tuple[_Body, None]:
-            return _body(node, "body", graph, [*consts, *carry, *xs]), None
+        def choose(stacked: list[SpyreType]) -> _Loop:
+            xs = [t.dec_rank(length, 0) for t in stacked]
 
-        loop = _choose_carry(init, plan_for, length)
+            def plan_for(carry: list[SpyreType]) -> tuple[_Body, None]:
+                return _body(node, "body", graph, [*consts, *carry, *xs]), None
+
+            return _choose_carry(init, plan_for, length)
+
+        loop = choose(stacked)
+        # A stacked input moved before the loop anyway may as well be moved into the
+        # stick its slices are read in: try each, one input at a time.
+        for j, t in enumerate(given):
+            if stacked[j] == t:
+                continue
+            for s in stick_options(t.shape[1:]):
+                alt = batched_type(default_type(t.shape[1:], t.dtype, s), length)
+                if alt == stacked[j]:
+                    continue
+                try:
+                    other = choose([*stacked[:j], alt, *stacked[j + 1 :]])
+                except LayoutError:
+                    continue
+                if other.cost < loop.cost:
+                    loop, stacked = other, [*stacked[:j], alt, *stacked[j + 1 :]]
         c.decisions[key] = (loop, stacked)
         return loop, stacked
 
