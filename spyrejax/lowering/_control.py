@@ -17,8 +17,14 @@ copy with its cost per iteration.
 
 Stacked inputs of a ``scan`` are read one slice per iteration: a slice along logical
 dim 0 is a view when dim 0 is the outermost device dim (a stacked layout); an input
-in another layout is restickified into the stacked layout of its slices once, before
-the loop. Stacked outputs come out in the stacked layout of the body's outputs.
+in another layout is restickified once, before the loop, into the stacked layout whose
+slices the body reads cheapest. Stacked outputs come out in the stacked layout of the
+body's outputs.
+
+Under ``jax.vmap`` a while on a batched predicate is folded into a plain one (the
+predicate reduced for the test, a select in the body), and a cond on a batched index
+becomes ``select_n`` on an int32 index, which this module lowers (a chain of
+``where``; bool predicates go to the elementwise ``where`` rule it wraps).
 
 Predicates and branch indices are 0-d Spyre arrays: they are read back to the host
 (a DMA of one element) to steer the loop or pick the branch.
