@@ -229,7 +229,7 @@ def explain(
             dci = mapping.dci(host_to_device=False, host_dtype=t.dtype)
             outputs.append((f"out{i}", dci))
     copies = tuple(
-        (node.describe(), prim.moves)
+        (getattr(prim, "where", "") or node.describe(), prim.moves)
         for node, options in plan.runs.items()
         for option in options
         for prim in option.copies

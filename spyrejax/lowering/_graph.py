@@ -8,6 +8,7 @@ remains are nodes over values, each with its source line for error messages.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -233,8 +234,28 @@ class _Builder:
             v = self.value(var.aval, "node", origin=f"{eqn.primitive.name} at {source}")
             env[var] = v
             outs.append(v)
+        self.graph.derivative_rules.extend(f"{r} at {source}" for r in _inner_rules(eqn.params))
         node = Node(eqn.primitive.name, dict(eqn.params), ins, outs, source, eqn.primitive)
         self.graph.nodes.append(node)
+
+
+def _inner_rules(params: dict[str, Any]) -> list[str]:
+    """Derivative rules inside the bodies a node keeps (a loop's, a cond's branches)."""
+    found = []
+    todo = [p for v in params.values() for p in (v if isinstance(v, tuple) else (v,))]
+    while todo:
+        j = todo.pop()
+        if isinstance(j, ClosedJaxpr):
+            j = j.jaxpr
+        if not isinstance(j, Jaxpr):
+            continue
+        for eqn in j.eqns:
+            if eqn.primitive.name in _DERIVATIVE_RULES:
+                found.append(eqn.primitive.name)
+            todo.extend(
+                p for v in eqn.params.values() for p in (v if isinstance(v, tuple) else (v,))
+            )
+    return found
 
 
 def _read(env: dict[Any, Any], atom: Any) -> Any:
@@ -244,11 +265,18 @@ def _read(env: dict[Any, Any], atom: Any) -> Any:
     return env[atom]
 
 
-def build_graph(closed: ClosedJaxpr) -> Graph:
-    """Flatten a closed jaxpr into a :class:`Graph`."""
+def build_graph(closed: ClosedJaxpr, bound: Sequence[Scalar | None] = ()) -> Graph:
+    """Flatten a closed jaxpr into a :class:`Graph`.
+
+    ``bound`` gives inputs known at trace time (a loop body's scalar operands): they
+    are folded in as scalars and are no inputs of the graph.
+    """
     b = _Builder()
     env: dict[Any, Any] = {}
     for i, var in enumerate(closed.jaxpr.invars):
+        if i < len(bound) and bound[i] is not None:
+            env[var] = bound[i]
+            continue
         v = b.value(var.aval, "input", origin=f"argument leaf {i}")
         env[var] = v
         b.graph.inputs.append(v)

@@ -53,10 +53,13 @@ def records(plan: Plan) -> list[Record]:
     for node, options in plan.runs.items():
         for option in options:
             for prim in option.copies:
-                if prim.role == "restickify":
-                    why = f"{node.describe()} asks for layout {prim.layout}"
+                if prim.role == "restickify":  # a loop's body charges say their own why
+                    why = getattr(prim, "reason", "") or (
+                        f"{node.describe()} asks for layout {prim.layout}"
+                    )
+                    value = getattr(prim, "value", None) or node.outs[0]
                     src = prim.in_avals[0]
-                    out.append(_record(node.outs[0], src, prim.layout, prim.moves, why))
+                    out.append(_record(value, src, prim.layout, prim.moves, why))
     return out
 
 

@@ -205,10 +205,14 @@ class _Planner:
     def _node_options(self, node: Node) -> list[tuple[float, Option]]:
         """Every feasible option of a node with its total cost, the cheapest per outputs."""
         rule = rule_for(node)
+        # A rule with many inputs that normalises them itself (a loop) takes the cheapest.
+        limit = getattr(rule, "candidates", _CANDIDATES)
         best: dict[tuple[SpyreType, ...], tuple[float, Option]] = {}
         tried: list[tuple[SpyreType | None, ...]] = []
         for mode in rule.modes(node):
-            choices = [self._candidates(u, r) for u, r in zip(node.ins, mode.ins, strict=True)]
+            choices = [
+                self._candidates(u, r)[:limit] for u, r in zip(node.ins, mode.ins, strict=True)
+            ]
             for combo in itertools.product(*choices):
                 ins = tuple(t for t, _ in combo)
                 tried.append(ins)

@@ -5,7 +5,7 @@ emulator kernel and transformation rules.
 """
 
 from ._astype import astype
-from ._base import SpyrePrim, abstract, abstract_eval, image, target_layout, wrap
+from ._base import SpyrePrim, abstract, abstract_calls, abstract_eval, image, target_layout, wrap
 from ._copies import concatenate, pad, reshape_copy, slice_copy
 from ._elementwise import ELEMENTWISE_OPS, ElementwiseOp, elementwise
 from ._elementwise import OPS as ELEMENTWISE
@@ -38,6 +38,7 @@ __all__ = [
     "ReductionOp",
     "SpyrePrim",
     "abstract",
+    "abstract_calls",
     "abstract_eval",
     "astype",
     "broadcast_to",

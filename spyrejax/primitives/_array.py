@@ -152,7 +152,14 @@ class SpyreType(HiType):
         return [hi_val.image]
 
     def raise_val(self, image: jax.Array) -> SpyreArray:
-        """A value of this type around a device image."""
+        """A value of this type around a device image.
+
+        An image with one more leading dim is a stack of them: ``lax.scan`` raises its
+        stacked outputs with the per-iteration type (JAX 0.12's hijax), so the value
+        gets the stacked type (:func:`batched_type`), as ``inc_rank`` gives it.
+        """
+        if len(image.shape) == len(self.layout.device_size) + 1:
+            return SpyreArray(image, batched_type(self, int(image.shape[0])))
         return SpyreArray(image, self)
 
     def str_short(self, short_dtypes: bool = False, mesh_axis_types: bool = False) -> str:

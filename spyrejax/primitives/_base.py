@@ -37,6 +37,7 @@ __all__ = [
     "SpyrePrim",
     "Wrap",
     "abstract",
+    "abstract_calls",
     "abstract_eval",
     "image",
     "is_spyre",
@@ -62,6 +63,15 @@ def abstract_eval() -> Iterator[list[SpyrePrim]]:
         yield _ABSTRACT.get()
     finally:
         _ABSTRACT.reset(token)
+
+
+def abstract_calls() -> list[Any] | None:
+    """The list :func:`abstract_eval` fills, inside one; None outside (values are computed).
+
+    A lowering that would run a computation (a loop) checks it to give types instead,
+    and may add what the computation would copy (see ``SpyrePrim.role``/``moves``).
+    """
+    return _ABSTRACT.get()
 
 
 def abstract(aval: Any) -> Any:
