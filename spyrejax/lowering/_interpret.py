@@ -9,6 +9,7 @@ for it, and the shape and dtype of its equation; anything else is a
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ from ._graph import Graph, Node, Scalar, Value
 from ._planner import Move, Plan
 from ._rules import rule_for
 
-__all__ = ["Interpreter", "Record", "records"]
+__all__ = ["Interpreter", "Record", "records", "source_line"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,8 @@ class Record:
         target: the layout it got.
         cost: elements moved, ``prod(source.device_size)``.
         source_type: its type before (shows a view over ``source``).
+        line: the user's source line it is charged to: the line of the node that needs
+            it (see :func:`source_line`).
     """
 
     value: str
@@ -45,18 +48,31 @@ class Record:
     target: SpyreTensorLayout
     cost: int
     source_type: str = ""
+    line: str = ""
+
+
+def source_line(source: str) -> str:
+    """A node's source as a line: ``file:line (function)``, the column left out.
+
+    Reports group costs by it, so the ops of one line (several columns, several
+    layers calling the same code) share one row.
+    """
+    return re.sub(r"^(.*:\d+):\d+( |$)", r"\1\2", source)
 
 
 def records(plan: Plan) -> list[Record]:
     """The plan's restickifies (planned moves, and those a lowering makes itself)."""
-    out = [_record(m.value, m.source, m.target.layout, m.cost, m.reason) for m in _moves(plan)]
+    out = [
+        _record(m.value, m.source, m.target.layout, m.cost, m.reason, m.consumer)
+        for m in _moves(plan)
+    ]
     for node, options in plan.runs.items():
         for option in options:
             for prim in option.copies:
                 if prim.role == "restickify":
                     why = f"{node.describe()} asks for layout {prim.layout}"
                     src = prim.in_avals[0]
-                    out.append(_record(node.outs[0], src, prim.layout, prim.moves, why))
+                    out.append(_record(node.outs[0], src, prim.layout, prim.moves, why, node))
     return out
 
 
@@ -64,9 +80,12 @@ def _moves(plan: Plan) -> list[Move]:
     return [m for ms in plan.moves.values() for m in ms]
 
 
-def _record(v: Value, source: SpyreType, target: Any, cost: int, reason: str) -> Record:
+def _record(
+    v: Value, source: SpyreType, target: Any, cost: int, reason: str, node: Node | None
+) -> Record:
     what = f"{v.dtype.name}{list(v.shape)} ({v.origin})"
-    return Record(what, reason, source.layout, target, cost, source.str_short())
+    line = source_line(node.source) if node is not None else ""
+    return Record(what, reason, source.layout, target, cost, source.str_short(), line)
 
 
 def _check(node: Node, out: Any, planned: SpyreType) -> Any:

@@ -81,12 +81,14 @@ class Move:
         source: its type before.
         target: its type after (the default layout of a stick).
         reason: which consumer needs it, in which stick.
+        consumer: that consumer (reports charge the move to its source line).
     """
 
     value: Value
     source: SpyreType
     target: SpyreType
     reason: str
+    consumer: Node | None = None
 
     @property
     def cost(self) -> int:
@@ -311,7 +313,7 @@ class _Planner:
             if d in produced and produced[d][0] < restickify_cost(src):
                 runs.append(d)
             else:
-                moves.append(Move(v, src, d, _why(consumer, src, d)))
+                moves.append(Move(v, src, d, _why(consumer, src, d), consumer))
         if moves:
             plan.moves[v] = moves
         return runs
