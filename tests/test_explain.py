@@ -9,7 +9,7 @@ from helpers import rand
 from test_models import attention, rms_norm
 
 import spyrejax as sj
-from spyrejax.lowering._interpret import source_line
+from spyrejax.lowering._graph import source_line
 
 D, H, T = 64, 2, 16
 

@@ -12,7 +12,7 @@ from ..dma._dci import DCI
 from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import SpyreType
 from ._graph import Node
-from ._interpret import Record, records, source_line
+from ._interpret import Record, records
 from ._jit import SpyreJit
 from ._planner import Move, Plan
 
@@ -144,8 +144,9 @@ class LineInfo:
 
     @property
     def prims(self) -> str:
-        """Its primitives, each once, in order."""
-        return " ".join(dict.fromkeys(o.prim for o in self.ops))
+        """Its primitives, each once: host fallbacks first, marked ``(host)``."""
+        host = [f"{o.prim}(host)" for o in self.ops if o.fallback is not None]
+        return " ".join(dict.fromkeys([*host, *(o.prim for o in self.ops if not o.fallback)]))
 
 
 def _short(line: str) -> str:
@@ -505,7 +506,7 @@ def _ops(plan: Plan) -> tuple[OpInfo, ...]:
         copies = [p for p in prims if p.role == "copy"]
         hosts = [p for p in prims if p.role == "host"]
         moves = moved.get(node, [])
-        line = source_line(node.source)
+        line = node.line
         nbytes = sum(o.out.layout.nbytes for o in options if not o.out.is_view)
         nbytes += sum(m.target.layout.nbytes for m in moves)
         nbytes += sum(p.out_aval.layout.nbytes for p in resticks)

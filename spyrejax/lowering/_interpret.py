@@ -9,7 +9,6 @@ for it, and the shape and dtype of its equation; anything else is a
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +23,7 @@ from ._graph import Graph, Node, Scalar, Value
 from ._planner import Move, Plan
 from ._rules import rule_for
 
-__all__ = ["Interpreter", "Record", "records", "source_line"]
+__all__ = ["Interpreter", "Record", "records"]
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,7 @@ class Record:
         cost: elements moved, ``prod(source.device_size)``.
         source_type: its type before (shows a view over ``source``).
         line: the user's source line it is charged to: the line of the node that needs
-            it (see :func:`source_line`).
+            it (``file:line (function)``).
     """
 
     value: str
@@ -49,15 +48,6 @@ class Record:
     cost: int
     source_type: str = ""
     line: str = ""
-
-
-def source_line(source: str) -> str:
-    """A node's source as a line: ``file:line (function)``, the column left out.
-
-    Reports group costs by it, so the ops of one line (several columns, several
-    layers calling the same code) share one row.
-    """
-    return re.sub(r"^(.*:\d+):\d+( |$)", r"\1\2", source)
 
 
 def records(plan: Plan) -> list[Record]:
@@ -84,7 +74,7 @@ def _record(
     v: Value, source: SpyreType, target: Any, cost: int, reason: str, node: Node | None
 ) -> Record:
     what = f"{v.dtype.name}{list(v.shape)} ({v.origin})"
-    line = source_line(node.source) if node is not None else ""
+    line = node.line if node is not None else ""
     return Record(what, reason, source.layout, target, cost, source.str_short(), line)
 
 
@@ -133,7 +123,8 @@ class Interpreter:
                     u if isinstance(u, Scalar) else env[u, t]
                     for u, t in zip(node.ins, option.ins, strict=True)
                 ]
-                out = rule_for(node).lower(node, ins, option.mode)[0]
+                # The planner refused host fallbacks where they are not allowed.
+                out = rule_for(node, fallback=True).lower(node, ins, option.mode)[0]
                 env[node.outs[0], option.out] = _check(node, out, option.out)
             self._move(env, node.outs[0])
         return [
