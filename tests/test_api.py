@@ -235,6 +235,7 @@ def _all_primitives():
             np.float32,
             layout=a.layout,
         )
+        sp.host_call(jax.lax.erf_p, [a], {}, (4, 150), np.float32, layout=a.layout)
     return {type(p): p for p in called}
 
 

@@ -25,7 +25,7 @@ from ._base import SpyrePrim
 from ._copies import Copy
 from ._values import logical_values
 
-__all__ = ["LaxCopy", "lax_copy"]
+__all__ = ["LaxCopy", "lax_copy", "split_operands"]
 
 
 class LaxCopy(Copy):
@@ -91,6 +91,26 @@ class LaxCopy(Copy):
         return self.primitive.bind(*operands, **dict(self.primitive_params))
 
 
+def split_operands(primitive: Any, operands: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The Spyre arrays among ``operands``, and the ``(position, value)`` of the scalars.
+
+    Raises:
+        SpyreTypeError: if an operand is a host array.
+    """
+    arrays, consts = [], []
+    for pos, x in enumerate(operands):
+        if isinstance(x, bool | int | float | np.generic | np.ndarray):
+            consts.append((pos, np.asarray(x)))
+            continue
+        if not isinstance(jax.typeof(x), SpyreType):
+            raise SpyreTypeError(
+                f"{primitive.name}: operand {pos} is a host array {jax.typeof(x)}; move it with "
+                "spyrejax.to_device"
+            )
+        arrays.append(x)
+    return arrays, consts
+
+
 def lax_copy(
     primitive: Any,
     operands: list[Any],
@@ -114,17 +134,7 @@ def lax_copy(
         SpyreTypeError: if an operand is a host array, or none is a Spyre array.
         LayoutError: if ``layout`` cannot hold the result.
     """
-    arrays, consts = [], []
-    for pos, x in enumerate(operands):
-        if isinstance(x, bool | int | float | np.generic | np.ndarray):
-            consts.append((pos, np.asarray(x)))
-            continue
-        if not isinstance(jax.typeof(x), SpyreType):
-            raise SpyreTypeError(
-                f"{primitive.name}: operand {pos} is a host array {jax.typeof(x)}; move it with "
-                "spyrejax.to_device"
-            )
-        arrays.append(x)
+    arrays, consts = split_operands(primitive, operands)
     prim = LaxCopy(
         *[jax.typeof(a) for a in arrays],
         primitive=primitive,
