@@ -12,6 +12,7 @@ from . import dma, layout, lowering, primitives
 from ._errors import (
     LayoutError,
     SpyreError,
+    SpyreFallbackWarning,
     SpyreInternalError,
     SpyreTypeError,
     SpyreUnsupportedError,
@@ -53,6 +54,7 @@ __all__ = [
     "Report",
     "SpyreArray",
     "SpyreError",
+    "SpyreFallbackWarning",
     "SpyreInternalError",
     "SpyreJit",
     "SpyreType",

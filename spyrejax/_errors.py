@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "LayoutError",
     "SpyreError",
+    "SpyreFallbackWarning",
     "SpyreInternalError",
     "SpyreTypeError",
     "SpyreUnsupportedError",
@@ -33,3 +34,12 @@ class SpyreTypeError(SpyreError, TypeError):
 
 class SpyreInternalError(SpyreError, RuntimeError):
     """A broken invariant inside spyrejax (a bug to report), raised instead of a wrong result."""
+
+
+class SpyreFallbackWarning(UserWarning):
+    """An operation with no Spyre device rule runs on the host instead (a visible fallback).
+
+    Its operands move device -> host through the DMA, JAX computes it, and the result
+    moves back in a default layout. ``spyrejax.jit(f, fallback="error")`` raises
+    :class:`SpyreUnsupportedError` instead.
+    """

@@ -39,7 +39,7 @@ from ..primitives._stick import (
 )
 from ._graph import Node, Scalar, Value
 
-__all__ = ["RULES", "Mode", "Rule", "rule_for"]
+__all__ = ["HOST_FALLBACK", "RULES", "Mode", "Rule", "is_host_fallback", "rule_for"]
 
 
 @dataclass(frozen=True)
@@ -85,19 +85,53 @@ def _register(rule: Rule, *names: str) -> None:
         RULES[name] = rule
 
 
-def rule_for(node: Node) -> Rule:
-    """The node's rule.
+def rule_for(node: Node, *, fallback: bool = False) -> Rule:
+    """The node's rule; with ``fallback``, the host fallback for a primitive without one.
 
     Raises:
-        SpyreUnsupportedError: for a primitive spyrejax cannot lower.
+        SpyreUnsupportedError: for a primitive spyrejax cannot lower (and, with
+            ``fallback``, cannot run on the host either: several results).
     """
     rule = RULES.get(node.prim)
+    if rule is None and fallback and is_host_fallback(node):
+        return HOST_FALLBACK
     if rule is None:
         raise SpyreUnsupportedError(
             f"unsupported primitive {node.prim} at {node.source}: spyrejax.jit lowers "
             f"{', '.join(sorted(RULES))}"
         )
     return rule
+
+
+def is_host_fallback(node: Node) -> bool:
+    """Whether the node has no device rule and one result: it can run on the host."""
+    single = node.primitive is not None and not node.primitive.multiple_results
+    return node.prim not in RULES and single and len(node.outs) == 1
+
+
+class _HostFallback(Rule):
+    """Any one-result primitive without a device rule, run on the host.
+
+    The operands are read in any layout and moved to the host through the DMA
+    (``primitives.host_call``), JAX runs the primitive, and the result comes back in
+    its default layout. The planner warns once per primitive and source line.
+    """
+
+    def modes(self, node: Node) -> list[Mode]:
+        out = node.outs[0]
+        stick = canon(out.shape, out.ndim - 1) if out.shape else SPARSE
+        return [Mode((None,) * len(node.ins), stick)]
+
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        out = node.outs[0]
+        operands = [np.asarray(a.value, a.dtype) if isinstance(a, Scalar) else a for a in args]
+        layout = SpyreTensorLayout(out.shape, out.dtype)
+        return [
+            sp.host_call(node.primitive, operands, node.params, out.shape, out.dtype, layout=layout)
+        ]
+
+
+HOST_FALLBACK: Rule = _HostFallback()
 
 
 def _arg(x: Any) -> Any:
