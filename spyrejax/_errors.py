@@ -10,6 +10,7 @@ __all__ = [
     "DeviceError",
     "LayoutError",
     "SpyreError",
+    "SpyreFallbackWarning",
     "SpyreInternalError",
     "SpyreTypeError",
     "SpyreUnsupportedError",
@@ -38,3 +39,12 @@ class SpyreInternalError(SpyreError, RuntimeError):
 
 class DeviceError(SpyreError, ValueError):
     """A request the device model cannot satisfy (a core count, a work-division hint)."""
+
+
+class SpyreFallbackWarning(UserWarning):
+    """An operation with no Spyre device rule runs on the host instead (a visible fallback).
+
+    Its operands move device -> host through the DMA, JAX computes it, and the result
+    moves back in a default layout. ``spyrejax.jit(f, fallback="error")`` raises
+    :class:`SpyreUnsupportedError` instead.
+    """

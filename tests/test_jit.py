@@ -324,7 +324,7 @@ def test_explain_report():
     x = rand((4, 150), jnp.float16)
     w = rand((150, 70), jnp.float16, 1)
     report = sj.explain(lambda x, w: jax.nn.relu(x.T.T @ w).sum(1), x, w)
-    text = str(report)
+    text = report.details()
     assert "Spyre-level jaxpr:" in text and "Matmul" in text
     assert "f16[4,150]{[3,4,64]/[64,150,1]}" in text
     assert "restickify_cost: 0" in text

@@ -1,8 +1,10 @@
 """Lowering plain JAX functions to Spyre primitives: ``jit``, ``with_layout``, ``explain``."""
 
 from ..primitives._stick import SPARSE
-from . import _control  # noqa: F401  (registers the control-flow rules)
-from . import _conv  # noqa: F401  (registers the convolution and pooling rules)
+from . import (
+    _control,  # noqa: F401  (registers the control-flow rules)
+    _conv,  # noqa: F401  (registers the convolution and pooling rules)
+)
 from ._device import device_program, with_division
 from ._explain import Report, explain
 from ._export import Export, export

@@ -146,7 +146,7 @@ def _node_descs(
     def run(*xs: Any) -> Any:
         it = iter(xs)
         args = [u if isinstance(u, Scalar) else next(it) for u in node.ins]
-        return rule_for(node).lower(node, args, option.mode)
+        return rule_for(node, fallback=True).lower(node, args, option.mode)
 
     closed = jax.make_jaxpr(run)(*(sp.abstract(t) for _, t in spyre))
     env = {var: names(u, t) for var, (u, t) in zip(closed.jaxpr.invars, spyre, strict=True)}

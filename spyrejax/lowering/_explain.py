@@ -13,10 +13,12 @@ from ..dma._dci import DCI
 from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import SpyreType
 from ._device import device_program
+from ._graph import Node
 from ._interpret import Record, records
 from ._jit import SpyreJit
+from ._planner import Move, Plan
 
-__all__ = ["Report", "TensorInfo", "explain"]
+__all__ = ["Fallback", "LineInfo", "OpInfo", "Report", "TensorInfo", "explain"]
 
 
 @dataclass(frozen=True)
@@ -44,12 +46,156 @@ class TensorInfo:
 
 
 @dataclass(frozen=True)
+class Fallback:
+    """A node run on the host: no device rule, so its operands go to the host and back.
+
+    Attributes:
+        prim: the JAX primitive.
+        line: the user's source line (``file:line (function)``).
+        to_host_bytes: bytes its operands move device -> host (their logical values).
+        to_device_bytes: bytes its result moves host -> device (in a default layout).
+    """
+
+    prim: str
+    line: str
+    to_host_bytes: int
+    to_device_bytes: int
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    """One node of the plan (a JAX primitive application) and what it costs.
+
+    Restickifies are charged to the node that needs them (a planned move of an input,
+    or one its lowering makes). Fields are per op; :class:`LineInfo` sums them per
+    source line.
+
+    Attributes:
+        prim: the JAX primitive.
+        line: the user's source line (``file:line (function)``).
+        out_type: the Spyre type of its result (printed form).
+        device_bytes: device bytes it allocates: its result unless that is a view,
+            and the restickified copies of its inputs.
+        restickifies: how many restickifies it needs.
+        restickify_cost: elements they move.
+        copies: how many device copies its lowering makes (slice, pad, gather...).
+        copy_cost: elements they move.
+        fallback: the host fallback, if it runs on the host.
+    """
+
+    prim: str
+    line: str
+    out_type: str
+    device_bytes: int = 0
+    restickifies: int = 0
+    restickify_cost: int = 0
+    copies: int = 0
+    copy_cost: int = 0
+    fallback: Fallback | None = None
+
+
+# The OpInfo fields a LineInfo sums (a new per-op number joins the summary here).
+_SUMMED = ("device_bytes", "restickifies", "restickify_cost", "copies", "copy_cost")
+
+
+@dataclass(frozen=True)
+class LineInfo:
+    """The ops of one user source line, their costs summed (a row of the summary).
+
+    Attributes:
+        line: the source line (``file:line (function)``).
+        ops: its ops, in plan order.
+        device_bytes, restickifies, restickify_cost, copies, copy_cost: the sums of
+            its ops' fields.
+        to_host_bytes: bytes its host fallbacks move device -> host.
+        to_device_bytes: bytes they move back.
+    """
+
+    line: str
+    ops: tuple[OpInfo, ...]
+    device_bytes: int = 0
+    restickifies: int = 0
+    restickify_cost: int = 0
+    copies: int = 0
+    copy_cost: int = 0
+    to_host_bytes: int = 0
+    to_device_bytes: int = 0
+
+    @classmethod
+    def of(cls, line: str, ops: tuple[OpInfo, ...]) -> LineInfo:
+        """The row of ``ops`` (all of ``line``)."""
+        sums = {f: sum(getattr(o, f) for o in ops) for f in _SUMMED}
+        falls = [o.fallback for o in ops if o.fallback is not None]
+        return cls(
+            line,
+            ops,
+            **sums,
+            to_host_bytes=sum(f.to_host_bytes for f in falls),
+            to_device_bytes=sum(f.to_device_bytes for f in falls),
+        )
+
+    @property
+    def moved(self) -> int:
+        """Elements moved between layouts: restickifies and copies."""
+        return self.restickify_cost + self.copy_cost
+
+    @property
+    def costly(self) -> bool:
+        """Whether anything moves: restickifies, copies or host fallbacks."""
+        return bool(self.moved or self.restickifies or self.copies or self.to_host_bytes)
+
+    @property
+    def prims(self) -> str:
+        """Its primitives, each once: host fallbacks first, marked ``(host)``."""
+        host = [f"{o.prim}(host)" for o in self.ops if o.fallback is not None]
+        return " ".join(dict.fromkeys([*host, *(o.prim for o in self.ops if not o.fallback)]))
+
+
+def _short(line: str) -> str:
+    """``file.py:12 (fn)`` without the directories."""
+    path, sep, rest = line.partition(":")
+    return path.rsplit("/", 1)[-1] + sep + rest
+
+
+def _count(cost: int, n: int) -> str:
+    return f"{cost} ({n})" if n else "-"
+
+
+def _host(row: LineInfo) -> str:
+    return f"{row.to_host_bytes}/{row.to_device_bytes}" if row.to_host_bytes else "-"
+
+
+# The summary's columns: header and cell of a LineInfo (one table for text and HTML).
+_COLUMNS: tuple[tuple[str, Callable[[LineInfo], str]], ...] = (
+    ("source line", lambda r: _short(r.line)),
+    ("restickify (n)", lambda r: _count(r.restickify_cost, r.restickifies)),
+    ("copy (n)", lambda r: _count(r.copy_cost, r.copies)),
+    ("host B out/in", _host),
+    ("device B", lambda r: str(r.device_bytes)),
+    ("ops", lambda r: r.prims),
+)
+_MAX_ROWS = 20  # costly lines shown in the summary; report.lines has them all
+_MIN_ROWS = 8  # rows shown when fewer lines move data (the next by device bytes)
+_MAX_CELL = 48
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _MAX_CELL else text[: _MAX_CELL - 3] + "..."
+
+
+@dataclass(frozen=True, repr=False)
 class Report:
     """What spyrejax.jit does with a function for one input signature.
 
+    ``str(report)`` (and ``repr``) is a summary, like a profile: one row per user
+    source line that moves data (restickifies and copies with the elements they move,
+    host fallbacks with the bytes they move each way, device bytes), then the totals.
+    :meth:`details` is the full text; notebooks render the summary as HTML with the
+    details in a folding section.
+
     Attributes:
         jaxpr: the Spyre-level jaxpr, a layout on every value.
-        restickifies: each restickify with its value, reason, layouts and cost.
+        restickifies: each restickify with its value, reason, layouts, cost and line.
         restickify_cost: their total cost (elements moved).
         tensors: device bytes and padding overhead of every value.
         input_dcis: DMA descriptors moving the host inputs to the device.
@@ -58,6 +204,10 @@ class Report:
             reshape that is no view), each with its cost (elements moved).
         device: the program on the machine (spyrejax.device): every op divided over
             the cores, LX residency, predicted time.
+        nodes: every node of the plan with what it costs, in plan order.
+        fallbacks: every node run on the host (no device rule), with the bytes it
+            moves each way.
+        source_bytes: device bytes of the inputs and constants.
     """
 
     jaxpr: str
@@ -67,6 +217,9 @@ class Report:
     input_dcis: tuple[tuple[str, DCI], ...]
     output_dcis: tuple[tuple[str, DCI], ...]
     copies: tuple[tuple[str, int], ...] = ()
+    nodes: tuple[OpInfo, ...] = ()
+    fallbacks: tuple[Fallback, ...] = ()
+    source_bytes: int = 0
     device: DeviceProgram | None = None
 
     @property
@@ -84,7 +237,95 @@ class Report:
         """Elements moved by the program's own copies."""
         return sum(cost for _, cost in self.copies)
 
+    @property
+    def lines(self) -> tuple[LineInfo, ...]:
+        """One row per source line, the costliest first (elements moved, then bytes)."""
+        by_line: dict[str, list[OpInfo]] = {}
+        for op in self.nodes:
+            by_line.setdefault(op.line, []).append(op)
+        rows = [LineInfo.of(line, tuple(ops)) for line, ops in by_line.items()]
+        return tuple(sorted(rows, key=lambda r: (-r.moved, -r.to_host_bytes, -r.device_bytes)))
+
+    @property
+    def device_bytes(self) -> int:
+        """Device bytes of the inputs and of everything the ops allocate."""
+        return self.source_bytes + sum(o.device_bytes for o in self.nodes)
+
+    def _rows(self) -> tuple[list[LineInfo], list[LineInfo]]:
+        """The lines shown (the costly ones first, then by device bytes), and the rest."""
+        lines = self.lines
+        shown = [r for r in lines if r.costly][:_MAX_ROWS]
+        shown += [r for r in lines if not r.costly][: max(0, _MIN_ROWS - len(shown))]
+        return shown, [r for r in lines if r not in shown]
+
+    def _totals(self) -> list[str]:
+        out = [
+            f"restickify_cost: {self.restickify_cost} elements moved "
+            f"({len(self.restickifies)} restickifies)",
+            f"copy_cost: {self.copy_cost} elements moved by the program's copies "
+            f"({len(self.copies)} copies)",
+        ]
+        if self.fallbacks:
+            to_host = sum(f.to_host_bytes for f in self.fallbacks)
+            back = sum(f.to_device_bytes for f in self.fallbacks)
+            out.append(
+                f"host fallbacks: {len(self.fallbacks)} ops without a device rule run on the "
+                f"host, moving {to_host} B to the host and {back} B back"
+            )
+        else:
+            out.append("host fallbacks: none")
+        out.append(
+            f"device bytes: {self.device_bytes} ({self.source_bytes} of inputs and constants, "
+            "the rest allocated by the ops)"
+        )
+        if self.device is not None:
+            m, ops = self.device.machine, self.device.ops
+            bound = {
+                b: sum(op.time_s for op in ops if op.bound == b) for b in ("compute", "memory")
+            }
+            out.append(
+                f"predicted time on {m.name} ({m.cores} cores): {self.time_s * 1e6:.3f} us "
+                f"({bound['compute'] * 1e6:.3f} us in compute-bound ops, "
+                f"{bound['memory'] * 1e6:.3f} us memory-bound; report.ops per op)"
+            )
+        return out
+
+    def summary(self) -> str:
+        """The profile: the costly source lines, then the totals (``str(report)``)."""
+        shown, rest = self._rows()
+        out = [f"spyrejax.explain: {len(self.nodes)} ops on {len(self.lines)} source lines"]
+        if not any(r.costly for r in shown):
+            out.append("  nothing moves between layouts: no restickify, copy or host fallback")
+        if shown:
+            cells = [[h for h, _ in _COLUMNS]]
+            cells += [[_clip(cell(r)) for _, cell in _COLUMNS] for r in shown]
+            widths = [max(len(row[i]) for row in cells) for i in range(len(_COLUMNS))]
+            for row in cells:
+                cols = "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
+                out.append(f"  {cols}".rstrip())
+        if rest:
+            ops = sum(len(r.ops) for r in rest)
+            nbytes = sum(r.device_bytes for r in rest)
+            more = sum(r.costly for r in rest)
+            what = f"{more} more that move data, " if more else ""
+            out.append(
+                f"  ({len(rest)} other lines: {what}{ops} ops, {nbytes} device B; report.lines)"
+            )
+        out.extend(self._totals())
+        out.append(
+            "report.details(): the Spyre-level jaxpr, every restickify and copy with its "
+            "layouts, device bytes per tensor, DMA descriptors, the device model per op"
+        )
+        return "\n".join(out)
+
     def __str__(self) -> str:
+        return self.summary()
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+    def details(self) -> str:
+        """The full report: Spyre-level jaxpr, every restickify, copy, fallback, tensor, DMA."""
         out = ["Spyre-level jaxpr:", self.jaxpr, ""]
         out.append(f"restickify_cost: {self.restickify_cost} elements moved")
         for r in self.restickifies:
@@ -94,6 +335,13 @@ class Report:
         if self.copies:
             out.append(f"copy_cost: {self.copy_cost} elements moved by the program's copies")
             out.extend(f"  {what} (cost {cost})" for what, cost in self.copies)
+        if self.fallbacks:
+            out.append("host fallbacks (no device rule):")
+            out.extend(
+                f"  {f.prim} at {f.line}: {f.to_host_bytes} B to the host, "
+                f"{f.to_device_bytes} B back"
+                for f in self.fallbacks
+            )
         out.append("")
         out.append("tensors (device bytes, padding overhead):")
         for t in self.tensors:
@@ -117,8 +365,27 @@ class Report:
 
     def _repr_html_(self) -> str:
         e = html.escape
+        shown, rest = self._rows()
         parts = ["<div class='spyrejax-report'>"]
-        parts.append(f"<p><b>restickify_cost</b>: {self.restickify_cost} elements moved</p>")
+        parts.append(
+            f"<p>spyrejax.explain: {len(self.nodes)} ops on {len(self.lines)} source lines</p>"
+        )
+        head = "".join(f"<th>{e(h)}</th>" for h, _ in _COLUMNS)
+        rows = "".join(
+            "<tr>" + "".join(f"<td>{e(cell(r))}</td>" for _, cell in _COLUMNS) + "</tr>"
+            for r in shown
+        )
+        parts.append(f"<table><tr>{head}</tr>{rows}</table>")
+        if rest:
+            parts.append(f"<p>{len(rest)} other source lines (<code>report.lines</code>)</p>")
+        parts.append("<ul>" + "".join(f"<li>{e(t)}</li>" for t in self._totals()) + "</ul>")
+        parts.append(f"<details><summary>details</summary>{self._details_html()}</details>")
+        parts.append("</div>")
+        return "".join(parts)
+
+    def _details_html(self) -> str:
+        e = html.escape
+        parts = [f"<p><b>restickify_cost</b>: {self.restickify_cost} elements moved</p>"]
         if self.copies:
             parts.append(f"<p><b>copy_cost</b>: {self.copy_cost} elements moved by copies</p>")
         rows = "".join(
@@ -130,6 +397,16 @@ class Report:
             "<table><tr><th>value</th><th>cost</th><th>reason</th><th>from</th><th>to</th></tr>"
             f"{rows}</table>"
         )
+        if self.fallbacks:
+            rows = "".join(
+                f"<tr><td>{e(f.prim)}</td><td>{e(f.line)}</td><td>{f.to_host_bytes}</td>"
+                f"<td>{f.to_device_bytes}</td></tr>"
+                for f in self.fallbacks
+            )
+            parts.append(
+                "<p>host fallbacks (no device rule)</p><table><tr><th>primitive</th>"
+                f"<th>source line</th><th>B to host</th><th>B back</th></tr>{rows}</table>"
+            )
         rows = "".join(
             f"<tr><td>{e(t.name)}</td><td><code>{e(t.type)}</code></td>"
             f"<td>{'view' if t.view else t.device_bytes}</td>"
@@ -154,7 +431,6 @@ class Report:
         parts.append(
             f"<details><summary>Spyre-level jaxpr</summary><pre>{e(self.jaxpr)}</pre></details>"
         )
-        parts.append("</div>")
         return "".join(parts)
 
 
@@ -235,6 +511,7 @@ def explain(
         for prim in option.copies
         if prim.role == "copy"
     )
+    ops = _ops(plan)
     return Report(
         str(closed),
         restickifies,
@@ -243,5 +520,46 @@ def explain(
         tuple(inputs),
         tuple(outputs),
         copies,
+        ops,
+        tuple(o.fallback for o in ops if o.fallback is not None),
+        sum(t.layout.nbytes for types in plan.sources.values() for t in types),
         device_program(lowering.graph, plan, machine),
     )
+
+
+def _ops(plan: Plan) -> tuple[OpInfo, ...]:
+    """Every planned node with its costs; planned moves are charged to their consumer."""
+    moved: dict[Node, list[Move]] = {}
+    for ms in plan.moves.values():
+        for m in ms:
+            if m.consumer is not None:
+                moved.setdefault(m.consumer, []).append(m)
+    ops = []
+    for node, options in plan.runs.items():
+        prims = [p for o in options for p in o.copies]
+        resticks = [p for p in prims if p.role == "restickify"]
+        copies = [p for p in prims if p.role == "copy"]
+        hosts = [p for p in prims if p.role == "host"]
+        moves = moved.get(node, [])
+        line = node.line
+        nbytes = sum(t.layout.nbytes for o in options for t in o.outs if not t.is_view)
+        nbytes += sum(m.target.layout.nbytes for m in moves)
+        nbytes += sum(p.out_aval.layout.nbytes for p in resticks)
+        fallback = None
+        if hosts:
+            up = sum(p.to_host_bytes for p in hosts)
+            fallback = Fallback(node.prim, line, up, sum(p.to_device_bytes for p in hosts))
+        ops.append(
+            OpInfo(
+                node.prim,
+                line,
+                " ".join(t.str_short() for o in options for t in o.outs),
+                nbytes,
+                len(moves) + len(resticks),
+                sum(m.cost for m in moves) + sum(p.moves for p in resticks),
+                len(copies),
+                sum(p.moves for p in copies),
+                fallback,
+            )
+        )
+    return tuple(ops)

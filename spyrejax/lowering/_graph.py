@@ -8,6 +8,7 @@ remains are nodes over values, each with its source line for error messages.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,7 @@ import numpy as np
 
 from .._jax import ClosedJaxpr, Jaxpr, Literal, summarize_source
 
-__all__ = ["Graph", "Node", "Scalar", "Value", "build_graph"]
+__all__ = ["Graph", "Node", "Scalar", "Value", "build_graph", "source_line"]
 
 # Call-like primitives and the parameter holding their body.
 _CALLS = {
@@ -116,6 +117,20 @@ class Node:
     def describe(self) -> str:
         """``prim`` and where the user wrote it."""
         return f"{self.prim} at {self.source}"
+
+    @property
+    def line(self) -> str:
+        """Its source line, ``file:line (function)`` (see :func:`source_line`)."""
+        return source_line(self.source)
+
+
+def source_line(source: str) -> str:
+    """A node's source as a line: ``file:line (function)``, the column left out.
+
+    Reports and warnings name it, so the ops of one line (several columns, several
+    layers calling the same code) share one row.
+    """
+    return re.sub(r"^(.*:\d+):\d+( |$)", r"\1\2", source)
 
 
 @dataclass(eq=False)

@@ -37,6 +37,8 @@ class Record:
         target: the layout it got.
         cost: elements moved, ``prod(source.device_size)``.
         source_type: its type before (shows a view over ``source``).
+        line: the user's source line it is charged to: the line of the node that needs
+            it (``file:line (function)``).
     """
 
     value: str
@@ -45,11 +47,15 @@ class Record:
     target: SpyreTensorLayout
     cost: int
     source_type: str = ""
+    line: str = ""
 
 
 def records(plan: Plan) -> list[Record]:
     """The plan's restickifies (planned moves, and those a lowering makes itself)."""
-    out = [_record(m.value, m.source, m.target.layout, m.cost, m.reason) for m in _moves(plan)]
+    out = [
+        _record(m.value, m.source, m.target.layout, m.cost, m.reason, m.consumer)
+        for m in _moves(plan)
+    ]
     for node, options in plan.runs.items():
         for option in options:
             for prim in option.copies:
@@ -59,7 +65,7 @@ def records(plan: Plan) -> list[Record]:
                     )
                     value = getattr(prim, "value", None) or node.outs[0]
                     src = prim.in_avals[0]
-                    out.append(_record(value, src, prim.layout, prim.moves, why))
+                    out.append(_record(value, src, prim.layout, prim.moves, why, node))
     return out
 
 
@@ -67,9 +73,12 @@ def _moves(plan: Plan) -> list[Move]:
     return [m for ms in plan.moves.values() for m in ms]
 
 
-def _record(v: Value, source: SpyreType, target: Any, cost: int, reason: str) -> Record:
+def _record(
+    v: Value, source: SpyreType, target: Any, cost: int, reason: str, node: Node | None
+) -> Record:
     what = f"{v.dtype.name}{list(v.shape)} ({v.origin})"
-    return Record(what, reason, source.layout, target, cost, source.str_short())
+    line = node.line if node is not None else ""
+    return Record(what, reason, source.layout, target, cost, source.str_short(), line)
 
 
 def _check(node: Node, want: Value, out: Any, planned: SpyreType) -> Any:
@@ -117,7 +126,8 @@ class Interpreter:
                     u if isinstance(u, Scalar) else env[u, t]
                     for u, t in zip(node.ins, option.ins, strict=True)
                 ]
-                outs = rule_for(node).lower(node, ins, option.mode)
+                # The planner refused host fallbacks where they are not allowed.
+                outs = rule_for(node, fallback=True).lower(node, ins, option.mode)
                 if len(outs) != len(node.outs):
                     raise SpyreInternalError(
                         f"internal error: the lowering of {node.describe()} gave {len(outs)} "

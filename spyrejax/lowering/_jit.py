@@ -34,7 +34,7 @@ from ..primitives import abstract, image, wrap
 from ..primitives._array import SpyreArray, SpyreType
 from ._graph import Graph, build_graph
 from ._interpret import Interpreter
-from ._planner import Plan, host_input_type, plan_graph
+from ._planner import FALLBACKS, Plan, host_input_type, plan_graph
 
 __all__ = ["Compiled", "Lowered", "Lowering", "SpyreJit", "Traced", "jit"]
 
@@ -305,9 +305,15 @@ class SpyreJit:
         fun: Callable[..., Any],
         static_argnums: int | Sequence[int] | None = None,
         static_argnames: str | Sequence[str] | None = None,
+        fallback: str = "warn",
     ) -> None:
         if not callable(fun):
             raise SpyreTypeError(f"spyrejax.jit needs a callable, got {fun!r}")
+        if fallback not in FALLBACKS:
+            raise SpyreTypeError(
+                f"spyrejax.jit: fallback={fallback!r}; expected one of {', '.join(FALLBACKS)}"
+            )
+        self.fallback = fallback
         self.fun = fun
         self.static_argnums = _as_tuple(static_argnums)
         self.static_argnames = _as_tuple(static_argnames)
@@ -372,7 +378,7 @@ class SpyreJit:
             return lowering
         graph = build_graph(closed)
         types = {v: _input_type(a) for v, a in zip(graph.inputs, sig.in_avals, strict=True)}
-        plan = plan_graph(graph, types)
+        plan = plan_graph(graph, types, self.fallback)
         interpreter = Interpreter(graph, plan)
         in_types = [a if isinstance(a, SpyreType) else None for a in sig.in_avals]
 
@@ -436,6 +442,7 @@ def jit(
     *,
     static_argnums: int | Sequence[int] | None = None,
     static_argnames: str | Sequence[str] | None = None,
+    fallback: str = "warn",
 ) -> SpyreJit:
     """Compile a plain JAX function for the Spyre emulator.
 
@@ -451,6 +458,11 @@ def jit(
         fun: the function; its array arguments may be pytrees.
         static_argnums: positional arguments that are static (hashable) values.
         static_argnames: keyword arguments that are static values.
+        fallback: what a primitive without a Spyre device rule does: ``"warn"`` runs it
+            on the host (operands moved device -> host through the DMA, the result
+            back in its default layout) with a :class:`SpyreFallbackWarning` once per
+            primitive and source line, when the function is planned; ``"error"``
+            raises :class:`SpyreUnsupportedError`. ``explain`` lists every fallback.
 
     Returns:
         A :class:`SpyreJit`: a callable taking pytrees of host arrays (moved to the
@@ -459,11 +471,13 @@ def jit(
         ``lower(...).compile()`` stage it ahead of time, as ``jax.jit``'s do.
 
     Raises:
+        SpyreTypeError: for a ``fallback`` other than ``"warn"`` or ``"error"``.
         SpyreUnsupportedError: (when called) for a JAX primitive spyrejax cannot
-            lower, naming it and the source line.
+            lower (with ``fallback="error"``, or with several results), naming it and
+            the source line.
 
     Example:
         >>> import jax.numpy as jnp
         >>> f = jit(lambda a, b: jnp.tanh(a @ b).sum(0))
     """
-    return SpyreJit(fun, static_argnums, static_argnames)
+    return SpyreJit(fun, static_argnums, static_argnames, fallback)

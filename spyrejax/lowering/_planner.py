@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import functools
 import itertools
+import re
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,17 +38,18 @@ import jax
 import numpy as np
 
 from .. import primitives as sp
-from .._errors import LayoutError
+from .._errors import LayoutError, SpyreFallbackWarning
 from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import SpyreType
 from ..primitives._stick import SPARSE, default_type, restickify_cost, serves, stick_name, stick_of
 from ..primitives._stick import stick_options as _stick_options
 from ._graph import Graph, Node, Scalar, Value
-from ._rules import Mode, rule_for
+from ._rules import HOST_FALLBACK, Mode, rule_for
 
-__all__ = ["Move", "Option", "Plan", "host_input_type", "plan_graph"]
+__all__ = ["FALLBACKS", "Move", "Option", "Plan", "host_input_type", "plan_graph"]
 
 INF = float("inf")
+_WARNED: dict[Any, Any] = {}  # the fallback warnings' registry (see warnings.warn_explicit)
 _CANDIDATES = 2  # input types tried per input and mode: the cheapest, and one more
 
 
@@ -58,7 +61,8 @@ class Option:
         mode: the rule's mode.
         ins: the type each input is read in (None for scalars).
         outs: each output's type, as the Spyre primitives give it.
-        copies: the copying primitives the lowering calls (restickifies, slices...).
+        copies: the copying primitives the lowering calls (restickifies, slices...,
+            and host calls, which move no elements between layouts: DMA bytes).
     """
 
     mode: Mode
@@ -86,12 +90,14 @@ class Move:
         source: its type before.
         target: its type after (the default layout of a stick).
         reason: which consumer needs it, in which stick.
+        consumer: that consumer (reports charge the move to its source line).
     """
 
     value: Value
     source: SpyreType
     target: SpyreType
     reason: str
+    consumer: Node | None = None
 
     @property
     def cost(self) -> int:
@@ -156,20 +162,33 @@ def _defaults(v: Value) -> list[SpyreType]:
     return [_default(v.shape, v.dtype, s) for s in _stick_options(v.shape)]
 
 
-def plan_graph(graph: Graph, input_types: dict[Value, SpyreType]) -> Plan:
+FALLBACKS = ("warn", "error")
+"""What ``spyrejax.jit(f, fallback=...)`` does with a primitive without a device rule."""
+
+
+def plan_graph(graph: Graph, input_types: dict[Value, SpyreType], fallback: str = "warn") -> Plan:
     """Plan types for a graph whose inputs arrive in ``input_types``.
 
+    A one-result primitive without a device rule runs on the host (``"warn"``: a
+    :class:`SpyreFallbackWarning` once per primitive and source line) or raises
+    (``"error"``).
+
     Raises:
-        SpyreUnsupportedError: for a primitive with no lowering rule (naming its line).
+        SpyreUnsupportedError: for a primitive with no lowering rule (naming its line)
+            that cannot, or with ``fallback="error"`` may not, run on the host.
         LayoutError: for a node no mode of which can run, naming it and the layouts.
     """
-    return _Planner(graph, input_types).plan()
+    return _Planner(graph, input_types, fallback == "warn").plan()
 
 
 class _Planner:
-    def __init__(self, graph: Graph, input_types: dict[Value, SpyreType]) -> None:
+    def __init__(
+        self, graph: Graph, input_types: dict[Value, SpyreType], fallback: bool = True
+    ) -> None:
         self.graph = graph
         self.input_types = input_types
+        self.fallback = fallback
+        self.warned: set[tuple[str, str]] = set()
         self.produced: dict[Value, dict[SpyreType, tuple[float, Option | None]]] = {}
         self.avail: dict[Value, dict[SpyreType, float]] = {}
         self.cache: dict[Any, tuple[Option | None, str]] = {}
@@ -204,7 +223,9 @@ class _Planner:
 
     def _node_options(self, node: Node) -> list[tuple[float, Option]]:
         """Every feasible option of a node with its total cost, the cheapest per outputs."""
-        rule = rule_for(node)
+        rule = rule_for(node, fallback=self.fallback)
+        if rule is HOST_FALLBACK:
+            self._warn_fallback(node)
         # A rule with many inputs that normalises them itself (a loop) takes the cheapest.
         limit = getattr(rule, "candidates", _CANDIDATES)
         best: dict[tuple[SpyreType, ...], tuple[float, Option]] = {}
@@ -225,6 +246,25 @@ class _Planner:
         if not best:
             raise self._infeasible(node, tried)
         return list(best.values())
+
+    def _warn_fallback(self, node: Node) -> None:
+        """A visible fallback: warn once per primitive and source line."""
+        key = (node.prim, node.line)
+        if key in self.warned:
+            return
+        self.warned.add(key)
+        warning = SpyreFallbackWarning(
+            f"{node.prim} at {node.line} has no Spyre device rule: it runs on the host "
+            "(operands moved device -> host through the DMA, the result back in its "
+            "default layout; spyrejax.explain(...).fallbacks lists the bytes). "
+            "spyrejax.jit(f, fallback='error') raises instead"
+        )
+        where = re.match(r"(.*):(\d+):\d+", node.source)
+        if where is None:
+            warnings.warn(warning, stacklevel=2)
+        else:  # reported at the user's line, once per process under the default filter
+            file, line = where.group(1), int(where.group(2))
+            warnings.warn_explicit(warning, None, file, line, registry=_WARNED)
 
     def _infeasible(self, node: Node, tried: list[tuple[SpyreType | None, ...]]) -> LayoutError:
         have = [
@@ -271,8 +311,8 @@ class _Planner:
         args = [u if t is None else sp.abstract(t) for u, t in zip(node.ins, ins, strict=True)]
         try:
             with sp.abstract_eval() as called:
-                outs = rule_for(node).lower(node, args, mode)
-            copies = tuple(p for p in called if p.role in ("copy", "restickify"))
+                outs = rule_for(node, fallback=self.fallback).lower(node, args, mode)
+            copies = tuple(p for p in called if p.role in ("copy", "restickify", "host"))
             types = tuple(jax.typeof(o) for o in outs)
             option: Option | None = Option(mode, ins, types, copies)
         except LayoutError as err:
@@ -339,7 +379,7 @@ class _Planner:
             if d in produced and produced[d][0] < restickify_cost(src):
                 runs.append(d)
             else:
-                moves.append(Move(v, src, d, _why(consumer, src, d)))
+                moves.append(Move(v, src, d, _why(consumer, src, d), consumer))
         if moves:
             plan.moves[v] = moves
         return runs

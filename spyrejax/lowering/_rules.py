@@ -39,7 +39,7 @@ from ..primitives._stick import (
 )
 from ._graph import Node, Scalar, Value
 
-__all__ = ["RULES", "Mode", "Rule", "rule_for"]
+__all__ = ["HOST_FALLBACK", "RULES", "Mode", "Rule", "is_host_fallback", "rule_for"]
 
 
 @dataclass(frozen=True)
@@ -85,19 +85,27 @@ def _register(rule: Rule, *names: str) -> None:
         RULES[name] = rule
 
 
-def rule_for(node: Node) -> Rule:
-    """The node's rule.
+def rule_for(node: Node, *, fallback: bool = False) -> Rule:
+    """The node's rule; with ``fallback``, the host fallback for a primitive without one.
 
     Raises:
-        SpyreUnsupportedError: for a primitive spyrejax cannot lower.
+        SpyreUnsupportedError: for a primitive spyrejax cannot lower (without
+            ``fallback``).
     """
     rule = RULES.get(node.prim)
+    if rule is None and fallback and is_host_fallback(node):
+        return HOST_FALLBACK
     if rule is None:
         raise SpyreUnsupportedError(
             f"unsupported primitive {node.prim} at {node.source}: spyrejax.jit lowers "
             f"{', '.join(sorted(RULES))}"
         )
     return rule
+
+
+def is_host_fallback(node: Node) -> bool:
+    """Whether the node has no device rule but a JAX primitive: it can run on the host."""
+    return node.prim not in RULES and node.primitive is not None
 
 
 def _arg(x: Any) -> Any:
@@ -504,20 +512,41 @@ class _LaxCopy(Rule):
         ins = (None,) * len(node.ins)
         return [Mode(ins, s) for s in stick_options(node.outs[0].shape)]
 
+    call = staticmethod(sp.lax_copy)
+
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         operands = [np.asarray(a.value, a.dtype) if isinstance(a, Scalar) else a for a in args]
         layouts = [_like(o, node.outs[0], mode.out) for o in node.outs]
         if not node.primitive.multiple_results:
             (out,), (layout,) = node.outs, layouts
             return [
-                sp.lax_copy(
+                self.call(
                     node.primitive, operands, node.params, out.shape, out.dtype, layout=layout
                 )
             ]
         shapes, dtypes = [o.shape for o in node.outs], [o.dtype for o in node.outs]
         return list(
-            sp.lax_copy(node.primitive, operands, node.params, shapes, dtypes, layout=layouts)
+            self.call(node.primitive, operands, node.params, shapes, dtypes, layout=layouts)
         )
+
+
+class _HostFallback(_LaxCopy):
+    """Any primitive without a device rule, run on the host.
+
+    The operands are read in any layout and moved to the host through the DMA
+    (``primitives.host_call``), JAX runs the primitive, and the results come back in
+    their default layouts. The planner warns once per primitive and source line.
+    """
+
+    call = staticmethod(sp.host_call)
+
+    def modes(self, node: Node) -> list[Mode]:
+        out = node.outs[0]
+        stick = canon(out.shape, out.ndim - 1) if out.shape else SPARSE
+        return [Mode((None,) * len(node.ins), stick)]
+
+
+HOST_FALLBACK: Rule = _HostFallback()
 
 
 def _like(out: Value, first: Value, stick: int) -> SpyreTensorLayout:

@@ -10,6 +10,7 @@ from ._copies import concatenate, pad, reshape_copy, slice_copy
 from ._elementwise import ELEMENTWISE_OPS, ElementwiseOp, elementwise
 from ._elementwise import OPS as ELEMENTWISE
 from ._elementwise import PUBLIC as _EW
+from ._host import host_call
 from ._iota import full, iota
 from ._lax_copy import lax_copy
 from ._matmul import matmul
@@ -47,6 +48,7 @@ __all__ = [
     "elementwise",
     "expand_dims",
     "full",
+    "host_call",
     "image",
     "in_layout",
     "iota",

@@ -25,7 +25,7 @@ from ._base import SpyrePrim
 from ._copies import Copy
 from ._values import logical_values
 
-__all__ = ["LaxCopy", "lax_copy"]
+__all__ = ["LaxCopy", "bind_on_values", "lax_copy", "split_operands"]
 
 
 class LaxCopy(SpyrePrim):
@@ -106,6 +106,26 @@ class LaxCopy(SpyrePrim):
         return self.primitive.bind(*operands, **dict(self.primitive_params))
 
 
+def split_operands(primitive: Any, operands: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The Spyre arrays among ``operands``, and the ``(position, value)`` of the scalars.
+
+    Raises:
+        SpyreTypeError: if an operand is a host array.
+    """
+    arrays, consts = [], []
+    for pos, x in enumerate(operands):
+        if isinstance(x, bool | int | float | np.generic | np.ndarray):
+            consts.append((pos, np.asarray(x)))
+            continue
+        if not isinstance(jax.typeof(x), SpyreType):
+            raise SpyreTypeError(
+                f"{primitive.name}: operand {pos} is a host array {jax.typeof(x)}; move it with "
+                "spyrejax.to_device"
+            )
+        arrays.append(x)
+    return arrays, consts
+
+
 def lax_copy(
     primitive: Any,
     operands: list[Any],
@@ -133,22 +153,25 @@ def lax_copy(
         SpyreTypeError: if an operand is a host array, or none is a Spyre array.
         LayoutError: if a layout cannot hold its result.
     """
-    arrays, consts = [], []
-    for pos, x in enumerate(operands):
-        if isinstance(x, bool | int | float | np.generic | np.ndarray):
-            consts.append((pos, np.asarray(x)))
-            continue
-        if not isinstance(jax.typeof(x), SpyreType):
-            raise SpyreTypeError(
-                f"{primitive.name}: operand {pos} is a host array {jax.typeof(x)}; move it with "
-                "spyrejax.to_device"
-            )
-        arrays.append(x)
+    return bind_on_values(LaxCopy, primitive, operands, params, out_shape, out_dtype, layout)
+
+
+def bind_on_values(
+    cls: type[LaxCopy],
+    primitive: Any,
+    operands: list[Any],
+    params: dict[str, Any],
+    out_shape: Any,
+    out_dtype: Any,
+    layout: Any,
+) -> Any:
+    """Build and call a :class:`LaxCopy` (sub)class on ``operands``, as :func:`lax_copy` says."""
+    arrays, consts = split_operands(primitive, operands)
     several = primitive.multiple_results
     shapes = [tuple(s) for s in out_shape] if several else [tuple(out_shape)]
     dtypes = list(out_dtype) if several else [out_dtype]
     layouts = list(layout) if several else [layout]
-    prim = LaxCopy(
+    prim = cls(
         *[jax.typeof(a) for a in arrays],
         primitive=primitive,
         primitive_params=tuple(sorted(params.items())),

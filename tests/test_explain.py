@@ -1,0 +1,130 @@
+"""``spyrejax.explain``: a summary that reads like a profile, the details on request."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import pytest
+from helpers import rand
+from test_models import attention, rms_norm
+
+import spyrejax as sj
+from spyrejax.lowering._graph import source_line
+
+D, H, T = 64, 2, 16
+
+
+def _block(x, wq, wk, wv, wo, g1, w1, w2, g2):
+    y = rms_norm(x, g1)
+    q, k, v = ((y @ w).reshape(T, H, D // H).transpose(1, 0, 2) for w in (wq, wk, wv))
+    a = attention(q, k, v).transpose(1, 0, 2).reshape(T, D)
+    x = x + a @ wo
+    return x + jax.nn.gelu(rms_norm(x, g2) @ w1) @ w2
+
+
+def _two_layers(x, *weights):
+    return _block(_block(x, *weights), *weights)
+
+
+def _weights():
+    ws = [rand((D, D), jnp.float32, i, low=-0.2, high=0.2) for i in range(4)]
+    return (
+        *ws,
+        rand((D,), jnp.float32, 5),
+        rand((D, 128), jnp.float32, 6, low=-0.2, high=0.2),
+        rand((128, D), jnp.float32, 7, low=-0.2, high=0.2),
+        rand((D,), jnp.float32, 8),
+    )
+
+
+@pytest.fixture(scope="module")
+def report():
+    return sj.explain(_two_layers, rand((T, D)), *_weights())
+
+
+def _copy_lines(report):
+    """The source line of each of the report's copies (``prim at file:line:col (fn)``)."""
+    return [(source_line(what.split(" at ", 1)[1]), cost) for what, cost in report.copies]
+
+
+def _row(summary, line):
+    """The summary rows of a line (its file name without directories)."""
+    short = line.rsplit("/", 1)[-1]
+    return [r for r in summary.splitlines() if r.startswith(f"  {short} ")]
+
+
+def test_the_summary_of_a_transformer_block_is_short(report):
+    summary = str(report)
+    assert repr(report) == summary
+    assert len(summary) < 3000 and len(summary.splitlines()) < 30
+    assert len(report.details()) > 5 * len(summary)  # what it leaves out is on request
+    assert report.restickifies and report.copies  # the block moves data both ways
+
+
+def test_each_costly_line_is_listed_once_with_its_summed_cost(report):
+    summary = str(report)
+    restick: dict[str, int] = {}
+    for r in report.restickifies:
+        restick[r.line] = restick.get(r.line, 0) + r.cost
+    copied: dict[str, int] = {}
+    for line, cost in _copy_lines(report):
+        copied[line] = copied.get(line, 0) + cost
+    # Two layers call the same code: each line's cost is summed over both of them.
+    assert sum(restick.values()) == report.restickify_cost
+    for line in {*restick, *copied}:
+        (row,) = _row(summary, line)
+        cells = re.split(r"\s{2,}", row.strip())
+        n_restick = sum(r.line == line for r in report.restickifies)
+        n_copies = sum(c == line for c, _ in _copy_lines(report))
+        assert cells[1] == (f"{restick[line]} ({n_restick})" if line in restick else "-")
+        assert cells[2] == (f"{copied[line]} ({n_copies})" if line in copied else "-")
+    rows = {r.line: r for r in report.lines}
+    assert sum(r.restickify_cost for r in rows.values()) == report.restickify_cost
+    assert sum(r.copy_cost for r in rows.values()) == report.copy_cost
+    assert f"restickify_cost: {report.restickify_cost} elements moved" in summary
+    assert f"copy_cost: {report.copy_cost} elements moved" in summary
+    assert "host fallbacks: none" in summary
+
+
+def test_the_totals_agree_with_the_plan():
+    x, ws = rand((T, D)), _weights()
+    lowered = sj.jit(_two_layers).lower(x, *ws)
+    report = sj.explain(_two_layers, x, *ws)
+    assert report.restickify_cost + report.copy_cost == lowered.plan.cost
+    assert len(report.nodes) == len(lowered.plan.runs)
+    assert sum(len(r.ops) for r in report.lines) == len(report.nodes)
+    # Device bytes: the inputs' and every value an op allocates (views allocate none).
+    inputs = sum(t.layout.nbytes for ts in lowered.plan.sources.values() for t in ts)
+    assert report.source_bytes == inputs
+    assert report.device_bytes == inputs + sum(r.device_bytes for r in report.lines)
+    assert f"device bytes: {report.device_bytes}" in str(report)
+
+
+def test_details_hold_every_record(report):
+    text = report.details()
+    assert "Spyre-level jaxpr:" in text and report.jaxpr in text
+    for r in report.restickifies:
+        assert f"restickify {r.value} (cost {r.cost}): {r.reason}" in text
+    for what, cost in report.copies:
+        assert f"{what} (cost {cost})" in text
+    for t in report.tensors:
+        assert f"  {t.name}: {t.type}  [" in text
+    for name, _ in (*report.input_dcis, *report.output_dcis):
+        assert f"  {name}: " in text
+
+
+def test_html_folds_the_details(report):
+    page = report._repr_html_()
+    head, _, folded = page.partition("<details><summary>details</summary>")
+    assert folded, "the details fold"
+    assert "<th>source line</th>" in head and "restickify_cost" in head
+    assert "Spyre-level jaxpr" not in head and "Spyre-level jaxpr" in folded
+    assert all(r.reason.split(" at ")[0] in folded for r in report.restickifies)
+
+
+def test_a_function_that_moves_nothing_says_so():
+    report = sj.explain(lambda a, b: jnp.tanh(a + b), rand((8, 64)), rand((8, 64)))
+    assert "nothing moves between layouts" in str(report)
+    assert report.restickify_cost == report.copy_cost == 0
+    assert all(not r.costly for r in report.lines)
+    assert "restickify_cost: 0 elements moved (0 restickifies)" in str(report)
