@@ -5,7 +5,7 @@ emulator kernel and transformation rules.
 """
 
 from ._astype import astype
-from ._base import SpyrePrim, abstract, abstract_eval, image, target_layout, wrap
+from ._base import SpyrePrim, abstract, abstract_eval, executing, image, target_layout, wrap
 from ._copies import concatenate, pad, reshape_copy, slice_copy
 from ._elementwise import ELEMENTWISE_OPS, ElementwiseOp, elementwise
 from ._elementwise import OPS as ELEMENTWISE
@@ -43,6 +43,7 @@ __all__ = [
     "compact",
     "concatenate",
     "elementwise",
+    "executing",
     "expand_dims",
     "full",
     "image",
