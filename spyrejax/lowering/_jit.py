@@ -33,7 +33,7 @@ from ..layout._dtypes import host_dtype
 from ..primitives import abstract, image, wrap
 from ..primitives._array import SpyreArray, SpyreType
 from ._graph import Graph, build_graph
-from ._interpret import Interpreter
+from ._interpret import Interpreter, check_emulate
 from ._planner import Plan, host_input_type, plan_graph
 
 __all__ = ["Compiled", "Lowered", "Lowering", "SpyreJit", "Traced", "jit"]
@@ -305,6 +305,7 @@ class SpyreJit:
         fun: Callable[..., Any],
         static_argnums: int | Sequence[int] | None = None,
         static_argnames: str | Sequence[str] | None = None,
+        emulate: str | None = None,
     ) -> None:
         if not callable(fun):
             raise SpyreTypeError(f"spyrejax.jit needs a callable, got {fun!r}")
@@ -312,6 +313,7 @@ class SpyreJit:
         self.static_argnums = _as_tuple(static_argnums)
         self.static_argnames = _as_tuple(static_argnames)
         self._cache: dict[_Signature, Lowering] = {}
+        self.emulate = check_emulate(emulate)  # None, or "cores": ops run per core
         # Name and docstring only: ``updated=()`` keeps ``fun.__dict__`` (``jax.grad``
         # sets a ``fun`` attribute there) from overwriting this object's own fields.
         functools.update_wrapper(self, fun, updated=())
@@ -373,7 +375,7 @@ class SpyreJit:
         graph = build_graph(closed)
         types = {v: _input_type(a) for v, a in zip(graph.inputs, sig.in_avals, strict=True)}
         plan = plan_graph(graph, types)
-        interpreter = Interpreter(graph, plan)
+        interpreter = Interpreter(graph, plan, self.emulate)
         in_types = [a if isinstance(a, SpyreType) else None for a in sig.in_avals]
 
         def run_images(*lo: Any) -> list[jax.Array]:
@@ -436,6 +438,7 @@ def jit(
     *,
     static_argnums: int | Sequence[int] | None = None,
     static_argnames: str | Sequence[str] | None = None,
+    emulate: str | None = None,
 ) -> SpyreJit:
     """Compile a plain JAX function for the Spyre emulator.
 
@@ -451,6 +454,12 @@ def jit(
         fun: the function; its array arguments may be pytrees.
         static_argnums: positional arguments that are static (hashable) values.
         static_argnames: keyword arguments that are static values.
+        emulate: None (default): each op runs as one whole-image kernel. ``"cores"``:
+            each op the device model divides (elementwise, ``astype``, reductions,
+            matmuls) runs as the cores would: every core's slice loaded from the DDR
+            image by its descriptors into LX, the kernel on it, the result stored back
+            (vectorised over cores). Same bits as the default for ops that do not
+            reassociate; sums and matmuls equal within rounding.
 
     Returns:
         A :class:`SpyreJit`: a callable taking pytrees of host arrays (moved to the
@@ -466,4 +475,4 @@ def jit(
         >>> import jax.numpy as jnp
         >>> f = jit(lambda a, b: jnp.tanh(a @ b).sum(0))
     """
-    return SpyreJit(fun, static_argnums, static_argnames)
+    return SpyreJit(fun, static_argnums, static_argnames, emulate)
