@@ -233,3 +233,14 @@ def test_roofline_puts_the_big_matmul_near_the_compute_roof():
     assert roof.intensity[mm] > roof.ridge
     assert roof.achieved[mm] <= roof.peak
     assert roof.intensity[roof.names.index("1_exp")] == 0
+
+
+def test_explain_html_shows_the_device_table():
+    f = lambda a, b: jnp.tanh(a @ b).sum(0)  # noqa: E731
+    report = sj.explain(f, S((256, 512), F16), S((512, 128), F16))
+    page = report._repr_html_()
+    assert "device model" in page and "predicted us" in page
+    for op in report.ops:
+        if op.desc.kind != "view":
+            assert f"<td>{op.index}_{op.opfunc}</td>" in page
+    assert f"{report.time_s * 1e6:.3f} us" in page

@@ -20,7 +20,7 @@ from ._division import (
 from ._lx import Buffer, LXPlan, Stream, place, stream
 from ._machine import Machine
 from ._percore import core_dci
-from ._program import DeviceOp, DeviceProgram, OpDesc, plan_program
+from ._program import DeviceOp, DeviceProgram, OpDesc, divide_op, plan_program
 
 __all__ = [
     "Buffer",
@@ -38,6 +38,7 @@ __all__ = [
     "WorkDivision",
     "core_dci",
     "divide",
+    "divide_op",
     "elementwise_space",
     "matmul_space",
     "op_cost",

@@ -16,7 +16,7 @@ from ._division import OpSpace, TensorSpec, WorkDivision, divide
 from ._lx import INPLACE_OPS, Buffer, LXPlan, Stream, place, stream
 from ._machine import Machine
 
-__all__ = ["DeviceOp", "DeviceProgram", "OpDesc", "plan_program"]
+__all__ = ["DeviceOp", "DeviceProgram", "OpDesc", "divide_op", "plan_program"]
 
 
 @dataclass(frozen=True)
@@ -206,6 +206,17 @@ def _buffers(
     return out
 
 
+def divide_op(
+    space: OpSpace, machine: Machine, hint: Mapping[str, int] | None = None
+) -> WorkDivision:
+    """An op's division as a program plan makes it (pass 2 scored by predicted time)."""
+
+    def score(div: WorkDivision) -> float:
+        return op_cost(div, machine).time_s
+
+    return divide(space, machine, hint, score)
+
+
 def plan_program(
     descs: Sequence[OpDesc],
     machine: Machine,
@@ -221,14 +232,10 @@ def plan_program(
             outputs).
         strategy: the LX placer (``greedy``, ``first_fit``, ``best_fit``).
     """
-
-    def score(div: WorkDivision) -> float:  # pass 2: the predicted time of a division
-        return op_cost(div, machine).time_s
-
     divisions: list[WorkDivision | None] = []
     for d in descs:
         if d.kind == "compute" and d.space is not None:
-            divisions.append(divide(d.space, machine, d.hint, score))
+            divisions.append(divide_op(d.space, machine, d.hint))
         else:
             divisions.append(None)
     buffers = _buffers(descs, divisions, set(keep_in_ddr))

@@ -428,10 +428,45 @@ class Report:
                 f"<p>{title} DMA descriptors</p><table><tr><th>value</th><th>#</th>"
                 f"<th>ranges</th><th>host strides</th><th>device strides</th></tr>{rows}</table>"
             )
+        if self.device is not None:
+            parts.append(_device_html(self.device))
         parts.append(
             f"<details><summary>Spyre-level jaxpr</summary><pre>{e(self.jaxpr)}</pre></details>"
         )
         return "".join(parts)
+
+
+_DEVICE_COLUMNS = (
+    ("op", "op"),
+    ("division", "division"),
+    ("read_bytes", "DDR read B"),
+    ("write_bytes", "DDR write B"),
+    ("macs", "MACs"),
+    ("lx_peak", "LX peak B"),
+    ("time_us", "predicted us"),
+    ("bound", "bound"),
+    ("source", "source"),
+)
+
+
+def _device_html(program: DeviceProgram) -> str:
+    """The device model's table: one row per op (``DeviceProgram.table``), and the total."""
+    e = html.escape
+    head = "".join(f"<th>{e(title)}</th>" for _, title in _DEVICE_COLUMNS)
+    rows = []
+    for r in program.table():
+        cells = []
+        for key, _ in _DEVICE_COLUMNS:
+            v = r[key]
+            text = f"{v:.3f}" if isinstance(v, float) else str(v)
+            cells.append(f"<td>{e(text)}</td>")
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    m = program.machine
+    return (
+        f"<p><b>device model</b> ({e(m.name)}, {m.cores} cores): predicted "
+        f"{program.time_s * 1e6:.3f} us, LX peak {program.lx_peak} B per core</p>"
+        f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+    )
 
 
 def _var_names(closed: Any) -> dict[Any, str]:

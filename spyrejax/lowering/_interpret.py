@@ -16,14 +16,29 @@ import jax
 import numpy as np
 
 from .. import primitives as sp
-from .._errors import SpyreInternalError
+from .._errors import DeviceError, SpyreInternalError
 from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import SpyreType
+from ._cores import CoreExecutor
 from ._graph import Graph, Node, Scalar, Value
 from ._planner import Move, Plan
 from ._rules import rule_for
 
-__all__ = ["Interpreter", "Record", "records"]
+__all__ = ["EMULATE_MODES", "Interpreter", "Record", "check_emulate", "records"]
+
+EMULATE_MODES = (None, "cores")
+"""How ``spyrejax.jit`` runs the ops: whole-image kernels (None) or per core."""
+
+
+def check_emulate(emulate: Any) -> str | None:
+    """``emulate`` if it is one of :data:`EMULATE_MODES`.
+
+    Raises:
+        DeviceError: naming the value and the modes.
+    """
+    if emulate not in EMULATE_MODES:
+        raise DeviceError(f"spyrejax.jit: emulate must be None or 'cores', got {emulate!r}")
+    return emulate
 
 
 @dataclass(frozen=True)
@@ -103,14 +118,28 @@ def _check(node: Node, want: Value, out: Any, planned: SpyreType) -> Any:
 
 
 class Interpreter:
-    """Runs a graph with its plan."""
+    """Runs a graph with its plan.
 
-    def __init__(self, graph: Graph, plan: Plan) -> None:
+    Attributes:
+        graph: the graph.
+        plan: its plan.
+        emulate: None (each primitive's whole-image kernel) or ``"cores"`` (each op the
+            device model divides runs core by core: :mod:`spyrejax.lowering._cores`).
+    """
+
+    def __init__(self, graph: Graph, plan: Plan, emulate: str | None = None) -> None:
         self.graph = graph
         self.plan = plan
+        self.emulate = check_emulate(emulate)
 
     def run(self, *args: Any) -> list[Any]:
         """Outputs for inputs (Spyre arrays, or host arrays moved with default layouts)."""
+        if self.emulate == "cores":
+            with sp.executing(CoreExecutor()):
+                return self._run(*args)
+        return self._run(*args)
+
+    def _run(self, *args: Any) -> list[Any]:
         env: dict[tuple[Value, SpyreType], Any] = {}
         for v, a in zip(self.graph.inputs, args, strict=True):
             x = a if isinstance(jax.typeof(a), SpyreType) else sp.to_device(a)

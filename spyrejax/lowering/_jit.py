@@ -33,7 +33,7 @@ from ..layout._dtypes import host_dtype
 from ..primitives import abstract, image, wrap
 from ..primitives._array import SpyreArray, SpyreType
 from ._graph import Graph, build_graph
-from ._interpret import Interpreter
+from ._interpret import Interpreter, check_emulate
 from ._planner import FALLBACKS, Plan, host_input_type, plan_graph
 
 __all__ = ["Compiled", "Lowered", "Lowering", "SpyreJit", "Traced", "jit"]
@@ -306,6 +306,7 @@ class SpyreJit:
         static_argnums: int | Sequence[int] | None = None,
         static_argnames: str | Sequence[str] | None = None,
         fallback: str = "warn",
+        emulate: str | None = None,
     ) -> None:
         if not callable(fun):
             raise SpyreTypeError(f"spyrejax.jit needs a callable, got {fun!r}")
@@ -318,6 +319,7 @@ class SpyreJit:
         self.static_argnums = _as_tuple(static_argnums)
         self.static_argnames = _as_tuple(static_argnames)
         self._cache: dict[_Signature, Lowering] = {}
+        self.emulate = check_emulate(emulate)  # None, or "cores": ops run per core
         # Name and docstring only: ``updated=()`` keeps ``fun.__dict__`` (``jax.grad``
         # sets a ``fun`` attribute there) from overwriting this object's own fields.
         functools.update_wrapper(self, fun, updated=())
@@ -379,7 +381,7 @@ class SpyreJit:
         graph = build_graph(closed)
         types = {v: _input_type(a) for v, a in zip(graph.inputs, sig.in_avals, strict=True)}
         plan = plan_graph(graph, types, self.fallback)
-        interpreter = Interpreter(graph, plan)
+        interpreter = Interpreter(graph, plan, self.emulate)
         in_types = [a if isinstance(a, SpyreType) else None for a in sig.in_avals]
 
         def run_images(*lo: Any) -> list[jax.Array]:
@@ -443,6 +445,7 @@ def jit(
     static_argnums: int | Sequence[int] | None = None,
     static_argnames: str | Sequence[str] | None = None,
     fallback: str = "warn",
+    emulate: str | None = None,
 ) -> SpyreJit:
     """Compile a plain JAX function for the Spyre emulator.
 
@@ -463,6 +466,12 @@ def jit(
             back in its default layout) with a :class:`SpyreFallbackWarning` once per
             primitive and source line, when the function is planned; ``"error"``
             raises :class:`SpyreUnsupportedError`. ``explain`` lists every fallback.
+        emulate: None (default): each op runs as one whole-image kernel. ``"cores"``:
+            each op the device model divides (elementwise, ``astype``, reductions,
+            matmuls) runs as the cores would: every core's slice loaded from the DDR
+            image by its descriptors into LX, the kernel on it, the result stored back
+            (vectorised over cores). Same bits as the default for ops that do not
+            reassociate; sums and matmuls equal within rounding.
 
     Returns:
         A :class:`SpyreJit`: a callable taking pytrees of host arrays (moved to the
@@ -480,4 +489,4 @@ def jit(
         >>> import jax.numpy as jnp
         >>> f = jit(lambda a, b: jnp.tanh(a @ b).sum(0))
     """
-    return SpyreJit(fun, static_argnums, static_argnames, fallback)
+    return SpyreJit(fun, static_argnums, static_argnames, fallback, emulate)

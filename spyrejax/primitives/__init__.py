@@ -5,7 +5,16 @@ emulator kernel and transformation rules.
 """
 
 from ._astype import astype
-from ._base import SpyrePrim, abstract, abstract_calls, abstract_eval, image, target_layout, wrap
+from ._base import (
+    SpyrePrim,
+    abstract,
+    abstract_calls,
+    abstract_eval,
+    executing,
+    image,
+    target_layout,
+    wrap,
+)
 from ._copies import concatenate, pad, reshape_copy, slice_copy
 from ._elementwise import ELEMENTWISE_OPS, ElementwiseOp, elementwise
 from ._elementwise import OPS as ELEMENTWISE
@@ -46,6 +55,7 @@ __all__ = [
     "compact",
     "concatenate",
     "elementwise",
+    "executing",
     "expand_dims",
     "full",
     "host_call",

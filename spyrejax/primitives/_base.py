@@ -19,7 +19,7 @@ computation would have: the planner evaluates lowering rules this way.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any, ClassVar
 
@@ -47,6 +47,9 @@ __all__ = [
 ]
 
 _ABSTRACT: ContextVar[list[Any] | None] = ContextVar("spyrejax_abstract_eval", default=None)
+_EXECUTOR: ContextVar[Callable[[Any, tuple[Any, ...]], Any] | None] = ContextVar(
+    "spyrejax_executor", default=None
+)
 
 
 @contextlib.contextmanager
@@ -72,6 +75,22 @@ def abstract_calls() -> list[Any] | None:
     and may add what the computation would copy (see ``SpyrePrim.role``/``moves``).
     """
     return _ABSTRACT.get()
+
+
+@contextlib.contextmanager
+def executing(executor: Callable[[SpyrePrim, tuple[Any, ...]], Any]) -> Iterator[None]:
+    """Let ``executor`` run the primitives called inside the block (when tracing them).
+
+    ``executor(prim, args)`` returns the primitive's result computed its own way, or
+    None to bind the primitive as usual. The per-core emulation of ``spyrejax.jit(f,
+    emulate="cores")`` runs compute primitives this way; while the executor runs, the
+    primitives it calls itself are bound as usual.
+    """
+    token = _EXECUTOR.set(executor)
+    try:
+        yield
+    finally:
+        _EXECUTOR.reset(token)
 
 
 def abstract(aval: Any) -> Any:
@@ -206,6 +225,15 @@ class SpyrePrim(HiPrim):
     def __call__(self, *args: Any) -> Any:
         called = _ABSTRACT.get()
         if called is None:
+            run = _EXECUTOR.get()
+            if run is not None:
+                token = _EXECUTOR.set(None)
+                try:
+                    out = run(self, args)
+                finally:
+                    _EXECUTOR.reset(token)
+                if out is not None:
+                    return out
             return super().__call__(*args)
         called.append(self)
         return self._results([abstract(a) for a in self.out_avals])
