@@ -302,14 +302,95 @@ def test_unsupported_primitive_names_it_and_the_source_line():
 
 
 def test_bad_arguments():
+    x = rand((2, 2), jnp.float32)
     with pytest.raises(sj.SpyreTypeError, match="needs a callable"):
         sj.jit(3)
-    with pytest.raises(sj.SpyreTypeError, match="not an array"):
-        sj.jit(lambda s, x: x)("text", rand((2, 2), jnp.float32))
-    with pytest.raises(sj.LayoutError, match="float64"):
-        sj.jit(lambda x: x + 1)(np.zeros((2, 3)))
-    with pytest.raises(sj.SpyreTypeError, match="hashable"):
-        sj.jit(lambda x, s: x, static_argnums=1)(rand((2, 2), jnp.float32), [1])
+    with pytest.raises(sj.SpyreTypeError, match=r"args\[0\] \(parameter 's'\) is a str"):
+        sj.jit(lambda s, x: x)("text", x)
+    with pytest.raises(
+        sj.SpyreTypeError, match=r"args\[1\]\['w'\]\[1\] .* is a str, not an array.*filter_jit"
+    ):
+        sj.jit(lambda x, p: x)(x, {"w": (x, "relu")})
+    with pytest.raises(sj.SpyreTypeError, match=r"kwargs\['act'\] is a function.*static_argnames"):
+        sj.jit(lambda x, act: act(x))(x, act=lambda v: v)
+    with pytest.raises(
+        sj.LayoutError, match=r"args\[1\]\['b'\] .* complex64\[2, 2\].*astype\(jnp.float32\)"
+    ):
+        sj.jit(lambda x, p: x)(x, {"b": np.zeros((2, 2), np.complex64)})
+    with pytest.raises(sj.SpyreTypeError, match=r"static argument args\[1\] is a list"):
+        sj.jit(lambda x, s: x, static_argnums=1)(x, [1])
+    with pytest.raises(sj.SpyreTypeError, match=r"static argument kwargs\['s'\] is a dict"):
+        sj.jit(lambda x, s: x, static_argnames="s")(x, s={})
+
+
+def _scale(x, s):
+    return x * s
+
+
+@pytest.mark.parametrize(
+    "x, s",
+    [
+        (np.arange(6.0).reshape(2, 3), 2.0),  # float64 NumPy: float32 with x64 off
+        (np.arange(6).reshape(2, 3), 3),  # int64 NumPy: int32
+        (rand((2, 150), jnp.bfloat16), 2.5),  # a weak Python float keeps bfloat16
+        (jnp.arange(6, dtype=jnp.int8).reshape(2, 3), 3),  # a weak Python int keeps int8
+        (rand((2, 150), jnp.float16), jnp.asarray(0.5)),  # a weakly typed JAX scalar
+        (rand((2, 150), jnp.float32), np.float64(1.5)),  # a NumPy scalar: float32
+        (np.float32(2.0), 3.0),  # scalars alone
+    ],
+)
+def test_arguments_are_read_as_jax_jit_reads_them(x, s):
+    got, want = sj.jit(_scale)(x, s), jax.jit(_scale)(x, s)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert_close(sj.to_host(got), want)
+    # The traced function sees the abstract values jax.jit's does (weak types included).
+    assert str(sj.jit(_scale).trace(x, s).jaxpr) == str(jax.make_jaxpr(_scale)(x, s))
+
+
+def test_float64_with_x64_names_the_argument():
+    with jax.enable_x64(True):
+        x = np.zeros((2, 3))
+        assert jax.jit(lambda x: x + 1)(x).dtype == np.float64
+        with pytest.raises(sj.LayoutError, match=r"args\[0\] \(parameter 'x'\) is float64"):
+            sj.jit(lambda x: x + 1)(x)
+
+
+def test_static_and_donated_arguments_are_resolved_as_jax_jit_does():
+    def f(x, axis, scale=1.0):
+        return x.sum(axis) * scale
+
+    x = rand((4, 150), jnp.float32)
+    for kw in (
+        {"static_argnums": 3},
+        {"static_argnames": "bias"},
+        {"donate_argnums": -4},
+        {"static_argnums": 1, "donate_argnames": "axis"},
+    ):
+        with pytest.raises(ValueError) as ours:
+            sj.jit(f, **kw)
+        with pytest.raises(ValueError) as theirs:
+            jax.jit(f, **kw)
+        assert str(ours.value) == str(theirs.value)
+    traces = []
+
+    def counted(x, axis, scale=1.0):
+        traces.append(1)
+        return f(x, axis, scale)
+
+    by_name = sj.jit(counted, static_argnames=("axis", "scale"))
+    assert by_name.static_argnums == (1, 2)  # filled in from the signature
+    assert_close(sj.to_host(by_name(x, 0, 2.0)), x.sum(0) * 2, reduce_len=4, ops=2)
+    assert_close(sj.to_host(by_name(x, axis=1)), x.sum(1), reduce_len=150, ops=2)
+    negative = sj.jit(f, static_argnums=-2)  # -2 is axis
+    assert negative.static_argnums == (1,)
+    assert_close(sj.to_host(negative(x, 1, 3.0)), x.sum(1) * 3, reduce_len=150, ops=2)
+    traces.clear()
+    by_name(x, 0, 2.0)
+    by_name(x, 0, 2)  # 2 == 2.0, but static arguments are compared with their types
+    assert len(traces) == 1
+    donated = sj.jit(f, static_argnums=1, donate_argnums=0)
+    assert donated.donate_argnums == (0,) and donated.donate_argnames == ("x",)
+    assert_close(sj.to_host(donated(x, 0)), x.sum(0), reduce_len=4)
 
 
 def test_infeasible_layout_names_the_equation():

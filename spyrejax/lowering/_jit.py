@@ -28,10 +28,11 @@ import jax
 import numpy as np
 
 from .._errors import SpyreTypeError, SpyreUnsupportedError
-from .._jax import AD_TRACERS, ClosedJaxpr
-from ..layout._dtypes import host_dtype
+from .._jax import AD_TRACERS, ClosedJaxpr, trace_context
 from ..primitives import abstract, image, wrap
 from ..primitives._array import SpyreArray, SpyreType
+from ._arguments import ArgNums, Call, HostAval, check_formats, leaf_aval, leaf_avals, split_call
+from ._cache import MAX_SIGNATURES, Lru
 from ._graph import Graph, build_graph
 from ._interpret import Interpreter
 from ._planner import Plan, host_input_type, plan_graph
@@ -99,22 +100,6 @@ class Lowering:
         return jax.make_jaxpr(self.interpreter.run)(*(abstract(a) for a in self.in_avals))
 
 
-def _leaf_aval(x: Any) -> Any:
-    """The abstract value a leaf is traced with: Spyre types keep their layout."""
-    if isinstance(x, SpyreArray):
-        return x.type
-    if isinstance(x, jax.core.Tracer):  # under an outer jit, grad or vmap
-        aval = jax.typeof(x)
-        return aval if isinstance(aval, SpyreType) else jax.ShapeDtypeStruct(aval.shape, aval.dtype)
-    if isinstance(x, jax.Array | np.ndarray | np.generic | int | float | bool):
-        arr = x if hasattr(x, "dtype") else np.asarray(x, dtype=jax.numpy.asarray(x).dtype)
-        return jax.ShapeDtypeStruct(np.shape(arr), host_dtype(arr.dtype))
-    raise SpyreTypeError(
-        f"spyrejax.jit: argument leaf {type(x).__name__} is not an array; mark it static "
-        "(static_argnums/static_argnames)"
-    )
-
-
 def _input_type(aval: Any) -> SpyreType:
     """The type an input arrives in: its own, or a host array's default layout."""
     if isinstance(aval, SpyreType):
@@ -130,14 +115,27 @@ def _out_types(plan: Plan, graph: Graph) -> list[SpyreType]:
     ]
 
 
+def _public_aval(aval: SpyreType | HostAval) -> Any:
+    """A Spyre type, or a host leaf's ``jax.ShapeDtypeStruct``."""
+    return aval if isinstance(aval, SpyreType) else aval.struct()
+
+
 @dataclass(frozen=True)
 class _Signature:
-    """What one compiled computation is specialised to: the key of the cache."""
+    """What one compiled computation is specialised to: the key of the cache.
 
-    static_pos: tuple[tuple[int, Any], ...]
-    static_kw: tuple[tuple[str, Any], ...]
+    Attributes:
+        static: ``(index or name, type, value)`` of each static argument.
+        in_tree: the dynamic arguments' pytree structure (``(args, kwargs)``).
+        in_avals: the flat dynamic leaves' abstract values.
+        context: the JAX configuration ``jax.jit`` keys its traces on (x64, dtype
+            promotion...): another one traces again.
+    """
+
+    static: tuple[tuple[Any, ...], ...]
     in_tree: Any
-    in_avals: tuple[Any, ...]
+    in_avals: tuple[SpyreType | HostAval, ...]
+    context: Any
 
 
 # --- stages, as in jax.stages: Traced -> Lowered -> Compiled ----------------------------
@@ -170,13 +168,23 @@ class Traced:
 
     @property
     def in_avals(self) -> Any:
-        """The inputs' abstract values in the ``(args, kwargs)`` structure."""
-        return jax.tree.unflatten(self.in_tree, self._in_avals)
+        """The inputs' abstract values in the ``(args, kwargs)`` structure.
+
+        Spyre types for Spyre arrays; ``jax.ShapeDtypeStruct`` for host leaves, with the
+        dtype and weak type ``jax.jit`` gives them.
+        """
+        return jax.tree.unflatten(self.in_tree, [_public_aval(a) for a in self._in_avals])
 
     @property
     def out_avals(self) -> Any:
         """The outputs' abstract values (shapes and dtypes) in the output structure."""
         return jax.tree.unflatten(self.out_tree, self.jaxpr.out_avals)
+
+    @property
+    def out_info(self) -> Any:
+        """The outputs' shapes and dtypes (``jax.ShapeDtypeStruct``), as ``jax.stages``."""
+        structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in self.jaxpr.out_avals]
+        return jax.tree.unflatten(self.out_tree, structs)
 
     def lower(self) -> Lowered:
         """Plan the layouts: a :class:`Lowered` (cached per signature)."""
@@ -213,7 +221,7 @@ class Lowered:
         Spyre types for Spyre arrays; shapes and dtypes for host arrays, which are
         moved to the device with default layouts.
         """
-        return jax.tree.unflatten(self.in_tree, self._lowering.in_avals)
+        return jax.tree.unflatten(self.in_tree, [_public_aval(a) for a in self._lowering.in_avals])
 
     @property
     def out_info(self) -> Any:
@@ -227,7 +235,9 @@ class Lowered:
     def compile(self) -> Compiled:
         """Compile ahead of time: a :class:`Compiled`, called with the same arguments."""
         lo = [
-            jax.ShapeDtypeStruct(a.layout.device_size, a.dtype) if isinstance(a, SpyreType) else a
+            jax.ShapeDtypeStruct(a.layout.device_size, a.dtype)
+            if isinstance(a, SpyreType)
+            else a.struct()
             for a in self._lowering.in_avals
         ]
         return Compiled(self._lowering, self._lowering.on_images.lower(*lo).compile())
@@ -271,7 +281,12 @@ class Compiled:
             )
         want = self._lowering.in_avals
         for i, (x, aval) in enumerate(zip(leaves, want, strict=True)):
-            got = _leaf_aval(x)
+            try:
+                got = leaf_aval(x)
+            except TypeError:
+                raise SpyreTypeError(
+                    f"Compiled: argument leaf {i} is a {type(x).__name__}, not an array"
+                ) from None
             if got != aval:
                 raise SpyreTypeError(
                     f"Compiled: argument leaf {i} is {_describe(got)}, but it was compiled "
@@ -281,10 +296,11 @@ class Compiled:
         return jax.tree.unflatten(self.out_tree, outs)
 
 
-def _describe(aval: Any) -> str:
+def _describe(aval: SpyreType | HostAval) -> str:
     if isinstance(aval, SpyreType):
         return aval.str_short()
-    return f"a host array {np.dtype(aval.dtype).name}{list(aval.shape)}"
+    weak = " (weakly typed: a Python scalar)" if aval.weak_type else ""
+    return f"a host array {np.dtype(aval.dtype).name}{list(aval.shape)}{weak}"
 
 
 # --- the jitted function ------------------------------------------------------------------
@@ -303,63 +319,71 @@ class SpyreJit:
         fun: Callable[..., Any],
         static_argnums: int | Sequence[int] | None = None,
         static_argnames: str | Sequence[str] | None = None,
+        donate_argnums: int | Sequence[int] | None = None,
+        donate_argnames: str | Sequence[str] | None = None,
     ) -> None:
         if not callable(fun):
             raise SpyreTypeError(f"spyrejax.jit needs a callable, got {fun!r}")
         self.fun = fun
-        self.static_argnums = _as_tuple(static_argnums)
-        self.static_argnames = _as_tuple(static_argnames)
-        self._cache: dict[_Signature, Lowering] = {}
+        self.argnums = ArgNums.resolve(
+            fun, static_argnums, static_argnames, donate_argnums, donate_argnames
+        )
+        self.static_argnums = self.argnums.static_argnums
+        self.static_argnames = self.argnums.static_argnames
+        self.donate_argnums = self.argnums.donate_argnums
+        self.donate_argnames = self.argnums.donate_argnames
+        self._cache: Lru[_Signature, Lowering] = Lru(MAX_SIGNATURES)
         # Name and docstring only: ``updated=()`` keeps ``fun.__dict__`` (``jax.grad``
         # sets a ``fun`` attribute there) from overwriting this object's own fields.
         functools.update_wrapper(self, fun, updated=())
 
     def _signature(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[_Signature, list[Any]]:
-        """The signature of a call, and its flat dynamic inputs."""
-        n = len(args)
-        nums = tuple(i % n if n else i for i in self.static_argnums)
-        for i in nums:
-            if not 0 <= i < n:
-                raise SpyreTypeError(
-                    f"static_argnums {self.static_argnums} out of range for {n} args"
-                )
-        static_pos = tuple((i, args[i]) for i in nums)
-        static_kw = tuple(sorted((k, v) for k, v in kwargs.items() if k in self.static_argnames))
-        dyn_args = [a for i, a in enumerate(args) if i not in nums]
-        dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
-        leaves, treedef = jax.tree.flatten((dyn_args, dyn_kwargs))
-        avals = tuple(_leaf_aval(x) for x in leaves)
-        return _Signature(static_pos, static_kw, treedef, avals), leaves
+    ) -> tuple[_Signature, list[Any], Call]:
+        """The signature of a call, its flat dynamic inputs and the call itself."""
+        static, call = split_call(self.argnums, args, kwargs)
+        leaves, treedef = jax.tree.flatten(call.dynamic())
+        sig = _Signature(static, treedef, leaf_avals(leaves, call), trace_context())
+        return sig, leaves, call
 
     def _cached(self, sig: _Signature) -> Lowering | None:
         try:
             return self._cache.get(sig)
-        except TypeError as err:
+        except TypeError as err:  # static arguments are checked: a pytree node's aux data
             raise SpyreTypeError(
-                f"spyrejax.jit: static arguments must be hashable ({err})"
+                f"spyrejax.jit: the arguments' pytree structure is not hashable ({err}): "
+                "a pytree node's static data must be hashable"
             ) from None
 
     def _lowering(self, *args: Any, **kwargs: Any) -> tuple[Lowering, list[Any]]:
         """The lowering for these arguments (cached per signature) and the flat inputs."""
-        sig, leaves = self._signature(args, kwargs)
+        sig, leaves, call = self._signature(args, kwargs)
         lowering = self._cached(sig)
         if lowering is None:
-            lowering = self._lower(sig, *self._trace(sig))
+            lowering = self._lower(sig, *self._trace(sig, call))
         return lowering, leaves
 
-    def _trace(self, sig: _Signature) -> tuple[ClosedJaxpr, Any]:
-        """The function traced with plain JAX on the signature's shapes, and its out tree."""
+    def _trace(self, sig: _Signature, call: Call) -> tuple[ClosedJaxpr, Any]:
+        """The function traced with plain JAX on the signature's shapes, and its out tree.
+
+        Raises:
+            LayoutError: naming an argument whose dtype has no Spyre data format.
+        """
+        check_formats(sig.in_avals, call)
+        positional = sorted((k, v) for k, _, v in sig.static if isinstance(k, int))
+        keywords = {k: v for k, _, v in sig.static if isinstance(k, str)}
 
         def flat_fun(*leaves: Any) -> Any:
             dyn_args, dyn_kwargs = jax.tree.unflatten(sig.in_tree, leaves)
             full = list(dyn_args)
-            for i, v in sorted(sig.static_pos):
+            for i, v in positional:
                 full.insert(i, v)
-            return self.fun(*full, **dyn_kwargs, **dict(sig.static_kw))
+            return self.fun(*full, **dyn_kwargs, **keywords)
 
-        structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in sig.in_avals]
+        structs = [
+            a.struct() if isinstance(a, HostAval) else jax.ShapeDtypeStruct(a.shape, a.dtype)
+            for a in sig.in_avals
+        ]
         closed, out_shape = jax.make_jaxpr(flat_fun, return_shape=True)(*structs)
         return closed, jax.tree.structure(out_shape)
 
@@ -390,7 +414,7 @@ class SpyreJit:
             jax.jit(run_images),
             _out_types(plan, graph),
         )
-        self._cache[sig] = lowering
+        self._cache.put(sig, lowering)
         return lowering
 
     def trace(self, *args: Any, **kwargs: Any) -> Traced:
@@ -398,12 +422,12 @@ class SpyreJit:
 
         Its ``jaxpr`` is the function in plain JAX; its ``lower()`` plans the layouts.
         """
-        sig, _ = self._signature(args, kwargs)
+        sig, _, call = self._signature(args, kwargs)
         lowering = self._cached(sig)
         if lowering is not None:
             closed, out_tree = lowering.jaxpr, lowering.out_tree
         else:
-            closed, out_tree = self._trace(sig)
+            closed, out_tree = self._trace(sig, call)
         name = getattr(self.fun, "__name__", type(self.fun).__name__)
         lower = functools.partial(self._lower, sig, closed, out_tree)
         return Traced(closed, name, sig, out_tree, lower)
@@ -421,19 +445,13 @@ class SpyreJit:
         return lowering.call(leaves)
 
 
-def _as_tuple(x: Any) -> tuple[Any, ...]:
-    if x is None:
-        return ()
-    if isinstance(x, int | str):
-        return (x,)
-    return tuple(x)
-
-
 def jit(
     fun: Callable[..., Any],
     *,
     static_argnums: int | Sequence[int] | None = None,
     static_argnames: str | Sequence[str] | None = None,
+    donate_argnums: int | Sequence[int] | None = None,
+    donate_argnames: str | Sequence[str] | None = None,
 ) -> SpyreJit:
     """Compile a plain JAX function for the Spyre emulator.
 
@@ -445,10 +463,18 @@ def jit(
     The compiled function may itself be called under ``jax.jit``, ``jax.grad`` or
     ``jax.vmap``.
 
+    Arguments are read as ``jax.jit`` reads them: NumPy arrays and Python scalars get
+    its canonical dtypes (float64 is float32 with x64 off) and Python scalars its weak
+    types.
+
     Args:
         fun: the function; its array arguments may be pytrees.
         static_argnums: positional arguments that are static (hashable) values.
-        static_argnames: keyword arguments that are static values.
+        static_argnames: keyword arguments that are static values. Either is filled in
+            from the other with ``fun``'s signature and validated, as ``jax.jit`` does.
+        donate_argnums: positional arguments the caller donates, as for ``jax.jit``;
+            accepted and validated, but the emulator does not reuse their buffers.
+        donate_argnames: keyword arguments the caller donates (likewise).
 
     Returns:
         A :class:`SpyreJit`: a callable taking pytrees of host arrays (moved to the
@@ -457,11 +483,17 @@ def jit(
         ``lower(...).compile()`` stage it ahead of time, as ``jax.jit``'s do.
 
     Raises:
+        ValueError: as ``jax.jit``: a static or donated index out of range for ``fun``'s
+            positional parameters, a name it does not take, an argument both static
+            and donated.
         SpyreUnsupportedError: (when called) for a JAX primitive spyrejax cannot
             lower, naming it and the source line.
+        SpyreTypeError: (when called) naming an argument that is not an array and not
+            static, or a static one that is not hashable.
+        LayoutError: (when called) naming an argument whose dtype has no Spyre format.
 
     Example:
         >>> import jax.numpy as jnp
         >>> f = jit(lambda a, b: jnp.tanh(a @ b).sum(0))
     """
-    return SpyreJit(fun, static_argnums, static_argnames)
+    return SpyreJit(fun, static_argnums, static_argnames, donate_argnums, donate_argnames)
