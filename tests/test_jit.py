@@ -1,6 +1,8 @@
 import functools
+import gc
 import math
 import re
+import weakref
 
 import chex
 import jax
@@ -160,6 +162,68 @@ def test_recalls_do_not_retrace_and_new_layouts_do():
     traced.lower().compile()(x.T, y.T)
     jf(x.T, y.T)
     assert len(traces) == 4
+
+
+def test_lowerings_are_shared_by_function_as_jax_jit_shares_traces():
+    traces = []
+
+    def f(x, n=1):
+        traces.append(1)
+        return jnp.tanh(x) * n
+
+    x = rand((4, 150), jnp.float32)
+    for _ in range(3):  # jax.jit(f)(x) written inline in a loop traces f once: so does this
+        out = sj.jit(f)(x)
+    assert len(traces) == 1
+    assert_close(sj.to_host(out), jnp.tanh(x))
+    sj.jit(f).lower(x).compile()(x)  # the stages share it too
+    assert len(traces) == 1
+    sj.jit(f, static_argnums=1)(x, 2)  # other static arguments: another entry
+    sj.jit(f, static_argnums=1)(x, 2)
+    assert len(traces) == 2
+    sj.jit(lambda x: f(x))(x)  # another function object: a miss, as for jax.jit
+    assert len(traces) == 3
+    with jax.enable_x64(True):  # the configuration tracing depends on is in the key
+        sj.jit(f)(x)
+    assert len(traces) == 4
+    sj.jit(f)(x)
+    assert len(traces) == 4
+
+    class Model:
+        def apply(self, x):
+            traces.append(1)
+            return x * 2
+
+    model = Model()
+    sj.jit(model.apply)(x)  # a new bound method each time: keyed by function and object
+    sj.jit(model.apply)(x)
+    assert len(traces) == 5
+    sj.jit(Model().apply)(x)  # another object
+    assert len(traces) == 6
+
+
+def test_the_shared_cache_holds_functions_weakly_and_is_bounded():
+    from spyrejax.lowering import _cache
+
+    def f(x):
+        return x + 1
+
+    x = rand((2, 64), jnp.float32)
+    jf = sj.jit(f)
+    jf(x)
+    held = weakref.ref(jf._cache)
+    del f, jf
+    gc.collect()
+    assert held() is None  # the function went: so did its lowerings
+    fns = [sj.jit(lambda x, i=i: x + i) for i in range(_cache.MAX_FUNCTIONS + 5)]
+    assert len(_cache._FUNCTIONS) <= _cache.MAX_FUNCTIONS
+    assert fns[-1]._cache is sj.jit(fns[-1].fun)._cache  # the recent ones are kept
+    lru = _cache.Lru(2)
+    for k in "abc":
+        lru.put(k, k.upper())
+    lru.get("b")
+    lru.put("d", "D")
+    assert list(lru) == ["b", "d"]  # least recently used first out
 
 
 def test_concrete_calls_run_on_images_and_traced_calls_on_spyre_types():

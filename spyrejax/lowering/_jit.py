@@ -32,7 +32,7 @@ from .._jax import AD_TRACERS, ClosedJaxpr, trace_context
 from ..primitives import abstract, image, wrap
 from ..primitives._array import SpyreArray, SpyreType
 from ._arguments import ArgNums, Call, HostAval, check_formats, leaf_aval, leaf_avals, split_call
-from ._cache import MAX_SIGNATURES, Lru
+from ._cache import Lru, signature_cache
 from ._graph import Graph, build_graph
 from ._interpret import Interpreter
 from ._planner import Plan, host_input_type, plan_graph
@@ -332,7 +332,8 @@ class SpyreJit:
         self.static_argnames = self.argnums.static_argnames
         self.donate_argnums = self.argnums.donate_argnums
         self.donate_argnames = self.argnums.donate_argnames
-        self._cache: Lru[_Signature, Lowering] = Lru(MAX_SIGNATURES)
+        # Shared by every SpyreJit of this function object (as jax.jit shares its traces).
+        self._cache: Lru[_Signature, Lowering] = signature_cache(fun, self.argnums)
         # Name and docstring only: ``updated=()`` keeps ``fun.__dict__`` (``jax.grad``
         # sets a ``fun`` attribute there) from overwriting this object's own fields.
         functools.update_wrapper(self, fun, updated=())
@@ -465,7 +466,8 @@ def jit(
 
     Arguments are read as ``jax.jit`` reads them: NumPy arrays and Python scalars get
     its canonical dtypes (float64 is float32 with x64 off) and Python scalars its weak
-    types.
+    types. Lowerings are cached per function object, as ``jax.jit``'s traces are: a new
+    ``jit(f)`` of the same ``f`` reuses them.
 
     Args:
         fun: the function; its array arguments may be pytrees.
