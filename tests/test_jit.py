@@ -164,6 +164,41 @@ def test_recalls_do_not_retrace_and_new_layouts_do():
     assert len(traces) == 4
 
 
+_E, _X = np.zeros((0, 3), np.float32), np.arange(12.0, dtype=np.float32).reshape(4, 3)
+
+# Functions of zero-size arrays: (function, arguments).
+_ZERO_SIZE = {
+    "elementwise": (lambda e: jnp.tanh(e) + 1, _E),
+    "identity": (lambda e: e, _E),
+    "rank_1": (lambda e: e * 2, np.zeros((0,), np.float32)),
+    "sum_over_empty_axis": (lambda e, x: x + e.sum(0) + e.max(0, initial=-1.0), _E, _X),
+    "sum_of_all": (lambda e: e.sum(), _E),
+    "concatenate": (lambda e, x: jnp.concatenate([x, e, x]) * 2, _E, _X),
+    "contract_empty_dim": (lambda e, x: e.T @ jnp.zeros((0, 5), e.dtype) + x.sum(), _E, _X),
+    "empty_slice": (lambda x: (x[:0] + 1, x * 2), _X),
+    "split_with_empty_piece": (lambda x: jnp.split(x, [0], axis=0)[1] * 2, _X),
+    "pad_of_empty": (lambda e: jnp.pad(e, ((1, 1), (0, 0))), _E),
+    "update_with_nothing": (lambda x, e: jax.lax.dynamic_update_slice(x, e, (1, 0)), _X, _E),
+    "grad": (jax.grad(lambda e, x: (e.sum(0) * x).sum() + (x**2).sum(), (0, 1)), _E, _X[0]),
+}
+
+
+@pytest.mark.parametrize("name", _ZERO_SIZE)
+def test_zero_size_arrays_match_jax_jit(name):
+    fn, *args = _ZERO_SIZE[name]
+    got, want = sj.jit(fn)(*args), jax.jit(fn)(*args)
+    chex.assert_trees_all_equal_shapes_and_dtypes(got, want)
+    assert_close(jax.tree.map(sj.to_host, got), want, reduce_len=4)
+
+
+def test_zero_size_operands_an_op_cannot_do_without_are_named():
+    def f(e, init):  # a reduction of nothing with a dynamic initial value
+        return jax.lax.reduce(e, init, jax.lax.add, (0,))
+
+    with pytest.raises(sj.SpyreUnsupportedError, match=r"reduce at .*test_jit.py:\d+.*zero-size"):
+        sj.jit(f)(_E, jnp.float32(2))
+
+
 def test_lowerings_are_shared_by_function_as_jax_jit_shares_traces():
     traces = []
 
