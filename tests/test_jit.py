@@ -282,6 +282,58 @@ def test_concrete_calls_run_on_images_and_traced_calls_on_spyre_types():
     assert_close(mapped, jax.vmap(lambda y: f(sj.to_host(x), y))(ys), reduce_len=150 * 8, ops=2)
 
 
+def test_grad_of_a_jitted_function_with_a_scalar_result():
+    rng = np.random.default_rng(0)
+    x = rand((4, 150), jnp.float32)
+    w = jnp.asarray(rng.uniform(-0.1, 0.1, (150, 70)), jnp.float32)
+
+    def loss(w, x):
+        return jnp.sum(jnp.tanh(x @ w) ** 2)
+
+    assert isinstance(sj.jit(loss)(w, x), sj.SpyreArray)  # a 0-d Spyre array...
+    want = jax.grad(loss)(w, x)
+    # ...which jax.grad takes as the plain scalar it needs. Each gradient entry sums 4
+    # rows of products of 150 terms.
+    assert_close(jax.grad(sj.jit(loss))(w, x), want, reduce_len=4 * 150, ops=4)
+    through_to_host = jax.grad(lambda w: sj.to_host(sj.jit(loss)(w, x)))(w)  # reads the same
+    assert_close(through_to_host, want, reduce_len=4 * 150, ops=4)
+    value, grad = jax.jit(jax.value_and_grad(sj.jit(loss)))(sj.to_device(w), x)
+    assert_close(value, loss(w, x), reduce_len=4 * 150 * 70, ops=3)
+    assert_close(sj.to_host(grad), want, reduce_len=4 * 150, ops=4)
+
+
+def _scores_loss(p, x):
+    s = jnp.tanh((x @ p["wq"]) @ (x @ p["wk"]).T)
+    return jnp.mean((s @ x) ** 2)
+
+
+def test_a_training_loop_reaches_a_fixed_point_of_layouts():
+    rng = np.random.default_rng(0)
+    x = rand((8, 150), jnp.float32)
+    params = {k: rng.uniform(-0.1, 0.1, (150, 64)).astype(np.float32) for k in ("wq", "wk")}
+    traces = []
+
+    def update(p, x):
+        g = jax.grad(_scores_loss)(p, x)
+        return jax.tree.map(lambda a, b: a - 0.1 * b, p, g)
+
+    def step(p, x):
+        traces.append(1)
+        return update(p, x)
+
+    jitted, ref, want = sj.jit(step), jax.jit(update), params
+    got, types = params, []
+    for _ in range(5):  # step 1 on host arrays, then on the SpyreArrays it returns
+        got, want = jitted(got, x), ref(want, x)
+        types.append({k: v.type for k, v in got.items()})
+    # The weights come back stuck on dim 0, not in the default layout of a host input...
+    assert any(t != sj.to_device(params[k]).type for k, t in types[0].items())
+    assert types[1:] == types[:-1]  # ...and keep it: the second step's signature repeats
+    assert len(traces) == 2  # the first two steps only
+    # Five steps of a gradient with sums over 8 * 150 * 64 terms, a few ops each.
+    assert_close(jax.tree.map(sj.to_host, got), want, reduce_len=5 * 8 * 150 * 64, ops=20)
+
+
 def test_static_arguments():
     @functools.partial(sj.jit, static_argnums=1, static_argnames="scale")
     def f(x, axis, scale=1.0):

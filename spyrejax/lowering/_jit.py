@@ -29,7 +29,7 @@ import numpy as np
 
 from .._errors import SpyreTypeError, SpyreUnsupportedError
 from .._jax import AD_TRACERS, ClosedJaxpr, trace_context
-from ..primitives import abstract, image, wrap
+from ..primitives import abstract, image, to_host, wrap
 from ..primitives._array import SpyreArray, SpyreType
 from ._arguments import ArgNums, Call, HostAval, check_formats, leaf_aval, leaf_avals, split_call
 from ._cache import Lru, signature_cache
@@ -83,13 +83,16 @@ class Lowering:
     def call(self, leaves: Sequence[Any]) -> Any:
         """The outputs for flat inputs, in the output structure."""
         if any(isinstance(x, jax.core.Tracer) for x in leaves):
-            if self.graph.derivative_rules and any(isinstance(x, AD_TRACERS) for x in leaves):
+            autodiff = any(isinstance(x, AD_TRACERS) for x in leaves)
+            if self.graph.derivative_rules and autodiff:
                 raise SpyreUnsupportedError(
                     "differentiating a spyrejax.jit function from outside would go around "
                     f"its own derivative rules ({', '.join(self.graph.derivative_rules[:3])}):"
                     " transform first, then lower, as spyrejax.jit(jax.grad(f))"
                 )
             outs = self.compiled(*leaves)
+            if autodiff:  # jax.grad wants a plain scalar: a 0-d result comes out as one
+                outs = [to_host(o) if jax.typeof(o).shape == () else o for o in outs]
         else:
             outs = self.run_on_images(leaves)
         return jax.tree.unflatten(self.out_tree, outs)
