@@ -20,7 +20,18 @@ from .dma import *  # noqa: F403  (each layer's package lists its public names)
 from .dma import __all__ as _DMA
 from .layout import *  # noqa: F403
 from .layout import __all__ as _LAYOUT
-from .lowering import Compiled, Lowered, Report, SpyreJit, Traced, explain, jit, with_layout
+from .lowering import (
+    Compiled,
+    FilterJit,
+    Lowered,
+    Report,
+    SpyreJit,
+    Traced,
+    explain,
+    filter_jit,
+    jit,
+    with_layout,
+)
 from .primitives import ELEMENTWISE as _ELEMENTWISE
 from .primitives import REDUCTIONS as _REDUCTIONS
 from .primitives import (
@@ -47,6 +58,7 @@ globals().update({name: getattr(primitives, name) for name in _DERIVED})
 
 __all__ = [
     "Compiled",
+    "FilterJit",
     "LayoutError",
     "Lowered",
     "PadFill",
@@ -65,6 +77,7 @@ __all__ = [
     "dma",
     "expand_dims",
     "explain",
+    "filter_jit",
     "image",
     "jit",
     "layout",

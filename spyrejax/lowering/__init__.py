@@ -1,7 +1,8 @@
-"""Lowering plain JAX functions to Spyre primitives: ``jit``, ``with_layout``, ``explain``."""
+"""Lowering plain JAX functions to Spyre primitives: ``jit``, ``filter_jit``, ``explain``..."""
 
 from ..primitives._stick import SPARSE
 from ._explain import Report, explain
+from ._filter_jit import FilterJit, filter_jit
 from ._jit import Compiled, Lowered, SpyreJit, Traced, jit
 from ._rules import RULES
 from ._with_layout import with_layout
@@ -10,11 +11,13 @@ __all__ = [
     "RULES",
     "SPARSE",
     "Compiled",
+    "FilterJit",
     "Lowered",
     "Report",
     "SpyreJit",
     "Traced",
     "explain",
+    "filter_jit",
     "jit",
     "with_layout",
 ]

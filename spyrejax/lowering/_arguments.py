@@ -209,8 +209,17 @@ def leaf_avals(leaves: Sequence[Any], call: Call) -> tuple[SpyreType | HostAval,
     return tuple(avals)
 
 
-def check_formats(avals: Sequence[SpyreType | HostAval], call: Call) -> None:
+def check_formats(
+    avals: Sequence[SpyreType | HostAval],
+    path: Callable[[int], str],
+    who: str = "spyrejax.jit",
+) -> None:
     """Check every host leaf's dtype has a Spyre data format.
+
+    Args:
+        avals: the leaves' abstract values.
+        path: the path of leaf ``i`` in the call (:meth:`Call.path`).
+        who: the function named in the error.
 
     Raises:
         LayoutError: naming the leaf's path, its dtype and what to do.
@@ -222,7 +231,7 @@ def check_formats(avals: Sequence[SpyreType | HostAval], call: Call) -> None:
             host_dtype(aval.dtype)
         except LayoutError as err:
             raise LayoutError(
-                f"spyrejax.jit: argument {call.path(i)} is {aval.dtype}{list(aval.shape)}: "
+                f"{who}: argument {path(i)} is {aval.dtype}{list(aval.shape)}: "
                 f"{err}. Cast it before the call (x.astype(jnp.float32), or "
                 "x.astype(jnp.int32) for integers)"
             ) from None

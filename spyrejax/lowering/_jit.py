@@ -20,7 +20,7 @@ the same arguments.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -315,6 +315,10 @@ class SpyreJit:
     Call it, or stage it explicitly as ``jax.jit`` allows: ``trace(*args)`` gives a
     :class:`Traced`, ``lower(*args)`` (``trace(*args).lower()``) a :class:`Lowered`,
     and its ``compile()`` a :class:`Compiled`.
+
+    Its lowerings are shared with every other SpyreJit of the same ``cache_key``: by
+    default ``(fun, its static and donated arguments)``; a wrapper (``filter_jit``)
+    passes the user's function.
     """
 
     def __init__(
@@ -324,6 +328,8 @@ class SpyreJit:
         static_argnames: str | Sequence[str] | None = None,
         donate_argnums: int | Sequence[int] | None = None,
         donate_argnames: str | Sequence[str] | None = None,
+        *,
+        cache_key: tuple[Callable[..., Any], Hashable] | None = None,
     ) -> None:
         if not callable(fun):
             raise SpyreTypeError(f"spyrejax.jit needs a callable, got {fun!r}")
@@ -336,7 +342,8 @@ class SpyreJit:
         self.donate_argnums = self.argnums.donate_argnums
         self.donate_argnames = self.argnums.donate_argnames
         # Shared by every SpyreJit of this function object (as jax.jit shares its traces).
-        self._cache: Lru[_Signature, Lowering] = signature_cache(fun, self.argnums)
+        owner, config = cache_key or (fun, self.argnums)
+        self._cache: Lru[_Signature, Lowering] = signature_cache(owner, config)
         # Name and docstring only: ``updated=()`` keeps ``fun.__dict__`` (``jax.grad``
         # sets a ``fun`` attribute there) from overwriting this object's own fields.
         functools.update_wrapper(self, fun, updated=())
@@ -373,7 +380,7 @@ class SpyreJit:
         Raises:
             LayoutError: naming an argument whose dtype has no Spyre data format.
         """
-        check_formats(sig.in_avals, call)
+        check_formats(sig.in_avals, call.path)
         positional = sorted((k, v) for k, _, v in sig.static if isinstance(k, int))
         keywords = {k: v for k, _, v in sig.static if isinstance(k, str)}
 
