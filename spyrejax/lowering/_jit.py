@@ -97,6 +97,21 @@ class Lowering:
             outs = self.run_on_images(leaves)
         return jax.tree.unflatten(self.out_tree, outs)
 
+    @property
+    def in_info(self) -> Any:
+        """The inputs' abstract values in the ``(args, kwargs)`` structure.
+
+        Spyre types for Spyre arrays; ``jax.ShapeDtypeStruct`` for host leaves (moved to
+        the device with default layouts), with the dtype and weak type ``jax.jit``
+        gives them.
+        """
+        return jax.tree.unflatten(self.in_tree, [_public_aval(a) for a in self.in_avals])
+
+    @property
+    def out_info(self) -> Any:
+        """The outputs' Spyre types in the output structure."""
+        return jax.tree.unflatten(self.out_tree, self.out_types)
+
     @functools.cached_property
     def spyre_jaxpr(self) -> ClosedJaxpr:
         """The interpreter traced on the input types: a layout on every value."""
@@ -219,17 +234,13 @@ class Lowered:
 
     @property
     def in_avals(self) -> Any:
-        """The inputs' abstract values in the ``(args, kwargs)`` structure.
-
-        Spyre types for Spyre arrays; shapes and dtypes for host arrays, which are
-        moved to the device with default layouts.
-        """
-        return jax.tree.unflatten(self.in_tree, [_public_aval(a) for a in self._lowering.in_avals])
+        """The inputs' abstract values (see :attr:`Lowering.in_info`)."""
+        return self._lowering.in_info
 
     @property
     def out_info(self) -> Any:
         """The outputs' Spyre types in the output structure."""
-        return jax.tree.unflatten(self.out_tree, self.out_types)
+        return self._lowering.out_info
 
     def as_text(self) -> str:
         """The Spyre-level jaxpr: every Spyre primitive, the layout of every value."""
@@ -265,6 +276,16 @@ class Compiled:
         self.out_types = lowering.out_types
         self.in_tree = lowering.in_tree
         self.out_tree = lowering.out_tree
+
+    @property
+    def in_avals(self) -> Any:
+        """The inputs' abstract values (see :attr:`Lowering.in_info`)."""
+        return self._lowering.in_info
+
+    @property
+    def out_info(self) -> Any:
+        """The outputs' Spyre types in the output structure."""
+        return self._lowering.out_info
 
     def as_text(self) -> str:
         """The XLA program it runs on the device images (``jax.stages.Compiled.as_text``)."""
