@@ -7,6 +7,7 @@ spyrejax imports public JAX (``jax``, ``jax.numpy``, ``jax.lax``) or these names
 from jax._src.api_util import fun_signature, resolve_argnums
 from jax._src.config import trace_context
 from jax._src.interpreters.ad import LinearizeTracer
+from jax._src.util import register_cache
 from jax.experimental.hijax import (
     GradAccum,
     HiPrim,
@@ -40,6 +41,7 @@ __all__ = [
     "batching",
     "fun_signature",
     "mlir",
+    "register_cache",
     "register_hitype",
     "resolve_argnums",
     "summarize_source",

@@ -235,6 +235,12 @@ def test_lowerings_are_shared_by_function_as_jax_jit_shares_traces():
     assert len(traces) == 5
     sj.jit(Model().apply)(x)  # another object
     assert len(traces) == 6
+    jitted = sj.jit(f)
+    jitted(x)
+    jax.clear_caches()  # clears spyrejax's lowerings with JAX's caches, as for jax.jit
+    jitted(x)
+    sj.jit(f)(x)
+    assert len(traces) == 7
 
 
 def test_the_shared_cache_holds_functions_weakly_and_is_bounded():

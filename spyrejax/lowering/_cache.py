@@ -11,7 +11,8 @@ promotion...).
 The function is held weakly: its entry goes when it does (a bound method is keyed by
 its function and its object, which Python compares it by, so ``spyrejax.jit(obj.f)``
 in a loop hits too). Functions that cannot be weakly referenced get a cache of their
-own. Both levels are least-recently-used caches of bounded size.
+own. Both levels are least-recently-used caches of bounded size, and
+``jax.clear_caches()`` clears them with JAX's own.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
+
+from .._jax import register_cache
 
 __all__ = ["MAX_FUNCTIONS", "MAX_SIGNATURES", "Lru", "signature_cache"]
 
@@ -60,6 +63,10 @@ class Lru[K: Hashable, V]:
         """The keys, least recently used first (a copy: entries may be popped meanwhile)."""
         return iter(list(self._data))
 
+    def clear(self) -> None:
+        """Forget every entry."""
+        self._data.clear()
+
     def __len__(self) -> int:
         return len(self._data)
 
@@ -87,6 +94,32 @@ class _FunKey:
 
 
 _FUNCTIONS: Lru[tuple[_FunKey, Hashable], Lru[Any, Any]] = Lru(MAX_FUNCTIONS)
+_SIGNATURE_CACHES: weakref.WeakSet[Lru[Any, Any]] = weakref.WeakSet()  # held by SpyreJits too
+
+
+class _Registered:
+    """Every cache of this module, as ``jax.clear_caches()`` sees it."""
+
+    def cache_clear(self) -> None:
+        """Forget every lowering (functions keep their, now empty, shared caches)."""
+        for cache in list(_SIGNATURE_CACHES):
+            cache.clear()
+
+    def cache_info(self) -> tuple[int, int]:
+        return len(_FUNCTIONS), MAX_FUNCTIONS
+
+    def cache_keys(self) -> list[Any]:
+        return list(_FUNCTIONS)
+
+
+_REGISTERED = _Registered()
+register_cache(_REGISTERED, "spyrejax.jit lowerings")
+
+
+def _new_signature_cache() -> Lru[Any, Any]:
+    cache: Lru[Any, Any] = Lru(MAX_SIGNATURES)
+    _SIGNATURE_CACHES.add(cache)
+    return cache
 
 
 def _forget(key: _FunKey) -> None:
@@ -111,10 +144,10 @@ def signature_cache(fun: Callable[..., Any], config: Hashable) -> Lru[Any, Any]:
     try:
         key = _FunKey(fun, on_dead)
     except TypeError:  # not weakly referenceable: no sharing
-        return Lru(MAX_SIGNATURES)
+        return _new_signature_cache()
     holder.append(weakref.ref(key))
     cache = _FUNCTIONS.get((key, config))
     if cache is None:
-        cache = Lru(MAX_SIGNATURES)
+        cache = _new_signature_cache()
         _FUNCTIONS.put((key, config), cache)
     return cache
