@@ -545,6 +545,9 @@ def test_static_and_donated_arguments_are_resolved_as_jax_jit_does():
     by_name(x, 0, 2.0)
     by_name(x, 0, 2)  # 2 == 2.0, but static arguments are compared with their types
     assert len(traces) == 1
+    varargs = sj.jit(lambda *a: sum(a) + jnp.ones(3), static_argnums=-1)  # the last one
+    assert_close(sj.to_host(varargs(2.0)), jnp.full(3, 3.0))
+    assert_close(sj.to_host(varargs()), jnp.ones(3))  # no arguments: nothing is static
     donated = sj.jit(f, static_argnums=1, donate_argnums=0)
     assert donated.donate_argnums == (0,) and donated.donate_argnames == ("x",)
     assert_close(sj.to_host(donated(x, 0)), x.sum(0), reduce_len=4)

@@ -133,7 +133,7 @@ def split_call(
     nums = {i % n if i < 0 and n else i for i in argnums.static_argnums}
     static: list[tuple[Any, ...]] = []
     for i in sorted(nums):
-        if i < n:
+        if 0 <= i < n:
             static.append((i, type(args[i]), _hashable(args[i], f"args[{i}]")))
     names = frozenset(k for k in kwargs if k in argnums.static_argnames)
     for k in sorted(names):

@@ -1,9 +1,11 @@
 """``spyrejax.jit``: run a plain JAX function on the Spyre emulator.
 
-Per input signature (pytree structure, shapes, dtypes, layouts, static arguments) it
-traces the function to a jaxpr, flattens it into a graph, plans a stick for every
-value, and jit-compiles the interpreter that runs the plan with Spyre primitives. The
-compiled computation is reused on later calls with the same signature.
+Per input signature (pytree structure, shapes, dtypes, layouts, static arguments, JAX's
+trace context) it traces the function to a jaxpr, flattens it into a graph, plans a
+stick for every value, and jit-compiles the interpreter that runs the plan with Spyre
+primitives. The compiled computation is reused on later calls with the same signature,
+by every ``spyrejax.jit`` of the same function (``_cache``). Arguments are read as
+``jax.jit`` reads them (``_arguments``).
 
 Calls with concrete arguments run a second ``jax.jit`` of the same interpreter whose
 inputs and outputs are device images, so they take JAX's C++ dispatch path (a call
