@@ -4,7 +4,10 @@ A JAX upgrade that moves or changes these touches only this file. Everything els
 spyrejax imports public JAX (``jax``, ``jax.numpy``, ``jax.lax``) or these names.
 """
 
+from jax._src.api_util import fun_signature, resolve_argnums
+from jax._src.config import trace_context
 from jax._src.interpreters.ad import LinearizeTracer
+from jax._src.util import register_cache
 from jax.experimental.hijax import (
     GradAccum,
     HiPrim,
@@ -36,10 +39,14 @@ __all__ = [
     "aval_method",
     "aval_property",
     "batching",
+    "fun_signature",
     "jaxpr_as_fun",
     "mlir",
+    "register_cache",
     "register_hitype",
+    "resolve_argnums",
     "summarize_source",
+    "trace_context",
     "vjp_from_jvp",
 ]
 

@@ -161,6 +161,7 @@ def test_lower_compile_runs_what_a_call_runs():
     assert lowered.out_info == jax.tree.map(lambda a: a.type, want)
     assert lowered.out_types == [e.type for e in jax.tree.leaves(want)]
     assert lowered.in_avals == ([x.type, jax.ShapeDtypeStruct((150, 70), jnp.float32)], {})
+    assert compiled.in_avals == lowered.in_avals and compiled.out_info == lowered.out_info
     assert "HloModule" in compiled.as_text()
 
 
@@ -171,6 +172,16 @@ def test_trace_gives_the_plain_jax_jaxpr_and_lowers_it():
     assert str(traced.jaxpr) == str(jax.make_jaxpr(_f)(sj.to_host(x), w))
     assert traced.fun_name == "_f"
     assert traced.out_avals["sum"].shape == (70,)
+    # out_info as jax.stages gives it; a Python scalar's weak type is kept in in_avals
+    assert traced.out_info == jax.jit(_f).trace(sj.to_host(x), w).out_info
+    scaled = sj.jit(lambda x, s: x * s).trace(w, 2.0)
+    assert scaled.in_avals == (
+        [
+            jax.ShapeDtypeStruct((150, 70), jnp.float32),
+            jax.ShapeDtypeStruct((), jnp.float32, weak_type=True),
+        ],
+        {},
+    )
     lowered = traced.lower()
     assert lowered.plan.cost == sj.explain(_f, x, w).restickify_cost
 

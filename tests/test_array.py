@@ -126,8 +126,9 @@ def test_transfer_errors():
         sj.to_device(np.zeros((4, 150)))
     with pytest.raises(sj.LayoutError, match="too small"):
         sj.to_device(x, sj.SpyreTensorLayout((2, 150), jnp.float32))
-    with pytest.raises(sj.SpyreTypeError, match="needs a SpyreArray"):
-        sj.to_host(x)
+    assert sj.to_host(x) is x  # a host array is already on the host
+    with pytest.raises(sj.SpyreTypeError, match="needs a SpyreArray, got str"):
+        sj.to_host("x")
     with pytest.raises(sj.LayoutError, match="SpyreTensorLayout"):
         sj.to_device(x, layout=(1, 2))
 

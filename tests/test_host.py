@@ -152,8 +152,7 @@ def test_a_primitive_with_several_results_falls_back_too(shape):
     with pytest.warns(sj.SpyreFallbackWarning, match="test_powers"):
         got = sj.jit(f)(x)
     assert_close(jax.tree.map(np.asarray, got), jax.jit(f)(x), ops=4)
-    with pytest.warns(sj.SpyreFallbackWarning, match="test_powers"):
-        (fb,) = sj.explain(f, x).fallbacks
+    (fb,) = sj.explain(f, x).fallbacks  # the lowering is cached: planned (and warned) once
     assert fb.to_host_bytes == x.size * 4 and fb.to_device_bytes == 2 * x.size * 4
 
 

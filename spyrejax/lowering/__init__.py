@@ -1,4 +1,4 @@
-"""Lowering plain JAX functions to Spyre primitives: ``jit``, ``with_layout``, ``explain``."""
+"""Lowering plain JAX functions to Spyre primitives: ``jit``, ``filter_jit``, ``explain``..."""
 
 from ..primitives._stick import SPARSE
 from . import (
@@ -8,6 +8,7 @@ from . import (
 from ._device import device_program, with_division
 from ._explain import Report, explain
 from ._export import Export, export
+from ._filter_jit import FilterJit, filter_jit
 from ._jit import Compiled, Lowered, SpyreJit, Traced, jit
 from ._rules import RULES
 from ._with_layout import with_layout
@@ -17,6 +18,7 @@ __all__ = [
     "SPARSE",
     "Compiled",
     "Export",
+    "FilterJit",
     "Lowered",
     "Report",
     "SpyreJit",
@@ -24,6 +26,7 @@ __all__ = [
     "device_program",
     "explain",
     "export",
+    "filter_jit",
     "jit",
     "with_division",
     "with_layout",

@@ -2,12 +2,20 @@
 
 Call-like equations (nested ``jit``, ``closed_call``, ``custom_jvp_call``,
 ``custom_vjp_call``, remat) are inlined, identities (``copy``, ``stop_gradient``) are
-forwarded, and computations on scalar literals alone are folded into scalars. What
-remains are nodes over values, each with its source line for error messages.
+forwarded, and computations on scalar literals alone are folded into scalars.
+
+Zero-size values carry no data: they are known at trace time. A computation giving
+only zero-size results becomes zero-size constants; one with zero-size operands and a
+result with data is folded (a sum over an empty axis is zeros, a product contracting
+an empty dim too), or reads only the operands with data (``concatenate`` drops the
+empty ones, a ``dynamic_update_slice`` or scatter of nothing is its operand). So no
+node ever reads or gives a zero-size value. What remains are nodes over values, each
+with its source line for error messages.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._errors import SpyreUnsupportedError
 from .._jax import ClosedJaxpr, Jaxpr, Literal, summarize_source
 
 __all__ = ["Graph", "Node", "Scalar", "Value", "build_graph", "source_line"]
@@ -54,6 +63,18 @@ _NUMPY_FOLDS = {
 _FLOAT_FOLDS = {
     "div": lambda x, y, **_: np.divide(x, y),
     "sqrt": lambda x, **_: np.sqrt(x),
+}
+
+# Ops whose result is their first operand where another operand (the update) is empty.
+_UPDATES_OF_NOTHING = {
+    "dynamic_update_slice": 1,
+    "scatter": 2,
+    "scatter-add": 2,
+    "scatter_add": 2,
+    "scatter_sub": 2,
+    "scatter_mul": 2,
+    "scatter_min": 2,
+    "scatter_max": 2,
 }
 
 
@@ -192,6 +213,10 @@ class _Builder:
             elif name in _IDENTITIES:
                 for out, x in zip(eqn.outvars, ins, strict=True):
                     env[out] = x
+            elif any(_empty(x) for x in ins) or any(
+                math.prod(o.aval.shape) == 0 for o in eqn.outvars
+            ):
+                self._zero_size(eqn, ins, env, source)
             elif all(isinstance(x, Scalar) for x in ins) and all(
                 o.aval.shape == () for o in eqn.outvars
             ):
@@ -229,11 +254,55 @@ class _Builder:
             arr = np.asarray(val)
             env[var] = Scalar(arr.item(), arr.dtype)
 
+    def _zero_size(self, eqn: Any, ins: list[Any], env: dict[Any, Any], source: str) -> None:
+        """An equation with zero-size operands or results: no node reads or gives one.
+
+        Raises:
+            SpyreUnsupportedError: for an op that would read a zero-size operand and
+                another with data it cannot do without.
+        """
+        name = eqn.primitive.name
+        outs = [o.aval for o in eqn.outvars]
+        if any(math.prod(a.shape) == 0 for a in outs):
+            if not all(math.prod(a.shape) == 0 for a in outs):
+                raise SpyreUnsupportedError(
+                    f"{name} at {source}: some results have zero size and some do not"
+                )
+            for var, a in zip(eqn.outvars, outs, strict=True):
+                env[var] = self.const(np.zeros(a.shape, a.dtype))
+            return
+        known = [_known(x) for x in ins]
+        if all(k is not None for k in known):  # a sum over an empty axis...: fold it
+            with jax.ensure_compile_time_eval():
+                vals = eqn.primitive.bind(*known, **eqn.params)
+            vals = vals if eqn.primitive.multiple_results else [vals]
+            for var, val in zip(eqn.outvars, vals, strict=True):
+                env[var] = self.const(np.asarray(val))
+        elif name == "concatenate":
+            kept = [x for x in ins if not _empty(x)]
+            if len(kept) == 1:
+                env[eqn.outvars[0]] = kept[0]
+            else:
+                self._node(eqn, kept, env, source)
+        elif name in _UPDATES_OF_NOTHING and _empty(ins[_UPDATES_OF_NOTHING[name]]):
+            env[eqn.outvars[0]] = ins[0]
+        elif name == "dot_general":  # a result with data from an empty operand: k is 0
+            (a,) = outs
+            env[eqn.outvars[0]] = self.const(np.zeros(a.shape, a.dtype))
+        else:
+            raise SpyreUnsupportedError(
+                f"{name} at {source} reads a zero-size operand and gives a result with data"
+            )
+
     def _split(self, eqn: Any, ins: list[Any], env: dict[Any, Any], source: str) -> None:
         """A split becomes one slice node per piece (nodes have one output)."""
         (x,) = ins
         axis, start = eqn.params["axis"], 0
         for var, size in zip(eqn.outvars, eqn.params["sizes"], strict=True):
+            if math.prod(var.aval.shape) == 0:  # an empty piece: no data, no node
+                env[var] = self.const(np.zeros(var.aval.shape, var.aval.dtype))
+                start += size
+                continue
             lo = [0] * len(x.shape)
             hi = list(x.shape)
             lo[axis], hi[axis] = start, start + size
@@ -271,6 +340,19 @@ def _inner_rules(params: dict[str, Any]) -> list[str]:
                 p for v in eqn.params.values() for p in (v if isinstance(v, tuple) else (v,))
             )
     return found
+
+
+def _empty(x: Value | Scalar) -> bool:
+    return isinstance(x, Value) and math.prod(x.shape) == 0
+
+
+def _known(x: Value | Scalar) -> Any:
+    """The host value of a scalar, a constant or a zero-size value; None for others."""
+    if isinstance(x, Scalar):
+        return np.asarray(x.value, x.dtype)
+    if x.kind == "const":
+        return x.const
+    return np.zeros(x.shape, x.dtype) if _empty(x) else None
 
 
 def _read(env: dict[Any, Any], atom: Any) -> Any:

@@ -1,9 +1,11 @@
 """``spyrejax.jit``: run a plain JAX function on the Spyre emulator.
 
-Per input signature (pytree structure, shapes, dtypes, layouts, static arguments) it
-traces the function to a jaxpr, flattens it into a graph, plans a stick for every
-value, and jit-compiles the interpreter that runs the plan with Spyre primitives. The
-compiled computation is reused on later calls with the same signature.
+Per input signature (pytree structure, shapes, dtypes, layouts, static arguments, JAX's
+trace context) it traces the function to a jaxpr, flattens it into a graph, plans a
+stick for every value, and jit-compiles the interpreter that runs the plan with Spyre
+primitives. The compiled computation is reused on later calls with the same signature,
+by every ``spyrejax.jit`` of the same function (``_cache``). Arguments are read as
+``jax.jit`` reads them (``_arguments``).
 
 Calls with concrete arguments run a second ``jax.jit`` of the same interpreter whose
 inputs and outputs are device images, so they take JAX's C++ dispatch path (a call
@@ -20,7 +22,7 @@ the same arguments.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,10 +30,11 @@ import jax
 import numpy as np
 
 from .._errors import SpyreTypeError, SpyreUnsupportedError
-from .._jax import AD_TRACERS, ClosedJaxpr
-from ..layout._dtypes import host_dtype
-from ..primitives import abstract, image, wrap
+from .._jax import AD_TRACERS, ClosedJaxpr, trace_context
+from ..primitives import abstract, image, to_host, wrap
 from ..primitives._array import SpyreArray, SpyreType
+from ._arguments import ArgNums, Call, HostAval, check_formats, leaf_aval, leaf_avals, split_call
+from ._cache import Lru, signature_cache
 from ._graph import Graph, build_graph
 from ._interpret import Interpreter, check_emulate
 from ._planner import FALLBACKS, Plan, host_input_type, plan_graph
@@ -82,39 +85,39 @@ class Lowering:
     def call(self, leaves: Sequence[Any]) -> Any:
         """The outputs for flat inputs, in the output structure."""
         if any(isinstance(x, jax.core.Tracer) for x in leaves):
-            if self.graph.derivative_rules and any(isinstance(x, AD_TRACERS) for x in leaves):
+            autodiff = any(isinstance(x, AD_TRACERS) for x in leaves)
+            if self.graph.derivative_rules and autodiff:
                 raise SpyreUnsupportedError(
                     "differentiating a spyrejax.jit function from outside would go around "
                     f"its own derivative rules ({', '.join(self.graph.derivative_rules[:3])}):"
                     " transform first, then lower, as spyrejax.jit(jax.grad(f))"
                 )
             outs = self.compiled(*leaves)
+            if autodiff:  # jax.grad wants a plain scalar: a 0-d result comes out as one
+                outs = [to_host(o) if jax.typeof(o).shape == () else o for o in outs]
         else:
             outs = self.run_on_images(leaves)
         return jax.tree.unflatten(self.out_tree, outs)
+
+    @property
+    def in_info(self) -> Any:
+        """The inputs' abstract values in the ``(args, kwargs)`` structure.
+
+        Spyre types for Spyre arrays; ``jax.ShapeDtypeStruct`` for host leaves (moved to
+        the device with default layouts), with the dtype and weak type ``jax.jit``
+        gives them.
+        """
+        return jax.tree.unflatten(self.in_tree, [_public_aval(a) for a in self.in_avals])
+
+    @property
+    def out_info(self) -> Any:
+        """The outputs' Spyre types in the output structure."""
+        return jax.tree.unflatten(self.out_tree, self.out_types)
 
     @functools.cached_property
     def spyre_jaxpr(self) -> ClosedJaxpr:
         """The interpreter traced on the input types: a layout on every value."""
         return jax.make_jaxpr(self.interpreter.run)(*(abstract(a) for a in self.in_avals))
-
-
-def _leaf_aval(x: Any) -> Any:
-    """The abstract value a leaf is traced with: Spyre types keep their layout."""
-    if isinstance(x, SpyreArray):
-        return x.type
-    if isinstance(x, jax.core.Tracer):  # under an outer jit, grad or vmap
-        aval = jax.typeof(x)
-        return aval if isinstance(aval, SpyreType) else jax.ShapeDtypeStruct(aval.shape, aval.dtype)
-    if isinstance(x, jax.ShapeDtypeStruct):  # plan and cost without data (explain, export)
-        return jax.ShapeDtypeStruct(tuple(x.shape), host_dtype(x.dtype))
-    if isinstance(x, jax.Array | np.ndarray | np.generic | int | float | bool):
-        arr = x if hasattr(x, "dtype") else np.asarray(x, dtype=jax.numpy.asarray(x).dtype)
-        return jax.ShapeDtypeStruct(np.shape(arr), host_dtype(arr.dtype))
-    raise SpyreTypeError(
-        f"spyrejax.jit: argument leaf {type(x).__name__} is not an array; mark it static "
-        "(static_argnums/static_argnames)"
-    )
 
 
 def _input_type(aval: Any) -> SpyreType:
@@ -132,14 +135,27 @@ def _out_types(plan: Plan, graph: Graph) -> list[SpyreType]:
     ]
 
 
+def _public_aval(aval: SpyreType | HostAval) -> Any:
+    """A Spyre type, or a host leaf's ``jax.ShapeDtypeStruct``."""
+    return aval if isinstance(aval, SpyreType) else aval.struct()
+
+
 @dataclass(frozen=True)
 class _Signature:
-    """What one compiled computation is specialised to: the key of the cache."""
+    """What one compiled computation is specialised to: the key of the cache.
 
-    static_pos: tuple[tuple[int, Any], ...]
-    static_kw: tuple[tuple[str, Any], ...]
+    Attributes:
+        static: ``(index or name, type, value)`` of each static argument.
+        in_tree: the dynamic arguments' pytree structure (``(args, kwargs)``).
+        in_avals: the flat dynamic leaves' abstract values.
+        context: the JAX configuration ``jax.jit`` keys its traces on (x64, dtype
+            promotion...): another one traces again.
+    """
+
+    static: tuple[tuple[Any, ...], ...]
     in_tree: Any
-    in_avals: tuple[Any, ...]
+    in_avals: tuple[SpyreType | HostAval, ...]
+    context: Any
 
 
 # --- stages, as in jax.stages: Traced -> Lowered -> Compiled ----------------------------
@@ -172,13 +188,23 @@ class Traced:
 
     @property
     def in_avals(self) -> Any:
-        """The inputs' abstract values in the ``(args, kwargs)`` structure."""
-        return jax.tree.unflatten(self.in_tree, self._in_avals)
+        """The inputs' abstract values in the ``(args, kwargs)`` structure.
+
+        Spyre types for Spyre arrays; ``jax.ShapeDtypeStruct`` for host leaves, with the
+        dtype and weak type ``jax.jit`` gives them.
+        """
+        return jax.tree.unflatten(self.in_tree, [_public_aval(a) for a in self._in_avals])
 
     @property
     def out_avals(self) -> Any:
         """The outputs' abstract values (shapes and dtypes) in the output structure."""
         return jax.tree.unflatten(self.out_tree, self.jaxpr.out_avals)
+
+    @property
+    def out_info(self) -> Any:
+        """The outputs' shapes and dtypes (``jax.ShapeDtypeStruct``), as ``jax.stages``."""
+        structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in self.jaxpr.out_avals]
+        return jax.tree.unflatten(self.out_tree, structs)
 
     def lower(self) -> Lowered:
         """Plan the layouts: a :class:`Lowered` (cached per signature)."""
@@ -210,17 +236,13 @@ class Lowered:
 
     @property
     def in_avals(self) -> Any:
-        """The inputs' abstract values in the ``(args, kwargs)`` structure.
-
-        Spyre types for Spyre arrays; shapes and dtypes for host arrays, which are
-        moved to the device with default layouts.
-        """
-        return jax.tree.unflatten(self.in_tree, self._lowering.in_avals)
+        """The inputs' abstract values (see :attr:`Lowering.in_info`)."""
+        return self._lowering.in_info
 
     @property
     def out_info(self) -> Any:
         """The outputs' Spyre types in the output structure."""
-        return jax.tree.unflatten(self.out_tree, self.out_types)
+        return self._lowering.out_info
 
     def as_text(self) -> str:
         """The Spyre-level jaxpr: every Spyre primitive, the layout of every value."""
@@ -229,7 +251,9 @@ class Lowered:
     def compile(self) -> Compiled:
         """Compile ahead of time: a :class:`Compiled`, called with the same arguments."""
         lo = [
-            jax.ShapeDtypeStruct(a.layout.device_size, a.dtype) if isinstance(a, SpyreType) else a
+            jax.ShapeDtypeStruct(a.layout.device_size, a.dtype)
+            if isinstance(a, SpyreType)
+            else a.struct()
             for a in self._lowering.in_avals
         ]
         return Compiled(self._lowering, self._lowering.on_images.lower(*lo).compile())
@@ -255,6 +279,16 @@ class Compiled:
         self.in_tree = lowering.in_tree
         self.out_tree = lowering.out_tree
 
+    @property
+    def in_avals(self) -> Any:
+        """The inputs' abstract values (see :attr:`Lowering.in_info`)."""
+        return self._lowering.in_info
+
+    @property
+    def out_info(self) -> Any:
+        """The outputs' Spyre types in the output structure."""
+        return self._lowering.out_info
+
     def as_text(self) -> str:
         """The XLA program it runs on the device images (``jax.stages.Compiled.as_text``)."""
         return self._executable.as_text()
@@ -273,7 +307,12 @@ class Compiled:
             )
         want = self._lowering.in_avals
         for i, (x, aval) in enumerate(zip(leaves, want, strict=True)):
-            got = _leaf_aval(x)
+            try:
+                got = leaf_aval(x)
+            except TypeError:
+                raise SpyreTypeError(
+                    f"Compiled: argument leaf {i} is a {type(x).__name__}, not an array"
+                ) from None
             if got != aval:
                 raise SpyreTypeError(
                     f"Compiled: argument leaf {i} is {_describe(got)}, but it was compiled "
@@ -283,10 +322,11 @@ class Compiled:
         return jax.tree.unflatten(self.out_tree, outs)
 
 
-def _describe(aval: Any) -> str:
+def _describe(aval: SpyreType | HostAval) -> str:
     if isinstance(aval, SpyreType):
         return aval.str_short()
-    return f"a host array {np.dtype(aval.dtype).name}{list(aval.shape)}"
+    weak = " (weakly typed: a Python scalar)" if aval.weak_type else ""
+    return f"a host array {np.dtype(aval.dtype).name}{list(aval.shape)}{weak}"
 
 
 # --- the jitted function ------------------------------------------------------------------
@@ -298,6 +338,10 @@ class SpyreJit:
     Call it, or stage it explicitly as ``jax.jit`` allows: ``trace(*args)`` gives a
     :class:`Traced`, ``lower(*args)`` (``trace(*args).lower()``) a :class:`Lowered`,
     and its ``compile()`` a :class:`Compiled`.
+
+    Its lowerings are shared with every other SpyreJit of the same ``cache_key``: by
+    default ``(fun, its static and donated arguments)``; a wrapper (``filter_jit``)
+    passes the user's function.
     """
 
     def __init__(
@@ -307,6 +351,10 @@ class SpyreJit:
         static_argnames: str | Sequence[str] | None = None,
         fallback: str = "warn",
         emulate: str | None = None,
+        donate_argnums: int | Sequence[int] | None = None,
+        donate_argnames: str | Sequence[str] | None = None,
+        *,
+        cache_key: tuple[Callable[..., Any], Hashable] | None = None,
     ) -> None:
         if not callable(fun):
             raise SpyreTypeError(f"spyrejax.jit needs a callable, got {fun!r}")
@@ -316,60 +364,68 @@ class SpyreJit:
             )
         self.fallback = fallback
         self.fun = fun
-        self.static_argnums = _as_tuple(static_argnums)
-        self.static_argnames = _as_tuple(static_argnames)
-        self._cache: dict[_Signature, Lowering] = {}
+        self.argnums = ArgNums.resolve(
+            fun, static_argnums, static_argnames, donate_argnums, donate_argnames
+        )
+        self.static_argnums = self.argnums.static_argnums
+        self.static_argnames = self.argnums.static_argnames
+        self.donate_argnums = self.argnums.donate_argnums
+        self.donate_argnames = self.argnums.donate_argnames
         self.emulate = check_emulate(emulate)  # None, or "cores": ops run per core
+        # Shared by every SpyreJit of this function object (as jax.jit shares its traces).
+        owner, config = cache_key or (fun, (self.argnums, fallback, self.emulate))
+        self._cache: Lru[_Signature, Lowering] = signature_cache(owner, config)
         # Name and docstring only: ``updated=()`` keeps ``fun.__dict__`` (``jax.grad``
         # sets a ``fun`` attribute there) from overwriting this object's own fields.
         functools.update_wrapper(self, fun, updated=())
 
     def _signature(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[_Signature, list[Any]]:
-        """The signature of a call, and its flat dynamic inputs."""
-        n = len(args)
-        nums = tuple(i % n if n else i for i in self.static_argnums)
-        for i in nums:
-            if not 0 <= i < n:
-                raise SpyreTypeError(
-                    f"static_argnums {self.static_argnums} out of range for {n} args"
-                )
-        static_pos = tuple((i, args[i]) for i in nums)
-        static_kw = tuple(sorted((k, v) for k, v in kwargs.items() if k in self.static_argnames))
-        dyn_args = [a for i, a in enumerate(args) if i not in nums]
-        dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
-        leaves, treedef = jax.tree.flatten((dyn_args, dyn_kwargs))
-        avals = tuple(_leaf_aval(x) for x in leaves)
-        return _Signature(static_pos, static_kw, treedef, avals), leaves
+    ) -> tuple[_Signature, list[Any], Call]:
+        """The signature of a call, its flat dynamic inputs and the call itself."""
+        static, call = split_call(self.argnums, args, kwargs)
+        leaves, treedef = jax.tree.flatten(call.dynamic())
+        sig = _Signature(static, treedef, leaf_avals(leaves, call), trace_context())
+        return sig, leaves, call
 
     def _cached(self, sig: _Signature) -> Lowering | None:
         try:
             return self._cache.get(sig)
-        except TypeError as err:
+        except TypeError as err:  # static arguments are checked: a pytree node's aux data
             raise SpyreTypeError(
-                f"spyrejax.jit: static arguments must be hashable ({err})"
+                f"spyrejax.jit: the arguments' pytree structure is not hashable ({err}): "
+                "a pytree node's static data must be hashable"
             ) from None
 
     def _lowering(self, *args: Any, **kwargs: Any) -> tuple[Lowering, list[Any]]:
         """The lowering for these arguments (cached per signature) and the flat inputs."""
-        sig, leaves = self._signature(args, kwargs)
+        sig, leaves, call = self._signature(args, kwargs)
         lowering = self._cached(sig)
         if lowering is None:
-            lowering = self._lower(sig, *self._trace(sig))
+            lowering = self._lower(sig, *self._trace(sig, call))
         return lowering, leaves
 
-    def _trace(self, sig: _Signature) -> tuple[ClosedJaxpr, Any]:
-        """The function traced with plain JAX on the signature's shapes, and its out tree."""
+    def _trace(self, sig: _Signature, call: Call) -> tuple[ClosedJaxpr, Any]:
+        """The function traced with plain JAX on the signature's shapes, and its out tree.
+
+        Raises:
+            LayoutError: naming an argument whose dtype has no Spyre data format.
+        """
+        check_formats(sig.in_avals, call.path)
+        positional = sorted((k, v) for k, _, v in sig.static if isinstance(k, int))
+        keywords = {k: v for k, _, v in sig.static if isinstance(k, str)}
 
         def flat_fun(*leaves: Any) -> Any:
             dyn_args, dyn_kwargs = jax.tree.unflatten(sig.in_tree, leaves)
             full = list(dyn_args)
-            for i, v in sorted(sig.static_pos):
+            for i, v in positional:
                 full.insert(i, v)
-            return self.fun(*full, **dyn_kwargs, **dict(sig.static_kw))
+            return self.fun(*full, **dyn_kwargs, **keywords)
 
-        structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in sig.in_avals]
+        structs = [
+            a.struct() if isinstance(a, HostAval) else jax.ShapeDtypeStruct(a.shape, a.dtype)
+            for a in sig.in_avals
+        ]
         closed, out_shape = jax.make_jaxpr(flat_fun, return_shape=True)(*structs)
         return closed, jax.tree.structure(out_shape)
 
@@ -400,7 +456,7 @@ class SpyreJit:
             jax.jit(run_images),
             _out_types(plan, graph),
         )
-        self._cache[sig] = lowering
+        self._cache.put(sig, lowering)
         return lowering
 
     def trace(self, *args: Any, **kwargs: Any) -> Traced:
@@ -408,12 +464,12 @@ class SpyreJit:
 
         Its ``jaxpr`` is the function in plain JAX; its ``lower()`` plans the layouts.
         """
-        sig, _ = self._signature(args, kwargs)
+        sig, _, call = self._signature(args, kwargs)
         lowering = self._cached(sig)
         if lowering is not None:
             closed, out_tree = lowering.jaxpr, lowering.out_tree
         else:
-            closed, out_tree = self._trace(sig)
+            closed, out_tree = self._trace(sig, call)
         name = getattr(self.fun, "__name__", type(self.fun).__name__)
         lower = functools.partial(self._lower, sig, closed, out_tree)
         return Traced(closed, name, sig, out_tree, lower)
@@ -431,19 +487,13 @@ class SpyreJit:
         return lowering.call(leaves)
 
 
-def _as_tuple(x: Any) -> tuple[Any, ...]:
-    if x is None:
-        return ()
-    if isinstance(x, int | str):
-        return (x,)
-    return tuple(x)
-
-
 def jit(
     fun: Callable[..., Any],
     *,
     static_argnums: int | Sequence[int] | None = None,
     static_argnames: str | Sequence[str] | None = None,
+    donate_argnums: int | Sequence[int] | None = None,
+    donate_argnames: str | Sequence[str] | None = None,
     fallback: str = "warn",
     emulate: str | None = None,
 ) -> SpyreJit:
@@ -457,10 +507,19 @@ def jit(
     The compiled function may itself be called under ``jax.jit``, ``jax.grad`` or
     ``jax.vmap``.
 
+    Arguments are read as ``jax.jit`` reads them: NumPy arrays and Python scalars get
+    its canonical dtypes (float64 is float32 with x64 off) and Python scalars its weak
+    types. Lowerings are cached per function object, as ``jax.jit``'s traces are: a new
+    ``jit(f)`` of the same ``f`` reuses them.
+
     Args:
         fun: the function; its array arguments may be pytrees.
         static_argnums: positional arguments that are static (hashable) values.
-        static_argnames: keyword arguments that are static values.
+        static_argnames: keyword arguments that are static values. Either is filled in
+            from the other with ``fun``'s signature and validated, as ``jax.jit`` does.
+        donate_argnums: positional arguments the caller donates, as for ``jax.jit``;
+            accepted and validated, but the emulator does not reuse their buffers.
+        donate_argnames: keyword arguments the caller donates (likewise).
         fallback: what a primitive without a Spyre device rule does: ``"warn"`` runs it
             on the host (operands moved device -> host through the DMA, the result
             back in its default layout) with a :class:`SpyreFallbackWarning` once per
@@ -480,13 +539,26 @@ def jit(
         ``lower(...).compile()`` stage it ahead of time, as ``jax.jit``'s do.
 
     Raises:
+        ValueError: as ``jax.jit``: a static or donated index out of range for ``fun``'s
+            positional parameters, a name it does not take, an argument both static
+            and donated.
         SpyreTypeError: for a ``fallback`` other than ``"warn"`` or ``"error"``.
-        SpyreUnsupportedError: (when called) for a JAX primitive spyrejax cannot
-            lower (with ``fallback="error"``, or with several results), naming it and
-            the source line.
+        SpyreUnsupportedError: (when called) with ``fallback="error"``, for a JAX
+            primitive spyrejax cannot lower, naming it and the source line.
+        SpyreTypeError: (when called) naming an argument that is not an array and not
+            static, or a static one that is not hashable.
+        LayoutError: (when called) naming an argument whose dtype has no Spyre format.
 
     Example:
         >>> import jax.numpy as jnp
         >>> f = jit(lambda a, b: jnp.tanh(a @ b).sum(0))
     """
-    return SpyreJit(fun, static_argnums, static_argnames, fallback, emulate)
+    return SpyreJit(
+        fun,
+        static_argnums,
+        static_argnames,
+        fallback,
+        emulate,
+        donate_argnums,
+        donate_argnames,
+    )

@@ -113,13 +113,22 @@ class ToHost(SpyrePrim):
         return logical_values(image, self.in_avals[0], exact=False)
 
 
-def to_host(a: SpyreArray) -> jax.Array:
+def to_host(a: SpyreArray | jax.Array) -> jax.Array:
     """Move a Spyre array back to a host array of its logical shape (DMA device -> host).
 
+    A host array is already there and is returned as it is: under ``jax.grad`` a
+    ``spyrejax.jit`` function gives its 0-d results as host scalars (``jax.grad``
+    needs one), so ``sj.to_host(jitted(x))`` reads the same either way.
+
     Raises:
-        SpyreTypeError: if ``a`` is not a Spyre array.
+        SpyreTypeError: if ``a`` is not an array.
     """
-    aval = jax.typeof(a)
+    try:
+        aval = jax.typeof(a)
+    except TypeError:
+        raise SpyreTypeError(f"to_host needs a SpyreArray, got {type(a).__name__}") from None
+    if isinstance(aval, ShapedArray):
+        return a
     if not isinstance(aval, SpyreType):
         raise SpyreTypeError(f"to_host needs a SpyreArray, got {aval}")
     return ToHost(aval)(a)
