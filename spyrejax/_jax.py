@@ -5,6 +5,13 @@ spyrejax imports public JAX (``jax``, ``jax.numpy``, ``jax.lax``) or these names
 """
 
 from jax._src.interpreters.ad import LinearizeTracer
+from jax._src.random.prng import (
+    random_bits_impl_base,
+    random_fold_in_impl_base,
+    random_seed_impl_base,
+    random_split_impl_base,
+)
+from jax._src.random.threefry2x32 import _threefry2x32_lowering as threefry2x32_rounds
 from jax.experimental.hijax import (
     GradAccum,
     HiPrim,
@@ -36,11 +43,22 @@ __all__ = [
     "aval_method",
     "aval_property",
     "batching",
+    "key_impl",
     "mlir",
+    "random_bits_impl_base",
+    "random_fold_in_impl_base",
+    "random_seed_impl_base",
+    "random_split_impl_base",
     "register_hitype",
     "summarize_source",
+    "threefry2x32_rounds",
     "vjp_from_jvp",
 ]
 
 AD_TRACERS = (ad.JVPTracer, LinearizeTracer)
 """The tracers of forward and reverse mode autodiff (``jax.jvp``, ``jax.grad``)."""
+
+
+def key_impl(dtype: object) -> object:
+    """The PRNG implementation of a key dtype (``key<fry>``): its ``key_shape`` and functions."""
+    return dtype._impl  # type: ignore[attr-defined]

@@ -34,6 +34,7 @@ from ..primitives import abstract, image, wrap
 from ..primitives._array import SpyreArray, SpyreType
 from ._graph import Graph, build_graph
 from ._interpret import Interpreter
+from ._keys import key_data_outputs, unwrap_keys, wrap_keys
 from ._planner import Plan, host_input_type, plan_graph
 
 __all__ = ["Compiled", "Lowered", "Lowering", "SpyreJit", "Traced", "jit"]
@@ -138,6 +139,7 @@ class _Signature:
     static_kw: tuple[tuple[str, Any], ...]
     in_tree: Any
     in_avals: tuple[Any, ...]
+    keys: tuple[tuple[int, Any], ...] = ()
 
 
 # --- stages, as in jax.stages: Traced -> Lowered -> Compiled ----------------------------
@@ -259,6 +261,7 @@ class Compiled:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         leaves, tree = jax.tree.flatten((list(args), kwargs))
+        leaves, _ = unwrap_keys(leaves)
         if tree != self.in_tree:
             raise SpyreTypeError(
                 f"Compiled: called with arguments {tree}, but compiled for {self.in_tree} "
@@ -330,8 +333,9 @@ class SpyreJit:
         dyn_args = [a for i, a in enumerate(args) if i not in nums]
         dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
         leaves, treedef = jax.tree.flatten((dyn_args, dyn_kwargs))
+        leaves, keys = unwrap_keys(leaves)  # PRNG keys travel as their key data
         avals = tuple(_leaf_aval(x) for x in leaves)
-        return _Signature(static_pos, static_kw, treedef, avals), leaves
+        return _Signature(static_pos, static_kw, treedef, avals, keys), leaves
 
     def _cached(self, sig: _Signature) -> Lowering | None:
         try:
@@ -353,11 +357,11 @@ class SpyreJit:
         """The function traced with plain JAX on the signature's shapes, and its out tree."""
 
         def flat_fun(*leaves: Any) -> Any:
-            dyn_args, dyn_kwargs = jax.tree.unflatten(sig.in_tree, leaves)
+            dyn_args, dyn_kwargs = jax.tree.unflatten(sig.in_tree, wrap_keys(leaves, sig.keys))
             full = list(dyn_args)
             for i, v in sorted(sig.static_pos):
                 full.insert(i, v)
-            return self.fun(*full, **dyn_kwargs, **dict(sig.static_kw))
+            return key_data_outputs(self.fun(*full, **dyn_kwargs, **dict(sig.static_kw)))
 
         structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in sig.in_avals]
         closed, out_shape = jax.make_jaxpr(flat_fun, return_shape=True)(*structs)
