@@ -136,10 +136,11 @@ def _iota_2x32(ins: list[Any], params: dict[str, Any]) -> Callable[..., Any]:
     strides = [math.prod(shape[d + 1 :]) for d in range(len(shape))]
 
     def counters() -> tuple[jax.Array, jax.Array]:
-        lo = jax.lax.broadcasted_iota(np.uint32, shape, 0) * np.uint32(strides[0])
-        for d in range(1, len(shape)):
+        lo = None
+        for d, stride in enumerate(strides):
             step = jax.lax.broadcasted_iota(np.uint32, shape, d)
-            lo = lo + (step if strides[d] == 1 else step * np.uint32(strides[d]))
+            step = step if stride == 1 else step * np.uint32(stride)
+            lo = step if lo is None else lo + step
         return jnp.zeros(shape, np.uint32), lo
 
     return counters
