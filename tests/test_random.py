@@ -159,9 +159,21 @@ def test_uint32_round_trips_and_bit_ops_are_exact():
     np.testing.assert_array_equal(_host(sj.to_device(x)), x)
 
 
-def test_sort_gradient():
+def test_batched_keys_under_vmap():
+    x = np.ones((3, 37), np.float32)
+    per_key = jax.vmap(lambda k, x: x * jax.random.normal(k, x.shape), in_axes=(0, None))
+    assert_same(per_key, jax.random.split(jax.random.key(1), 4), x)
+    assert_same(
+        lambda k: jax.vmap(lambda kk: jax.random.uniform(kk, (5,)))(jax.random.split(k, 6)),
+        jax.random.PRNGKey(0),
+    )
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_sort_gradient(axis):
+    """The gradient of sort scatters through a uint32 iota (sort's permutation)."""
     x = np.random.default_rng(3).standard_normal((5, 37)).astype(np.float32)
-    w = np.random.default_rng(4).standard_normal(37).astype(np.float32)
-    f = jax.grad(lambda x: (jnp.sort(x, axis=0)[0] * w).sum())
+    w = np.random.default_rng(4).standard_normal(37 if axis == 0 else 5).astype(np.float32)
+    f = jax.grad(lambda x: (jnp.sort(x, axis=axis).take(0, axis=axis) * w).sum())
     got = _host(sj.jit(f)(x))
     np.testing.assert_array_equal(got, np.asarray(jax.jit(f)(x)))
