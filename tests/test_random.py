@@ -73,6 +73,12 @@ def test_split_and_fold_in_keys_match(kind):
     assert_same(f, KEYS[kind](0))
 
 
+@pytest.mark.parametrize("kind", list(KEYS))
+def test_key_captured_as_a_constant(kind):
+    key = KEYS[kind](7)
+    assert_same(lambda x: x + jax.random.normal(key, x.shape), np.ones((3, 37), np.float32))
+
+
 def test_returned_keys_come_back_as_key_data():
     got = sj.jit(lambda k: jax.random.split(k))(jax.random.key(5))
     want = jax.random.key_data(jax.random.split(jax.random.key(5)))

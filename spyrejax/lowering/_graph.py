@@ -158,7 +158,7 @@ class _Builder:
         return self.value(jax.ShapeDtypeStruct(shape, dtype), "node", origin=origin)
 
     def const(self, c: Any) -> Value | Scalar:
-        arr = np.asarray(c)
+        arr = np.asarray(jax.random.key_data(c) if _keys.is_key(c) else c)  # keys: their data
         if arr.ndim == 0:
             return Scalar(arr.item(), arr.dtype)
         v = self.value(arr, "const", const=arr, origin="a constant of the function")
