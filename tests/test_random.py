@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_close
+from helpers import assert_close, padding_is_poison
 
 import spyrejax as sj
 
@@ -163,6 +163,9 @@ def test_uint32_round_trips_and_bit_ops_are_exact():
     assert_same(f, x, y)
     assert_same(lambda v: jax.lax.bitcast_convert_type(v, jnp.uint32), x.view(np.float32))
     np.testing.assert_array_equal(_host(sj.to_device(x)), x)
+    out = sj.bitwise_xor(sj.to_device(x), sj.to_device(y))
+    assert out.type.layout.padding_mask(out.type.base_shape).any()  # 37 of 64 lanes
+    assert padding_is_poison(out)  # all bits set
 
 
 def test_batched_keys_under_vmap():
