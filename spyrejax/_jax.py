@@ -7,6 +7,13 @@ spyrejax imports public JAX (``jax``, ``jax.numpy``, ``jax.lax``) or these names
 from jax._src.api_util import fun_signature, resolve_argnums
 from jax._src.config import trace_context
 from jax._src.interpreters.ad import LinearizeTracer
+from jax._src.random.prng import (
+    random_bits_impl_base,
+    random_fold_in_impl_base,
+    random_seed_impl_base,
+    random_split_impl_base,
+)
+from jax._src.random.threefry2x32 import _threefry2x32_lowering as threefry2x32_rounds
 from jax._src.util import register_cache
 from jax.experimental.hijax import (
     GradAccum,
@@ -41,14 +48,25 @@ __all__ = [
     "batching",
     "fun_signature",
     "jaxpr_as_fun",
+    "key_impl",
     "mlir",
+    "random_bits_impl_base",
+    "random_fold_in_impl_base",
+    "random_seed_impl_base",
+    "random_split_impl_base",
     "register_cache",
     "register_hitype",
     "resolve_argnums",
     "summarize_source",
+    "threefry2x32_rounds",
     "trace_context",
     "vjp_from_jvp",
 ]
 
 AD_TRACERS = (ad.JVPTracer, LinearizeTracer)
 """The tracers of forward and reverse mode autodiff (``jax.jvp``, ``jax.grad``)."""
+
+
+def key_impl(dtype: object) -> object:
+    """The PRNG implementation of a key dtype (``key<fry>``): its ``key_shape`` and functions."""
+    return dtype._impl  # type: ignore[attr-defined]

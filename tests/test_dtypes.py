@@ -43,6 +43,7 @@ def test_enum_values_are_torch_spyres():
         (ml_dtypes.float8_e5m2, DataFormats.SEN152_FP8, 128),
         (np.int8, DataFormats.SENINT8, 128),
         (np.int32, DataFormats.IEEE_INT32, 32),
+        (np.uint32, DataFormats.SENUINT32, 32),
         ("float16", DataFormats.SEN169_FP16, 64),
     ],
 )
@@ -89,6 +90,7 @@ def test_no_layout_uses_a_format_without_stick_geometry(fmt):
         (ml_dtypes.float8_e5m2, DataFormats.SEN152_FP8),
         (np.int8, DataFormats.SENINT8),
         (np.int32, DataFormats.IEEE_INT32),
+        (np.uint32, DataFormats.SENUINT32),
         # A device format stands for its canonical host dtype, else for itself.
         (DataFormats.SEN169_FP16, DataFormats.IEEE_FP16),
         (DataFormats.IEEE_FP32, DataFormats.IEEE_FP32),
@@ -138,3 +140,5 @@ def test_poison_values():
     assert sj.poison_value(np.int8) == -128
     assert sj.poison_value(np.int32) == np.iinfo(np.int32).min
     assert sj.poison_value(np.int32).dtype == np.int32
+    assert sj.poison_value(np.uint32) == np.iinfo(np.uint32).max  # all bits set, not 0
+    assert sj.poison_value(np.uint32).dtype == np.uint32

@@ -129,6 +129,10 @@ _HOST_TO_FORMAT: dict[np.dtype, DataFormats] = {
     np.dtype(ml_dtypes.float8_e5m2): DataFormats.SEN152_FP8,
     np.dtype(np.int8): DataFormats.SENINT8,
     np.dtype(np.int32): DataFormats.IEEE_INT32,
+    # Spyre computes on no unsigned 32-bit format; SENUINT32 sticks (32 per stick, as
+    # int32) hold a uint32's raw bits, so PRNG keys and threefry's bit ops round-trip
+    # exactly. Arithmetic on them wraps modulo 2**32, as on the host.
+    np.dtype(np.uint32): DataFormats.SENUINT32,
 }
 
 SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(_HOST_TO_FORMAT)
@@ -146,6 +150,7 @@ _HOST_SIDE_FORMAT: dict[np.dtype, DataFormats] = {
     np.dtype(ml_dtypes.float8_e5m2): DataFormats.SEN152_FP8,
     np.dtype(np.int8): DataFormats.SENINT8,
     np.dtype(np.int32): DataFormats.IEEE_INT32,
+    np.dtype(np.uint32): DataFormats.SENUINT32,
 }
 
 
@@ -213,11 +218,15 @@ def fits_format(dtype: DTypeLike, fmt: DataFormats) -> bool:
 def poison_value(dtype: DTypeLike) -> np.generic:
     """The fill of a fresh device image: a value no kernel may let leak into a result.
 
-    NaN for float formats, the most negative value for integer formats, ``True`` for bool.
+    NaN for float formats, the most negative value for signed integer formats, the
+    largest for unsigned ones (all bits set: zero would hide in sums and ors), ``True``
+    for bool.
     """
     dt = host_dtype(dtype)
     if dt == np.bool_:
         return np.bool_(True)
+    if np.issubdtype(dt, np.unsignedinteger):
+        return dt.type(np.iinfo(dt).max)
     if np.issubdtype(dt, np.integer):
         return dt.type(np.iinfo(dt).min)
     return dt.type(np.nan)

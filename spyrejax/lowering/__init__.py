@@ -4,6 +4,7 @@ from ..primitives._stick import SPARSE
 from . import (
     _control,  # noqa: F401  (registers the control-flow rules)
     _conv,  # noqa: F401  (registers the convolution and pooling rules)
+    _random,  # noqa: F401  (registers the random family's rules)
 )
 from ._device import device_program, with_division
 from ._explain import Report, explain

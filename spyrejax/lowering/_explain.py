@@ -579,7 +579,7 @@ def _ops(plan: Plan) -> tuple[OpInfo, ...]:
         line = node.line
         nbytes = sum(t.layout.nbytes for o in options for t in o.outs if not t.is_view)
         nbytes += sum(m.target.layout.nbytes for m in moves)
-        nbytes += sum(p.out_aval.layout.nbytes for p in resticks)
+        nbytes += sum(p.layout.nbytes for p in resticks)
         fallback = None
         if hosts:
             up = sum(p.to_host_bytes for p in hosts)

@@ -27,6 +27,7 @@ import numpy as np
 
 from .._errors import SpyreUnsupportedError
 from .._jax import ClosedJaxpr, Jaxpr, Literal, summarize_source
+from . import _keys
 
 __all__ = ["Graph", "Node", "Scalar", "Value", "build_graph", "source_line"]
 
@@ -189,30 +190,47 @@ class _Builder:
         prefix = {"input": "in", "const": "const", "node": "v"}[kind]
         return Value(tuple(aval.shape), np.dtype(aval.dtype), f"{prefix}{self.count}", kind, **kw)
 
+    def temp(self, shape: tuple[int, ...], dtype: np.dtype, origin: str) -> Value:
+        """A value a rewrite makes between the nodes of one equation."""
+        return self.value(jax.ShapeDtypeStruct(shape, dtype), "node", origin=origin)
+
     def const(self, c: Any) -> Value | Scalar:
-        arr = np.asarray(c)
+        arr = np.asarray(jax.random.key_data(c) if _keys.is_key(c) else c)  # keys: their data
         if arr.ndim == 0:
             return Scalar(arr.item(), arr.dtype)
         v = self.value(arr, "const", const=arr, origin="a constant of the function")
         self.graph.consts.append(v)
         return v
 
-    def inline(self, jaxpr: Jaxpr, env: dict[Any, Any], caller: str = "") -> None:
-        """Append ``jaxpr``'s nodes; ``caller`` is the user's line of the enclosing call."""
+    def inline(
+        self, jaxpr: Jaxpr, env: dict[Any, Any], caller: str = "", *, internal: bool = False
+    ) -> None:
+        """Append ``jaxpr``'s nodes; ``caller`` is the user's line of the enclosing call.
+
+        With ``internal``, the jaxpr is spyrejax's rewrite of the caller's equation, and
+        every node takes the caller's line.
+        """
         for eqn in jaxpr.eqns:
             ins = [_read(env, a) for a in eqn.invars]
             name = eqn.primitive.name
             # Equations inside JAX's own functions have no user frame: use the caller's.
-            source = summarize_source(eqn.source_info) or caller or "<unknown source>"
+            source = (None if internal else summarize_source(eqn.source_info)) or caller
+            source = source or "<unknown source>"
             if name in _DERIVATIVE_RULES and not all(isinstance(x, Scalar) for x in ins):
                 self.graph.derivative_rules.append(f"{name} at {source}")
             if name in _CALLS:
                 self._call(eqn, ins, env, source)
-            elif name == "split":
-                self._split(eqn, ins, env, source)
             elif name in _IDENTITIES:
                 for out, x in zip(eqn.outvars, ins, strict=True):
                     env[out] = x
+            elif _keys.needs_expansion(eqn):
+                self._keys(eqn, ins, env, source)
+            elif name == "split":
+                self._split(eqn, ins, env, source)
+            elif name == "unstack":
+                self._unstack(eqn, ins, env, source)
+            elif name == "stack":
+                self._stack(eqn, ins, env, source)
             elif any(_empty(x) for x in ins) or any(
                 math.prod(o.aval.shape) == 0 for o in eqn.outvars
             ):
@@ -225,13 +243,32 @@ class _Builder:
                 self._node(eqn, ins, env, source)
 
     def _call(self, eqn: Any, ins: list[Any], env: dict[Any, Any], source: str) -> None:
-        body = eqn.params[_CALLS[eqn.primitive.name]]
+        self._inline_body(eqn.params[_CALLS[eqn.primitive.name]], eqn, ins, env, source)
+
+    def _keys(self, eqn: Any, ins: list[Any], env: dict[Any, Any], source: str) -> None:
+        """A PRNG primitive, or an op on key arrays: inlined as JAX's code on key data."""
+        body = _keys.expand(eqn, source)
+        if body is None:  # random_wrap, random_unwrap
+            env[eqn.outvars[0]] = ins[0]
+        else:
+            self._inline_body(body, eqn, ins, env, source, internal=True)
+
+    def _inline_body(
+        self,
+        body: Any,
+        eqn: Any,
+        ins: list[Any],
+        env: dict[Any, Any],
+        source: str,
+        *,
+        internal: bool = False,
+    ) -> None:
         jaxpr, consts = (body.jaxpr, body.consts) if isinstance(body, ClosedJaxpr) else (body, [])
         sub: dict[Any, Any] = {
             v: self.const(c) for v, c in zip(jaxpr.constvars, consts, strict=True)
         }
         sub.update(zip(jaxpr.invars, ins, strict=False))
-        self.inline(jaxpr, sub, source)
+        self.inline(jaxpr, sub, source, internal=internal)
         for out, inner in zip(eqn.outvars, jaxpr.outvars, strict=True):
             env[out] = _read(sub, inner)
 
@@ -311,6 +348,41 @@ class _Builder:
             v = self.value(var.aval, "node", origin=f"split at {source}")
             env[var] = v
             self.graph.nodes.append(Node("slice", params, [x], [v], source))
+
+    def _unstack(self, eqn: Any, ins: list[Any], env: dict[Any, Any], source: str) -> None:
+        """An unstack becomes a slice and a squeeze per piece."""
+        (x,) = ins
+        axis = eqn.params["axis"]
+        for k, var in enumerate(eqn.outvars):
+            lo, hi = [0] * len(x.shape), list(x.shape)
+            lo[axis], hi[axis] = k, k + 1
+            params = {"start_indices": tuple(lo), "limit_indices": tuple(hi), "strides": None}
+            shape = tuple(b - a for a, b in zip(lo, hi, strict=True))
+            piece = self.temp(shape, x.dtype, f"unstack at {source}")
+            self.graph.nodes.append(Node("slice", params, [x], [piece], source))
+            v = self.value(var.aval, "node", origin=f"unstack at {source}")
+            env[var] = v
+            self.graph.nodes.append(Node("squeeze", {"dimensions": (axis,)}, [piece], [v], source))
+
+    def _stack(self, eqn: Any, ins: list[Any], env: dict[Any, Any], source: str) -> None:
+        """A stack becomes an expand_dims per piece and a concatenate."""
+        axis = eqn.params["axis"]
+        (var,) = eqn.outvars
+        pieces = []
+        for x in ins:
+            if isinstance(x, Scalar):
+                x = self.const(np.asarray(x.value, x.dtype)[None])
+                pieces.append(x)
+                continue
+            shape = (*x.shape[:axis], 1, *x.shape[axis:])
+            piece = self.temp(shape, x.dtype, f"stack at {source}")
+            self.graph.nodes.append(
+                Node("expand_dims", {"dimensions": (axis,)}, [x], [piece], source)
+            )
+            pieces.append(piece)
+        v = self.value(var.aval, "node", origin=f"stack at {source}")
+        env[var] = v
+        self.graph.nodes.append(Node("concatenate", {"dimension": axis}, pieces, [v], source))
 
     def _node(self, eqn: Any, ins: list[Any], env: dict[Any, Any], source: str) -> None:
         outs = []

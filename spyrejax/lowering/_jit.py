@@ -37,6 +37,7 @@ from ._arguments import ArgNums, Call, HostAval, check_formats, leaf_aval, leaf_
 from ._cache import Lru, signature_cache
 from ._graph import Graph, build_graph
 from ._interpret import Interpreter, check_emulate
+from ._keys import key_data_outputs, unwrap_keys, wrap_keys
 from ._planner import FALLBACKS, Plan, host_input_type, plan_graph
 
 __all__ = ["Compiled", "Lowered", "Lowering", "SpyreJit", "Traced", "jit"]
@@ -150,12 +151,15 @@ class _Signature:
         in_avals: the flat dynamic leaves' abstract values.
         context: the JAX configuration ``jax.jit`` keys its traces on (x64, dtype
             promotion...): another one traces again.
+        keys: ``(leaf index, key implementation)`` of PRNG key leaves, which travel as
+            their key data.
     """
 
     static: tuple[tuple[Any, ...], ...]
     in_tree: Any
     in_avals: tuple[SpyreType | HostAval, ...]
     context: Any
+    keys: tuple[tuple[int, Any], ...] = ()
 
 
 # --- stages, as in jax.stages: Traced -> Lowered -> Compiled ----------------------------
@@ -295,6 +299,7 @@ class Compiled:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         leaves, tree = jax.tree.flatten((list(args), kwargs))
+        leaves, _ = unwrap_keys(leaves)
         if tree != self.in_tree:
             raise SpyreTypeError(
                 f"Compiled: called with arguments {tree}, but compiled for {self.in_tree} "
@@ -385,7 +390,8 @@ class SpyreJit:
         """The signature of a call, its flat dynamic inputs and the call itself."""
         static, call = split_call(self.argnums, args, kwargs)
         leaves, treedef = jax.tree.flatten(call.dynamic())
-        sig = _Signature(static, treedef, leaf_avals(leaves, call), trace_context())
+        leaves, keys = unwrap_keys(leaves)  # PRNG keys travel as their key data
+        sig = _Signature(static, treedef, leaf_avals(leaves, call), trace_context(), keys)
         return sig, leaves, call
 
     def _cached(self, sig: _Signature) -> Lowering | None:
@@ -416,11 +422,11 @@ class SpyreJit:
         keywords = {k: v for k, _, v in sig.static if isinstance(k, str)}
 
         def flat_fun(*leaves: Any) -> Any:
-            dyn_args, dyn_kwargs = jax.tree.unflatten(sig.in_tree, leaves)
+            dyn_args, dyn_kwargs = jax.tree.unflatten(sig.in_tree, wrap_keys(leaves, sig.keys))
             full = list(dyn_args)
             for i, v in positional:
                 full.insert(i, v)
-            return self.fun(*full, **dyn_kwargs, **keywords)
+            return key_data_outputs(self.fun(*full, **dyn_kwargs, **keywords))
 
         structs = [
             a.struct() if isinstance(a, HostAval) else jax.ShapeDtypeStruct(a.shape, a.dtype)

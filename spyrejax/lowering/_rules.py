@@ -404,7 +404,7 @@ _register(_Transpose(), "transpose")
 class _Squeeze(Rule):
     def modes(self, node: Node) -> list[Mode]:
         dims = tuple(node.params["dimensions"])
-        return _carried_modes(node, lambda t: t - sum(d < t for d in dims))
+        return _carried_modes(node, lambda t: None if t in dims else t - sum(d < t for d in dims))
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         return [sp.squeeze(args[0], tuple(node.params["dimensions"]))]

@@ -4,7 +4,7 @@ Each module holds one primitive family: its rule (the constructor), public wrapp
 emulator kernel and transformation rules.
 """
 
-from ._astype import astype
+from ._astype import astype, bitcast
 from ._base import (
     SpyrePrim,
     abstract,
@@ -51,6 +51,7 @@ __all__ = [
     "abstract_calls",
     "abstract_eval",
     "astype",
+    "bitcast",
     "broadcast_to",
     "compact",
     "concatenate",

@@ -37,6 +37,7 @@ _SHORT_DTYPES = {
     "float32": "f32",
     "int8": "i8",
     "int32": "i32",
+    "uint32": "u32",
     "bool": "bool",
     "float8_e4m3fn": "f8e4m3fn",
     "float8_e5m2": "f8e5m2",

@@ -22,7 +22,7 @@ from ._base import SpyrePrim
 from ._masks import masked, poison
 from ._values import logical_values
 
-__all__ = ["Astype", "astype"]
+__all__ = ["Astype", "Bitcast", "astype", "bitcast"]
 
 
 class Astype(SpyrePrim):
@@ -118,3 +118,51 @@ def _spyre_aval(x: Any, op: str) -> SpyreType:
     if not isinstance(aval, SpyreType):
         raise SpyreTypeError(f"{op}: needs a SpyreArray, got {aval}")
     return aval
+
+
+class Bitcast(SpyrePrim):
+    """Reinterpret each element's bits as another dtype of the same width, in place.
+
+    Same width means the same stick geometry: the layout is kept, with the new format.
+    """
+
+    dtype: np.dtype
+
+    def __init__(self, aval: SpyreType, *, dtype: np.dtype) -> None:
+        if dtype == np.bool_ or dtype.itemsize != aval.dtype.itemsize:
+            raise SpyreTypeError(
+                f"bitcast: {aval.dtype} to {dtype} changes the element width; spyrejax "
+                "bitcasts between dtypes of the same width only"
+            )
+        lay = aval.layout
+        lay = SpyreTensorLayout.from_stride_map(
+            lay.device_size, lay.stride_map, format_for_dtype(dtype)
+        )
+        self.in_avals = (aval,)
+        self.out_aval = SpyreType(aval.shape, dtype, lay, aval.base_shape, aval.strides)
+        self.params = {"dtype": dtype}
+        super().__init__()
+
+    def kernel(self, img: jax.Array) -> jax.Array:
+        out = jax.lax.bitcast_convert_type(img, self.dtype)
+        return masked(out, self.out_aval, poison(self.dtype))
+
+    def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
+        return {"dtype": self.dtype}
+
+
+def bitcast(x: SpyreArray, dtype: Any) -> SpyreArray:
+    """Reinterpret the bits of a Spyre array's elements, as ``lax.bitcast_convert_type``.
+
+    Between dtypes of the same width (uint32 <-> float32 <-> int32, float16 <->
+    bfloat16): the layout is kept, only the format changes.
+
+    Raises:
+        SpyreTypeError: if the widths differ.
+        LayoutError: if ``dtype`` has no Spyre format.
+    """
+    aval = _spyre_aval(x, "bitcast")
+    dt = host_dtype(dtype)
+    if dt == aval.dtype:
+        return x
+    return Bitcast(aval, dtype=dt)(x)
