@@ -24,6 +24,7 @@ from .lowering import Compiled, Lowered, Report, SpyreJit, Traced, explain, jit,
 from .primitives import ELEMENTWISE as _ELEMENTWISE
 from .primitives import REDUCTIONS as _REDUCTIONS
 from .primitives import (
+    P,
     astype,
     broadcast_to,
     compact,
@@ -49,6 +50,7 @@ __all__ = [
     "Compiled",
     "LayoutError",
     "Lowered",
+    "P",
     "PadFill",
     "Report",
     "SpyreArray",

@@ -8,6 +8,7 @@ from jax._src.interpreters.ad import LinearizeTracer
 from jax.experimental.hijax import (
     GradAccum,
     HiPrim,
+    HiPspec,
     HiType,
     ShapedArray,
     Zero,
@@ -25,6 +26,7 @@ __all__ = [
     "ClosedJaxpr",
     "GradAccum",
     "HiPrim",
+    "HiPspec",
     "HiType",
     "Jaxpr",
     "Literal",

@@ -17,6 +17,7 @@ from ._operators import install as _install
 from ._reduce import PUBLIC as _REDUCE
 from ._reduce import REDUCTIONS, REDUCTIONS_TABLE, ReductionOp, reduce
 from ._restickify import compact, in_layout, restickify
+from ._shard import P
 from ._stick import restickify_cost
 from ._transfer import to_device, to_host
 from ._views import broadcast_to, expand_dims, reshape, squeeze, transpose
@@ -34,6 +35,7 @@ __all__ = [
     "REDUCTIONS",
     "REDUCTIONS_TABLE",
     "ElementwiseOp",
+    "P",
     "ReductionOp",
     "SpyrePrim",
     "abstract",

@@ -28,6 +28,7 @@ from ..layout._devdims import DevDim, device_dims, is_contiguous, stick_dim
 from ..layout._dtypes import format_for_dtype, host_dtype
 from ..layout._layout import SpyreTensorLayout
 from ..layout._segments import row_major_strides
+from ._shard import shard_type, unshard_type
 
 __all__ = ["PadFill", "SpyreArray", "SpyreType"]
 
@@ -174,6 +175,16 @@ class SpyreType(HiType):
     def to_tangent_aval(self) -> SpyreType:
         """Tangents share the layout; their padding is undefined."""
         return replace(self, pad=PadFill.POISON)
+
+    # -- shard_map: a split logical dim is a block of the device image ------------------
+
+    def shard(self, mesh: Any, manual_axes: frozenset, check_vma: bool, spec: Any) -> SpyreType:
+        """Each card's type under ``jax.shard_map``: the layout restricted to its block."""
+        return shard_type(self, mesh, manual_axes, spec)
+
+    def unshard(self, mesh: Any, check_vma: bool, spec: Any) -> SpyreType:
+        """The global type whose per-card blocks have this type."""
+        return unshard_type(self, mesh, spec)
 
     # -- vmap and scan: the batch dim is logical dim 0 and device dim 0 -------------
 
