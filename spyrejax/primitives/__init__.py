@@ -6,6 +6,7 @@ emulator kernel and transformation rules.
 
 from ._astype import astype
 from ._base import SpyrePrim, abstract, abstract_eval, image, target_layout, wrap
+from ._collectives import all_gather, all_to_all, ppermute, psum, psum_scatter
 from ._copies import concatenate, pad, reshape_copy, slice_copy
 from ._elementwise import ELEMENTWISE_OPS, ElementwiseOp, elementwise
 from ._elementwise import OPS as ELEMENTWISE
@@ -40,6 +41,8 @@ __all__ = [
     "SpyrePrim",
     "abstract",
     "abstract_eval",
+    "all_gather",
+    "all_to_all",
     "astype",
     "broadcast_to",
     "compact",
@@ -53,6 +56,9 @@ __all__ = [
     "lax_copy",
     "matmul",
     "pad",
+    "ppermute",
+    "psum",
+    "psum_scatter",
     "reduce",
     "reshape",
     "reshape_copy",
