@@ -8,6 +8,7 @@ from ._astype import astype
 from ._base import SpyrePrim, abstract, abstract_eval, image, target_layout, wrap
 from ._collectives import all_gather, all_to_all, ppermute, psum, psum_scatter
 from ._copies import concatenate, pad, reshape_copy, slice_copy
+from ._device_put import device_put
 from ._elementwise import ELEMENTWISE_OPS, ElementwiseOp, elementwise
 from ._elementwise import OPS as ELEMENTWISE
 from ._elementwise import PUBLIC as _EW
@@ -47,6 +48,7 @@ __all__ = [
     "broadcast_to",
     "compact",
     "concatenate",
+    "device_put",
     "elementwise",
     "expand_dims",
     "full",
