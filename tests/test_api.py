@@ -235,6 +235,12 @@ def _all_primitives():
             np.float32,
             layout=a.layout,
         )
+        cards = {"axes": ("x",), "size": 2}  # collectives, built on types (no mesh needed)
+        sp._collectives.Psum(a.type, **cards)(a)
+        sp._collectives.PPermute(a.type, **cards, perm=((0, 1), (1, 0)))(a)
+        sp._collectives.AllGather(a.type, **cards, dim=0)(a)
+        sp._collectives.PsumScatter(a.type, **cards, dim=0)(a)
+        sp._collectives.AllToAll(a.type, **cards, split=0, concat=0)(a)
     return {type(p): p for p in called}
 
 

@@ -1,6 +1,7 @@
 """Collectives on Spyre arrays inside jax.shard_map (8 CPU devices, tests/conftest.py)."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -81,3 +82,116 @@ def test_tensor_parallel_mlp_equals_the_unsharded_one():
     f = smap(body, (sj.P(), sj.P(None, "x"), sj.P("x", None)), sj.P())
     want = sj.to_host(jax.jit(mlp)(x, w1, w2))
     assert_close(sj.to_host(f(x, w1, w2)), want, reduce_len=512, scale=64)
+
+
+# -- spyrejax.jit of plain JAX functions calling jax.shard_map ------------------------
+
+AUTO = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+PS = jax.sharding.PartitionSpec
+
+
+def plain_shard_map(body, in_specs, out_specs, check_vma=True):
+    return jax.shard_map(
+        body, mesh=AUTO, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma
+    )
+
+
+def test_jit_of_a_tensor_parallel_mlp_equals_the_unsharded_one():
+    xh, w1h, w2h = rand((8, 256), seed=1), rand((256, 512), seed=2), rand((512, 256), seed=3)
+
+    def mlp(x, w1, w2):
+        return jax.nn.relu(x @ w1) @ w2
+
+    def tp(x, w1, w2):
+        body = lambda x, w1, w2: jax.lax.psum(mlp(x, w1, w2), "x")  # noqa: E731
+        return plain_shard_map(body, (PS(), PS(None, "x"), PS("x", None)), PS())(x, w1, w2)
+
+    out = sj.jit(tp)(xh, w1h, w2h)
+    assert isinstance(out, sj.SpyreArray)
+    assert_close(sj.to_host(out), jax.jit(mlp)(xh, w1h, w2h), reduce_len=512, scale=64)
+
+
+COLLECTIVES = {
+    "all_gather_rows": (lambda a: jax.lax.all_gather(a, "x", axis=0, tiled=True), PS("x"), PS()),
+    "all_gather_sticks": (
+        lambda a: jax.lax.all_gather(a, "x", axis=1, tiled=True),
+        PS(None, "x"),
+        PS(),
+    ),
+    "psum_scatter": (
+        lambda a: jax.lax.psum_scatter(a, "x", scatter_dimension=1, tiled=True),
+        PS(),
+        PS(None, "x"),
+    ),
+    "all_to_all": (lambda a: jax.lax.all_to_all(a, "x", 0, 1, tiled=True), PS(None, "x"), PS("x")),
+    "ppermute": (
+        lambda a: jax.lax.ppermute(a, "x", [(i, (i + 1) % 4) for i in range(4)]),
+        PS("x"),
+        PS("x"),
+    ),
+    "psum": (lambda a: jax.lax.psum(a, "x"), PS("x"), PS()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COLLECTIVES))
+def test_jit_of_each_collective_equals_jax_jit(name):
+    body, ins, outs = COLLECTIVES[name]
+    f = plain_shard_map(body, ins, outs, check_vma=False)
+    xh = rand((8, 256))
+    assert_close(sj.to_host(sj.jit(f)(xh)), jax.jit(f)(xh), ops=3, scale=8)
+
+
+def test_a_split_the_default_layout_cannot_block_is_planned_with_a_restickify():
+    """96 float16 columns over 2 cards: 48 per card ends inside a stick of 64, so the
+    planner moves the stick to the rows first; the columns are then whole rows."""
+    xh = rand((8, 96), np.float16)
+    m = jax.make_mesh((2,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+    f = jax.shard_map(
+        lambda a: jax.lax.all_gather(a, "x", axis=1, tiled=True),
+        mesh=m,
+        in_specs=PS(None, "x"),
+        out_specs=PS(),
+        check_vma=False,
+    )
+    np.testing.assert_array_equal(sj.to_host(sj.jit(f)(xh)), xh)
+    (move,) = sj.explain(f, xh).restickifies
+    assert "shard_map" in move.reason
+
+
+def test_explain_shows_the_bytes_each_collective_moves():
+    f = plain_shard_map(lambda a: jax.lax.psum(a, "x"), PS("x"), PS(), check_vma=False)
+    report = sj.explain(f, rand((8, 256)))
+    ((what, sent),) = report.collectives
+    assert "Psum" in what and "f32[2,256]" in what
+    assert sent == 2 * 3 * (8 * 2 * 32 * 4) // 4  # ring all-reduce of one card's 2 KiB image
+    assert f"{sent} B per card" in str(report)
+
+
+def test_jit_of_a_data_parallel_training_step_equals_jax_jit():
+    xh, wh, yh = rand((8, 256), seed=1), rand((256, 64), seed=2, low=-0.1, high=0.1), rand((8, 64))
+
+    def loss(w, x, y):
+        return jnp.mean((jnp.tanh(x @ w) - y) ** 2)
+
+    def step(w, x, y):
+        def body(w, x, y):
+            return jax.lax.pmean(jax.grad(loss)(w, x, y), "x")
+
+        g = plain_shard_map(body, (PS(), PS("x"), PS("x")), PS())(w, x, y)
+        return w - 0.1 * g
+
+    out = sj.jit(step)(wh, xh, yh)
+    assert_close(sj.to_host(out), jax.jit(step)(wh, xh, yh), reduce_len=256, ops=8)
+
+
+def test_jit_of_grad_through_shard_map_equals_jax_jit():
+    xh, wh, yh = rand((8, 256), seed=1), rand((256, 64), seed=2, low=-0.1, high=0.1), rand((8, 64))
+
+    def loss(w, x, y):
+        h = plain_shard_map(lambda w, x: jnp.tanh(x @ w), (PS(), PS("x")), PS("x"))(w, x)
+        return jnp.sum((h - y) ** 2)
+
+    g = jax.grad(loss)
+    assert_close(
+        sj.to_host(sj.jit(g)(wh, xh, yh)), jax.jit(g)(wh, xh, yh), reduce_len=256, ops=8, scale=16
+    )

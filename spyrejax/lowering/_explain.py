@@ -11,6 +11,7 @@ from typing import Any
 from ..dma._dci import DCI
 from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import SpyreType
+from ._collectives import CARD_TO_CARD_BYTES_PER_S, collective_records
 from ._interpret import Record, records
 from ._jit import SpyreJit
 
@@ -54,6 +55,7 @@ class Report:
         output_dcis: DMA descriptors moving the outputs back.
         copies: the copies the program's own ops make (slice, concatenate, pad, a
             reshape that is no view), each with its cost (elements moved).
+        collectives: each collective between cards, with the bytes one card sends.
     """
 
     jaxpr: str
@@ -63,6 +65,7 @@ class Report:
     input_dcis: tuple[tuple[str, DCI], ...]
     output_dcis: tuple[tuple[str, DCI], ...]
     copies: tuple[tuple[str, int], ...] = ()
+    collectives: tuple[tuple[str, int], ...] = ()
 
     @property
     def copy_cost(self) -> int:
@@ -79,6 +82,11 @@ class Report:
         if self.copies:
             out.append(f"copy_cost: {self.copy_cost} elements moved by the program's copies")
             out.extend(f"  {what} (cost {cost})" for what, cost in self.copies)
+        if self.collectives:
+            sent = sum(b for _, b in self.collectives)
+            secs = sent / CARD_TO_CARD_BYTES_PER_S
+            out.append(f"collectives: {sent} B sent per card ({secs * 1e6:.2f} us card to card)")
+            out.extend(f"  {what}: {b} B per card" for what, b in self.collectives)
         out.append("")
         out.append("tensors (device bytes, padding overhead):")
         for t in self.tensors:
@@ -219,4 +227,5 @@ def explain(fun: Callable[..., Any] | SpyreJit, *args: Any, **kwargs: Any) -> Re
         tuple(inputs),
         tuple(outputs),
         copies,
+        collective_records(closed),
     )

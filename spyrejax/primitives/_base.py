@@ -38,6 +38,7 @@ __all__ = [
     "Wrap",
     "abstract",
     "abstract_eval",
+    "evaluating_abstractly",
     "image",
     "is_spyre",
     "normalize_axes",
@@ -62,6 +63,11 @@ def abstract_eval() -> Iterator[list[SpyrePrim]]:
         yield _ABSTRACT.get()
     finally:
         _ABSTRACT.reset(token)
+
+
+def evaluating_abstractly() -> bool:
+    """Whether primitives run on types alone (inside :func:`abstract_eval`)."""
+    return _ABSTRACT.get() is not None
 
 
 def abstract(aval: Any) -> Any:
