@@ -28,7 +28,7 @@ from ..layout._devdims import DevDim, device_dims, is_contiguous, stick_dim
 from ..layout._dtypes import format_for_dtype, host_dtype
 from ..layout._layout import SpyreTensorLayout
 from ..layout._segments import row_major_strides
-from ._shard import shard_type, unshard_type
+from ._shard import residual_spec, shard_type, unshard_type
 
 __all__ = ["PadFill", "SpyreArray", "SpyreType"]
 
@@ -185,6 +185,10 @@ class SpyreType(HiType):
     def unshard(self, mesh: Any, check_vma: bool, spec: Any) -> SpyreType:
         """The global type whose per-card blocks have this type."""
         return unshard_type(self, mesh, spec)
+
+    def nospec(self, mesh: Any, check_vma: bool, all_names: tuple[Any, ...]) -> Any:
+        """The spec of a per-card value (an autodiff residual): stacked along a dim."""
+        return residual_spec(self, mesh, all_names)
 
     # -- vmap and scan: the batch dim is logical dim 0 and device dim 0 -------------
 

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import jax
 import numpy as np
 
-from .._errors import SpyreTypeError
+from .._errors import SpyreTypeError, SpyreUnsupportedError
 from ._array import SpyreArray, SpyreType
 from ._base import SpyrePrim
 from ._shard import resize_dim
@@ -81,6 +81,14 @@ class Collective(SpyrePrim):
     def bytes_moved(self) -> int:
         """Bytes one card sends."""
         raise NotImplementedError
+
+    def jvp(self, primals: Any, tangents: Any) -> tuple[Any, Any]:
+        """Refused: the derivative of a collective depends on varying axes (see ``P``)."""
+        raise SpyreUnsupportedError(
+            f"differentiating spyrejax.{type(self).__name__} on Spyre arrays: its derivative "
+            "depends on which mesh axes values vary over, which Spyre types do not carry; "
+            "differentiate the plain-JAX function under spyrejax.jit(jax.grad(f))"
+        )
 
     def _nbytes(self, t: SpyreType) -> int:
         return int(np.prod(t.layout.device_size)) * t.dtype.itemsize

@@ -26,11 +26,11 @@ from typing import Any
 
 from jax.sharding import PartitionSpec
 
-from .._errors import LayoutError, SpyreTypeError, SpyreUnsupportedError
+from .._errors import LayoutError, SpyreInternalError, SpyreTypeError, SpyreUnsupportedError
 from .._jax import HiPspec
 from ..layout._segments import Segment, row_major_strides
 
-__all__ = ["P", "shard_type", "unshard_type"]
+__all__ = ["P", "Stack", "residual_spec", "resize_dim", "shard_type", "unshard_type"]
 
 _Names = tuple[str, ...]
 
@@ -67,6 +67,7 @@ class P(HiPspec):
                 )
         self.partitions = partitions
         self._image: PartitionSpec | None = None
+        self._replicated: frozenset[str] = frozenset()  # manual axes it does not mention
 
     def names(self, ndim: int) -> tuple[_Names, ...]:
         """The mesh axis names splitting each of ``ndim`` logical dims."""
@@ -99,12 +100,34 @@ class P(HiPspec):
             raise SpyreTypeError(f"{self!r} was not used for a Spyre array in shard_map")
         return [self._image]
 
+    def note_manual(self, axes: Any) -> None:
+        """Record the manual mesh axes this spec replicates over (does not mention)."""
+        named = {
+            n for p in self.partitions if p is not None for n in ((p,) if isinstance(p, str) else p)
+        }
+        self._replicated |= frozenset(axes) - named
+
     def to_tangent_spec(self) -> P:
-        """Tangents share the layout, so the split."""
-        return self
+        """Tangents share the layout, so the split (see :meth:`to_ct_spec`)."""
+        return self.to_ct_spec()
 
     def to_ct_spec(self) -> P:
-        """Cotangents share the layout, so the split."""
+        """Cotangents share the layout, so the split.
+
+        Raises:
+            SpyreUnsupportedError: for a spec that replicates over a manual axis. JAX
+                sums the gradients of replicated values over cards by tracking which
+                axes each value varies over; Spyre types do not carry that yet, so the
+                sum would be missing (a wrong gradient): refused instead.
+        """
+        if self._replicated:
+            raise SpyreUnsupportedError(
+                f"differentiating jax.shard_map over Spyre arrays: {self!r} replicates over "
+                f"mesh axes {sorted(self._replicated)}, whose gradient JAX sums over cards by "
+                "tracking varying axes, which Spyre types do not carry. Split every argument "
+                "and result over all mesh axes, or differentiate the plain-JAX function "
+                "under spyrejax.jit(jax.grad(f)), which lowers those sums itself"
+            )
         return self
 
     def __repr__(self) -> str:
@@ -278,19 +301,25 @@ def _block_dim(t: SpyreType, d: int, k: int, seg: Any, grow: bool) -> tuple[int,
 def shard_type(t: SpyreType, mesh: Any, manual_axes: frozenset, spec: Any) -> SpyreType:
     """The per-card type of ``t`` split as ``spec`` over ``mesh`` (``HiType.shard``)."""
     spec = _spec(spec)
+    if isinstance(spec, Stack):
+        return spec.swap(t, spec.whole, spec.local)
     names = spec.names(t.ndim)
     names = tuple(tuple(n for n in ns if n in manual_axes) for ns in names)
     new, image = _resize(t, _counts(mesh, names), names, grow=False)
     spec.bind(image)
+    spec.note_manual(manual_axes)
     return new
 
 
 def unshard_type(t: SpyreType, mesh: Any, spec: Any) -> SpyreType:
     """The global type whose blocks have type ``t`` (``HiType.unshard``)."""
     spec = _spec(spec)
+    if isinstance(spec, Stack):
+        return spec.swap(t, spec.local, spec.whole)
     names = spec.names(t.ndim)
     new, image = _resize(t, _counts(mesh, names), names, grow=True)
     spec.bind(image)
+    spec.note_manual(getattr(mesh, "manual_axes", ()) or mesh.axis_names)
     return new
 
 
@@ -306,3 +335,83 @@ def resize_dim(
     new, image = _resize(t, {dim: k} if k > 1 else {}, names, grow)
     cut = [j for j, p in enumerate(image) if p is not None]
     return new, cut[0] if cut else 0
+
+
+class Stack(P):
+    """The spec of a per-card value (an autodiff residual): each card's own value, stacked.
+
+    Made by :func:`residual_spec` for one per-card type, it holds both types, so
+    ``shard``/``unshard`` with it give them back exactly.
+    """
+
+    def __init__(self, local: SpyreType, whole: SpyreType, image: PartitionSpec) -> None:
+        super().__init__()
+        self.local, self.whole = local, whole
+        self._image = image
+
+    def to_tangent_spec(self) -> Stack:
+        """The same stack of the tangent types."""
+        return Stack(self.local.to_tangent_aval(), self.whole.to_tangent_aval(), self._image)
+
+    def to_ct_spec(self) -> Stack:
+        """The same stack of the cotangent types."""
+        return self.to_tangent_spec()
+
+    def swap(self, t: SpyreType, have: SpyreType, give: SpyreType) -> SpyreType:
+        """``give`` (with ``t``'s padding) for ``t`` of type ``have``, else an internal error."""
+        if replace(t, pad=have.pad) != have:
+            raise SpyreInternalError(f"{t.str_short()} is not the stacked {have.str_short()}")
+        return replace(give, pad=t.pad)
+
+    def __repr__(self) -> str:
+        return f"spyrejax.Stack({self.local.str_short()})"
+
+
+def _stacked(t: SpyreType, k: int) -> SpyreType:
+    """``t`` stacked ``k`` times in a new logical dim 0 that takes device dim 0 (size 1)."""
+    lay = t.layout
+    n = math.prod(t.base_shape)
+    layout = type(lay).from_stride_map(
+        (k, *lay.device_size[1:]), (n, *lay.stride_map[1:]), lay.device_dtype
+    )
+    return replace(
+        t,
+        shape=(k, *t.shape),
+        layout=layout,
+        base_shape=(k, *t.base_shape),
+        strides=(n, *t.strides),
+    )
+
+
+def residual_spec(t: SpyreType, mesh: Any, all_names: tuple[str, ...]) -> P:
+    """A spec stacking each card's own value of ``t`` (``HiType.nospec``, for autodiff).
+
+    JAX carries a ``shard_map``'s residuals out of the forward body and into the
+    backward one, one per card. A Spyre residual is stacked along the first logical dim
+    whose blocks join into one image (the rule of ``unshard``), else in a new leading
+    logical dim when device dim 0 has size 1 (a 0-d value, say).
+
+    Raises:
+        SpyreUnsupportedError: when neither works: ``jax.checkpoint`` the body, or give
+            the value a layout without padding.
+    """
+    names = tuple(all_names)
+    if not names:
+        return P()
+    k = math.prod(dict(mesh.shape)[n] for n in names)
+    entry = names if len(names) > 1 else names[0]
+    for d in range(t.ndim):
+        split = tuple(names if i == d else () for i in range(t.ndim))
+        try:
+            whole, image = _resize(t, {d: k}, split, grow=True)
+        except (LayoutError, SpyreUnsupportedError):
+            continue
+        return Stack(t, whole, image)
+    if t.layout.device_rank > 1 and t.layout.device_size[0] == 1:
+        image = PartitionSpec(entry, *([None] * (t.layout.device_rank - 1)))
+        return Stack(t, _stacked(t, k), image)
+    raise SpyreUnsupportedError(
+        f"grad through shard_map: the per-card residual {t.str_short()} has no dim whose "
+        "blocks join into one image; jax.checkpoint the body or give the value a layout "
+        "without padding"
+    )
