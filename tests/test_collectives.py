@@ -195,3 +195,39 @@ def test_jit_of_grad_through_shard_map_equals_jax_jit():
     assert_close(
         sj.to_host(sj.jit(g)(wh, xh, yh)), jax.jit(g)(wh, xh, yh), reduce_len=256, ops=8, scale=16
     )
+
+
+def test_data_parallel_step_of_a_transformer_mlp_block_over_8_cards_equals_one_card():
+    """Each card differentiates its 2 rows' share of the loss; JAX's transpose of the
+    replicated parameters sums the cards' gradients (a psum the planner lowers)."""
+    mesh8 = jax.make_mesh((8,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+    d, rows = 64, 16
+
+    def block(p, x):
+        w1, w2, g = p
+        h = x * jax.lax.rsqrt((x * x).mean(-1, keepdims=True) + 1e-6) * g
+        return x + jax.nn.gelu(h @ w1) @ w2
+
+    def share(p, x, y):  # this card's part of the mean over all rows
+        return jnp.sum((block(p, x) - y) ** 2) / (rows * d)
+
+    def update(p, g):
+        return jax.tree.map(lambda a, b: a - 0.1 * b, p, g)
+
+    def one_card(p, x, y):
+        return update(p, jax.grad(share)(p, x, y))
+
+    def many_cards(p, x, y):
+        body = jax.grad(share)
+        specs = (PS(), PS("x"), PS("x"))
+        return update(p, jax.shard_map(body, mesh=mesh8, in_specs=specs, out_specs=PS())(p, x, y))
+
+    p = (
+        rand((d, 128), jnp.float32, 1, low=-0.2, high=0.2),
+        rand((128, d), jnp.float32, 2, low=-0.2, high=0.2),
+        rand((d,), jnp.float32, 3),
+    )
+    x, y = rand((rows, d), seed=4), rand((rows, d), seed=5)
+    one = jax.tree.map(sj.to_host, sj.jit(one_card)(p, x, y))
+    many = jax.tree.map(sj.to_host, sj.jit(many_cards)(p, x, y))
+    assert_close(many, one, reduce_len=rows * 128, ops=12)
