@@ -84,3 +84,15 @@ def test_a_spyre_array_or_a_bare_spec_is_refused():
         sj.device_put(sj.to_device(rand((8, 256))), sharding())
     with pytest.raises(sj.SpyreTypeError, match="NamedSharding"):
         sj.device_put(rand((8, 256)), PartitionSpec("x"))
+
+
+def test_jit_of_a_function_on_sharded_inputs_equals_jax_jit():
+    """Data parallelism without shard_map: XLA partitions the emulator over the cards."""
+    xh, wh = rand((8, 256), seed=1), rand((256, 64), seed=2)
+    x = sj.device_put(xh, sharding("x"))
+
+    def f(a, w):
+        return jax.numpy.tanh(a @ w).sum(0)
+
+    out = sj.jit(f)(x, wh)
+    assert_close(sj.to_host(out), jax.jit(f)(xh, wh), reduce_len=256 * 8, ops=3, scale=16)
