@@ -237,6 +237,7 @@ def _all_primitives():
         )
         cards = {"axes": ("x",), "size": 2}  # collectives, built on types (no mesh needed)
         sp._collectives.Psum(a.type, **cards)(a)
+        sp._collectives.Pvary(a.type, **cards)(a)
         sp._collectives.PPermute(a.type, **cards, perm=((0, 1), (1, 0)))(a)
         sp._collectives.AllGather(a.type, **cards, dim=0)(a)
         sp._collectives.PsumScatter(a.type, **cards, dim=0)(a)

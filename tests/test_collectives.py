@@ -9,9 +9,10 @@ import spyrejax as sj
 from tests.helpers import assert_close, rand
 
 
-def smap(f, in_specs, out_specs, k=4):
+def smap(f, in_specs, out_specs, k=4, check_vma=True):
     m = jax.make_mesh((k,), ("x",))
-    return jax.jit(jax.shard_map(f, mesh=m, in_specs=in_specs, out_specs=out_specs))
+    sm = jax.shard_map(f, mesh=m, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma)
+    return jax.jit(sm)
 
 
 def split(d, ndim=2):
@@ -29,7 +30,9 @@ def test_psum_adds_every_cards_array():
 @pytest.mark.parametrize("d", [0, 1])
 def test_all_gather_joins_the_blocks_of_a_dim(d):
     xh = rand((8, 256))
-    out = smap(lambda a: sj.all_gather(a, "x", axis=d), split(d), sj.P())(sj.to_device(xh))
+    # As jax.lax.all_gather, the result still varies over x for check_vma.
+    gather = smap(lambda a: sj.all_gather(a, "x", axis=d), split(d), sj.P(), check_vma=False)
+    out = gather(sj.to_device(xh))
     assert jax.typeof(out) == jax.typeof(sj.to_device(xh))
     np.testing.assert_array_equal(sj.to_host(out), xh)
 
@@ -57,7 +60,25 @@ def test_ppermute_rotates_the_blocks():
 def test_a_gather_of_a_padded_dim_names_the_fix():
     x = sj.to_device(rand((8, 784), np.float16))  # each card: 784 = 12.25 sticks
     with pytest.raises(sj.LayoutError, match="pads it"):
-        smap(lambda a: sj.all_gather(a, "x", axis=1), sj.P(), sj.P(), k=2)(x)
+        smap(lambda a: sj.all_gather(a, "x", axis=1), sj.P(), sj.P(), k=2, check_vma=False)(x)
+
+
+def test_a_varying_result_with_a_replicated_out_spec_is_refused():
+    """As JAX's check_vma: each card's exp(a) differs, so P() has no one value to return."""
+    with pytest.raises(sj.SpyreTypeError, match=r"varies over them"):
+        smap(lambda a: sj.exp(a), split(0), sj.P())(sj.to_device(rand((8, 256))))
+
+
+def test_psum_makes_a_result_replicated():
+    seen = []
+
+    def body(a):
+        s = sj.psum(a, "x")
+        seen.append((jax.typeof(a).vma, jax.typeof(s).vma))
+        return s
+
+    smap(body, split(0), sj.P())(sj.to_device(rand((8, 256))))
+    assert seen == [(frozenset({"x"}), frozenset())]
 
 
 def test_collectives_report_the_bytes_each_card_sends():

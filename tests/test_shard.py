@@ -218,27 +218,72 @@ def test_grad_through_a_fully_split_shard_map_equals_the_host_gradient():
         assert_close(sj.to_host(g), w, ops=4)
 
 
-def test_grad_of_a_replicated_spyre_input_is_refused_not_wrong():
+def test_grad_of_replicated_weights_sums_the_cards_gradients():
+    """A data-parallel step on Spyre arrays: weights on every card, rows split. Where
+    the replicated weights meet per-card rows a pvary is inserted, whose transpose sums
+    the cards' gradients."""
+    xh, yh = rand((8, 256), seed=1), rand((8, 64), seed=2)
+    w1h, w2h = rand((256, 128), seed=3, low=-0.1, high=0.1), rand((128, 64), seed=4)
+
+    def body(w1, w2, x):
+        return sj.matmul(sj.tanh(sj.matmul(x, w1)), w2)
+
+    def loss(w1, w2, x, y):
+        specs = (sj.P(), sj.P(), sj.P("x"))
+        f = jax.shard_map(body, mesh=mesh(4), in_specs=specs, out_specs=sj.P("x"))
+        return jax.numpy.mean((sj.to_host(f(w1, w2, x)) - y) ** 2)
+
+    def host_loss(w1, w2, x, y):
+        return jax.numpy.mean((jax.numpy.tanh(x @ w1) @ w2 - y) ** 2)
+
+    args = [sj.to_device(a) for a in (w1h, w2h, xh)]
+    got = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(*args, yh)
+    want = jax.grad(host_loss, argnums=(0, 1, 2))(w1h, w2h, xh, yh)
+    for g, w in zip(got, want, strict=True):
+        assert_close(sj.to_host(g), w, reduce_len=256 * 8, ops=8, scale=0.1)
+
+
+def test_grad_through_psum_equals_the_host_gradient():
+    xh, wh = rand((8, 256), seed=1), rand((256, 64), seed=2, low=-0.1, high=0.1)
+
     def loss(w, x):
         f = jax.shard_map(
-            sj.matmul, mesh=mesh(4), in_specs=(sj.P("x"), sj.P()), out_specs=sj.P("x")
+            lambda w, x: sj.psum(sj.tanh(sj.matmul(x, w)), "x"),
+            mesh=mesh(4),
+            in_specs=(sj.P(), sj.P("x")),
+            out_specs=sj.P(),
         )
-        return jax.numpy.sum(sj.to_host(f(x, w)))
+        return jax.numpy.sum(sj.to_host(f(w, x)))
 
-    w, x = sj.to_device(rand((256, 64))), sj.to_device(rand((8, 256)))
-    with pytest.raises(sj.SpyreUnsupportedError, match=r"replicates over mesh axes \['x'\]"):
-        jax.jit(jax.grad(loss))(w, x)
+    def host_loss(w, x):
+        return jax.numpy.sum(jax.numpy.tanh(x @ w))
+
+    got = jax.jit(jax.grad(loss, argnums=(0, 1)))(sj.to_device(wh), sj.to_device(xh))
+    want = jax.grad(host_loss, argnums=(0, 1))(wh, xh)
+    for g, w in zip(got, want, strict=True):
+        assert_close(sj.to_host(g), w, reduce_len=256 * 8, ops=4, scale=8)
 
 
-def test_grad_through_a_collective_is_refused_not_wrong():
+def test_grad_through_a_gather_is_refused_not_wrong():
     def loss(x):
         f = jax.shard_map(
-            lambda a: sj.psum(sj.tanh(a), "x"),
+            lambda a: sj.all_gather(a, "x", axis=0),
             mesh=mesh(4),
             in_specs=sj.P("x"),
-            out_specs=sj.P("x"),
+            out_specs=sj.P("x"),  # the gathered value still varies (as in JAX)
         )
         return jax.numpy.sum(sj.to_host(f(x)))
 
-    with pytest.raises(sj.SpyreUnsupportedError, match="Psum"):
+    with pytest.raises(sj.SpyreUnsupportedError, match="AllGather"):
+        jax.jit(jax.grad(loss))(sj.to_device(rand((8, 256))))
+
+
+def test_grad_through_shard_map_without_check_vma_is_refused():
+    def loss(x):
+        f = jax.shard_map(
+            sj.tanh, mesh=mesh(4), in_specs=sj.P("x"), out_specs=sj.P("x"), check_vma=False
+        )
+        return jax.numpy.sum(sj.to_host(f(x)))
+
+    with pytest.raises(sj.SpyreUnsupportedError, match="check_vma=True"):
         jax.jit(jax.grad(loss))(sj.to_device(rand((8, 256))))

@@ -112,14 +112,14 @@ class _ShardMap(Rule):
         params = node.params
         mesh, manual = params["mesh"], _manual(params)
         local = tuple(
-            shard_type(jax.typeof(a), mesh, manual, P(*spec))
+            shard_type(jax.typeof(a), mesh, manual, P(*spec), params["check_vma"])
             for a, spec in zip(args, params["in_specs"], strict=True)
         )
         key = tuple(sorted(params.items()))
         graph, plan = body_plan(key, local)
         out_spec = params["out_specs"][params["out_index"]]
         (local_out,) = plan.outputs
-        out_type = unshard_type(local_out, mesh, P(*out_spec))
+        out_type = unshard_type(local_out, mesh, P(*out_spec), params["check_vma"])
         run = Interpreter(graph, plan).run
 
         def body(*xs: Any) -> Any:

@@ -6,7 +6,7 @@ emulator kernel and transformation rules.
 
 from ._astype import astype
 from ._base import SpyrePrim, abstract, abstract_eval, image, target_layout, wrap
-from ._collectives import all_gather, all_to_all, ppermute, psum, psum_scatter
+from ._collectives import all_gather, all_to_all, ppermute, psum, psum_scatter, pvary
 from ._copies import concatenate, pad, reshape_copy, slice_copy
 from ._device_put import device_put
 from ._elementwise import ELEMENTWISE_OPS, ElementwiseOp, elementwise
@@ -61,6 +61,7 @@ __all__ = [
     "ppermute",
     "psum",
     "psum_scatter",
+    "pvary",
     "reduce",
     "reshape",
     "reshape_copy",

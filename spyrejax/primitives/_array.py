@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jax
@@ -69,6 +69,9 @@ class SpyreType(HiType):
         strides: the view: host-offset strides of each logical dim over the base
             (0 for broadcast dims).
         pad: what the padding holds.
+        vma: inside ``jax.shard_map``, the mesh axes the value varies over (differs from
+            card to card), as JAX tracks for plain arrays with ``check_vma``: metadata
+            for that check, not part of type equality.
     """
 
     shape: tuple[int, ...]
@@ -77,8 +80,10 @@ class SpyreType(HiType):
     base_shape: tuple[int, ...]
     strides: tuple[int, ...]
     pad: PadFill = PadFill.POISON
+    vma: frozenset[str] = field(default=frozenset(), compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "vma", frozenset(self.vma))
         object.__setattr__(self, "shape", _ints(self.shape))
         object.__setattr__(self, "base_shape", _ints(self.base_shape))
         object.__setattr__(self, "strides", _ints(self.strides))
@@ -165,6 +170,8 @@ class SpyreType(HiType):
             text += f" view={list(self.base_shape)}:{list(self.strides)}".replace(", ", ",")
         if self.pad is PadFill.ZERO:
             text += " pad=0"
+        if self.vma:
+            text += f" V:{','.join(sorted(self.vma))}"
         return f"{name}[{','.join(map(str, self.shape))}]{{{text}}}"
 
     def __repr__(self) -> str:
@@ -180,11 +187,11 @@ class SpyreType(HiType):
 
     def shard(self, mesh: Any, manual_axes: frozenset, check_vma: bool, spec: Any) -> SpyreType:
         """Each card's type under ``jax.shard_map``: the layout restricted to its block."""
-        return shard_type(self, mesh, manual_axes, spec)
+        return shard_type(self, mesh, manual_axes, spec, check_vma)
 
     def unshard(self, mesh: Any, check_vma: bool, spec: Any) -> SpyreType:
         """The global type whose per-card blocks have this type."""
-        return unshard_type(self, mesh, spec)
+        return unshard_type(self, mesh, spec, check_vma)
 
     def nospec(self, mesh: Any, check_vma: bool, all_names: tuple[Any, ...]) -> Any:
         """The spec of a per-card value (an autodiff residual): stacked along a dim."""
@@ -218,7 +225,13 @@ class SpyreType(HiType):
             lay.device_size[1:], lay.stride_map[1:], lay.device_dtype
         )
         return SpyreType(
-            self.shape[1:], self.dtype, inner, self.base_shape[1:], self.strides[1:], self.pad
+            self.shape[1:],
+            self.dtype,
+            inner,
+            self.base_shape[1:],
+            self.strides[1:],
+            self.pad,
+            self.vma,
         )
 
     def inc_rank(self, size: int | None, spec: Any) -> SpyreType:
@@ -250,6 +263,7 @@ def batched_type(t: SpyreType, size: int) -> SpyreType:
         (size, *t.base_shape),
         (math.prod(t.base_shape), *t.strides),
         t.pad,
+        t.vma,
     )
 
 

@@ -21,8 +21,9 @@ import jax
 import numpy as np
 
 from .._errors import SpyreTypeError, SpyreUnsupportedError
+from .._jax import GradAccum, Zero
 from ._array import SpyreArray, SpyreType
-from ._base import SpyrePrim
+from ._base import _PVARY, SpyrePrim
 from ._shard import resize_dim
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "ppermute",
     "psum",
     "psum_scatter",
+    "pvary",
 ]
 
 CARD_TO_CARD_BYTES_PER_S = 32e9
@@ -83,12 +85,20 @@ class Collective(SpyrePrim):
         raise NotImplementedError
 
     def jvp(self, primals: Any, tangents: Any) -> tuple[Any, Any]:
-        """Refused: the derivative of a collective depends on varying axes (see ``P``)."""
+        """Refused unless the collective says (its derivative depends on varying axes)."""
         raise SpyreUnsupportedError(
-            f"differentiating spyrejax.{type(self).__name__} on Spyre arrays: its derivative "
-            "depends on which mesh axes values vary over, which Spyre types do not carry; "
-            "differentiate the plain-JAX function under spyrejax.jit(jax.grad(f))"
+            f"differentiating spyrejax.{type(self).__name__} on Spyre arrays is not "
+            "supported yet; differentiate the plain-JAX function under "
+            "spyrejax.jit(jax.grad(f))"
         )
+
+    def _linear_jvp(self, primals: Any, tangents: Any) -> tuple[Any, Any]:
+        """A linear collective: its tangent is the collective of the tangent."""
+        ((p,), (t,)) = primals, tangents
+        if isinstance(t, Zero):
+            return self(p), Zero(self.out_aval.to_tangent_aval())
+        again = type(self)(jax.typeof(t), **self.params)
+        return self(p), again(t)
 
     def _nbytes(self, t: SpyreType) -> int:
         return int(np.prod(t.layout.device_size)) * t.dtype.itemsize
@@ -103,6 +113,10 @@ class Psum(Collective):
         self.params = {"axes": axes, "size": size}
         super().__init__()
 
+    def out_vma(self, varying: frozenset[str]) -> frozenset[str]:
+        """The sum is the same on every card of the summed axes."""
+        return varying - set(self.params["axes"])
+
     @property
     def bytes_moved(self) -> int:
         """Ring all-reduce: ``2 (k-1)/k`` of the image."""
@@ -111,12 +125,69 @@ class Psum(Collective):
     def kernel(self, img: jax.Array) -> jax.Array:
         return jax.lax.psum(img, self.axes)
 
+    jvp = Collective._linear_jvp
+
+    def transpose(self, ct: Any, accum: Any) -> None:
+        """Every card had the sum: each card's share of the cotangent is all of it."""
+        if isinstance(accum, GradAccum) and not isinstance(ct, Zero):
+            accum.accum(pvary(ct, self.axes))
+
+
+class Pvary(Collective):
+    """Mark a value that is the same on every card as varying (JAX's ``pvary``).
+
+    No data moves; what it records is that the value's cotangent, different on every
+    card, must be summed over the cards (its transpose is :class:`Psum`).
+    """
+
+    def __init__(self, aval: SpyreType, *, axes: _Axes, size: int) -> None:
+        self.in_avals = (aval,)
+        self.out_aval = aval
+        self.params = {"axes": axes, "size": size}
+        super().__init__()
+
+    def out_vma(self, varying: frozenset[str]) -> frozenset[str]:
+        """Varying over the axes too."""
+        return varying | set(self.params["axes"])
+
+    @property
+    def bytes_moved(self) -> int:
+        """Nothing."""
+        return 0
+
+    def kernel(self, img: jax.Array) -> jax.Array:
+        return img
+
+    jvp = Collective._linear_jvp
+
+    def transpose(self, ct: Any, accum: Any) -> None:
+        """The cards' cotangents are summed."""
+        if isinstance(accum, GradAccum) and not isinstance(ct, Zero):
+            accum.accum(Psum(jax.typeof(ct), **self.params)(ct))
+
+
+def pvary(x: SpyreArray, axes: Any) -> SpyreArray:
+    """``x`` (the same on every card of ``axes``) typed as varying over them."""
+    aval = _spyre(x, "pvary")
+    axes = _names(axes)
+    new = tuple(a for a in axes if a not in aval.vma)
+    if not new:
+        return x
+    return Pvary(aval, axes=new, size=axis_size(new))(x)
+
 
 def psum(x: SpyreArray, axis_name: Any) -> SpyreArray:
-    """``jax.lax.psum`` of a Spyre array: every card gets the sum of all cards' arrays."""
+    """``jax.lax.psum`` of a Spyre array: every card gets the sum of all cards' arrays.
+
+    As in JAX, a value the same on every card sums to ``k`` times itself.
+    """
     aval = _spyre(x, "psum")
     axes = _names(axis_name)
-    return Psum(aval, axes=axes, size=axis_size(axes))(x)
+    x = pvary(x, axes) if aval.vma else x
+    return Psum(jax.typeof(x), axes=axes, size=axis_size(axes))(x)
+
+
+_PVARY.append(pvary)
 
 
 class PPermute(Collective):

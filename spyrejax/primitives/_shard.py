@@ -67,7 +67,7 @@ class P(HiPspec):
                 )
         self.partitions = partitions
         self._image: PartitionSpec | None = None
-        self._replicated: frozenset[str] = frozenset()  # manual axes it does not mention
+        self._check_vma = True  # False once used in a shard_map with check_vma=False
 
     def names(self, ndim: int) -> tuple[_Names, ...]:
         """The mesh axis names splitting each of ``ndim`` logical dims."""
@@ -100,12 +100,9 @@ class P(HiPspec):
             raise SpyreTypeError(f"{self!r} was not used for a Spyre array in shard_map")
         return [self._image]
 
-    def note_manual(self, axes: Any) -> None:
-        """Record the manual mesh axes this spec replicates over (does not mention)."""
-        named = {
-            n for p in self.partitions if p is not None for n in ((p,) if isinstance(p, str) else p)
-        }
-        self._replicated |= frozenset(axes) - named
+    def note_check_vma(self, check_vma: bool) -> None:
+        """Record that a ``shard_map`` with this ``check_vma`` uses the spec."""
+        self._check_vma = self._check_vma and check_vma
 
     def to_tangent_spec(self) -> P:
         """Tangents share the layout, so the split (see :meth:`to_ct_spec`)."""
@@ -114,19 +111,18 @@ class P(HiPspec):
     def to_ct_spec(self) -> P:
         """Cotangents share the layout, so the split.
 
+        A replicated argument's cotangent is summed over the cards by the transposes
+        of the ``pvary`` that Spyre primitives insert where it meets per-card values.
+
         Raises:
-            SpyreUnsupportedError: for a spec that replicates over a manual axis. JAX
-                sums the gradients of replicated values over cards by tracking which
-                axes each value varies over; Spyre types do not carry that yet, so the
-                sum would be missing (a wrong gradient): refused instead.
+            SpyreUnsupportedError: under ``check_vma=False``, where JAX sums cotangents
+                with ``jax.lax.psum``, which takes plain arrays only.
         """
-        if self._replicated:
+        if not self._check_vma:
             raise SpyreUnsupportedError(
-                f"differentiating jax.shard_map over Spyre arrays: {self!r} replicates over "
-                f"mesh axes {sorted(self._replicated)}, whose gradient JAX sums over cards by "
-                "tracking varying axes, which Spyre types do not carry. Split every argument "
-                "and result over all mesh axes, or differentiate the plain-JAX function "
-                "under spyrejax.jit(jax.grad(f)), which lowers those sums itself"
+                "differentiating jax.shard_map(..., check_vma=False) over Spyre arrays: "
+                "JAX then sums the cards' gradients with jax.lax.psum, which takes plain "
+                "arrays; use check_vma=True (the default)"
             )
         return self
 
@@ -298,8 +294,17 @@ def _block_dim(t: SpyreType, d: int, k: int, seg: Any, grow: bool) -> tuple[int,
     return j0, r0
 
 
-def shard_type(t: SpyreType, mesh: Any, manual_axes: frozenset, spec: Any) -> SpyreType:
-    """The per-card type of ``t`` split as ``spec`` over ``mesh`` (``HiType.shard``)."""
+def _mentioned(names: tuple[_Names, ...]) -> frozenset[str]:
+    return frozenset(n for ns in names for n in ns)
+
+
+def shard_type(
+    t: SpyreType, mesh: Any, manual_axes: frozenset, spec: Any, check_vma: bool = True
+) -> SpyreType:
+    """The per-card type of ``t`` split as ``spec`` over ``mesh`` (``HiType.shard``).
+
+    With ``check_vma`` the block varies over the mesh axes the spec splits it over.
+    """
     spec = _spec(spec)
     if isinstance(spec, Stack):
         return spec.swap(t, spec.whole, spec.local)
@@ -307,20 +312,34 @@ def shard_type(t: SpyreType, mesh: Any, manual_axes: frozenset, spec: Any) -> Sp
     names = tuple(tuple(n for n in ns if n in manual_axes) for ns in names)
     new, image = _resize(t, _counts(mesh, names), names, grow=False)
     spec.bind(image)
-    spec.note_manual(manual_axes)
-    return new
+    spec.note_check_vma(check_vma)
+    return replace(new, vma=t.vma | _mentioned(names)) if check_vma else new
 
 
-def unshard_type(t: SpyreType, mesh: Any, spec: Any) -> SpyreType:
-    """The global type whose blocks have type ``t`` (``HiType.unshard``)."""
+def unshard_type(t: SpyreType, mesh: Any, spec: Any, check_vma: bool = True) -> SpyreType:
+    """The global type whose blocks have type ``t`` (``HiType.unshard``).
+
+    Raises:
+        SpyreTypeError: with ``check_vma``, if ``t`` varies over a mesh axis the spec
+            does not split it over (as JAX checks plain arrays): the cards' values
+            differ, so there is no one replicated value to return.
+    """
     spec = _spec(spec)
     if isinstance(spec, Stack):
-        return spec.swap(t, spec.local, spec.whole)
+        return replace(spec.swap(t, spec.local, spec.whole), vma=frozenset())
     names = spec.names(t.ndim)
+    loose = t.vma - _mentioned(names)
+    if check_vma and loose:
+        raise SpyreTypeError(
+            f"shard_map out_specs {spec!r} replicate the result {t.str_short()} over mesh "
+            f"axes {sorted(loose)}, but it varies over them (each card has its own value): "
+            "sum it with spyrejax.psum, split it over those axes in the spec, or pass "
+            "check_vma=False to take one card's value"
+        )
     new, image = _resize(t, _counts(mesh, names), names, grow=True)
     spec.bind(image)
-    spec.note_manual(getattr(mesh, "manual_axes", ()) or mesh.axis_names)
-    return new
+    spec.note_check_vma(check_vma)
+    return replace(new, vma=t.vma - _mentioned(names))
 
 
 def resize_dim(
