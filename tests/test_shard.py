@@ -264,18 +264,51 @@ def test_grad_through_psum_equals_the_host_gradient():
         assert_close(sj.to_host(g), w, reduce_len=256 * 8, ops=4, scale=8)
 
 
-def test_grad_through_a_gather_is_refused_not_wrong():
-    def loss(x):
-        f = jax.shard_map(
-            lambda a: sj.all_gather(a, "x", axis=0),
-            mesh=mesh(4),
-            in_specs=sj.P("x"),
-            out_specs=sj.P("x"),  # the gathered value still varies (as in JAX)
-        )
-        return jax.numpy.sum(sj.to_host(f(x)))
+# Each collective inside a body, on Spyre arrays and (the reference) on plain arrays.
+PERM = tuple((i, (i + 1) % 4) for i in range(4))
+BODIES = {
+    "all_gather": (
+        lambda a: sj.all_gather(a, "x", axis=1),
+        lambda a: jax.lax.all_gather(a, "x", axis=1, tiled=True),
+        ("x", None),
+    ),
+    "psum_scatter": (
+        lambda a: sj.psum_scatter(a, "x", scatter_dimension=0),
+        lambda a: jax.lax.psum_scatter(a, "x", scatter_dimension=0, tiled=True),
+        (None, "x"),
+    ),
+    "all_to_all": (
+        lambda a: sj.all_to_all(a, "x", 0, 1),
+        lambda a: jax.lax.all_to_all(a, "x", 0, 1, tiled=True),
+        (None, "x"),
+    ),
+    "ppermute": (
+        lambda a: sj.ppermute(a, "x", PERM),
+        lambda a: jax.lax.ppermute(a, "x", PERM),
+        ("x",),
+    ),
+}
 
-    with pytest.raises(sj.SpyreUnsupportedError, match="AllGather"):
-        jax.jit(jax.grad(loss))(sj.to_device(rand((8, 256))))
+
+@pytest.mark.parametrize("name", sorted(BODIES))
+def test_grad_through_each_collective_equals_jax_on_plain_arrays(name):
+    spyre_body, plain_body, parts = BODIES[name]
+    auto = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+
+    def loss(x, body, spec, m, wrap):
+        f = jax.shard_map(
+            lambda a: wrap.tanh(body(a)), mesh=m, in_specs=spec(*parts), out_specs=spec("x")
+        )
+        out = f(x)
+        out = sj.to_host(out) if wrap is sj else out
+        weights = jax.numpy.cos(jax.numpy.arange(out.size, dtype=out.dtype)).reshape(out.shape)
+        return jax.numpy.sum(out * weights)
+
+    grad = jax.jit(jax.grad(loss), static_argnums=(1, 2, 3, 4))
+    xh = rand((8, 256), seed=1)
+    got = grad(sj.to_device(xh), spyre_body, sj.P, mesh(4), sj)
+    want = grad(xh, plain_body, PartitionSpec, auto, jax.numpy)
+    assert_close(sj.to_host(got), want, ops=4, scale=4)
 
 
 def test_grad_through_shard_map_without_check_vma_is_refused():

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import jax
 import numpy as np
 
-from .._errors import SpyreTypeError, SpyreUnsupportedError
+from .._errors import SpyreTypeError
 from .._jax import GradAccum, Zero
 from ._array import SpyreArray, SpyreType
 from ._base import _PVARY, SpyrePrim
@@ -85,15 +85,7 @@ class Collective(SpyrePrim):
         raise NotImplementedError
 
     def jvp(self, primals: Any, tangents: Any) -> tuple[Any, Any]:
-        """Refused unless the collective says (its derivative depends on varying axes)."""
-        raise SpyreUnsupportedError(
-            f"differentiating spyrejax.{type(self).__name__} on Spyre arrays is not "
-            "supported yet; differentiate the plain-JAX function under "
-            "spyrejax.jit(jax.grad(f))"
-        )
-
-    def _linear_jvp(self, primals: Any, tangents: Any) -> tuple[Any, Any]:
-        """A linear collective: its tangent is the collective of the tangent."""
+        """Collectives are linear: the tangent's collective (each class transposes it)."""
         ((p,), (t,)) = primals, tangents
         if isinstance(t, Zero):
             return self(p), Zero(self.out_aval.to_tangent_aval())
@@ -125,8 +117,6 @@ class Psum(Collective):
     def kernel(self, img: jax.Array) -> jax.Array:
         return jax.lax.psum(img, self.axes)
 
-    jvp = Collective._linear_jvp
-
     def transpose(self, ct: Any, accum: Any) -> None:
         """Every card had the sum: each card's share of the cotangent is all of it."""
         if isinstance(accum, GradAccum) and not isinstance(ct, Zero):
@@ -157,8 +147,6 @@ class Pvary(Collective):
 
     def kernel(self, img: jax.Array) -> jax.Array:
         return img
-
-    jvp = Collective._linear_jvp
 
     def transpose(self, ct: Any, accum: Any) -> None:
         """The cards' cotangents are summed."""
@@ -209,6 +197,12 @@ class PPermute(Collective):
     def kernel(self, img: jax.Array) -> jax.Array:
         return jax.lax.ppermute(img, _image_axis(self.axes), self.perm)
 
+    def transpose(self, ct: Any, accum: Any) -> None:
+        """Send the cotangents back: the inverse permutation."""
+        if isinstance(accum, GradAccum) and not isinstance(ct, Zero):
+            back = tuple((b, a) for a, b in self.perm)
+            accum.accum(PPermute(jax.typeof(ct), axes=self.axes, size=self.size, perm=back)(ct))
+
 
 def ppermute(x: SpyreArray, axis_name: Any, perm: Any) -> SpyreArray:
     """``jax.lax.ppermute`` of a Spyre array (cards not receiving get zeros)."""
@@ -236,6 +230,11 @@ class AllGather(Collective):
 
     def kernel(self, img: jax.Array) -> jax.Array:
         return jax.lax.all_gather(img, _image_axis(self.axes), axis=self._j, tiled=True)
+
+    def transpose(self, ct: Any, accum: Any) -> None:
+        """Each card's block gets the sum of the cards' cotangents of it: psum_scatter."""
+        if isinstance(accum, GradAccum) and not isinstance(ct, Zero):
+            accum.accum(PsumScatter(jax.typeof(ct), **self.params)(ct))
 
 
 def all_gather(x: SpyreArray, axis_name: Any, *, axis: int = 0, tiled: bool = True) -> SpyreArray:
@@ -267,6 +266,11 @@ class PsumScatter(Collective):
         return jax.lax.psum_scatter(
             img, _image_axis(self.axes), scatter_dimension=self._j, tiled=True
         )
+
+    def transpose(self, ct: Any, accum: Any) -> None:
+        """Every card's cotangent of its block goes to every card: all_gather."""
+        if isinstance(accum, GradAccum) and not isinstance(ct, Zero):
+            accum.accum(AllGather(jax.typeof(ct), **self.params)(ct))
 
 
 def psum_scatter(
@@ -301,6 +305,12 @@ class AllToAll(Collective):
 
     def kernel(self, img: jax.Array) -> jax.Array:
         return jax.lax.all_to_all(img, _image_axis(self.axes), self._js, self._jc, tiled=True)
+
+    def transpose(self, ct: Any, accum: Any) -> None:
+        """The blocks go back: split and concatenate dims swapped."""
+        if isinstance(accum, GradAccum) and not isinstance(ct, Zero):
+            p = {**self.params, "split": self.concat, "concat": self.split}
+            accum.accum(AllToAll(jax.typeof(ct), **p)(ct))
 
 
 def all_to_all(
