@@ -11,6 +11,12 @@ layout where it is (the default layout usually is) and retry.
 
 Each primitive says how many bytes one card sends (:attr:`Collective.bytes_moved`, ring
 algorithms), charged at :data:`CARD_TO_CARD_BYTES_PER_S`.
+
+As in JAX with ``check_vma``, types record the mesh axes a value varies over: ``psum``
+makes a value the same on every card, ``pvary`` marks one as varying (Spyre primitives
+insert it in their derivatives where a replicated operand meets per-card ones). All
+are linear; their transposes are JAX's (``psum`` <-> ``pvary``, ``all_gather`` <->
+``psum_scatter``, ``all_to_all`` with its dims swapped, ``ppermute`` inverted).
 """
 
 from __future__ import annotations
