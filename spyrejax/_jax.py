@@ -18,6 +18,7 @@ from jax._src.util import register_cache
 from jax.experimental.hijax import (
     GradAccum,
     HiPrim,
+    HiPspec,
     HiType,
     ShapedArray,
     Zero,
@@ -35,6 +36,7 @@ __all__ = [
     "ClosedJaxpr",
     "GradAccum",
     "HiPrim",
+    "HiPspec",
     "HiType",
     "Jaxpr",
     "Literal",

@@ -1,4 +1,4 @@
-"""Test configuration: strict dtype promotion and reproducible Hypothesis profiles.
+"""Test configuration: 8 CPU devices, strict dtype promotion, reproducible Hypothesis.
 
 Hypothesis profiles (``HYPOTHESIS_PROFILE`` selects one):
 
@@ -15,7 +15,13 @@ timed; the few long ones are marked ``slow``.
 import os
 
 import jax
-from hypothesis import HealthCheck, settings
+
+# Eight emulated cards for the many-card tests (tests/test_shard.py). JAX reads the
+# device count when its CPU backend starts, so it is set here, before any test module
+# computes anything; single-card tests use device 0 as before.
+jax.config.update("jax_num_cpu_devices", 8)
+
+from hypothesis import HealthCheck, settings  # noqa: E402  (after the device count)
 
 # No implicit promotion: an op mixing dtypes must say which it means (in the tests and,
 # through them, in spyrejax itself).

@@ -249,6 +249,13 @@ def _all_primitives():
         sp.windows(a, [(1, 1, (0, 0), 1, 1), (3, 1, (1, 1), 1, 1)])
         sp.bitcast(a, jnp.int32)
         sp.host_call(jax.lax.erf_p, [a], {}, (4, 150), np.float32, layout=a.layout)
+        cards = {"axes": ("x",), "size": 2}  # collectives, built on types (no mesh needed)
+        sp._collectives.Psum(a.type, **cards)(a)
+        sp._collectives.Pvary(a.type, **cards)(a)
+        sp._collectives.PPermute(a.type, **cards, perm=((0, 1), (1, 0)))(a)
+        sp._collectives.AllGather(a.type, **cards, dim=0)(a)
+        sp._collectives.PsumScatter(a.type, **cards, dim=0)(a)
+        sp._collectives.AllToAll(a.type, **cards, split=0, concat=0)(a)
     return {type(p): p for p in called}
 
 

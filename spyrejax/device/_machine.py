@@ -62,6 +62,8 @@ class Machine:
         reduce_bw: bandwidth of a cross-row reduction.
         broadcast_bw: bandwidth of an op with a broadcast operand.
         max_cards: cards per host.
+        card_link_bw: bytes per second one card sends to another (its PCIe link, one
+            direction): what collectives between cards are charged at.
         stick_bytes: bytes in a stick (the DDR and DMA granule).
         vector_lanes_per_cycle: elementwise lanes per cycle per core, or 0 when
             elementwise ops are modelled memory-bound (the spyre profile).
@@ -98,6 +100,7 @@ class Machine:
     reduce_bw: float
     broadcast_bw: float
     max_cards: int
+    card_link_bw: float
     stick_bytes: int
     vector_lanes_per_cycle: int
     transcendental_factor: float
@@ -194,6 +197,7 @@ class Machine:
             "reduce_bw": f,
             "broadcast_bw": f,
             "max_cards": d,
+            "card_link_bw": f"{v} (PCIe Gen5 x16: 32 GT/s x 16 lanes x 128/130, one way)",
             "stick_bytes": d,
             "vector_lanes_per_cycle": "model: elementwise ops are memory-bound (fitted)",
             "transcendental_factor": f"{f} (gelu and exp cost what neg costs)",
@@ -228,6 +232,7 @@ class Machine:
             reduce_bw=113e9,
             broadcast_bw=118e9,
             max_cards=8,
+            card_link_bw=32e9 * 16 / 8 * 128 / 130,
             stick_bytes=BYTES_PER_STICK,
             vector_lanes_per_cycle=0,
             transcendental_factor=1.0,

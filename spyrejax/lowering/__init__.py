@@ -2,6 +2,7 @@
 
 from ..primitives._stick import SPARSE
 from . import (
+    _collectives,  # noqa: F401  (registers shard_map and collectives in RULES)
     _control,  # noqa: F401  (registers the control-flow rules)
     _conv,  # noqa: F401  (registers the convolution and pooling rules)
     _random,  # noqa: F401  (registers the random family's rules)

@@ -12,6 +12,7 @@ from ..device import DeviceOp, DeviceProgram, Machine
 from ..dma._dci import DCI
 from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import SpyreType
+from ._collectives import collective_records
 from ._device import device_program
 from ._graph import Node
 from ._interpret import Record, records
@@ -208,6 +209,7 @@ class Report:
         fallbacks: every node run on the host (no device rule), with the bytes it
             moves each way.
         source_bytes: device bytes of the inputs and constants.
+        collectives: each collective between cards, with the bytes one card sends.
     """
 
     jaxpr: str
@@ -231,6 +233,8 @@ class Report:
     def time_s(self) -> float:
         """The program's predicted time on the machine, in seconds."""
         return self.device.time_s if self.device is not None else 0.0
+
+    collectives: tuple[tuple[str, int], ...] = ()
 
     @property
     def copy_cost(self) -> int:
@@ -278,6 +282,8 @@ class Report:
             f"device bytes: {self.device_bytes} ({self.source_bytes} of inputs and constants, "
             "the rest allocated by the ops)"
         )
+        if self.collectives:
+            out.append(f"collectives between cards: {self._collectives_line()}")
         if self.device is not None:
             m, ops = self.device.machine, self.device.ops
             bound = {
@@ -289,6 +295,14 @@ class Report:
                 f"{bound['memory'] * 1e6:.3f} us memory-bound; report.ops per op)"
             )
         return out
+
+    def _collectives_line(self) -> str:
+        sent = sum(b for _, b in self.collectives)
+        line = f"{sent} B sent per card"
+        if self.device is not None:
+            secs = sent / self.device.machine.card_link_bw
+            line += f" ({secs * 1e6:.2f} us card to card on {self.device.machine.name})"
+        return line
 
     def summary(self) -> str:
         """The profile: the costly source lines, then the totals (``str(report)``)."""
@@ -342,6 +356,9 @@ class Report:
                 f"{f.to_device_bytes} B back"
                 for f in self.fallbacks
             )
+        if self.collectives:
+            out.append(f"collectives: {self._collectives_line()}")
+            out.extend(f"  {what}: {b} B per card" for what, b in self.collectives)
         out.append("")
         out.append("tensors (device bytes, padding overhead):")
         for t in self.tensors:
@@ -559,6 +576,7 @@ def explain(
         tuple(o.fallback for o in ops if o.fallback is not None),
         sum(t.layout.nbytes for types in plan.sources.values() for t in types),
         device_program(lowering.graph, plan, machine),
+        collective_records(closed),
     )
 
 

@@ -15,7 +15,9 @@ from ._base import (
     target_layout,
     wrap,
 )
+from ._collectives import all_gather, all_to_all, ppermute, psum, psum_scatter, pvary
 from ._copies import concatenate, pad, reshape_copy, slice_copy
+from ._device_put import device_put
 from ._elementwise import ELEMENTWISE_OPS, ElementwiseOp, elementwise
 from ._elementwise import OPS as ELEMENTWISE
 from ._elementwise import PUBLIC as _EW
@@ -27,6 +29,7 @@ from ._operators import install as _install
 from ._reduce import PUBLIC as _REDUCE
 from ._reduce import REDUCTIONS, REDUCTIONS_TABLE, ReductionOp, reduce
 from ._restickify import compact, in_layout, restickify
+from ._shard import P
 from ._stick import restickify_cost
 from ._transfer import to_device, to_host
 from ._views import broadcast_to, expand_dims, reshape, squeeze, transpose
@@ -45,16 +48,20 @@ __all__ = [
     "REDUCTIONS",
     "REDUCTIONS_TABLE",
     "ElementwiseOp",
+    "P",
     "ReductionOp",
     "SpyrePrim",
     "abstract",
     "abstract_calls",
     "abstract_eval",
+    "all_gather",
+    "all_to_all",
     "astype",
     "bitcast",
     "broadcast_to",
     "compact",
     "concatenate",
+    "device_put",
     "elementwise",
     "executing",
     "expand_dims",
@@ -66,6 +73,10 @@ __all__ = [
     "lax_copy",
     "matmul",
     "pad",
+    "ppermute",
+    "psum",
+    "psum_scatter",
+    "pvary",
     "reduce",
     "reshape",
     "reshape_copy",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jax
@@ -28,6 +28,7 @@ from ..layout._devdims import DevDim, device_dims, is_contiguous, stick_dim
 from ..layout._dtypes import format_for_dtype, host_dtype
 from ..layout._layout import SpyreTensorLayout
 from ..layout._segments import row_major_strides
+from ._shard import residual_spec, shard_type, unshard_type
 
 __all__ = ["PadFill", "SpyreArray", "SpyreType"]
 
@@ -69,6 +70,9 @@ class SpyreType(HiType):
         strides: the view: host-offset strides of each logical dim over the base
             (0 for broadcast dims).
         pad: what the padding holds.
+        vma: inside ``jax.shard_map``, the mesh axes the value varies over (differs from
+            card to card), as JAX tracks for plain arrays with ``check_vma``: metadata
+            for that check, not part of type equality.
     """
 
     shape: tuple[int, ...]
@@ -77,8 +81,10 @@ class SpyreType(HiType):
     base_shape: tuple[int, ...]
     strides: tuple[int, ...]
     pad: PadFill = PadFill.POISON
+    vma: frozenset[str] = field(default=frozenset(), compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "vma", frozenset(self.vma))
         object.__setattr__(self, "shape", _ints(self.shape))
         object.__setattr__(self, "base_shape", _ints(self.base_shape))
         object.__setattr__(self, "strides", _ints(self.strides))
@@ -172,6 +178,8 @@ class SpyreType(HiType):
             text += f" view={list(self.base_shape)}:{list(self.strides)}".replace(", ", ",")
         if self.pad is PadFill.ZERO:
             text += " pad=0"
+        if self.vma:
+            text += f" V:{','.join(sorted(self.vma))}"
         return f"{name}[{','.join(map(str, self.shape))}]{{{text}}}"
 
     def __repr__(self) -> str:
@@ -182,6 +190,20 @@ class SpyreType(HiType):
     def to_tangent_aval(self) -> SpyreType:
         """Tangents share the layout; their padding is undefined."""
         return replace(self, pad=PadFill.POISON)
+
+    # -- shard_map: a split logical dim is a block of the device image ------------------
+
+    def shard(self, mesh: Any, manual_axes: frozenset, check_vma: bool, spec: Any) -> SpyreType:
+        """Each card's type under ``jax.shard_map``: the layout restricted to its block."""
+        return shard_type(self, mesh, manual_axes, spec, check_vma)
+
+    def unshard(self, mesh: Any, check_vma: bool, spec: Any) -> SpyreType:
+        """The global type whose per-card blocks have this type."""
+        return unshard_type(self, mesh, spec, check_vma)
+
+    def nospec(self, mesh: Any, check_vma: bool, all_names: tuple[Any, ...]) -> Any:
+        """The spec of a per-card value (an autodiff residual): stacked along a dim."""
+        return residual_spec(self, mesh, all_names)
 
     # -- vmap and scan: the batch dim is logical dim 0 and device dim 0 -------------
 
@@ -211,7 +233,13 @@ class SpyreType(HiType):
             lay.device_size[1:], lay.stride_map[1:], lay.device_dtype
         )
         return SpyreType(
-            self.shape[1:], self.dtype, inner, self.base_shape[1:], self.strides[1:], self.pad
+            self.shape[1:],
+            self.dtype,
+            inner,
+            self.base_shape[1:],
+            self.strides[1:],
+            self.pad,
+            self.vma,
         )
 
     def inc_rank(self, size: int | None, spec: Any) -> SpyreType:
@@ -243,6 +271,7 @@ def batched_type(t: SpyreType, size: int) -> SpyreType:
         (size, *t.base_shape),
         (math.prod(t.base_shape), *t.strides),
         t.pad,
+        t.vma,
     )
 
 

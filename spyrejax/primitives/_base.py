@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import jax
@@ -39,12 +40,15 @@ __all__ = [
     "abstract",
     "abstract_calls",
     "abstract_eval",
+    "evaluating_abstractly",
     "image",
     "is_spyre",
     "normalize_axes",
     "target_layout",
     "wrap",
 ]
+
+_PVARY: list[Any] = []  # spyrejax.primitives._collectives registers its pvary here
 
 _ABSTRACT: ContextVar[list[Any] | None] = ContextVar("spyrejax_abstract_eval", default=None)
 _EXECUTOR: ContextVar[Callable[[Any, tuple[Any, ...]], Any] | None] = ContextVar(
@@ -91,6 +95,11 @@ def executing(executor: Callable[[SpyrePrim, tuple[Any, ...]], Any]) -> Iterator
         yield
     finally:
         _EXECUTOR.reset(token)
+
+
+def evaluating_abstractly() -> bool:
+    """Whether primitives run on types alone (inside :func:`abstract_eval`)."""
+    return _ABSTRACT.get() is not None
 
 
 def abstract(aval: Any) -> Any:
@@ -206,7 +215,16 @@ class SpyrePrim(HiPrim):
                 f"{type(self).__name__} sets parameters {sorted(self.params)} but declares "
                 f"{sorted(self.param_names)}; declare each as a class annotation"
             )
+        varying = frozenset().union(*(_vma(a) for a in _flat(self.in_avals)))
+        if isinstance(self.out_aval, SpyreType):
+            vma = self.out_vma(varying | self.out_aval.vma)
+            if vma != self.out_aval.vma:
+                self.out_aval = replace(self.out_aval, vma=vma)
         super().__init__()
+
+    def out_vma(self, varying: frozenset[str]) -> frozenset[str]:
+        """Mesh axes the result varies over, given those of the operands (their union)."""
+        return varying
 
     @property
     def moves(self) -> int:
@@ -275,8 +293,14 @@ class SpyrePrim(HiPrim):
         if not any(_is_float(a.dtype) for a in avals):
             return out, self._results([Zero(a.to_tangent_aval()) for a in avals])
         lo_p, lo_t = [], []
+        out_vma = self.out_aval.vma if is_spyre(self.out_aval) else frozenset()
         for p, t, aval in zip(primals, tangents, self.in_avals, strict=True):
             lo = image(p) if is_spyre(aval) else p
+            missing = out_vma - aval.vma if is_spyre(aval) else frozenset()
+            if missing and not isinstance(t, Zero) and _PVARY:
+                # A value the same on every card meets per-card values (JAX's pvary):
+                # its tangent is marked varying, so its cotangent is summed over cards.
+                t = _PVARY[0](t, tuple(sorted(missing)))
             lo_p.append(lo)
             lo_t.append(_lo_tangent(t, lo, aval))
         _, t_out = jax.jvp(self.tangent_kernel, tuple(lo_p), tuple(lo_t))
@@ -330,6 +354,20 @@ class SpyrePrim(HiPrim):
         params = self.batch_params(flags, axis_data.size)
         new = type(self)(*[jax.typeof(a) for a in moved], **params)
         return new(*moved), self._results([0] * len(self.out_avals))
+
+
+def _flat(avals: Any) -> list[Any]:
+    if isinstance(avals, list | tuple):
+        return [a for x in avals for a in _flat(x)]
+    return [avals]
+
+
+def _vma(aval: Any) -> frozenset[str]:
+    """The mesh axes an operand varies over (Spyre types and plain arrays alike)."""
+    if isinstance(aval, SpyreType):
+        return aval.vma
+    mat = getattr(aval, "mat", None)
+    return frozenset(getattr(mat, "varying", ()))
 
 
 def _lo_tangent(t: Any, lo_primal: Any, aval: Any) -> Any:
