@@ -143,7 +143,7 @@ class _Elementwise(Rule):
         if all(isinstance(ins[i], Scalar) for i in self.op.value_positions):
             i = self.op.value_positions[0]  # where(p, 0.0, 1.0): a 0-d value broadcasts
             vals[i] = sp.to_device(np.asarray(vals[i], node.outs[0].dtype))
-        return [sp.elementwise(self.op.name, *_predicates_like_values(vals))]
+        return [sp.elementwise(self.op.name, *_operands_like_values(self.op, vals))]
 
 
 def _spyre_type(v: Any) -> SpyreType | None:
@@ -154,25 +154,31 @@ def _spyre_type(v: Any) -> SpyreType | None:
     return t if isinstance(t, SpyreType) else None
 
 
-def _predicates_like_values(vals: list[Any]) -> list[Any]:
-    """Bool operands restickified to the stick width of the value operands, if it differs.
+def _operands_like_values(op: sp.ElementwiseOp, vals: list[Any]) -> list[Any]:
+    """Other operands brought to the stick width of the value operands, if it differs.
 
-    A predicate may hold any format's geometry; a bool mask in its default layout (64
-    per stick) read with float32 values (32 per stick) is copied into theirs.
+    A bool predicate may hold any format's geometry: a mask in its default layout (64
+    per stick) read with float32 values (32 per stick) is restickified into theirs. An
+    integer exponent of another width (``bfloat16 ** int32``) is converted to the
+    values' dtype, as XLA lowers ``pow`` (``hlo.power`` converts it the same way).
     """
     types = [_spyre_type(v) for v in vals]
-    formats = {t.layout.device_dtype for t in types if t is not None and t.dtype != np.bool_}
+    values = [types[i] for i in op.value_positions if types[i] is not None]
+    formats = {t.layout.device_dtype for t in values}
     if len(formats) != 1:
         return vals
     (fmt,) = formats
     out = []
-    for v, t in zip(vals, types, strict=True):
+    for pos, (v, t) in enumerate(zip(vals, types, strict=True)):
         if (
             t is not None
-            and t.dtype == np.bool_
+            and pos not in op.value_positions
             and t.layout.elems_per_stick != fmt.elems_per_stick()
         ):
-            v = sp.restickify(v, layout=default_layout(t.shape, fmt, stick_of(t)))
+            if t.dtype == np.bool_:
+                v = sp.restickify(v, layout=default_layout(t.shape, fmt, stick_of(t)))
+            else:
+                v = sp.astype(v, values[0].dtype)
         out.append(v)
     return out
 
