@@ -131,4 +131,9 @@ def test_gpt_half_precision_loss_and_grads(dtype):
 
     assert_close(sj.to_host(sj.jit(loss)(params, ids, labels)), jax.jit(loss)(params, ids, labels))
     got = jax.tree.map(sj.to_host, sj.jit(jax.grad(loss))(params, ids, labels))
-    assert_close(got, jax.jit(jax.grad(loss))(params, ids, labels), **_tol(shape))
+    # Both compute in the half dtype with float32 sums: a couple of half roundings of
+    # each gradient, relative to the largest of its parameter's.
+    want = jax.jit(jax.grad(loss))(params, ids, labels)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        scale = float(jnp.abs(w.astype(jnp.float32)).max())
+        assert_close(g, w, reduce_len=_tol(shape)["reduce_len"], ops=2, scale=scale)
