@@ -26,7 +26,7 @@ NAMESAKES = [
     (sj.astype, jnp.astype, 2),
     (sj.matmul, jnp.matmul, 2),
     (sp.pad, jax.lax.pad, 3),  # operand, padding_value, padding_config
-    (sp.slice_copy, jax.lax.slice, 3),  # operand, start_indices, limit_indices
+    (sp.slice_copy, jax.lax.slice, 4),  # operand, start_indices, limit_indices, strides
     (sp.iota, jax.lax.broadcasted_iota, 3),  # dtype, shape, dimension
 ]
 

@@ -443,15 +443,15 @@ _register(_Iota(), "iota")
 
 class _Slice(Rule):
     def modes(self, node: Node) -> list[Mode]:
-        if any(s not in (None, 1) for s in node.params.get("strides") or ()):
-            raise SpyreUnsupportedError(f"slice with strides at {node.source}")
         return [Mode((None,), s) for s in stick_options(node.outs[0].shape)]
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         out = node.outs[0]
         start = tuple(node.params["start_indices"])
         limit = tuple(node.params["limit_indices"])
-        return [sp.slice_copy(args[0], start, limit, dim_order=dim_order_for(out.shape, mode.out))]
+        strides = node.params.get("strides")
+        dim_order = dim_order_for(out.shape, mode.out)
+        return [sp.slice_copy(args[0], start, limit, strides, dim_order=dim_order)]
 
 
 _register(_Slice(), "slice")
