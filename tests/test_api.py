@@ -217,6 +217,7 @@ def _all_primitives():
         sj.sum(a, 1)
         sj.restickify(a, dim_order=[1, 0])
         sj.astype(a, jnp.float16)
+        sp.bitcast(a, jnp.uint32)
         sj.to_host(a)
         sj.primitives.wrap(sj.image(a), a.type)
         sj.broadcast_to(sj.squeeze(sj.expand_dims(a.T, 0), 0), (2, 150, 4))

@@ -129,6 +129,8 @@ _HOST_TO_FORMAT: dict[np.dtype, DataFormats] = {
     np.dtype(ml_dtypes.float8_e5m2): DataFormats.SEN152_FP8,
     np.dtype(np.int8): DataFormats.SENINT8,
     np.dtype(np.int32): DataFormats.IEEE_INT32,
+    # Bit patterns: the erf derivative masks float32 bits through uint32.
+    np.dtype(np.uint32): DataFormats.SENUINT32,
 }
 
 SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(_HOST_TO_FORMAT)
@@ -146,6 +148,7 @@ _HOST_SIDE_FORMAT: dict[np.dtype, DataFormats] = {
     np.dtype(ml_dtypes.float8_e5m2): DataFormats.SEN152_FP8,
     np.dtype(np.int8): DataFormats.SENINT8,
     np.dtype(np.int32): DataFormats.IEEE_INT32,
+    np.dtype(np.uint32): DataFormats.SENUINT32,
 }
 
 

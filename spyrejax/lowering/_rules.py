@@ -188,6 +188,42 @@ for _op in sp.ELEMENTWISE:
         _register(_Elementwise(_op), _prim)
 
 
+class _Polynomial(Rule):
+    """``lax.polynomial(x, coeffs)``: Horner's loop of elementwise products and sums.
+
+    As JAX lowers it: ``acc = c_n``, then ``acc = acc * x + c_k`` down to ``c_0``, each
+    step a pointwise op in the result's stick (coefficients may be arrays or scalars).
+    """
+
+    def modes(self, node: Node) -> list[Mode]:
+        out = node.outs[0]
+        return [
+            Mode(tuple(_req(v, s) for v in node.ins), canon(out.shape, s) if out.shape else SPARSE)
+            for s in stick_options(out.shape)
+        ]
+
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        dtype = node.outs[0].dtype
+        x, *coeffs = args
+        acc = coeffs[-1]
+        for c in reversed(coeffs[:-1]):
+            acc = _pointwise("add", _pointwise("mul", acc, x, dtype), c, dtype)
+        if isinstance(acc, Scalar):  # every coefficient and x a scalar: folded upstream
+            acc = sp.to_device(np.asarray(acc.value, dtype))
+        return [sp.broadcast_to(acc, node.outs[0].shape)]
+
+
+def _pointwise(op: str, a: Any, b: Any, dtype: np.dtype) -> Any:
+    """An elementwise op of two operands; two scalars are computed in ``dtype`` at once."""
+    if isinstance(a, Scalar) and isinstance(b, Scalar):
+        fn = {"add": np.add, "mul": np.multiply}[op]
+        return Scalar(fn(np.asarray(a.value, dtype), np.asarray(b.value, dtype)).item(), dtype)
+    return sp.elementwise(op, _arg(a), _arg(b))
+
+
+_register(_Polynomial(), "polynomial")
+
+
 class _Convert(Rule):
     def modes(self, node: Node) -> list[Mode]:
         out = node.outs[0]
@@ -201,6 +237,14 @@ class _Convert(Rule):
 
 
 _register(_Convert(), "convert_element_type")
+
+
+class _Bitcast(_Convert):
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        return [sp.bitcast(args[0], node.params["new_dtype"])]
+
+
+_register(_Bitcast(), "bitcast_convert_type")
 
 
 # --- dot_general ----------------------------------------------------------------------

@@ -4,7 +4,7 @@ Each module holds one primitive family: its rule (the constructor), public wrapp
 emulator kernel and transformation rules.
 """
 
-from ._astype import astype
+from ._astype import astype, bitcast
 from ._base import SpyrePrim, abstract, abstract_eval, image, target_layout, wrap
 from ._copies import concatenate, pad, reshape_copy, slice_copy
 from ._elementwise import ELEMENTWISE_OPS, ElementwiseOp, elementwise
@@ -39,6 +39,7 @@ __all__ = [
     "abstract",
     "abstract_eval",
     "astype",
+    "bitcast",
     "broadcast_to",
     "compact",
     "concatenate",

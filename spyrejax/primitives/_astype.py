@@ -1,8 +1,11 @@
-"""``astype``: convert elements; a change of elements per stick rebuilds the layout.
+"""``astype`` and ``bitcast``: convert elements, or reinterpret their bits.
 
-Same stick geometry (float16 <-> bfloat16, float32 <-> int32): converted stick by stick
-on the image, layout kept. Otherwise the default layout for the new elements per stick
-is rebuilt around the same dim order (spec section 7).
+``astype``, same stick geometry (float16 <-> bfloat16, float32 <-> int32): converted
+stick by stick on the image, layout kept. Otherwise the default layout for the new
+elements per stick is rebuilt around the same dim order (spec section 7).
+
+``bitcast`` (``lax.bitcast_convert_type`` between dtypes of one width): the same bits
+read in another format, stick by stick, layout kept.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from ._base import SpyrePrim
 from ._masks import masked, poison
 from ._values import logical_values
 
-__all__ = ["Astype", "astype"]
+__all__ = ["Astype", "Bitcast", "astype", "bitcast"]
 
 
 class Astype(SpyrePrim):
@@ -111,6 +114,50 @@ def astype(x: SpyreArray, dtype: Any) -> SpyreArray:
     if dt == aval.dtype:
         return x
     return Astype(aval, dtype=dt)(x)
+
+
+class Bitcast(SpyrePrim):
+    """The same bits in another dtype of the same width; the layout kept."""
+
+    dtype: np.dtype
+
+    def __init__(self, aval: SpyreType, *, dtype: np.dtype) -> None:
+        fmt = format_for_dtype(dtype)
+        if dtype.itemsize != aval.dtype.itemsize or dtype == np.bool_ or aval.dtype == np.bool_:
+            raise SpyreTypeError(
+                f"bitcast: {aval.dtype} and {dtype} differ in width (or are bool); "
+                "spyrejax bitcasts between dtypes of one width only"
+            )
+        lay = aval.layout
+        lay = SpyreTensorLayout.from_stride_map(lay.device_size, lay.stride_map, fmt)
+        self.in_avals = (aval,)
+        self.out_aval = SpyreType(aval.shape, dtype, lay, aval.base_shape, aval.strides)
+        self.params = {"dtype": dtype}
+        super().__init__()
+
+    def kernel(self, img: jax.Array) -> jax.Array:
+        out = jax.lax.bitcast_convert_type(img, self.dtype)
+        return masked(out, self.out_aval, poison(self.dtype))
+
+    def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
+        return {"dtype": self.dtype}
+
+
+def bitcast(x: SpyreArray, dtype: Any) -> SpyreArray:
+    """The bits of a Spyre array's elements read as ``dtype``, as ``lax.bitcast_convert_type``.
+
+    Only between dtypes of one width (float32 <-> int32/uint32, float16 <-> bfloat16,
+    int8 <-> float8): the layout is kept and no data moves.
+
+    Raises:
+        SpyreTypeError: if the widths differ.
+        LayoutError: if ``dtype`` has no Spyre format.
+    """
+    aval = _spyre_aval(x, "bitcast")
+    dt = host_dtype(dtype)
+    if dt == aval.dtype:
+        return x
+    return Bitcast(aval, dtype=dt)(x)
 
 
 def _spyre_aval(x: Any, op: str) -> SpyreType:
