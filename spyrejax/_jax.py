@@ -16,7 +16,7 @@ from jax.experimental.hijax import (
     register_hitype,
     vjp_from_jvp,
 )
-from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, Primitive, Var
+from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, Primitive, Var, jaxpr_as_fun
 from jax.extend.source_info_util import summarize as summarize_source
 from jax.interpreters import ad, batching, mlir
 
@@ -36,6 +36,7 @@ __all__ = [
     "aval_method",
     "aval_property",
     "batching",
+    "jaxpr_as_fun",
     "mlir",
     "register_hitype",
     "summarize_source",
