@@ -26,7 +26,7 @@ NAMESAKES = [
     (sj.astype, jnp.astype, 2),
     (sj.matmul, jnp.matmul, 2),
     (sp.pad, jax.lax.pad, 3),  # operand, padding_value, padding_config
-    (sp.slice_copy, jax.lax.slice, 3),  # operand, start_indices, limit_indices
+    (sp.slice_copy, jax.lax.slice, 4),  # operand, start_indices, limit_indices, strides
     (sp.iota, jax.lax.broadcasted_iota, 3),  # dtype, shape, dimension
 ]
 
@@ -228,6 +228,7 @@ def _all_primitives():
         sj.sum(a, 1)
         sj.restickify(a, dim_order=[1, 0])
         sj.astype(a, jnp.float16)
+        sp.bitcast(a, jnp.uint32)
         sj.to_host(a)
         sj.primitives.wrap(sj.image(a), a.type)
         sj.broadcast_to(sj.squeeze(sj.expand_dims(a.T, 0), 0), (2, 150, 4))

@@ -132,6 +132,7 @@ _HOST_TO_FORMAT: dict[np.dtype, DataFormats] = {
     # Spyre computes on no unsigned 32-bit format; SENUINT32 sticks (32 per stick, as
     # int32) hold a uint32's raw bits, so PRNG keys and threefry's bit ops round-trip
     # exactly. Arithmetic on them wraps modulo 2**32, as on the host.
+    # (JAX's float32 erf derivative masks float32 bits through uint32, too.)
     np.dtype(np.uint32): DataFormats.SENUINT32,
 }
 

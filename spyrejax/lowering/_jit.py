@@ -29,7 +29,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._errors import SpyreTypeError, SpyreUnsupportedError
+from .._errors import SpyreTypeError
 from .._jax import AD_TRACERS, ClosedJaxpr, trace_context
 from ..primitives import abstract, image, to_host, wrap
 from ..primitives._array import SpyreArray, SpyreType
@@ -38,6 +38,7 @@ from ._cache import Lru, signature_cache
 from ._graph import Graph, build_graph
 from ._interpret import Interpreter, check_emulate
 from ._keys import key_data_outputs, unwrap_keys, wrap_keys
+from ._outer_ad import vjp_function, with_own_derivatives
 from ._planner import FALLBACKS, Plan, host_input_type, plan_graph
 
 __all__ = ["Compiled", "Lowered", "Lowering", "SpyreJit", "Traced", "jit"]
@@ -84,20 +85,20 @@ class Lowering:
         return [SpyreArray(o, t) for o, t in zip(outs, self.out_types, strict=True)]
 
     def call(self, leaves: Sequence[Any]) -> Any:
-        """The outputs for flat inputs, in the output structure."""
-        if any(isinstance(x, jax.core.Tracer) for x in leaves):
-            autodiff = any(isinstance(x, AD_TRACERS) for x in leaves)
-            if self.graph.derivative_rules and autodiff:
-                raise SpyreUnsupportedError(
-                    "differentiating a spyrejax.jit function from outside would go around "
-                    f"its own derivative rules ({', '.join(self.graph.derivative_rules[:3])}):"
-                    " transform first, then lower, as spyrejax.jit(jax.grad(f))"
-                )
-            outs = self.compiled(*leaves)
-            if autodiff:  # jax.grad wants a plain scalar: a 0-d result comes out as one
-                outs = [to_host(o) if jax.typeof(o).shape == () else o for o in outs]
+        """The outputs for flat inputs, in the output structure.
+
+        Traced, a function with its own derivative rules (``custom_jvp``,
+        ``custom_vjp``, ``stop_gradient``) runs under a ``jax.custom_vjp`` whose backward
+        pass is ``spyrejax.jit`` of ``jax.vjp`` of the plain function (see
+        ``_outer_ad``): ``jax.grad`` may be outside any other transformation
+        (``jax.grad(jax.vmap(sj.jit(f)))``), so every traced call keeps the rules.
+        """
+        if self.graph.derivative_rules and any(isinstance(x, jax.core.Tracer) for x in leaves):
+            outs = with_own_derivatives(
+                self._flat_call, self.backward, leaves, self.in_avals, self.jaxpr.out_avals
+            )
         else:
-            outs = self.run_on_images(leaves)
+            outs = self._flat_call(leaves)
         return jax.tree.unflatten(self.out_tree, outs)
 
     @property
@@ -114,6 +115,33 @@ class Lowering:
     def out_info(self) -> Any:
         """The outputs' Spyre types in the output structure."""
         return jax.tree.unflatten(self.out_tree, self.out_types)
+
+    def _flat_call(self, leaves: Sequence[Any]) -> list[Any]:
+        if not any(isinstance(x, jax.core.Tracer) for x in leaves):
+            return self.run_on_images(leaves)
+        outs = self.compiled(*leaves)
+        if any(isinstance(x, AD_TRACERS) for x in leaves):
+            # jax.grad wants a plain scalar: a 0-d result comes out as one.
+            outs = [to_host(o) if jax.typeof(o).shape == () else o for o in outs]
+        return outs
+
+    @functools.cached_property
+    def _vjp(self) -> SpyreJit:
+        return SpyreJit(vjp_function(self.jaxpr))
+
+    def backward(self, primals: list[Any], cotangents: list[Any]) -> Any:
+        """``spyrejax.jit`` of the plain function's VJP, with host results."""
+        lowering, leaves = self._vjp._lowering(primals, cotangents)
+        return jax.tree.unflatten(lowering.out_tree, lowering.on_host(*leaves))
+
+    @functools.cached_property
+    def on_host(self) -> Callable[..., list[jax.Array]]:
+        """``jax.jit`` of the interpreter with its results moved to the host.
+
+        Under ``jax.vmap`` a host result is batched as any array, where a Spyre
+        result must have the batch dim outermost on the device.
+        """
+        return jax.jit(lambda *leaves: [to_host(o) for o in self.interpreter.run(*leaves)])
 
     @functools.cached_property
     def spyre_jaxpr(self) -> ClosedJaxpr:

@@ -151,7 +151,7 @@ class _Elementwise(Rule):
         if all(isinstance(ins[i], Scalar) for i in self.op.value_positions):
             i = self.op.value_positions[0]  # where(p, 0.0, 1.0): a 0-d value broadcasts
             vals[i] = sp.to_device(np.asarray(vals[i], node.outs[0].dtype))
-        return [sp.elementwise(self.op.name, *_predicates_like_values(vals))]
+        return [sp.elementwise(self.op.name, *_operands_like_values(self.op, vals))]
 
 
 def _spyre_type(v: Any) -> SpyreType | None:
@@ -162,25 +162,31 @@ def _spyre_type(v: Any) -> SpyreType | None:
     return t if isinstance(t, SpyreType) else None
 
 
-def _predicates_like_values(vals: list[Any]) -> list[Any]:
-    """Bool operands restickified to the stick width of the value operands, if it differs.
+def _operands_like_values(op: sp.ElementwiseOp, vals: list[Any]) -> list[Any]:
+    """Other operands brought to the stick width of the value operands, if it differs.
 
-    A predicate may hold any format's geometry; a bool mask in its default layout (64
-    per stick) read with float32 values (32 per stick) is copied into theirs.
+    A bool predicate may hold any format's geometry: a mask in its default layout (64
+    per stick) read with float32 values (32 per stick) is restickified into theirs. An
+    integer exponent of another width (``bfloat16 ** int32``) is converted to the
+    values' dtype, as XLA lowers ``pow`` (``hlo.power`` converts it the same way).
     """
     types = [_spyre_type(v) for v in vals]
-    formats = {t.layout.device_dtype for t in types if t is not None and t.dtype != np.bool_}
+    values = [types[i] for i in op.value_positions if types[i] is not None]
+    formats = {t.layout.device_dtype for t in values}
     if len(formats) != 1:
         return vals
     (fmt,) = formats
     out = []
-    for v, t in zip(vals, types, strict=True):
+    for pos, (v, t) in enumerate(zip(vals, types, strict=True)):
         if (
             t is not None
-            and t.dtype == np.bool_
+            and pos not in op.value_positions
             and t.layout.elems_per_stick != fmt.elems_per_stick()
         ):
-            v = sp.restickify(v, layout=default_layout(t.shape, fmt, stick_of(t)))
+            if t.dtype == np.bool_:
+                v = sp.restickify(v, layout=default_layout(t.shape, fmt, stick_of(t)))
+            else:
+                v = sp.astype(v, values[0].dtype)
         out.append(v)
     return out
 
@@ -188,6 +194,42 @@ def _predicates_like_values(vals: list[Any]) -> list[Any]:
 for _op in sp.ELEMENTWISE:
     for _prim in _op.lowers:
         _register(_Elementwise(_op), _prim)
+
+
+class _Polynomial(Rule):
+    """``lax.polynomial(x, coeffs)``: Horner's loop of elementwise products and sums.
+
+    As JAX lowers it: ``acc = c_n``, then ``acc = acc * x + c_k`` down to ``c_0``, each
+    step a pointwise op in the result's stick (coefficients may be arrays or scalars).
+    """
+
+    def modes(self, node: Node) -> list[Mode]:
+        out = node.outs[0]
+        return [
+            Mode(tuple(_req(v, s) for v in node.ins), canon(out.shape, s) if out.shape else SPARSE)
+            for s in stick_options(out.shape)
+        ]
+
+    def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        dtype = node.outs[0].dtype
+        x, *coeffs = args
+        acc = coeffs[-1]
+        for c in reversed(coeffs[:-1]):
+            acc = _pointwise("add", _pointwise("mul", acc, x, dtype), c, dtype)
+        if isinstance(acc, Scalar):  # every coefficient and x a scalar: folded upstream
+            acc = sp.to_device(np.asarray(acc.value, dtype))
+        return [sp.broadcast_to(acc, node.outs[0].shape)]
+
+
+def _pointwise(op: str, a: Any, b: Any, dtype: np.dtype) -> Any:
+    """An elementwise op of two operands; two scalars are computed in ``dtype`` at once."""
+    if isinstance(a, Scalar) and isinstance(b, Scalar):
+        fn = {"add": np.add, "mul": np.multiply}[op]
+        return Scalar(fn(np.asarray(a.value, dtype), np.asarray(b.value, dtype)).item(), dtype)
+    return sp.elementwise(op, _arg(a), _arg(b))
+
+
+_register(_Polynomial(), "polynomial")
 
 
 class _Convert(Rule):
@@ -450,15 +492,15 @@ _register(_Iota(), "iota")
 
 class _Slice(Rule):
     def modes(self, node: Node) -> list[Mode]:
-        if any(s not in (None, 1) for s in node.params.get("strides") or ()):
-            raise SpyreUnsupportedError(f"slice with strides at {node.source}")
         return [Mode((None,), s) for s in stick_options(node.outs[0].shape)]
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         out = node.outs[0]
         start = tuple(node.params["start_indices"])
         limit = tuple(node.params["limit_indices"])
-        return [sp.slice_copy(args[0], start, limit, dim_order=dim_order_for(out.shape, mode.out))]
+        strides = node.params.get("strides")
+        dim_order = dim_order_for(out.shape, mode.out)
+        return [sp.slice_copy(args[0], start, limit, strides, dim_order=dim_order)]
 
 
 _register(_Slice(), "slice")

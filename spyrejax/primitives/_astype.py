@@ -1,8 +1,11 @@
-"""``astype``: convert elements; a change of elements per stick rebuilds the layout.
+"""``astype`` and ``bitcast``: convert elements, or reinterpret their bits.
 
-Same stick geometry (float16 <-> bfloat16, float32 <-> int32): converted stick by stick
-on the image, layout kept. Otherwise the default layout for the new elements per stick
-is rebuilt around the same dim order (spec section 7).
+``astype``, same stick geometry (float16 <-> bfloat16, float32 <-> int32): converted
+stick by stick on the image, layout kept. Otherwise the default layout for the new
+elements per stick is rebuilt around the same dim order (spec section 7).
+
+``bitcast`` (``lax.bitcast_convert_type`` between dtypes of one width): the same bits
+read in another format, stick by stick, layout kept.
 """
 
 from __future__ import annotations
@@ -129,7 +132,7 @@ class Bitcast(SpyrePrim):
     dtype: np.dtype
 
     def __init__(self, aval: SpyreType, *, dtype: np.dtype) -> None:
-        if dtype == np.bool_ or dtype.itemsize != aval.dtype.itemsize:
+        if np.bool_ in (dtype, aval.dtype) or dtype.itemsize != aval.dtype.itemsize:
             raise SpyreTypeError(
                 f"bitcast: {aval.dtype} to {dtype} changes the element width; spyrejax "
                 "bitcasts between dtypes of the same width only"

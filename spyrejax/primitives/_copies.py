@@ -113,27 +113,38 @@ class ReshapeCopy(Copy):
 
 
 class SliceCopy(Copy):
-    """A static slice, copied."""
+    """A static slice (with strides), copied."""
 
     start: tuple[int, ...]
     limit: tuple[int, ...]
+    strides: tuple[int, ...]
 
     @classmethod
     def shape(
-        cls, avals: Any, *, start: tuple[int, ...], limit: tuple[int, ...]
+        cls,
+        avals: Any,
+        *,
+        start: tuple[int, ...],
+        limit: tuple[int, ...],
+        strides: tuple[int, ...],
     ) -> tuple[int, ...]:
         (aval,) = avals
         bounds = zip(start, limit, aval.shape, strict=False)
         if (
             len(start) != aval.ndim
             or len(limit) != aval.ndim
+            or len(strides) != aval.ndim
             or any(not 0 <= a < b <= n for a, b, n in bounds)
+            or any(s < 1 for s in strides)
         ):
-            raise LayoutError(f"slice [{start}, {limit}) is outside shape {aval.shape} or empty")
-        return tuple(b - a for a, b in zip(start, limit, strict=True))
+            raise LayoutError(
+                f"slice [{start}, {limit}) with strides {strides} is outside shape "
+                f"{aval.shape}, empty, or not forward"
+            )
+        return tuple(-(-(b - a) // s) for a, b, s in zip(start, limit, strides, strict=True))
 
     def compute(self, x: jax.Array) -> jax.Array:
-        return jax.lax.slice(x, self.start, self.limit)
+        return jax.lax.slice(x, self.start, self.limit, self.strides)
 
 
 class Concatenate(Copy):
@@ -209,16 +220,18 @@ def slice_copy(
     operand: SpyreArray,
     start_indices: Any,
     limit_indices: Any,
+    strides: Any = None,
     *,
     layout: SpyreTensorLayout | None = None,
     dim_order: Any = None,
 ) -> SpyreArray:
-    """``lax.slice(operand, start_indices, limit_indices)`` copied into a fresh layout.
+    """``lax.slice(operand, start_indices, limit_indices, strides)`` copied into a fresh layout.
 
     Args:
         operand: the Spyre array.
         start_indices: the first index per dim.
         limit_indices: one past the last index per dim.
+        strides: the step per dim (``x[:, ::2]``); None for all ones.
         layout: the result's layout; defaults to the default layout of its shape.
         dim_order: or the dim order of that default layout.
 
@@ -229,9 +242,10 @@ def slice_copy(
     aval = _spyre_aval(operand, "slice_copy")
     start = tuple(int(i) for i in start_indices)
     limit = tuple(int(i) for i in limit_indices)
-    shape = SliceCopy.shape([aval], start=start, limit=limit)
+    steps = (1,) * len(start) if strides is None else tuple(int(i) for i in strides)
+    shape = SliceCopy.shape([aval], start=start, limit=limit, strides=steps)
     layout = target_layout("slice_copy", shape, aval.layout.device_dtype, layout, dim_order)
-    return SliceCopy(aval, layout=layout, start=start, limit=limit)(operand)
+    return SliceCopy(aval, layout=layout, start=start, limit=limit, strides=steps)(operand)
 
 
 def concatenate(

@@ -51,6 +51,9 @@ class ElementwiseOp:
         result: the result dtype: ``"same"`` as the value operands, ``"bool"``.
         values: the operand positions that hold values (``where``'s condition is not
             one): they share one dtype.
+        others: what the other operands are: ``"bool"`` (``where``'s condition), or
+            ``"integer"``: an integer or the values' dtype (``pow``'s exponent, as
+            ``lax.pow`` takes ``float32 ** int32``).
         doc: the first line of the wrapper's docstring.
         public: exported as ``spyrejax.<name>``.
         from_jax: the op's operands from a JAX equation's operands and parameters
@@ -64,6 +67,7 @@ class ElementwiseOp:
     lowers: tuple[str, ...] = ()
     result: str = "same"
     values: tuple[int, ...] | None = None
+    others: str = "bool"
     doc: str = ""
     public: bool = True
     from_jax: Callable[[list[Any], dict[str, Any]], list[Any]] = lambda xs, params: xs
@@ -92,6 +96,14 @@ def _binary(name: str, fn: Any, lax: Any = None, lowers: Any = None, doc: str = 
 def _lax(fn: Callable[..., Any]) -> Callable[..., Any]:
     """A ``lax`` op on operands that may differ in shape (``lax`` needs equal shapes)."""
     return lambda *xs: fn(*broadcast_all([jnp.asarray(x) for x in xs]))
+
+
+def _pow(x: Any, y: Any) -> jax.Array:
+    """``lax.pow``: a scalar exponent takes ``x``'s dtype, an integer array keeps its own."""
+    x = jnp.asarray(x)
+    if not isinstance(y, jax.Array):
+        y = jnp.asarray(y, x.dtype)
+    return jax.lax.pow(*broadcast_all([x, y]))
 
 
 def _compare(name: str, fn: Any, symbol: str) -> ElementwiseOp:
@@ -197,7 +209,15 @@ OPS: tuple[ElementwiseOp, ...] = (
     ),
     _binary("maximum", jnp.maximum, jax.lax.max, ("max",), doc="Elementwise maximum."),
     _binary("minimum", jnp.minimum, jax.lax.min, ("min",), doc="Elementwise minimum."),
-    _binary("pow", jnp.power, doc="``x ** y``."),
+    ElementwiseOp(
+        "pow",
+        ("x", "y"),
+        lambda x, y: _pow(x, y),
+        lowers=("pow",),
+        values=(0,),
+        others="integer",
+        doc="``x ** y``; ``y`` an integer array, or of ``x``'s dtype (as ``lax.pow``).",
+    ),
     ElementwiseOp(
         "integer_pow",
         ("x", "y"),
@@ -324,9 +344,12 @@ class Elementwise(SpyrePrim):
         ops: list[Any] = [aligned(img, p) for img, p in zip(images, self._plans, strict=True)]
         for pos, value in self.consts:
             ops.insert(pos, value)
-        if self.op.result == "same" and self.op.values is None:  # scalars take the dtype
-            dt = out_t.dtype
-            ops = [jnp.asarray(o, dt) if not isinstance(o, jax.Array) else o for o in ops]
+        if self.op.result == "same":  # scalar values take the dtype
+            dt, at = out_t.dtype, self.op.value_positions
+            ops = [
+                jnp.asarray(o, dt) if k in at and not isinstance(o, jax.Array) else o
+                for k, o in enumerate(ops)
+            ]
         synthetic = [k for k, d in enumerate(out_t.dims) if not d.is_data]
         sparse = bool(synthetic) and not padding_in_data_dims(out_t)
         shape = out_t.layout.device_size
@@ -379,10 +402,13 @@ def _out_dtype(op: ElementwiseOp, avals: tuple[SpyreType, ...], consts: Any) -> 
     scalar_at = {pos for pos, _ in consts}
     arrays = [pos for pos in range(op.arity) if pos not in scalar_at]
     aval_at = dict(zip(arrays, avals, strict=True))
-    for pos, a in aval_at.items():
-        if pos not in op.value_positions and a.dtype != np.bool_:
-            raise SpyreTypeError(f"{op.name}: the {op.params[pos]} must be bool, got {a.dtype}")
     values = [a for pos, a in aval_at.items() if pos in op.value_positions]
+    for pos, a in aval_at.items():
+        if pos not in op.value_positions and not _other_ok(op, a.dtype, values):
+            want = "bool" if op.others == "bool" else "an integer or the values' dtype"
+            raise SpyreTypeError(f"{op.name}: the {op.params[pos]} must be {want}, got {a.dtype}")
+    if not values and op.others == "integer":  # 2.0 ** x: the exponent's float dtype
+        values = [a for a in aval_at.values() if not jnp.issubdtype(a.dtype, jnp.integer)]
     if not values:
         raise SpyreTypeError(f"{op.name}: give at least one value operand as a Spyre array")
     dtypes = {a.dtype for a in values}
@@ -392,6 +418,13 @@ def _out_dtype(op: ElementwiseOp, avals: tuple[SpyreType, ...], consts: Any) -> 
             f"{op.name}: operand dtypes differ ({names}); convert with astype first"
         )
     return np.dtype(np.bool_) if op.result == "bool" else values[0].dtype
+
+
+def _other_ok(op: ElementwiseOp, dtype: np.dtype, values: list[SpyreType]) -> bool:
+    """Whether a non-value operand's dtype fits ``op.others``."""
+    if op.others == "bool":
+        return dtype == np.bool_
+    return jnp.issubdtype(dtype, jnp.integer) or all(a.dtype == dtype for a in values)
 
 
 def _class_name(name: str) -> str:

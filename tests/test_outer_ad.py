@@ -1,0 +1,94 @@
+"""jax.grad of a spyrejax.jit function keeps the function's own derivative rules."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import assert_close, rand
+
+import spyrejax as sj
+
+
+@jax.custom_vjp
+def _clip_gradient(x):
+    return x
+
+
+_clip_gradient.defvjp(lambda x: (x, None), lambda _, g: (jnp.clip(g, -0.1, 0.1),))
+
+# Functions whose derivative is not that of their primitives: relu's rule says 0 at 0
+# (lax.max's tie says 0.5), softmax and logsumexp stop the gradient of their max,
+# gelu's erf derivative is a custom_jvp, the clip is a custom_vjp.
+FUNCTIONS = {
+    "relu": jax.nn.relu,
+    "gelu": jax.nn.gelu,
+    "gelu_exact": lambda x: jax.nn.gelu(x, approximate=False),
+    "softmax": lambda x: jax.nn.softmax(x, axis=-1) * jnp.arange(x.shape[-1], dtype=x.dtype),
+    "logsumexp": lambda x: jax.nn.logsumexp(x, axis=-1),
+    "stop_gradient": lambda x: jax.lax.stop_gradient(x) * x,
+    "custom_vjp": lambda x: _clip_gradient(x) * 5,
+}
+
+
+def _input(shape):
+    return rand(shape, low=-2.0, high=2.0).at[0, :5].set(0.0)  # relu's tie at 0
+
+
+def _host(jit, y):
+    return sj.to_host(y) if jit is sj.jit else y
+
+
+def _loss(f, jit):
+    def loss(x):
+        return _host(jit, jit(f)(x)).sum()
+
+    return loss
+
+
+@pytest.mark.parametrize("shape", [(3, 70), (2, 64)], ids=str)
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_grad_of_jit_matches_grad_of_jax_jit(name, shape):
+    f, x = FUNCTIONS[name], _input(shape)
+    want = jax.grad(_loss(f, jax.jit))(x)
+    assert_close(jax.grad(_loss(f, sj.jit))(x), want, reduce_len=shape[-1], ops=4)
+    # A Spyre array input, and the whole gradient under jax.jit.
+    on_device = jax.grad(lambda x: _loss(f, sj.jit)(sj.to_device(x)))(x)
+    assert_close(on_device, want, reduce_len=shape[-1], ops=4)
+    assert_close(jax.jit(jax.grad(_loss(f, sj.jit)))(x), want, reduce_len=shape[-1], ops=4)
+
+
+def test_value_and_grad_with_integer_inputs_and_several_outputs():
+    def f(x, n, w):
+        return jax.nn.relu(x * n.astype(x.dtype)) @ w, n + 1
+
+    x, w, n = _input((3, 70)), rand((70, 5), seed=1), jnp.int32(2)
+
+    def loss(jit):
+        def run(x, w):
+            y, m = (_host(jit, v) for v in jit(f)(x, n, w))
+            return y.sum() * m.astype(y.dtype)
+
+        return jax.value_and_grad(run, argnums=(0, 1))
+
+    assert_close(loss(sj.jit)(x, w), loss(jax.jit)(x, w), reduce_len=70 * 15, ops=4)
+
+
+def test_vmap_of_a_function_with_derivative_rules():
+    x = _input((3, 70))
+    for f in (jax.nn.relu, lambda r: jax.nn.logsumexp(r) + jax.lax.stop_gradient(r).sum()):
+        got = jax.vmap(lambda r, f=f: sj.to_host(sj.jit(f)(r)))(x)
+        assert_close(got, jax.vmap(f)(x), reduce_len=70, ops=4)
+
+
+def test_grad_of_vmap_is_a_named_error_never_other_numbers():
+    # The backward pass under vmap needs batched Spyre results in a layout spyrejax
+    # cannot map yet (jax.vmap(sj.jit(jax.grad(f))) has the same limitation): an error,
+    # never relu's tie at 0.
+    x = _input((3, 70))
+    try:
+        got = jax.grad(lambda x: sj.to_host(jax.vmap(sj.jit(jax.nn.relu))(x)).sum())(x)
+    except sj.SpyreUnsupportedError:
+        return
+    np.testing.assert_array_equal(
+        np.asarray(got), np.asarray(jax.grad(lambda x: jax.nn.relu(x).sum())(x))
+    )
