@@ -452,7 +452,7 @@ def test_unsupported_primitive_names_it_and_the_source_line():
     with pytest.raises(
         sj.SpyreUnsupportedError, match=r"unsupported primitive igamma at .*test_jit.py:\d+"
     ):
-        sj.jit(lambda x: jax.lax.igamma(x, x))(x)
+        sj.jit(lambda x: jax.lax.igamma(x, x), fallback="error")(x)
     assert issubclass(sj.SpyreUnsupportedError, NotImplementedError)
 
 
@@ -684,8 +684,7 @@ def test_split_heads_and_gradients_through_copies():
     assert report.copy_cost == lowered.plan.cost > 0  # the copies are charged and reported
     assert [what.split(" at ")[0] for what, _ in report.copies].count("slice") == 4
     assert "copy_cost" in str(report) and "copy_cost" in report._repr_html_()
-    with pytest.raises(sj.SpyreUnsupportedError, match="slice with strides"):
-        sj.jit(lambda x: x[:, ::2])(x)
+    _check(lambda x: x[:, ::2] * 2, x)  # strided slices are copies too
 
 
 def _attention(q, k, v):
