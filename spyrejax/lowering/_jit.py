@@ -243,7 +243,27 @@ class Traced:
         return Lowered(self._lower())
 
 
-class Lowered:
+class _Stage:
+    """What the planned stages share: the lowering, its types and pytree structures."""
+
+    def __init__(self, lowering: Lowering) -> None:
+        self._lowering = lowering
+        self.out_types = lowering.out_types
+        self.in_tree = lowering.in_tree
+        self.out_tree = lowering.out_tree
+
+    @property
+    def in_avals(self) -> Any:
+        """The inputs' abstract values (see :attr:`Lowering.in_info`)."""
+        return self._lowering.in_info
+
+    @property
+    def out_info(self) -> Any:
+        """The outputs' Spyre types in the output structure."""
+        return self._lowering.out_info
+
+
+class Lowered(_Stage):
     """A function planned for the Spyre emulator for one input signature.
 
     The counterpart of ``jax.stages.Lowered``: :meth:`as_text` is the Spyre-level
@@ -259,22 +279,9 @@ class Lowered:
     """
 
     def __init__(self, lowering: Lowering) -> None:
-        self._lowering = lowering
+        super().__init__(lowering)
         self.plan = lowering.plan
         self.graph = lowering.graph
-        self.out_types = lowering.out_types
-        self.in_tree = lowering.in_tree
-        self.out_tree = lowering.out_tree
-
-    @property
-    def in_avals(self) -> Any:
-        """The inputs' abstract values (see :attr:`Lowering.in_info`)."""
-        return self._lowering.in_info
-
-    @property
-    def out_info(self) -> Any:
-        """The outputs' Spyre types in the output structure."""
-        return self._lowering.out_info
 
     def as_text(self) -> str:
         """The Spyre-level jaxpr: every Spyre primitive, the layout of every value."""
@@ -291,7 +298,7 @@ class Lowered:
         return Compiled(self._lowering, self._lowering.on_images.lower(*lo).compile())
 
 
-class Compiled:
+class Compiled(_Stage):
     """A function compiled for one input signature (``jax.stages.Compiled``).
 
     Called with the arguments it was lowered for, static arguments left out (as with
@@ -305,21 +312,8 @@ class Compiled:
     """
 
     def __init__(self, lowering: Lowering, executable: Any) -> None:
-        self._lowering = lowering
+        super().__init__(lowering)
         self._executable = executable
-        self.out_types = lowering.out_types
-        self.in_tree = lowering.in_tree
-        self.out_tree = lowering.out_tree
-
-    @property
-    def in_avals(self) -> Any:
-        """The inputs' abstract values (see :attr:`Lowering.in_info`)."""
-        return self._lowering.in_info
-
-    @property
-    def out_info(self) -> Any:
-        """The outputs' Spyre types in the output structure."""
-        return self._lowering.out_info
 
     def as_text(self) -> str:
         """The XLA program it runs on the device images (``jax.stages.Compiled.as_text``)."""
