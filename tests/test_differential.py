@@ -1043,21 +1043,6 @@ def run(prog: Program) -> Outcome:
 # the outcome. A known crash or wrong result is rejected with an event naming its class;
 # known refusals (named errors for programs spyrejax should run) are counted by name.
 KNOWN: dict[str, Callable[[Outcome, Program], bool]] = {
-    # WRONG NUMBERS, lowering (_graph.py inlines custom_jvp_call/custom_vjp_call and
-    # treats stop_gradient as an identity): when jax.grad differentiates through
-    # sj.jit(f), f's own derivative rules are gone. jax.grad(lambda x: sj.to_host(
-    # sj.jit(lambda x: lax.stop_gradient(x) * x)(x)).sum()) is 2x where JAX says x;
-    # relu' at 0 is 0.5 (lax.max's tie) where relu's rule says 0.
-    "wrong: derivative rules (stop_gradient, custom_jvp/vjp) lost under jax.grad(sj.jit(f))": (
-        lambda o, p: (
-            o.kind == "wrong"
-            and p.wrapper == "grad_of_jit"
-            and bool(
-                {"stop_gradient", "relu", "custom_jvp", "custom_vjp", "softmax", "model"}
-                & set(p.ops)
-            )
-        )
-    ),
     # Not spyrejax's error: XLA's CPU reduce_sum of bfloat16/float16 over several axes
     # (the transpose of a broadcast, in gradients) accumulates in the half dtype: 4900
     # bfloat16 values of 2.7e-4 sum to 1.086 under jax.jit, to 1.328 (the sum) in
