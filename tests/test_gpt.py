@@ -137,3 +137,41 @@ def test_gpt_half_precision_loss_and_grads(dtype):
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         scale = float(jnp.abs(w.astype(jnp.float32)).max())
         assert_close(g, w, reduce_len=_tol(shape)["reduce_len"], ops=2, scale=scale)
+
+
+def test_gpt_trains_through_filter_jit_as_through_eqx_filter_jit():
+    """The most textbook form: the whole model (static fields and all) through filter_jit."""
+    shape = SHAPES["padded"]
+    vocab, d, heads, seq, batch = shape
+    model = GPT(vocab, d, heads, 2, seq, jax.random.PRNGKey(0))
+    ids = jax.random.randint(jax.random.PRNGKey(1), (batch, seq), 0, vocab)
+    labels = jnp.roll(ids, -1, axis=1)
+    opt = optax.adamw(1e-2)
+
+    def step(model, opt_state, ids, labels):
+        value, grads = eqx.filter_value_and_grad(loss_fn)(model, ids, labels)
+        updates, opt_state = opt.update(grads, opt_state, eqx.filter(model, eqx.is_array))
+        return eqx.apply_updates(model, updates), opt_state, value
+
+    state = opt.init(eqx.filter(model, eqx.is_array))
+    ref = spy = (model, state)
+    for _ in range(2):
+        *ref, want = eqx.filter_jit(step)(*ref, ids, labels)
+        *spy, got = sj.filter_jit(step)(*spy, ids, labels)
+        assert_close(sj.to_host(got), want, **_tol(shape))
+    assert isinstance(spy[0], GPT) and spy[0].blocks[0].attn.num_heads == heads
+
+
+def test_explain_of_a_gpt_step_leads_with_a_short_summary():
+    shape = SHAPES["padded"]
+    params, static, ids, labels = _setup(shape)
+
+    def loss(p, ids, labels):
+        return loss_fn(eqx.combine(p, static), ids, labels)
+
+    report = sj.explain(jax.grad(loss), params, ids, labels)
+    summary, details = str(report), report.details()
+    assert len(summary) < 4000 < len(details)  # the profile first, the rest on request
+    assert report.fallbacks == ()
+    for line in report.lines[:3]:  # the costliest lines, each shown once (file:line (fn))
+        assert summary.count(line.line.rsplit("/", 1)[-1][:40]) == 1
