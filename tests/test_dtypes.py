@@ -114,7 +114,7 @@ def test_format_passes_through():
     assert sj.format_for_dtype(DataFormats.IEEE_INT32) is DataFormats.IEEE_INT32
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.complex64, np.uint8, np.int16, "int64"])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64, np.uint64, np.int16, "int64"])
 def test_unmapped_dtype_is_an_error_naming_it(dtype):
     with pytest.raises(sj.LayoutError, match=str(np.dtype(dtype))):
         sj.format_for_dtype(dtype)

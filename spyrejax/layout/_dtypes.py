@@ -134,6 +134,10 @@ _HOST_TO_FORMAT: dict[np.dtype, DataFormats] = {
     # exactly. Arithmetic on them wraps modulo 2**32, as on the host.
     # (JAX's float32 erf derivative masks float32 bits through uint32, too.)
     np.dtype(np.uint32): DataFormats.SENUINT32,
+    # Likewise the narrower random bits of float16/bfloat16 samplers: a uint16's raw
+    # bits in 16-bit SENINT16 sticks (64 per stick), a uint8's in SENINT8 ones (128).
+    np.dtype(np.uint16): DataFormats.SENINT16,
+    np.dtype(np.uint8): DataFormats.SENINT8,
 }
 
 SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(_HOST_TO_FORMAT)
@@ -152,6 +156,8 @@ _HOST_SIDE_FORMAT: dict[np.dtype, DataFormats] = {
     np.dtype(np.int8): DataFormats.SENINT8,
     np.dtype(np.int32): DataFormats.IEEE_INT32,
     np.dtype(np.uint32): DataFormats.SENUINT32,
+    np.dtype(np.uint16): DataFormats.SENINT16,
+    np.dtype(np.uint8): DataFormats.SENINT8,
 }
 
 

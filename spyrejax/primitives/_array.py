@@ -39,6 +39,8 @@ _SHORT_DTYPES = {
     "int8": "i8",
     "int32": "i32",
     "uint32": "u32",
+    "uint16": "u16",
+    "uint8": "u8",
     "bool": "bool",
     "float8_e4m3fn": "f8e4m3fn",
     "float8_e5m2": "f8e5m2",
