@@ -47,6 +47,6 @@ def test_padded_cases_fill_their_last_stick_partly():
     cases = bench.padded_cases(16)
     names = ("chain", "matmul", "softmax", "layer norm", "MLP", "attention")
     assert all(any(n in case for case in cases) for n in names)
-    for fn, args in cases.values():
+    for _fn, args in cases.values():
         x = args[0]
         assert x.shape[-1] % (128 // x.dtype.itemsize) != 0
