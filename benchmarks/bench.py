@@ -141,6 +141,45 @@ def compute_cases(scale: int) -> dict[str, tuple[Callable[..., Any], tuple[Any, 
             attention,
             tuple(_rand((8, 1024 // scale, 64), seed=s, scale=0.3) for s in range(3)),
         ),
+        **padded_cases(scale),
+    }
+
+
+def padded_cases(scale: int) -> dict[str, tuple[Callable[..., Any], tuple[Any, ...]]]:
+    """The case families on shapes that fill their last stick partly (issue 18's sizes).
+
+    A stick holds 128 bytes: 32 float32 or 64 bfloat16 elements, so 1000, 2000, 3000
+    and 80 leave a partial last stick (users' shapes mostly do). The dim that scales is
+    the outermost one; the padded ones keep their size.
+    """
+    tokens = 4000 // scale
+    bf16 = jnp.bfloat16
+    return {
+        f"padded: chain of 8 elementwise ops, {3000 // scale}x3000": (
+            chain,
+            (_rand((3000 // scale, 3000)),),
+        ),
+        f"padded: matmul {1000 // scale}x1000x1000 float32": (
+            lambda a, b: a @ b,
+            (_rand((1000 // scale, 1000)), _rand((1000, 1000), seed=1)),
+        ),
+        f"padded: softmax {2048 // scale}x2000 float32": (softmax, (_rand((2048 // scale, 2000)),)),
+        f"padded: layer norm {4096 // scale}x1000 bfloat16": (
+            layer_norm,
+            (_rand((4096 // scale, 1000), bf16), _rand((1000,), bf16, 1), _rand((1000,), bf16, 2)),
+        ),
+        f"padded: MLP block {tokens} tokens 1000->4000->1000": (
+            mlp,
+            (
+                _rand((tokens, 1000)),
+                _rand((1000, 4000), seed=1, scale=0.03),
+                _rand((4000, 1000), seed=2, scale=0.03),
+            ),
+        ),
+        f"padded: causal attention 8 heads {1000 // scale} tokens dim 80": (
+            attention,
+            tuple(_rand((8, 1000 // scale, 80), seed=s, scale=0.3) for s in range(3)),
+        ),
     }
 
 
@@ -262,7 +301,11 @@ def bench_dma(mib: int, only: list[str]) -> list[dict[str, Any]]:
 
 def bench_compile(scale: int, only: list[str]) -> list[dict[str, Any]]:
     """Trace + plan + compile of spyrejax.jit vs trace + compile of jax.jit."""
-    cases = {k: v for k, v in compute_cases(scale).items() if k.startswith(("MLP", "causal"))}
+    cases = {
+        k: v
+        for k, v in compute_cases(scale).items()
+        if k.removeprefix("padded: ").startswith(("MLP", "causal"))
+    }
     rows = []
     for name, (fn, args) in cases.items():
         if only and not any(o in name for o in only):

@@ -26,7 +26,7 @@ def test_fast_functions_get_more_runs_within_the_budget():
 
 def test_quick_run_of_one_case_each_writes_every_figure(tmp_path):
     out = tmp_path / "r.json"
-    only = ["matmul 256x1024x1024 float32", "16 MiB default", "MLP"]
+    only = ["matmul 256x1024x1024 float32", "16 MiB default", "MLP block 1024 tokens"]
     bench.main(["--quick", "--out", str(out), "--only", *only])
     data = json.loads(out.read_text())
     assert data["quick"] and data["runs"] >= 5
@@ -41,3 +41,12 @@ def test_quick_run_of_one_case_each_writes_every_figure(tmp_path):
     assert dma["copyto_GBps"] > 0
     (compile_row,) = data["compile"]
     assert compile_row["case"].startswith("MLP") and compile_row["ratio"] > 0
+
+
+def test_padded_cases_fill_their_last_stick_partly():
+    cases = bench.padded_cases(16)
+    names = ("chain", "matmul", "softmax", "layer norm", "MLP", "attention")
+    assert all(any(n in case for case in cases) for n in names)
+    for _fn, args in cases.values():
+        x = args[0]
+        assert x.shape[-1] % (128 // x.dtype.itemsize) != 0

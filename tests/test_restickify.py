@@ -86,6 +86,43 @@ def test_astype(src, dst, keeps_layout):
     assert padding_is_poison(out)
 
 
+CONVERSIONS = [
+    (jnp.bfloat16, jnp.float32),
+    (jnp.float32, jnp.bfloat16),
+    (jnp.float16, jnp.float32),
+    (jnp.float32, jnp.float16),
+    (jnp.int8, jnp.float32),
+]
+
+
+def _views(a):
+    return {"image": a, "transposed view": a.T, "sparse": sj.max(a, -1, keepdims=True)}
+
+
+@pytest.mark.parametrize(("src", "dst"), CONVERSIONS, ids=str)
+@pytest.mark.parametrize(
+    ("shape", "dim_order"),
+    [((37, 970), None), ((5, 100, 150), [2, 0, 1]), ((70, 40), [1, 0]), ((4, 1), None)],
+    ids=str,
+)
+def test_astype_between_stick_sizes_writes_the_image_a_transfer_writes(src, dst, shape, dim_order):
+    # A new stick size re-cuts the sticks on the image; every bit of the result, the
+    # padding included, is what converting the values and writing them would give.
+    rng = np.random.default_rng(7)
+    if src == jnp.int8:
+        x = rng.integers(-128, 128, size=shape).astype(np.int8)
+    else:
+        x = random_bits(shape, src, rng)
+    a = sj.to_device(x, dim_order=dim_order)
+    for name, v in _views(a).items():
+        if name == "sparse" and src == jnp.int8:
+            continue
+        out = sj.astype(v, dst)
+        values = jax.jit(lambda h: h.astype(dst))(np.asarray(v))
+        want = sj.dma_h2d(np.asarray(values), out.layout)
+        assert same_bits(out.image, want), name
+
+
 def test_astype_keeps_the_whole_dim_order():
     x = rand((5, 7, 150), jnp.float32, np.random.default_rng(5))
     a = sj.to_device(x, dim_order=[2, 1, 0])

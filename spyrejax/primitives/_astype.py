@@ -2,7 +2,10 @@
 
 ``astype``, same stick geometry (float16 <-> bfloat16, float32 <-> int32): converted
 stick by stick on the image, layout kept. Otherwise the default layout for the new
-elements per stick is rebuilt around the same dim order (spec section 7).
+elements per stick is rebuilt around the same dim order (spec section 7); when the new
+image differs from the old only in how the stick dim is cut into tiles and lanes (the
+usual case), it is the old one with its sticks cut or joined, on the image (see
+:func:`_stick_regroup`); otherwise a read of the logical values and a write.
 
 ``bitcast`` (``lax.bitcast_convert_type`` between dtypes of one width): the same bits
 read in another format, stick by stick, layout kept.
@@ -13,11 +16,12 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .._errors import LayoutError, SpyreTypeError
-from ..dma._dma import dma_h2d, h2d_values
-from ..layout._devdims import layout_from_dims
+from ..dma._dma import as_bits, dma_h2d, from_bits, h2d_values
+from ..layout._devdims import DevDim, layout_from_dims
 from ..layout._dtypes import format_for_dtype, host_dtype
 from ..layout._layout import SpyreTensorLayout
 from ._array import SpyreArray, SpyreType
@@ -46,6 +50,7 @@ class Astype(SpyrePrim):
             out = SpyreType(aval.shape, dtype, lay, aval.base_shape, aval.strides)
         else:
             out = SpyreType.contiguous(aval.shape, dtype, _rebuilt_layout(aval, dtype))
+        self._regroup = None if self._same_sticks else _stick_regroup(aval.dims, out.dims)
         self.in_avals = (aval,)
         self.out_aval = out
         self.params = {"dtype": dtype}
@@ -61,11 +66,106 @@ class Astype(SpyrePrim):
         out_t = self.out_aval
         if self._same_sticks:  # stick by stick, on the image
             return masked(img.astype(self.dtype), out_t, poison(self.dtype))
+        if self._regroup is not None:  # sticks cut or joined, on the image
+            return self._regroup_sticks(img, exact)
         values = logical_values(img, self.in_avals[0], exact).astype(self.dtype)
         return dma_h2d(values, out_t.layout) if exact else h2d_values(values, out_t.layout)
 
+    def _regroup_sticks(self, img: jax.Array, exact: bool) -> jax.Array:
+        """Convert, then re-cut the sticks (see :func:`_stick_regroup`).
+
+        Exact results move as bits, as a DMA write does (XLA may alter bfloat16 it
+        moves); tangents move as values (a bitcast has no derivative), padded with 0.
+        """
+        out_t = self.out_aval
+        values = img.astype(self.dtype)
+        fill = poison(self.dtype) if exact else jnp.zeros((), self.dtype)
+        if exact:
+            values, fill = as_bits(values), as_bits(fill)
+        out = _regrouped(values, *self._regroup, out_t.layout.device_size)
+        out = masked(out, out_t, fill)
+        return from_bits(out, self.dtype, fence=True) if exact else out
+
     def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
         return {"dtype": self.dtype}
+
+
+def _stick_regroup(
+    src: tuple[DevDim, ...], dst: tuple[DevDim, ...]
+) -> tuple[int | None, Any] | None:
+    """How the image of ``dst`` regroups the image of ``src``, if it does.
+
+    Images of two stick sizes that walk the logical dims alike except the stick dim,
+    which each cuts into a tile-count axis (ratio: its stick size) and its lanes (the
+    last axis), hold logical stick-dim index ``i`` at tile ``i // e``, lane ``i % e``.
+    Then ``dst``'s image is ``src``'s with the stick dim's padded run re-cut into
+    sticks of the new size: a reshape and one transpose of whole sticks, where a read
+    of the logical values and a write would transpose elements twice.
+
+    Returns:
+        ``(tile axis, src lanes)``: the one device axis holding the stick dim's tile
+        count (None if neither image has one: a sparse stick, or a stick dim within
+        one stick); None when the images are not related so.
+    """
+    last = len(src) - 1
+    if len(dst) != len(src) or last < 0:
+        return None
+    a, b = src[last], dst[last]
+    if a.dims != b.dims or len(a.dims) > 1 or a.ratio != 1 or b.ratio != 1:
+        return None
+    differ = [j for j in range(last) if src[j] != dst[j]]
+    if len(differ) > 1:
+        return None
+    p = differ[0] if differ else None
+
+    def tiles(d: DevDim, lanes: int) -> bool:
+        return (bool(a.dims) and d.dims == a.dims and d.ratio == lanes) or d == DevDim((), 1, 1)
+
+    if p is not None and not (tiles(src[p], a.size) and tiles(dst[p], b.size)):
+        return None
+    walks_stick = [j for j in range(last) for d in (src[j], dst[j]) if set(a.dims) & set(d.dims)]
+    if any(j != p for j in walks_stick):  # the stick dim folded or split further
+        return None
+    return p, a.size
+
+
+def _regrouped(img: jax.Array, tile: int | None, lanes: int, shape: tuple[int, ...]) -> jax.Array:
+    """``img`` (lanes ``lanes`` per stick) with its sticks re-cut into ``shape``'s.
+
+    The stick dim's padded run (tiles times lanes) is cut into granules of the smaller
+    stick size, which move whole: cut or padded (with NaN/garbage the caller masks) to
+    the new run's length, then regrouped into the new tiles.
+    """
+    rank = img.ndim
+    new_lanes = shape[-1]
+    if tile is None:  # one stick each: keep or extend the lanes
+        if new_lanes <= lanes:
+            return jax.lax.slice_in_dim(img, 0, new_lanes, axis=rank - 1)
+        return _extended(img, rank - 1, new_lanes)
+    g = min(lanes, new_lanes)
+    # [..., T, ..., lanes] -> [others..., T, lanes / g, g] -> [others..., granules, g]
+    x = img.reshape(*img.shape[:-1], lanes // g, g)
+    others = [j for j in range(rank - 1) if j != tile]
+    x = jax.lax.transpose(x, (*others, tile, rank - 1, rank))
+    lead = tuple(img.shape[j] for j in others)
+    x = x.reshape(*lead, -1, g)
+    granules = shape[tile] * new_lanes // g
+    if x.shape[-2] >= granules:
+        x = jax.lax.slice_in_dim(x, 0, granules, axis=rank - 2)
+    else:
+        x = _extended(x, rank - 2, granules)
+    # [others..., T', new_lanes / g, g] -> the new image's axis order
+    x = x.reshape(*lead, shape[tile], new_lanes // g, g)
+    inverse = [0] * (rank + 1)
+    for k, j in enumerate((*others, tile, rank - 1, rank)):
+        inverse[j] = k
+    return jax.lax.transpose(x, tuple(inverse)).reshape(shape)
+
+
+def _extended(x: jax.Array, axis: int, size: int) -> jax.Array:
+    """``x`` padded at the end of ``axis`` to ``size`` (the fill is masked later)."""
+    widths = [(0, size - n if k == axis else 0, 0) for k, n in enumerate(x.shape)]
+    return jax.lax.pad(x, jnp.zeros((), x.dtype), widths)
 
 
 def _rebuilt_layout(t: SpyreType, dtype: np.dtype) -> SpyreTensorLayout:
