@@ -255,3 +255,17 @@ def test_data_parallel_step_of_a_transformer_mlp_block_over_8_cards_equals_one_c
     one = jax.tree.map(sj.to_host, sj.jit(one_card)(p, x, y))
     many = jax.tree.map(sj.to_host, sj.jit(many_cards)(p, x, y))
     assert_close(many, one, reduce_len=rows * 128, ops=12)
+
+
+def test_a_division_by_the_same_scalar_before_and_after_a_psum_is_planned_for_each():
+    """Types compare without vma: the planner's cached evaluation of ``sum / 8`` on a
+    varying value must not stand for the same division of the (replicated) psum."""
+    f = plain_shard_map(
+        lambda a: jax.lax.pmean(jnp.sum(a) / 8, "x"),  # pmean divides by 4... and 8 here
+        PS("x"),
+        PS(),
+    )
+    g = plain_shard_map(lambda a: jax.lax.psum(jnp.sum(a) / 4, "x") / 4, PS("x"), PS())
+    xh = rand((8, 256))
+    for h in (f, g):
+        assert_close(sj.to_host(sj.jit(h)(xh)), jax.jit(h)(xh), reduce_len=2048, ops=3)

@@ -31,7 +31,7 @@ import itertools
 import re
 import warnings
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jax
@@ -217,7 +217,11 @@ class _Planner:
         self.produced[v] = produced
         avail = {t: cost for t, (cost, _) in produced.items()}
         base = min(cost + restickify_cost(t) for t, cost in avail.items())
+        # A value varies over the same mesh axes in every layout (types compare without
+        # vma, so the restickified types must be given it).
+        vma = frozenset().union(*(t.vma for t in avail))
         for d in _defaults(v):
+            d = replace(d, vma=vma) if vma else d
             avail[d] = min(avail.get(d, INF), base)
         self.avail[v] = avail
 
@@ -440,10 +444,12 @@ def _signature(node: Node, mode: Mode, ins: tuple[SpyreType | None, ...]) -> Any
     """A hashable key for an evaluation, or None if the node's parameters are not."""
     scalars = tuple((u.value, u.dtype) if isinstance(u, Scalar) else None for u in node.ins)
     outs = tuple((o.shape, o.dtype) for o in node.outs)
+    # Types compare without vma, but a result varies over the mesh axes its operands do.
+    vma = tuple(frozenset() if t is None else t.vma for t in ins)
     in_shapes = tuple(None if isinstance(u, Scalar) else (u.shape, u.dtype) for u in node.ins)
     try:
         params = tuple(sorted(node.params.items()))
-        key = (node.prim, params, mode, ins, scalars, outs, in_shapes)
+        key = (node.prim, params, mode, ins, vma, scalars, outs, in_shapes)
         hash(key)
     except TypeError:
         return None
