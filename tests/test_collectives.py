@@ -269,3 +269,17 @@ def test_a_division_by_the_same_scalar_before_and_after_a_psum_is_planned_for_ea
     xh = rand((8, 256))
     for h in (f, g):
         assert_close(sj.to_host(sj.jit(h)(xh)), jax.jit(h)(xh), reduce_len=2048, ops=3)
+
+
+def test_a_shard_map_with_several_results_runs_its_body_once():
+    """One psum feeds both results: the body is planned and run once, one collective."""
+
+    def body(a):
+        s = jax.lax.psum(a, "x")
+        return s, jnp.exp(s)
+
+    f = plain_shard_map(body, PS("x"), (PS(), PS()))
+    xh = rand((8, 256), low=-0.5, high=0.5)
+    got = sj.jit(f)(xh)
+    assert_close(jax.tree.map(sj.to_host, got), jax.jit(f)(xh), ops=3, scale=2)
+    assert len(sj.explain(f, xh).collectives) == 1

@@ -25,7 +25,7 @@ from typing import Any
 import jax
 
 from .. import primitives as sp
-from .._errors import SpyreUnsupportedError
+from .._errors import LayoutError, SpyreUnsupportedError
 from .._jax import ClosedJaxpr, Jaxpr
 from ..primitives._array import SpyreType
 from ..primitives._base import evaluating_abstractly
@@ -38,10 +38,10 @@ from ..primitives._collectives import (
     PsumScatter,
 )
 from ..primitives._shard import P, shard_type, unshard_type
-from ..primitives._stick import canon, stick_options
-from ._graph import Graph, Node, Scalar, build_graph
+from ..primitives._stick import canon, default_type, stick_of, stick_options
+from ._graph import Graph, Node, Scalar, Value, build_graph
 from ._interpret import Interpreter
-from ._planner import Plan, plan_graph
+from ._planner import Plan, host_input_type, plan_graph
 from ._rules import RULES, Mode, Rule
 
 __all__ = ["body_plan", "collective_records"]
@@ -82,10 +82,9 @@ def _body_graph(jaxpr: Jaxpr) -> Graph:
 
 @functools.lru_cache(maxsize=1024)
 def body_plan(node_params: Any, local: tuple[SpyreType, ...]) -> tuple[Graph, Plan]:
-    """The body graph of one result of a ``shard_map`` and its plan on per-card types."""
+    """The body graph of a ``shard_map`` and its plan on per-card types (all results)."""
     params = dict(node_params)
-    full = _body_graph(params["jaxpr"])
-    graph = replace(full, outputs=[full.outputs[params["out_index"]]])
+    graph = _body_graph(params["jaxpr"])
     with _mesh_axes(params["mesh"]):
         plan = plan_graph(graph, dict(zip(graph.inputs, local, strict=True)))
     return graph, plan
@@ -95,14 +94,80 @@ def _manual(params: dict[str, Any]) -> frozenset:
     return frozenset(params["newly_manual_axes"])
 
 
-class _ShardMap(Rule):
-    def modes(self, node: Node) -> list[Mode]:
-        """Inputs in the layout they come in, or all in their default layouts."""
-        last = tuple(
-            None if isinstance(u, Scalar) or not u.shape else canon(u.shape, len(u.shape) - 1)
-            for u in node.ins
+def _local_out(graph: Graph, plan: Plan) -> list[SpyreType]:
+    """Each body result's per-card type (a scalar result is built in its default type)."""
+    return [
+        host_input_type((), o.dtype) if t is None else t
+        for o, t in zip(graph.outputs, plan.outputs, strict=True)
+    ]
+
+
+def _splittable(u: Value | SpyreType, fits: Any) -> SpyreType | None:
+    """The default type of ``u``'s shape that ``fits`` accepts: the last dim's stick first.
+
+    ``fits`` splits (or joins) a type over the cards; the first default layout whose
+    split dims it can cut into whole slabs wins (96 float16 columns over 2 cards: 48
+    would end inside a stick, so the stick moves to the rows). None if none can.
+    """
+    if not u.shape:
+        return None
+    last = canon(u.shape, len(u.shape) - 1)
+    for stick in [last, *(s for s in stick_options(u.shape) if s != last)]:
+        t = default_type(u.shape, u.dtype, stick)
+        try:
+            fits(t)
+        except (LayoutError, SpyreUnsupportedError):
+            continue
+        return t
+    return None
+
+
+def _joined(t: SpyreType, mesh: Any, spec: P, check_vma: bool) -> tuple[SpyreType, SpyreType]:
+    """``(per-card type, global type)`` of a body result joined over the cards as ``spec``.
+
+    The body is planned without its out specs, so a result may come in a layout whose
+    split dim is padded or stuck (a gather's result stuck on a short dim): it is then
+    restickified on each card to a default layout that can be joined.
+
+    Raises:
+        LayoutError: if no layout can be joined (naming the dim and the fix).
+    """
+    try:
+        return t, unshard_type(t, mesh, spec, check_vma)
+    except LayoutError:
+        d = _splittable(
+            t, lambda d: unshard_type(replace(d, vma=t.vma), mesh, P(*spec.partitions), check_vma)
         )
-        return [Mode(last, 0), Mode(tuple(None for _ in node.ins), 0)]
+        if d is None or d == t:
+            raise
+        d = replace(d, vma=t.vma)
+        return d, unshard_type(d, mesh, spec, check_vma)
+
+
+class _ShardMap(Rule):
+    """One node for all results: the body is planned once and runs once per card.
+
+    Like a loop, it tries one candidate type per operand and mode: every combination of
+    two candidates per operand would be exponential in the operands (a model's
+    parameters). The modes name, per operand, a default layout its split can cut.
+    """
+
+    candidates = 1
+
+    def modes(self, node: Node) -> list[Mode]:
+        """Inputs in default layouts their splits can cut (see ``_splittable``), or as they come."""
+        params = node.params
+        mesh, manual = params["mesh"], _manual(params)
+        sticks = []
+        for u, spec in zip(node.ins, params["in_specs"], strict=True):
+            if isinstance(u, Scalar) or not u.shape:
+                sticks.append(None)
+                continue
+            t = _splittable(
+                u, lambda t, spec=spec: shard_type(t, mesh, manual, P(*spec), params["check_vma"])
+            )
+            sticks.append(canon(u.shape, len(u.shape) - 1) if t is None else stick_of(t))
+        return [Mode(tuple(sticks), 0), Mode(tuple(None for _ in node.ins), 0)]
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         """Plan the body on the per-card types; run it in a ``jax.shard_map``."""
@@ -116,27 +181,33 @@ class _ShardMap(Rule):
         )
         key = tuple(sorted(params.items()))
         graph, plan = body_plan(key, local)
-        out_spec = params["out_specs"][params["out_index"]]
-        (local_out,) = plan.outputs
-        out_type = unshard_type(local_out, mesh, P(*out_spec), params["check_vma"])
+        out_specs = tuple(P(*spec) for spec in params["out_specs"])
+        joined = [
+            _joined(t, mesh, spec, params["check_vma"])
+            for t, spec in zip(_local_out(graph, plan), out_specs, strict=True)
+        ]
         run = Interpreter(graph, plan).run
 
         def body(*xs: Any) -> Any:
             with _mesh_axes(mesh):
-                return run(*xs)[0]
+                outs = run(*xs)
+            return tuple(
+                o if jax.typeof(o) == want else sp.restickify(o, layout=want.layout)
+                for o, (want, _) in zip(outs, joined, strict=True)
+            )
 
         if evaluating_abstractly():
             body(*(sp.abstract(t) for t in local))  # lists the body's copies for the cost
-            return [sp.abstract(out_type)]
+            return [sp.abstract(t) for _, t in joined]
         f = jax.shard_map(
             body,
             mesh=mesh,
             in_specs=tuple(P(*spec) for spec in params["in_specs"]),
-            out_specs=P(*out_spec),
+            out_specs=tuple(P(*spec) for spec in params["out_specs"]),
             axis_names=set(manual),
             check_vma=params["check_vma"],
         )
-        return [f(*args)]
+        return list(f(*args))
 
 
 RULES["shard_map"] = _ShardMap()
