@@ -283,3 +283,10 @@ def test_a_shard_map_with_several_results_runs_its_body_once():
     got = sj.jit(f)(xh)
     assert_close(jax.tree.map(sj.to_host, got), jax.jit(f)(xh), ops=3, scale=2)
     assert len(sj.explain(f, xh).collectives) == 1
+
+
+def test_a_replicated_table_gathered_by_per_card_indices_equals_jax_jit():
+    """An embedding lookup: the table is the same on every card, the indices are not."""
+    table, ids = rand((64, 32)), jnp.asarray(np.arange(128).reshape(16, 8) * 3 % 64, jnp.int32)
+    f = plain_shard_map(lambda t, i: t[i], (PS(), PS("x")), PS("x"))
+    np.testing.assert_array_equal(sj.to_host(sj.jit(f)(table, ids)), jax.jit(f)(table, ids))
