@@ -1,5 +1,7 @@
 """Collectives on Spyre arrays inside jax.shard_map (8 CPU devices, tests/conftest.py)."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -189,6 +191,31 @@ def test_explain_shows_the_bytes_each_collective_moves():
     assert f"{sent} B per card" in report.details()
     secs = sent / sj.Machine.spyre().card_link_bw  # charged at the machine's card link
     assert f"({secs * 1e6:.2f} us card to card on spyre)" in str(report)
+
+
+def test_the_plan_cost_counts_the_elements_every_card_sends():
+    f = plain_shard_map(lambda a: jax.lax.psum(a, "x"), PS("x"), PS(), check_vma=False)
+    xh = rand((8, 256))
+    report = sj.explain(f, xh)
+    ((_, sent),) = report.collectives
+    assert report.collective_cost == 4 * (sent // 4)  # 4 cards, each sending sent // 4 f32
+    assert f"collective_cost: {report.collective_cost} elements sent by all cards" in str(report)
+    plan = sj.jit(f).lower(xh).plan
+    assert plan.collective_cost == report.collective_cost
+    assert plan.cost == plan.restickify_cost + plan.copy_cost + plan.collective_cost
+
+
+def test_a_restickify_inside_a_shard_map_body_counts_on_every_card():
+    """The plan's cost is every card's work: the replicated weight restickified in the
+    body on each of 4 cards counts 4 times."""
+    xh, wh = rand((8, 256), seed=1), rand((64, 256), seed=2)
+    f = plain_shard_map(lambda a, w: a @ w.T, (PS("x"), PS()), PS("x"))
+    assert_close(sj.to_host(sj.jit(f)(xh, wh)), jax.jit(f)(xh, wh), reduce_len=256, scale=16)
+    report = sj.explain(f, xh, wh)
+    (move,) = report.restickifies
+    per_card = math.prod(sj.to_device(wh).layout.device_size)  # w.T's base, whole on each
+    assert move.cost == report.restickify_cost == 4 * per_card
+    assert f"{per_card} per card x 4" in move.reason
 
 
 def test_jit_of_a_data_parallel_training_step_equals_jax_jit():

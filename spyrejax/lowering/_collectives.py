@@ -3,8 +3,16 @@
 A ``shard_map`` node is planned per card: its body is a graph of its own, planned on the
 per-card types of the inputs (``SpyreType.shard`` of the types they arrive in), and
 run by a ``jax.shard_map`` over Spyre arrays (specs ``spyrejax.P`` of the same logical
-partitions). Its output type is the ``unshard`` of the body's planned output type.
-Restickifies and copies inside the body count once (they run on every card at once).
+partitions). It is one node for all its results. Their types are the ``unshard`` of
+the body's planned result types (a result the out spec cannot join in its planned
+layout is restickified on each card first).
+
+Cost: the plan counts every element moved on every card, so the body's restickifies,
+copies and collectives count once per card (``plan.cost`` is the work of all cards; a
+split value restickified on each card costs what restickifying it whole costs, so the
+planner has no reason to prefer either). Time is another matter: the cards run at
+once, so ``explain``'s device model runs the body once (one card's program) and gives
+the collectives' time at the card-to-card bandwidth, from the bytes one card sends.
 
 Collectives (``psum``, ``all_gather``, ``reduce_scatter``, ``all_to_all``,
 ``ppermute``) lower to the Spyre collectives of :mod:`spyrejax.primitives._collectives`;
@@ -17,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import replace
@@ -28,7 +37,6 @@ from .. import primitives as sp
 from .._errors import LayoutError, SpyreUnsupportedError
 from .._jax import ClosedJaxpr, Jaxpr
 from ..primitives._array import SpyreType
-from ..primitives._base import evaluating_abstractly
 from ..primitives._collectives import (
     AllGather,
     AllToAll,
@@ -38,7 +46,8 @@ from ..primitives._collectives import (
     PsumScatter,
 )
 from ..primitives._shard import P, shard_type, unshard_type
-from ..primitives._stick import canon, default_type, stick_of, stick_options
+from ..primitives._stick import canon, default_type, restickify_cost, stick_of, stick_options
+from ._control import Charge, plan_charges
 from ._graph import Graph, Node, Scalar, Value, build_graph
 from ._interpret import Interpreter
 from ._planner import Plan, host_input_type, plan_graph
@@ -144,6 +153,42 @@ def _joined(t: SpyreType, mesh: Any, spec: P, check_vma: bool) -> tuple[SpyreTyp
         return d, unshard_type(d, mesh, spec, check_vma)
 
 
+def _cards(params: dict[str, Any]) -> int:
+    """The cards a body runs on: one per block of the manual mesh axes."""
+    sizes = dict(params["mesh"].shape)
+    return math.prod(sizes[a] for a in params["newly_manual_axes"])
+
+
+def _card_charges(
+    node: Node, graph: Graph, plan: Plan, joined: list[tuple[SpyreType, SpyreType]]
+) -> list[Charge]:
+    """What the body moves on all its cards: each card's moves times the cards.
+
+    Copies, restickifies and collectives of the body plan, and the restickifies of
+    results the out specs cannot join. The plan's cost counts every card's elements,
+    so a split value restickified on each card costs what it would cost whole.
+    """
+    cards = _cards(node.params)
+    context = f"{node.prim} on {cards} cards"
+    out = plan_charges(plan, cards, context, "card")
+    for i, ((want, _), got) in enumerate(zip(joined, _local_out(graph, plan), strict=True)):
+        if got != want:
+            base = restickify_cost(got)
+            out.append(
+                Charge(
+                    "restickify",
+                    base * cards,
+                    (got,),
+                    want.layout,
+                    f"result {i}: its out spec cannot join {got.str_short()} "
+                    f"[{context}: {base} per card x {cards}]",
+                    context,
+                    graph.outputs[i] if isinstance(graph.outputs[i], Value) else None,
+                )
+            )
+    return out
+
+
 class _ShardMap(Rule):
     """One node for all results: the body is planned once and runs once per card.
 
@@ -196,8 +241,9 @@ class _ShardMap(Rule):
                 for o, (want, _) in zip(outs, joined, strict=True)
             )
 
-        if evaluating_abstractly():
-            body(*(sp.abstract(t) for t in local))  # lists the body's copies for the cost
+        called = sp.abstract_calls()
+        if called is not None:
+            called.extend(c for c in _card_charges(node, graph, plan, joined) if c.moves)
             return [sp.abstract(t) for _, t in joined]
         f = jax.shard_map(
             body,
