@@ -207,7 +207,8 @@ def test_the_plan_cost_counts_the_elements_every_card_sends():
 
 def test_a_restickify_inside_a_shard_map_body_counts_on_every_card():
     """The plan's cost is every card's work: the replicated weight restickified in the
-    body on each of 4 cards counts 4 times."""
+    body on each of 4 cards counts 4 times. The device model runs the body once (the
+    cards work at the same time), on one card's block."""
     xh, wh = rand((8, 256), seed=1), rand((64, 256), seed=2)
     f = plain_shard_map(lambda a, w: a @ w.T, (PS("x"), PS()), PS("x"))
     assert_close(sj.to_host(sj.jit(f)(xh, wh)), jax.jit(f)(xh, wh), reduce_len=256, scale=16)
@@ -216,6 +217,8 @@ def test_a_restickify_inside_a_shard_map_body_counts_on_every_card():
     per_card = math.prod(sj.to_device(wh).layout.device_size)  # w.T's base, whole on each
     assert move.cost == report.restickify_cost == 4 * per_card
     assert f"{per_card} per card x 4" in move.reason
+    ops = [(op.desc.opfunc, op.desc.output[1].shape) for op in report.ops]
+    assert ("matmul", (2, 64)) in ops and [o for o, _ in ops].count("restickify") == 1
 
 
 def test_jit_of_a_data_parallel_training_step_equals_jax_jit():
