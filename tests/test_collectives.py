@@ -1,5 +1,7 @@
 """Collectives on Spyre arrays inside jax.shard_map (8 CPU devices, tests/conftest.py)."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -191,6 +193,34 @@ def test_explain_shows_the_bytes_each_collective_moves():
     assert f"({secs * 1e6:.2f} us card to card on spyre)" in str(report)
 
 
+def test_the_plan_cost_counts_the_elements_every_card_sends():
+    f = plain_shard_map(lambda a: jax.lax.psum(a, "x"), PS("x"), PS(), check_vma=False)
+    xh = rand((8, 256))
+    report = sj.explain(f, xh)
+    ((_, sent),) = report.collectives
+    assert report.collective_cost == 4 * (sent // 4)  # 4 cards, each sending sent // 4 f32
+    assert f"collective_cost: {report.collective_cost} elements sent by all cards" in str(report)
+    plan = sj.jit(f).lower(xh).plan
+    assert plan.collective_cost == report.collective_cost
+    assert plan.cost == plan.restickify_cost + plan.copy_cost + plan.collective_cost
+
+
+def test_a_restickify_inside_a_shard_map_body_counts_on_every_card():
+    """The plan's cost is every card's work: the replicated weight restickified in the
+    body on each of 4 cards counts 4 times. The device model runs the body once (the
+    cards work at the same time), on one card's block."""
+    xh, wh = rand((8, 256), seed=1), rand((64, 256), seed=2)
+    f = plain_shard_map(lambda a, w: a @ w.T, (PS("x"), PS()), PS("x"))
+    assert_close(sj.to_host(sj.jit(f)(xh, wh)), jax.jit(f)(xh, wh), reduce_len=256, scale=16)
+    report = sj.explain(f, xh, wh)
+    (move,) = report.restickifies
+    per_card = math.prod(sj.to_device(wh).layout.device_size)  # w.T's base, whole on each
+    assert move.cost == report.restickify_cost == 4 * per_card
+    assert f"{per_card} per card x 4" in move.reason
+    ops = [(op.desc.opfunc, op.desc.output[1].shape) for op in report.ops]
+    assert ("matmul", (2, 64)) in ops and [o for o, _ in ops].count("restickify") == 1
+
+
 def test_jit_of_a_data_parallel_training_step_equals_jax_jit():
     xh, wh, yh = rand((8, 256), seed=1), rand((256, 64), seed=2, low=-0.1, high=0.1), rand((8, 64))
 
@@ -255,3 +285,38 @@ def test_data_parallel_step_of_a_transformer_mlp_block_over_8_cards_equals_one_c
     one = jax.tree.map(sj.to_host, sj.jit(one_card)(p, x, y))
     many = jax.tree.map(sj.to_host, sj.jit(many_cards)(p, x, y))
     assert_close(many, one, reduce_len=rows * 128, ops=12)
+
+
+def test_a_division_by_the_same_scalar_before_and_after_a_psum_is_planned_for_each():
+    """Types compare without vma: the planner's cached evaluation of ``sum / 8`` on a
+    varying value must not stand for the same division of the (replicated) psum."""
+    f = plain_shard_map(
+        lambda a: jax.lax.pmean(jnp.sum(a) / 8, "x"),  # pmean divides by 4... and 8 here
+        PS("x"),
+        PS(),
+    )
+    g = plain_shard_map(lambda a: jax.lax.psum(jnp.sum(a) / 4, "x") / 4, PS("x"), PS())
+    xh = rand((8, 256))
+    for h in (f, g):
+        assert_close(sj.to_host(sj.jit(h)(xh)), jax.jit(h)(xh), reduce_len=2048, ops=3)
+
+
+def test_a_shard_map_with_several_results_runs_its_body_once():
+    """One psum feeds both results: the body is planned and run once, one collective."""
+
+    def body(a):
+        s = jax.lax.psum(a, "x")
+        return s, jnp.exp(s)
+
+    f = plain_shard_map(body, PS("x"), (PS(), PS()))
+    xh = rand((8, 256), low=-0.5, high=0.5)
+    got = sj.jit(f)(xh)
+    assert_close(jax.tree.map(sj.to_host, got), jax.jit(f)(xh), ops=3, scale=2)
+    assert len(sj.explain(f, xh).collectives) == 1
+
+
+def test_a_replicated_table_gathered_by_per_card_indices_equals_jax_jit():
+    """An embedding lookup: the table is the same on every card, the indices are not."""
+    table, ids = rand((64, 32)), jnp.asarray(np.arange(128).reshape(16, 8) * 3 % 64, jnp.int32)
+    f = plain_shard_map(lambda t, i: t[i], (PS(), PS("x")), PS("x"))
+    np.testing.assert_array_equal(sj.to_host(sj.jit(f)(table, ids)), jax.jit(f)(table, ids))

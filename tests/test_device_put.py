@@ -96,3 +96,18 @@ def test_jit_of_a_function_on_sharded_inputs_equals_jax_jit():
 
     out = sj.jit(f)(x, wh)
     assert_close(sj.to_host(out), jax.jit(f)(xh, wh), reduce_len=256 * 8, ops=3, scale=16)
+
+
+def test_jax_reshard_of_a_spyre_array_points_to_spyrejax_device_put():
+    x = sj.to_device(rand((8, 256)))
+    with pytest.raises(sj.SpyreTypeError, match=r"spyrejax\.device_put\(x, NamedSharding"):
+        jax.reshard(x, sharding("x"))
+    with pytest.raises(sj.SpyreTypeError, match=r"spyrejax\.device_put"):
+        jax.jit(lambda a: jax.reshard(a, sharding("x")))(x)
+
+
+def test_jax_device_put_of_a_spyre_array_is_refused_by_jax_before_any_hook():
+    """JAX 0.12 refuses every hijax value in jax.device_put before asking its type, so
+    spyrejax cannot answer it (README "Many cards"); a JAX with a hook fails this test."""
+    with pytest.raises(NotImplementedError, match="hijax type SpyreType"):
+        jax.device_put(sj.to_device(rand((8, 256))), sharding("x"))

@@ -175,3 +175,46 @@ def test_explain_of_a_gpt_step_leads_with_a_short_summary():
     assert report.fallbacks == ()
     for line in report.lines[:3]:  # the costliest lines, each shown once (file:line (fn))
         assert summary.count(line.line.rsplit("/", 1)[-1][:40]) == 1
+
+
+def test_data_parallel_step_over_8_cards_equals_the_single_card_step():
+    """The batch split over 8 cards, one sequence each, with ``jax.shard_map``.
+
+    Each card differentiates its own sequence's loss (the replicated parameters are cast
+    to varying first, so ``grad`` gives the card's gradient rather than JAX's sum over
+    cards), and ``pmean`` averages losses and gradients: the mean over the whole batch.
+    SGD keeps the update proportional to the gradient, so a wrong average shows.
+    """
+    vocab, d, heads, seq, _ = SHAPES["unpadded"]
+    shape = (vocab, d, heads, seq, 8)
+    params, static, ids, labels = _setup(shape)
+    opt = optax.sgd(0.1)
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+    spec = jax.sharding.PartitionSpec
+
+    def loss(p, ids, labels):
+        return loss_fn(eqx.combine(p, static), ids, labels)
+
+    def update(params, opt_state, value, grads):
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, value
+
+    def one_card(params, opt_state, ids, labels):
+        return update(params, opt_state, *jax.value_and_grad(loss)(params, ids, labels))
+
+    def data_parallel(params, opt_state, ids, labels):
+        def card(p, ids, labels):
+            p = jax.lax.pcast(p, "x", to="varying")
+            return jax.lax.pmean(jax.value_and_grad(loss)(p, ids, labels), "x")
+
+        specs = (spec(), spec("x"), spec("x"))
+        f = jax.shard_map(card, mesh=mesh, in_specs=specs, out_specs=spec())
+        return update(params, opt_state, *f(params, ids, labels))
+
+    ref_step, spy_step = jax.jit(one_card), sj.jit(data_parallel)
+    ref = spy = (params, opt.init(params))
+    for _ in range(2):
+        *ref, want_loss = ref_step(*ref, ids, labels)
+        *spy, got_loss = spy_step(*spy, ids, labels)  # outputs feed the next step as they are
+        assert_close(sj.to_host(got_loss), want_loss, **_tol(shape))
+        assert_close(jax.tree.map(sj.to_host, spy[0]), ref[0], **_tol(shape))

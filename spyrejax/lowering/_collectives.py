@@ -3,8 +3,16 @@
 A ``shard_map`` node is planned per card: its body is a graph of its own, planned on the
 per-card types of the inputs (``SpyreType.shard`` of the types they arrive in), and
 run by a ``jax.shard_map`` over Spyre arrays (specs ``spyrejax.P`` of the same logical
-partitions). Its output type is the ``unshard`` of the body's planned output type.
-Restickifies and copies inside the body count once (they run on every card at once).
+partitions). It is one node for all its results. Their types are the ``unshard`` of
+the body's planned result types (a result the out spec cannot join in its planned
+layout is restickified on each card first).
+
+Cost: the plan counts every element moved on every card, so the body's restickifies,
+copies and collectives count once per card (``plan.cost`` is the work of all cards; a
+split value restickified on each card costs what restickifying it whole costs, so the
+planner has no reason to prefer either). Time is another matter: the cards run at
+once, so ``explain``'s device model runs the body once (one card's program) and gives
+the collectives' time at the card-to-card bandwidth, from the bytes one card sends.
 
 Collectives (``psum``, ``all_gather``, ``reduce_scatter``, ``all_to_all``,
 ``ppermute``) lower to the Spyre collectives of :mod:`spyrejax.primitives._collectives`;
@@ -17,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import replace
@@ -25,10 +34,9 @@ from typing import Any
 import jax
 
 from .. import primitives as sp
-from .._errors import SpyreUnsupportedError
+from .._errors import LayoutError, SpyreUnsupportedError
 from .._jax import ClosedJaxpr, Jaxpr
 from ..primitives._array import SpyreType
-from ..primitives._base import evaluating_abstractly
 from ..primitives._collectives import (
     AllGather,
     AllToAll,
@@ -38,10 +46,11 @@ from ..primitives._collectives import (
     PsumScatter,
 )
 from ..primitives._shard import P, shard_type, unshard_type
-from ..primitives._stick import canon, stick_options
-from ._graph import Graph, Node, Scalar, build_graph
+from ..primitives._stick import canon, default_type, restickify_cost, stick_of, stick_options
+from ._control import Charge, plan_charges
+from ._graph import Graph, Node, Scalar, Value, build_graph
 from ._interpret import Interpreter
-from ._planner import Plan, plan_graph
+from ._planner import Plan, host_input_type, plan_graph
 from ._rules import RULES, Mode, Rule
 
 __all__ = ["body_plan", "collective_records"]
@@ -82,10 +91,9 @@ def _body_graph(jaxpr: Jaxpr) -> Graph:
 
 @functools.lru_cache(maxsize=1024)
 def body_plan(node_params: Any, local: tuple[SpyreType, ...]) -> tuple[Graph, Plan]:
-    """The body graph of one result of a ``shard_map`` and its plan on per-card types."""
+    """The body graph of a ``shard_map`` and its plan on per-card types (all results)."""
     params = dict(node_params)
-    full = _body_graph(params["jaxpr"])
-    graph = replace(full, outputs=[full.outputs[params["out_index"]]])
+    graph = _body_graph(params["jaxpr"])
     with _mesh_axes(params["mesh"]):
         plan = plan_graph(graph, dict(zip(graph.inputs, local, strict=True)))
     return graph, plan
@@ -95,14 +103,116 @@ def _manual(params: dict[str, Any]) -> frozenset:
     return frozenset(params["newly_manual_axes"])
 
 
-class _ShardMap(Rule):
-    def modes(self, node: Node) -> list[Mode]:
-        """Inputs in the layout they come in, or all in their default layouts."""
-        last = tuple(
-            None if isinstance(u, Scalar) or not u.shape else canon(u.shape, len(u.shape) - 1)
-            for u in node.ins
+def _local_out(graph: Graph, plan: Plan) -> list[SpyreType]:
+    """Each body result's per-card type (a scalar result is built in its default type)."""
+    return [
+        host_input_type((), o.dtype) if t is None else t
+        for o, t in zip(graph.outputs, plan.outputs, strict=True)
+    ]
+
+
+def _splittable(u: Value | SpyreType, fits: Any) -> SpyreType | None:
+    """The default type of ``u``'s shape that ``fits`` accepts: the last dim's stick first.
+
+    ``fits`` splits (or joins) a type over the cards; the first default layout whose
+    split dims it can cut into whole slabs wins (96 float16 columns over 2 cards: 48
+    would end inside a stick, so the stick moves to the rows). None if none can.
+    """
+    if not u.shape:
+        return None
+    last = canon(u.shape, len(u.shape) - 1)
+    for stick in [last, *(s for s in stick_options(u.shape) if s != last)]:
+        t = default_type(u.shape, u.dtype, stick)
+        try:
+            fits(t)
+        except (LayoutError, SpyreUnsupportedError):
+            continue
+        return t
+    return None
+
+
+def _joined(t: SpyreType, mesh: Any, spec: P, check_vma: bool) -> tuple[SpyreType, SpyreType]:
+    """``(per-card type, global type)`` of a body result joined over the cards as ``spec``.
+
+    The body is planned without its out specs, so a result may come in a layout whose
+    split dim is padded or stuck (a gather's result stuck on a short dim): it is then
+    restickified on each card to a default layout that can be joined.
+
+    Raises:
+        LayoutError: if no layout can be joined (naming the dim and the fix).
+    """
+    try:
+        return t, unshard_type(t, mesh, spec, check_vma)
+    except LayoutError:
+        d = _splittable(
+            t, lambda d: unshard_type(replace(d, vma=t.vma), mesh, P(*spec.partitions), check_vma)
         )
-        return [Mode(last, 0), Mode(tuple(None for _ in node.ins), 0)]
+        if d is None or d == t:
+            raise
+        d = replace(d, vma=t.vma)
+        return d, unshard_type(d, mesh, spec, check_vma)
+
+
+def _cards(params: dict[str, Any]) -> int:
+    """The cards a body runs on: one per block of the manual mesh axes."""
+    sizes = dict(params["mesh"].shape)
+    return math.prod(sizes[a] for a in params["newly_manual_axes"])
+
+
+def _card_charges(
+    node: Node, graph: Graph, plan: Plan, joined: list[tuple[SpyreType, SpyreType]]
+) -> list[Charge]:
+    """What the body moves on all its cards: each card's moves times the cards.
+
+    Copies, restickifies and collectives of the body plan, and the restickifies of
+    results the out specs cannot join. The plan's cost counts every card's elements,
+    so a split value restickified on each card costs what it would cost whole.
+    """
+    cards = _cards(node.params)
+    context = f"{node.prim} on {cards} cards"
+    out = plan_charges(plan, cards, context, "card")
+    for i, ((want, _), got) in enumerate(zip(joined, _local_out(graph, plan), strict=True)):
+        if got != want:
+            base = restickify_cost(got)
+            out.append(
+                Charge(
+                    "restickify",
+                    base * cards,
+                    (got,),
+                    want.layout,
+                    f"result {i}: its out spec cannot join {got.str_short()} "
+                    f"[{context}: {base} per card x {cards}]",
+                    context,
+                    graph.outputs[i] if isinstance(graph.outputs[i], Value) else None,
+                )
+            )
+    return out
+
+
+class _ShardMap(Rule):
+    """One node for all results: the body is planned once and runs once per card.
+
+    Like a loop, it tries one candidate type per operand and mode: every combination of
+    two candidates per operand would be exponential in the operands (a model's
+    parameters). The modes name, per operand, a default layout its split can cut.
+    """
+
+    candidates = 1
+
+    def modes(self, node: Node) -> list[Mode]:
+        """Inputs in default layouts their splits can cut (see ``_splittable``), or as they come."""
+        params = node.params
+        mesh, manual = params["mesh"], _manual(params)
+        sticks = []
+        for u, spec in zip(node.ins, params["in_specs"], strict=True):
+            if isinstance(u, Scalar) or not u.shape:
+                sticks.append(None)
+                continue
+            t = _splittable(
+                u, lambda t, spec=spec: shard_type(t, mesh, manual, P(*spec), params["check_vma"])
+            )
+            sticks.append(canon(u.shape, len(u.shape) - 1) if t is None else stick_of(t))
+        return [Mode(tuple(sticks), 0), Mode(tuple(None for _ in node.ins), 0)]
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         """Plan the body on the per-card types; run it in a ``jax.shard_map``."""
@@ -116,27 +226,34 @@ class _ShardMap(Rule):
         )
         key = tuple(sorted(params.items()))
         graph, plan = body_plan(key, local)
-        out_spec = params["out_specs"][params["out_index"]]
-        (local_out,) = plan.outputs
-        out_type = unshard_type(local_out, mesh, P(*out_spec), params["check_vma"])
+        out_specs = tuple(P(*spec) for spec in params["out_specs"])
+        joined = [
+            _joined(t, mesh, spec, params["check_vma"])
+            for t, spec in zip(_local_out(graph, plan), out_specs, strict=True)
+        ]
         run = Interpreter(graph, plan).run
 
         def body(*xs: Any) -> Any:
             with _mesh_axes(mesh):
-                return run(*xs)[0]
+                outs = run(*xs)
+            return tuple(
+                o if jax.typeof(o) == want else sp.restickify(o, layout=want.layout)
+                for o, (want, _) in zip(outs, joined, strict=True)
+            )
 
-        if evaluating_abstractly():
-            body(*(sp.abstract(t) for t in local))  # lists the body's copies for the cost
-            return [sp.abstract(out_type)]
+        called = sp.abstract_calls()
+        if called is not None:
+            called.extend(c for c in _card_charges(node, graph, plan, joined) if c.moves)
+            return [sp.abstract(t) for _, t in joined]
         f = jax.shard_map(
             body,
             mesh=mesh,
             in_specs=tuple(P(*spec) for spec in params["in_specs"]),
-            out_specs=P(*out_spec),
+            out_specs=tuple(P(*spec) for spec in params["out_specs"]),
             axis_names=set(manual),
             check_vma=params["check_vma"],
         )
-        return [f(*args)]
+        return list(f(*args))
 
 
 RULES["shard_map"] = _ShardMap()

@@ -61,20 +61,21 @@ from ._interpret import Interpreter
 from ._planner import Plan, host_input_type, plan_graph
 from ._rules import RULES, Mode, Rule, _register
 
-__all__ = ["Charge"]
+__all__ = ["Charge", "plan_charges"]
 
 _FIXED_POINT_ROUNDS = 4  # bodies planned while a carry's type still changes
 
 
 @dataclass(frozen=True)
 class Charge:
-    """A copy made inside a loop body or a branch, charged as often as it runs.
+    """A copy made inside a loop body, a branch or a ``shard_map`` body, charged per run.
 
-    It stands for the copying primitives of the sub-plan in a node's option (the
-    planner sums ``moves``, ``explain`` lists it): the same attributes they have.
+    A loop body's copies are charged per iteration, a ``shard_map`` body's per card. It
+    stands for the copying primitives (and collectives) of the sub-plan in a node's
+    option (the planner sums ``moves``, ``explain`` lists it): the same attributes.
 
     Attributes:
-        role: ``"restickify"`` or ``"copy"``.
+        role: ``"restickify"``, ``"copy"`` or ``"collective"``.
         moves: elements moved in all (per iteration times the trip count).
         in_avals: the type copied from (first).
         layout: the layout a restickify writes.
@@ -92,8 +93,8 @@ class Charge:
     value: Value | None = None
 
 
-def _charges(plan: Plan, times: int, context: str, unit: str = "iteration") -> list[Charge]:
-    """A sub-plan's copies, each charged ``times`` times, said to be ``context``."""
+def plan_charges(plan: Plan, times: int, context: str, unit: str = "iteration") -> list[Charge]:
+    """A sub-plan's copies and collectives, each charged ``times`` times, said to be ``context``."""
     out = []
     for ms in plan.moves.values():
         for m in ms:
@@ -112,7 +113,7 @@ def _charges(plan: Plan, times: int, context: str, unit: str = "iteration") -> l
     for node, options in plan.runs.items():
         for option in options:
             for prim in option.copies:
-                if prim.role not in ("copy", "restickify"):
+                if prim.role not in ("copy", "restickify", "collective"):
                     continue
                 where = getattr(prim, "where", "") or node.describe()
                 why = getattr(prim, "reason", "") or (
@@ -426,7 +427,7 @@ class _Scan(_ControlRule):
         context = f"in the body of {node.describe()}"
         called = sp.abstract_calls()
         if called is not None:  # planning: the types, and what the iterations copy
-            _emit(called, _charges(body.plan, length, context))
+            _emit(called, plan_charges(body.plan, length, context))
             _emit(called, _fix_charges(body, carry, length, context))
             ys = [batched_type(t, length) for t in body.outs[nk:]]
             return [sp.abstract(t) for t in [*carry, *ys]]
@@ -548,8 +549,8 @@ class _While(_ControlRule):
         called = sp.abstract_calls()
         if called is not None:
             context = f"per iteration of {node.describe()} (trip count unknown)"
-            _emit(called, _charges(body.plan, 1, context))
-            _emit(called, _charges(cond.plan, 1, context))
+            _emit(called, plan_charges(body.plan, 1, context))
+            _emit(called, plan_charges(cond.plan, 1, context))
             _emit(called, _fix_charges(body, carry, 1, context))
             return [sp.abstract(t) for t in carry]
 
@@ -601,7 +602,7 @@ class _Cond(_ControlRule):
             n = len(d.bodies)
             for k, b in enumerate(d.bodies):
                 context = f"in branch {k} of {node.describe()} (one of {n} runs)"
-                _emit(called, _charges(b.plan, 1, context, "run"))
+                _emit(called, plan_charges(b.plan, 1, context, "run"))
                 _emit(called, _fix_charges(b, d.outs, 1, context, "output"))
             return [sp.abstract(t) for t in d.outs]
 

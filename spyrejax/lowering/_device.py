@@ -140,7 +140,12 @@ def _space(prim: Any, ins: list[TensorSpec], out: TensorSpec) -> Any:
 def _node_descs(
     node: Node, option: Any, names: _Names, hint: dict[str, int] | None
 ) -> list[OpDesc]:
-    """The ops a node's planned option runs, its lowering traced on the planned types."""
+    """The ops a node's planned option runs, its lowering traced on the planned types.
+
+    A ``shard_map``'s body is one card's program: its ops are listed once (the cards run
+    them at once), on the per-card blocks of the buffers; its collectives are not device
+    ops (``explain`` times them at the card-to-card bandwidth).
+    """
     spyre = [(u, t) for u, t in zip(node.ins, option.ins, strict=True) if t is not None]
 
     def run(*xs: Any) -> Any:
@@ -150,38 +155,68 @@ def _node_descs(
 
     closed = jax.make_jaxpr(run)(*(sp.abstract(t) for _, t in spyre))
     env = {var: names(u, t) for var, (u, t) in zip(closed.jaxpr.invars, spyre, strict=True)}
-    final = closed.jaxpr.outvars[0]
-    if isinstance(final, Var) and final in env:  # a node that only forwards its input
-        names.names[node.outs[0], option.out] = env[final]
+    finals: dict[Any, str] = {}
+    for var, v, t in zip(closed.jaxpr.outvars, node.outs, option.outs, strict=True):
+        if not isinstance(var, Var) or var in finals:
+            continue
+        if var in env:  # a result that only forwards an input
+            names.names[v, t] = env[var]
+        else:
+            finals[var] = names(v, t)
+    if not finals:
         return []
-    out_name = names(node.outs[0], option.out)
-    descs = []
-    for k, eqn in enumerate(closed.jaxpr.eqns):
+    descs: list[OpDesc] = []
+    _walk(closed.jaxpr, env, finals, _Op(node, next(iter(finals.values())), hint), descs)
+    return descs
+
+
+class _Op:
+    """The node whose lowering is walked: its line, its first result's name, its hint."""
+
+    def __init__(self, node: Node, first: str, hint: dict[str, int] | None) -> None:
+        self.source = node.source
+        self.first = first
+        self.hint = hint
+
+
+def _walk(
+    jaxpr: Any, env: dict[Any, str], finals: dict[Any, str], op: _Op, descs: list[OpDesc]
+) -> None:
+    """Append the ops of ``jaxpr`` (descending into ``shard_map`` bodies) to ``descs``."""
+    for eqn in jaxpr.eqns:
         prim = eqn.params.get("_prim")
+        if prim is None and eqn.primitive.name == "shard_map":
+            body = eqn.params["jaxpr"]
+            inner = {b: env[o] for b, o in zip(body.invars, eqn.invars, strict=True) if o in env}
+            outs = zip(body.outvars, eqn.outvars, strict=True)
+            _walk(body, inner, {b: finals[o] for b, o in outs if o in finals}, op, descs)
+            continue
         outs = [v for v in eqn.outvars if isinstance(v.aval, SpyreType)]
         if prim is None or len(outs) != 1:
             continue
+        (out,) = outs
+        env[out] = finals.get(out) or f"{op.first}.{len(descs)}"
+        if getattr(prim, "role", "") == "collective":
+            continue  # between cards: timed at the card link, not a device op
         ins = [(env[v], v.aval) for v in eqn.invars if isinstance(v, Var) and v in env]
-        env[outs[0]] = out_name if outs[0] is final else f"{out_name}.{k}"
         in_specs = [_spec(t, n) for n, t in ins]
-        out_spec = _spec(outs[0].aval, env[outs[0]])
+        out_spec = _spec(out.aval, env[out])
         try:
             kind, opfunc, space = _space(prim, in_specs, out_spec)
         except DeviceError:
             kind, opfunc, space = "copy", type(prim).__name__.lower(), None
-        mine = hint if outs[0] is final and kind == "compute" else None
+        mine = op.hint if env[out] == op.first and kind == "compute" else None
         descs.append(
             OpDesc(
                 opfunc,
                 kind,
-                node.source,
+                op.source,
                 tuple((s.name, s) for s in in_specs),
                 (out_spec.name, out_spec),
                 space,
                 mine,
             )
         )
-    return descs
 
 
 def _move_descs(plan: Plan, v: Value, names: _Names) -> list[OpDesc]:
@@ -221,7 +256,8 @@ def program_ops(graph: Graph, plan: Plan) -> tuple[list[OpDesc], list[str]]:
     for node in graph.nodes:
         for option in plan.runs.get(node, []):
             descs.extend(_node_descs(node, option, names, hints.get(node.outs[0])))
-        descs.extend(_move_descs(plan, node.outs[0], names))
+        for v in node.outs:
+            descs.extend(_move_descs(plan, v, names))
     for o, t in zip(graph.outputs, plan.outputs, strict=True):
         if isinstance(o, Value) and t is not None:
             ddr.append(names(o, t))

@@ -210,6 +210,9 @@ class Report:
             moves each way.
         source_bytes: device bytes of the inputs and constants.
         collectives: each collective between cards, with the bytes one card sends.
+        collective_cost: elements all the cards send each other (the plan's cost of
+            the collectives: every card counts, as restickify_cost counts every card's
+            restickifies inside a ``shard_map``).
     """
 
     jaxpr: str
@@ -235,6 +238,7 @@ class Report:
         return self.device.time_s if self.device is not None else 0.0
 
     collectives: tuple[tuple[str, int], ...] = ()
+    collective_cost: int = 0
 
     @property
     def copy_cost(self) -> int:
@@ -302,7 +306,7 @@ class Report:
         if self.device is not None:
             secs = sent / self.device.machine.card_link_bw
             line += f" ({secs * 1e6:.2f} us card to card on {self.device.machine.name})"
-        return line
+        return line + f"; collective_cost: {self.collective_cost} elements sent by all cards"
 
     def summary(self) -> str:
         """The profile: the costly source lines, then the totals (``str(report)``)."""
@@ -577,6 +581,7 @@ def explain(
         sum(t.layout.nbytes for types in plan.sources.values() for t in types),
         device_program(lowering.graph, plan, machine),
         collective_records(closed),
+        plan.collective_cost,
     )
 
 

@@ -45,8 +45,6 @@ _CALLS = {
     "remat2": "jaxpr",
     "checkpoint": "jaxpr",
 }
-# Equations with several results that become one node per result (param ``out_index``).
-_PER_OUTPUT = {"shard_map"}
 _IDENTITIES = {"copy", "copy_p", "stop_gradient", "optimization_barrier", "pvary"}
 # Equations whose derivative is not that of what the graph keeps of them.
 _DERIVATIVE_RULES = {"custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "stop_gradient"}
@@ -222,8 +220,8 @@ class _Builder:
                 self.graph.derivative_rules.append(f"{name} at {source}")
             if name in _CALLS:
                 self._call(eqn, ins, env, source)
-            elif name in _PER_OUTPUT:
-                self._per_output(eqn, ins, env, source)
+            elif name == "shard_map":  # planned per card as one node (zero-size or not)
+                self._node(eqn, ins, env, source)
             elif name in _IDENTITIES:
                 for out, x in zip(eqn.outvars, ins, strict=True):
                     env[out] = x
@@ -387,16 +385,6 @@ class _Builder:
         v = self.value(var.aval, "node", origin=f"stack at {source}")
         env[var] = v
         self.graph.nodes.append(Node("concatenate", {"dimension": axis}, pieces, [v], source))
-
-    def _per_output(self, eqn: Any, ins: list[Any], env: dict[Any, Any], source: str) -> None:
-        """One node per result, each computing what its result needs (nodes have one output)."""
-        for i, var in enumerate(eqn.outvars):
-            v = self.value(var.aval, "node", origin=f"{eqn.primitive.name} at {source}")
-            env[var] = v
-            params = {**eqn.params, "out_index": i}
-            self.graph.nodes.append(
-                Node(eqn.primitive.name, params, ins, [v], source, eqn.primitive)
-            )
 
     def _node(self, eqn: Any, ins: list[Any], env: dict[Any, Any], source: str) -> None:
         outs = []

@@ -8,7 +8,9 @@ restickified into the default layout of a stick), and the rule's lowering is
 run, no data moves). A ``LayoutError`` means the mode cannot run on those types;
 otherwise the evaluated output type is the planned type, and the copies the lowering
 makes are its cost. Restickifying a value costs ``prod(device_size)`` of the type it
-is moved from (spec section 7).
+is moved from (spec section 7). The cost counts every card: a collective costs the
+elements the cards send each other, and a ``shard_map`` body what it moves times the
+cards it runs on (``lowering._collectives``).
 
 1. Forward dynamic programming in topological order: ``produced[v][t]`` is the least
    cost to produce ``v`` with type ``t``, over every mode of its producer and every
@@ -31,7 +33,7 @@ import itertools
 import re
 import warnings
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jax
@@ -51,6 +53,8 @@ __all__ = ["FALLBACKS", "Move", "Option", "Plan", "host_input_type", "plan_graph
 INF = float("inf")
 _WARNED: dict[Any, Any] = {}  # the fallback warnings' registry (see warnings.warn_explicit)
 _CANDIDATES = 2  # input types tried per input and mode: the cheapest, and one more
+# The roles of primitives an option records (see ``SpyrePrim.role``): what it moves.
+_CHARGED = ("copy", "restickify", "host", "collective")
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,7 +66,8 @@ class Option:
         ins: the type each input is read in (None for scalars).
         outs: each output's type, as the Spyre primitives give it.
         copies: the copying primitives the lowering calls (restickifies, slices...,
-            and host calls, which move no elements between layouts: DMA bytes).
+            host calls, which move no elements between layouts: DMA bytes, and
+            collectives, whose elements go between cards).
     """
 
     mode: Mode
@@ -135,9 +140,14 @@ class Plan:
         return sum(p.moves for o in self.options() for p in o.copies if p.role == "copy")
 
     @property
+    def collective_cost(self) -> int:
+        """Elements the cards send each other in collectives (every card's, summed)."""
+        return sum(p.moves for o in self.options() for p in o.copies if p.role == "collective")
+
+    @property
     def cost(self) -> int:
-        """Every element the plan moves between layouts."""
-        return self.restickify_cost + self.copy_cost
+        """Every element the plan moves: between layouts, and between cards."""
+        return self.restickify_cost + self.copy_cost + self.collective_cost
 
     def options(self) -> list[Option]:
         """Every option the plan runs."""
@@ -217,7 +227,11 @@ class _Planner:
         self.produced[v] = produced
         avail = {t: cost for t, (cost, _) in produced.items()}
         base = min(cost + restickify_cost(t) for t, cost in avail.items())
+        # A value varies over the same mesh axes in every layout (types compare without
+        # vma, so the restickified types must be given it).
+        vma = frozenset().union(*(t.vma for t in avail))
         for d in _defaults(v):
+            d = replace(d, vma=vma) if vma else d
             avail[d] = min(avail.get(d, INF), base)
         self.avail[v] = avail
 
@@ -312,7 +326,7 @@ class _Planner:
         try:
             with sp.abstract_eval() as called:
                 outs = rule_for(node, fallback=self.fallback).lower(node, args, mode)
-            copies = tuple(p for p in called if p.role in ("copy", "restickify", "host"))
+            copies = tuple(p for p in called if p.role in _CHARGED)
             types = tuple(jax.typeof(o) for o in outs)
             option: Option | None = Option(mode, ins, types, copies)
         except LayoutError as err:
@@ -440,10 +454,12 @@ def _signature(node: Node, mode: Mode, ins: tuple[SpyreType | None, ...]) -> Any
     """A hashable key for an evaluation, or None if the node's parameters are not."""
     scalars = tuple((u.value, u.dtype) if isinstance(u, Scalar) else None for u in node.ins)
     outs = tuple((o.shape, o.dtype) for o in node.outs)
+    # Types compare without vma, but a result varies over the mesh axes its operands do.
+    vma = tuple(frozenset() if t is None else t.vma for t in ins)
     in_shapes = tuple(None if isinstance(u, Scalar) else (u.shape, u.dtype) for u in node.ins)
     try:
         params = tuple(sorted(node.params.items()))
-        key = (node.prim, params, mode, ins, scalars, outs, in_shapes)
+        key = (node.prim, params, mode, ins, vma, scalars, outs, in_shapes)
         hash(key)
     except TypeError:
         return None

@@ -22,7 +22,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._errors import LayoutError, SpyreUnsupportedError
+from .._errors import LayoutError, SpyreTypeError, SpyreUnsupportedError
 from .._jax import HiType, ShapedArray, register_hitype
 from ..layout._devdims import DevDim, device_dims, is_contiguous, stick_dim
 from ..layout._dtypes import format_for_dtype, host_dtype
@@ -206,6 +206,24 @@ class SpyreType(HiType):
     def nospec(self, mesh: Any, check_vma: bool, all_names: tuple[Any, ...]) -> Any:
         """The spec of a per-card value (an autodiff residual): stacked along a dim."""
         return residual_spec(self, mesh, all_names)
+
+    def reshard(self, sharding: Any) -> SpyreType:
+        """``jax.reshard`` (hijax's hook for placing a value under a sharding): refused.
+
+        A Spyre type carries no sharding of its image, so it cannot be placed under one;
+        the error names the ways that exist (``jax.device_put`` of a Spyre array is
+        refused by JAX itself, before any hook).
+
+        Raises:
+            SpyreTypeError: always, pointing to ``spyrejax.device_put`` and ``shard_map``.
+        """
+        raise SpyreTypeError(
+            f"jax.reshard of a Spyre array ({self.str_short()}) to {sharding} is not "
+            "supported. Put a host array on the cards with spyrejax.device_put(x, "
+            "NamedSharding(mesh, PartitionSpec(...)), layout=...) (spyrejax.to_host(x) "
+            "first for a Spyre array), or split it inside jax.shard_map with spyrejax.P "
+            "specs"
+        )
 
     # -- vmap and scan: the batch dim is logical dim 0 and device dim 0 -------------
 

@@ -10,7 +10,8 @@ a stick) raises the same ``LayoutError`` as ``shard_map`` would; ``restickify`` 
 layout where it is (the default layout usually is) and retry.
 
 Each primitive says how many bytes one card sends (:attr:`Collective.bytes_moved`, ring
-algorithms), charged at the machine profile's ``card_link_bw`` by ``explain``.
+algorithms), charged at the machine profile's ``card_link_bw`` by ``explain``, and as
+elements (:attr:`Collective.moves`) in the planner's cost.
 
 As in JAX with ``check_vma``, types record the mesh axes a value varies over: ``psum``
 makes a value the same on every card, ``pvary`` marks one as varying (Spyre primitives
@@ -85,6 +86,11 @@ class Collective(SpyrePrim):
     def bytes_moved(self) -> int:
         """Bytes one card sends."""
         raise NotImplementedError
+
+    @property
+    def moves(self) -> int:
+        """Elements one card sends to others (the planner's cost, as copies count theirs)."""
+        return self.bytes_moved // self.in_avals[0].dtype.itemsize
 
     def jvp(self, primals: Any, tangents: Any) -> tuple[Any, Any]:
         """Collectives are linear: the tangent's collective (each class transposes it)."""

@@ -21,7 +21,7 @@ from ..dma._dma import dma_h2d, h2d_values
 from ..layout._dtypes import host_dtype
 from ..layout._layout import SpyreTensorLayout
 from ._array import SpyreType
-from ._base import SpyrePrim
+from ._base import SpyrePrim, _vma
 from ._copies import Copy
 from ._values import logical_values
 
@@ -103,7 +103,24 @@ class LaxCopy(SpyrePrim):
         operands: list[Any] = list(values)
         for pos, value in self.consts:
             operands.insert(pos, value)
-        return self.primitive.bind(*operands, **dict(self.primitive_params))
+        return self.primitive.bind(*_same_varying(operands), **dict(self.primitive_params))
+
+
+def _same_varying(operands: list[Any]) -> list[Any]:
+    """``operands`` varying over the same mesh axes (inside ``jax.shard_map``).
+
+    JAX's wrappers (``lax.gather``...) cast an operand the same on every card to varying
+    where it meets per-card ones; a bare ``bind`` does not, and a gather of a replicated
+    table by per-card indices would be refused.
+    """
+    vmas = [_vma(jax.typeof(x)) for x in operands]
+    union = frozenset().union(*vmas)
+    if not union:
+        return operands
+    return [
+        x if v == union else jax.lax.pcast(x, tuple(sorted(union - v)), to="varying")
+        for x, v in zip(operands, vmas, strict=True)
+    ]
 
 
 def split_operands(primitive: Any, operands: list[Any]) -> tuple[list[Any], list[Any]]:
