@@ -973,6 +973,8 @@ _DOTS = {
     "ij,j->i": ((6, 70), (70,)),
     "i,ij->j": ((70,), (70, 5)),
     "ij,kl->ijkl": ((3, 4), (5, 6)),  # no contraction, free dims on both sides
+    # B's free dims end in a size-1 dim (one query of grouped attention): n is stuck on r
+    "grst,tgd->sgrd": ((2, 2, 1, 8), (8, 2, 20)),
 }
 
 
@@ -1003,6 +1005,22 @@ def test_dot_general_in_full(spec, dtype):
     report = sj.explain(f, a, b)  # every copy the lowering makes is charged
     moved = sum(int(c) for c in re.findall(r"cost=(\d+)", report.jaxpr))
     assert moved == report.restickify_cost + report.copy_cost
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_dot_general_with_a_literal_scalar_operand(dtype):
+    """JAX transposes ``jnp.vdot`` into products of the literal cotangent 1.0."""
+    x = rand((3, 70), dtype)
+
+    def scaled(x):
+        return jax.lax.dot_general(
+            jnp.asarray(3.0, dtype), x, (((), ()), ((), ())), preferred_element_type=jnp.float32
+        )
+
+    for fn in (jax.grad(lambda x: jnp.vdot(x, x).astype(jnp.float32)), scaled):
+        got, want = sj.jit(fn)(x), jax.jit(fn)(x)
+        assert np.dtype(got.dtype) == want.dtype
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))  # exact products
 
 
 def _xent(logits, labels):
