@@ -925,6 +925,7 @@ _FLOAT_OPS = {
     "acosh": lambda x: jnp.arccosh(jnp.abs(x) + 1),
     "atan2": lambda x: jnp.arctan2(x, x * x - 1),
     "exp2_cbrt": lambda x: jnp.exp2(x) + jnp.cbrt(x),
+    "log2": lambda x: jnp.log2(jnp.abs(x) + 0.25),
     "erf_inv": lambda x: jax.scipy.special.erfinv(x / 3),
     "lgamma_digamma": lambda x: jax.lax.lgamma(jnp.abs(x) + 0.5) + jax.lax.digamma(x * x + 1),
     "rem": lambda x: jax.lax.rem(x, jnp.asarray(0.7, x.dtype)) + x % 0.3,
@@ -944,6 +945,23 @@ def test_float_ops_match_jax_jit(name, shape, dtype):
     # The same XLA kernels on the same values: a few ulps of each result at most.
     eps = float(jnp.finfo(dtype).eps)
     np.testing.assert_allclose(got, want, rtol=4 * eps, atol=4 * eps * max(1.0, np.abs(want).max()))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_total_order_comparisons_of_sorts(dtype):
+    """``lt_to``, ``le_to``, ``eq_to`` (searchsorted's comparators): -0.0 < 0.0, NaNs last."""
+    special = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0], np.float32)
+    x = jnp.asarray(np.resize(special, (8, 70)), dtype)
+    y = jnp.asarray(np.resize(np.roll(special, 3), (8, 70)), dtype)
+
+    def f(x, y):
+        return [p.bind(x, y) for p in (jax.lax.lt_to_p, jax.lax.le_to_p, jax.lax.eq_to_p)]
+
+    got = [np.asarray(r) for r in sj.jit(f)(x, y)]
+    want = jax.jit(f)(x, y)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, np.asarray(w))
+    assert sj.explain(f, x, y).fallbacks == ()
 
 
 @pytest.mark.parametrize("values", [jnp.float32, jnp.bfloat16])
