@@ -1,8 +1,10 @@
 """A flat dataflow graph from a user's jaxpr: what the planner and the interpreter walk.
 
 Call-like equations (nested ``jit``, ``closed_call``, ``custom_jvp_call``,
-``custom_vjp_call``, remat) are inlined, identities (``copy``, ``stop_gradient``) are
-forwarded, and computations on scalar literals alone are folded into scalars.
+``custom_vjp_call``, remat) are inlined, and so are the expansions of ``tile`` and of
+JAX's own hijax primitives (``_expansions``); identities (``copy``, ``stop_gradient``,
+``checkpoint_name``) are forwarded, and computations on scalar literals alone are
+folded into scalars.
 
 Zero-size values carry no data: they are known at trace time. A computation giving
 only zero-size results becomes zero-size constants; one with zero-size operands and a
@@ -27,7 +29,7 @@ import numpy as np
 
 from .._errors import SpyreUnsupportedError
 from .._jax import ClosedJaxpr, Jaxpr, Literal, summarize_source
-from . import _keys
+from . import _expansions, _keys
 
 __all__ = ["Graph", "Node", "Scalar", "Value", "build_graph", "source_line"]
 
@@ -47,7 +49,8 @@ _CALLS = {
 }
 # Equations with several results that become one node per result (param ``out_index``).
 _PER_OUTPUT = {"shard_map"}
-_IDENTITIES = {"copy", "copy_p", "stop_gradient", "optimization_barrier", "pvary"}
+# (``name`` is ``jax.ad_checkpoint.checkpoint_name``'s tag for remat policies.)
+_IDENTITIES = {"copy", "copy_p", "stop_gradient", "optimization_barrier", "pvary", "name"}
 # Equations whose derivative is not that of what the graph keeps of them.
 _DERIVATIVE_RULES = {"custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "stop_gradient"}
 
@@ -229,6 +232,9 @@ class _Builder:
                     env[out] = x
             elif _keys.needs_expansion(eqn):
                 self._keys(eqn, ins, env, source)
+            elif _expansions.needs_expansion(eqn):
+                body = _expansions.expand(eqn)
+                self._inline_body(body, eqn, ins, env, source, internal=True)
             elif name == "split":
                 self._split(eqn, ins, env, source)
             elif name == "unstack":
