@@ -67,6 +67,13 @@ def test_searchsorted(side):
     _same(lambda x, q: jnp.searchsorted(jnp.sort(x), q, side=side), x, queries)
 
 
+def test_interp():
+    """searchsorted, gathers, and a constant reshaped from a scalar (linspace's end)."""
+    x = rand((70,), low=-2.5, high=2.5)
+    fn = lambda x: jnp.interp(x, jnp.linspace(-2.0, 2.0, 5), jnp.arange(5.0) ** 2)  # noqa: E731
+    assert_close(sj.to_host(sj.jit(fn)(x)), jax.jit(fn)(x), ops=4, scale=16.0)
+
+
 def test_nonzero_with_a_size():
     x = rand((3, 37), seed=2)
     _same(lambda x: jnp.nonzero(x > 0.5, size=20, fill_value=-1), x)

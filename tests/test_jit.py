@@ -947,6 +947,18 @@ def test_float_ops_match_jax_jit(name, shape, dtype):
     np.testing.assert_allclose(got, want, rtol=4 * eps, atol=4 * eps * max(1.0, np.abs(want).max()))
 
 
+def test_scalars_reshaped_to_one_element_fold_into_constants():
+    """``linspace`` reshapes its end point to ``[1]``: a literal, no traced value."""
+
+    def f(x):
+        end = jax.lax.reshape(jnp.asarray(2.5, x.dtype) * 2.0, (1, 1))
+        return jnp.concatenate([x, jnp.broadcast_to(end, (1, x.shape[1]))]) + end
+
+    x = rand((3, 70))
+    got, want = sj.jit(f)(x), jax.jit(f)(x)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_total_order_comparisons_of_sorts(dtype):
     """``lt_to``, ``le_to``, ``eq_to`` (searchsorted's comparators): -0.0 < 0.0, NaNs last."""

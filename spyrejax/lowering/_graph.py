@@ -245,9 +245,7 @@ class _Builder:
                 math.prod(o.aval.shape) == 0 for o in eqn.outvars
             ):
                 self._zero_size(eqn, ins, env, source)
-            elif all(isinstance(x, Scalar) for x in ins) and all(
-                o.aval.shape == () for o in eqn.outvars
-            ):
+            elif all(isinstance(x, Scalar) for x in ins) and _folds(eqn):
                 self._fold(eqn, ins, env)
             else:
                 self._node(eqn, ins, env, source)
@@ -298,8 +296,7 @@ class _Builder:
                 outs = eqn.primitive.bind(*args, **eqn.params)
             outs = outs if eqn.primitive.multiple_results else [outs]
         for var, val in zip(eqn.outvars, outs, strict=True):
-            arr = np.asarray(val)
-            env[var] = Scalar(arr.item(), arr.dtype)
+            env[var] = self.const(np.asarray(val).reshape(var.aval.shape))  # 0-d: a Scalar
 
     def _zero_size(self, eqn: Any, ins: list[Any], env: dict[Any, Any], source: str) -> None:
         """An equation with zero-size operands or results: no node reads or gives one.
@@ -432,6 +429,18 @@ def _inner_rules(params: dict[str, Any]) -> list[str]:
                 p for v in eqn.params.values() for p in (v if isinstance(v, tuple) else (v,))
             )
     return found
+
+
+def _folds(eqn: Any) -> bool:
+    """Whether an equation of scalars alone is folded into constants.
+
+    Scalar results are; so are results of one element from operands (``linspace``
+    reshapes its end point to ``[1]``), which no rule takes as scalars.
+    """
+    shapes = [o.aval.shape for o in eqn.outvars]
+    if all(s == () for s in shapes):
+        return True
+    return bool(eqn.invars) and all(math.prod(s) == 1 for s in shapes)
 
 
 def _empty(x: Value | Scalar) -> bool:
