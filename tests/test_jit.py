@@ -1067,6 +1067,11 @@ _INDEXED = {
     "embedding_grad": (jax.grad(lambda e, i: (e[i] ** 2).sum()), ((50, 70), "ids")),
     "at_set": (lambda x, i: x.at[i[0, :2] % 3].set(1.0), ((3, 70), "ids")),
     "at_add_max": (lambda x, i: x.at[:, i[0, 0]].add(2.0).at[1].max(0.5), ((3, 70), "ids")),
+    "at_subtract": (lambda x, i: x.at[i[0, :3] % 3, 1:9].subtract(0.75), ((3, 70), "ids")),
+    "reduce_xor": (
+        lambda x: jnp.bitwise_xor.reduce(jnp.round(x * 8).astype(jnp.int32), axis=1),
+        ((3, 70),),
+    ),
     "dynamic_slice": (
         lambda x, i: jax.lax.dynamic_slice(x, (i[0, 0] % 2, 5), (2, 40)),
         ((3, 70), "ids"),
@@ -1118,6 +1123,8 @@ _SEVERAL = {
     "argsort": lambda x: jnp.argsort(x, axis=1),
     "sort_two_keys": lambda x: jax.lax.sort((x.T > 0, x.T, x.T * 2), num_keys=2, dimension=0),
     "top_k_indices_gather": lambda x: jnp.take_along_axis(x, jax.lax.top_k(x, 3)[1], axis=1),
+    "approx_max_k": lambda x: jax.lax.approx_max_k(x, 5),
+    "approx_min_k_columns": lambda x: jax.lax.approx_min_k(x, 2, reduction_dimension=0),
     "sorted_second_output_transposed": lambda x: jax.lax.sort((x, -x), num_keys=1)[1].T @ x,
 }
 

@@ -77,6 +77,7 @@ _UPDATES_OF_NOTHING = {
     "scatter": 2,
     "scatter-add": 2,
     "scatter_add": 2,
+    "scatter-sub": 2,
     "scatter_sub": 2,
     "scatter_mul": 2,
     "scatter_min": 2,

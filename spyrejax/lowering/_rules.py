@@ -639,6 +639,8 @@ _register(
     "scatter",
     "scatter-add",
     "scatter_add",
+    "scatter-sub",
+    "scatter_sub",
     "scatter-mul",
     "scatter_mul",
     "scatter-min",
@@ -657,6 +659,8 @@ _register(
     "reduce_precision",
     "rev",
     "reduce_prod",
+    "reduce_xor",
     "sort",
     "top_k",
+    "approx_top_k",
 )
