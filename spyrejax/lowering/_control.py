@@ -61,7 +61,7 @@ from ._interpret import Interpreter
 from ._planner import Plan, host_input_type, plan_graph
 from ._rules import RULES, Mode, Rule, _register
 
-__all__ = ["Charge"]
+__all__ = ["Charge", "HostCharge"]
 
 _FIXED_POINT_ROUNDS = 4  # bodies planned while a carry's type still changes
 
@@ -92,9 +92,33 @@ class Charge:
     value: Value | None = None
 
 
-def _charges(plan: Plan, times: int, context: str, unit: str = "iteration") -> list[Charge]:
-    """A sub-plan's copies, each charged ``times`` times, said to be ``context``."""
-    out = []
+@dataclass(frozen=True)
+class HostCharge:
+    """A host fallback inside a loop body or a branch, its bytes counted as often as it runs.
+
+    ``explain`` lists it among the fallbacks under the primitive and line of the node
+    run on the host (not of the loop).
+
+    Attributes:
+        prim: the primitive run on the host.
+        line: its source line (``file:line (function)``).
+        to_host_bytes: bytes its operands move device -> host, in all.
+        to_device_bytes: bytes its results move back, in all.
+    """
+
+    prim: str
+    line: str
+    to_host_bytes: int
+    to_device_bytes: int
+    role: str = "host"
+    moves: int = 0
+
+
+def _charges(
+    plan: Plan, times: int, context: str, unit: str = "iteration"
+) -> list[Charge | HostCharge]:
+    """A sub-plan's copies and host fallbacks, each charged ``times`` times, in ``context``."""
+    out: list[Charge | HostCharge] = []
     for ms in plan.moves.values():
         for m in ms:
             base = m.cost
@@ -112,6 +136,16 @@ def _charges(plan: Plan, times: int, context: str, unit: str = "iteration") -> l
     for node, options in plan.runs.items():
         for option in options:
             for prim in option.copies:
+                if prim.role == "host":
+                    inner = isinstance(prim, HostCharge)  # from a loop inside the body
+                    out.append(
+                        HostCharge(
+                            prim.prim if inner else node.prim,
+                            prim.line if inner else node.line,
+                            prim.to_host_bytes * times,
+                            prim.to_device_bytes * times,
+                        )
+                    )
                 if prim.role not in ("copy", "restickify"):
                     continue
                 where = getattr(prim, "where", "") or node.describe()
@@ -261,8 +295,8 @@ class _ControlRule(Rule):
         return [Mode((None,) * len(node.ins), SPARSE)]
 
 
-def _emit(called: list[Any], charges: list[Charge]) -> None:
-    called.extend(c for c in charges if c.moves)
+def _emit(called: list[Any], charges: list[Charge | HostCharge]) -> None:
+    called.extend(c for c in charges if c.moves or c.role == "host")
 
 
 # --- loops: scan and while ------------------------------------------------------------

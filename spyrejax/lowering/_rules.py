@@ -618,6 +618,8 @@ class _HostFallback(_LaxCopy):
     call = staticmethod(sp.host_call)
 
     def modes(self, node: Node) -> list[Mode]:
+        if not node.outs:  # run for its effects (jax.debug.print): it gives nothing back
+            return [Mode((None,) * len(node.ins), SPARSE)]
         out = node.outs[0]
         stick = canon(out.shape, out.ndim - 1) if out.shape else SPARSE
         return [Mode((None,) * len(node.ins), stick)]
