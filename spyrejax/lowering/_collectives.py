@@ -42,6 +42,7 @@ from ..primitives._stick import canon, stick_options
 from ._graph import Graph, Node, Scalar, build_graph
 from ._interpret import Interpreter
 from ._planner import Plan, plan_graph
+from ._regions import host_regions
 from ._rules import RULES, Mode, Rule
 
 __all__ = ["body_plan", "collective_records"]
@@ -77,7 +78,7 @@ def _size(axes: tuple[str, ...]) -> int:
 
 @functools.lru_cache(maxsize=256)
 def _body_graph(jaxpr: Jaxpr) -> Graph:
-    return build_graph(ClosedJaxpr(jaxpr, []))
+    return host_regions(build_graph(ClosedJaxpr(jaxpr, [])))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -59,6 +59,7 @@ from ..primitives._stick import (
 from ._graph import Graph, Node, Scalar, Value, build_graph
 from ._interpret import Interpreter
 from ._planner import Plan, host_input_type, plan_graph
+from ._regions import host_regions
 from ._rules import RULES, Mode, Rule, _register
 
 __all__ = ["Charge", "HostCharge"]
@@ -272,7 +273,7 @@ def _cache(node: Node) -> _NodeCache:
 def _graph(node: Node, key: str, closed: Any, bound: list[Scalar | None]) -> Graph:
     c = _cache(node)
     if key not in c.graphs:
-        graph = c.graphs[key] = build_graph(closed, bound)
+        graph = c.graphs[key] = host_regions(build_graph(closed, bound))
         for v in graph.inputs:  # "argument leaf i" of the body: say whose
             v.origin = v.origin.replace("argument leaf", f"{key} operand") + f" of {node.prim}"
     return c.graphs[key]
