@@ -82,6 +82,8 @@ class Charge:
         reason: why, and where in which loop.
         where: the operation and loop, for copies.
         value: the value moved.
+        target: the type a loop's operand is put in once before the loop (the loop's
+            own charge; None for others).
     """
 
     role: str
@@ -91,6 +93,7 @@ class Charge:
     reason: str
     where: str
     value: Value | None = None
+    target: SpyreType | None = None
 
 
 @dataclass(frozen=True)
@@ -220,6 +223,7 @@ def _before(node: Node, args: list[Any], want: list[SpyreType], first: int, why:
                     f"{node.describe()}: operand {first + i} {why}, once before the loop",
                     node.describe(),
                     u if isinstance(u, Value) else None,
+                    t,
                 )
             )
     return [sp.abstract(t) for t in want]
@@ -394,6 +398,40 @@ def _stacked(t: SpyreType, length: int) -> SpyreType:
         return batched_type(default_type(inner, t.dtype, stick if inner else SPARSE), length)
 
 
+def _invariant_types(body: _Body, consts: list[SpyreType]) -> list[SpyreType]:
+    """The types a body reads its constants in where it relays them out every iteration.
+
+    A constant is a loop invariant: where the body's plan restickifies it or its
+    transpose (a planned move: ``h @ w.T``), or a loop inside the body puts it in
+    another type before that loop runs, it may as well be put in that type once, before
+    this loop.
+    """
+    out = list(consts)
+    const_inputs = set(body.graph.inputs[: len(consts)])
+    targets: dict[Value, SpyreType] = {}
+    for node in body.graph.nodes:
+        if node.prim != "transpose" or node.ins[0] not in const_inputs:
+            continue
+        v = node.ins[0]
+        for m in body.plan.moves.get(node.outs[0], []):
+            stick = stick_of(m.target)
+            if stick != SPARSE:
+                s = node.params["permutation"][stick]
+                targets.setdefault(v, default_type(v.shape, v.dtype, canon(v.shape, s)))
+    for v in const_inputs:
+        moves = body.plan.moves.get(v)
+        if moves:
+            targets[v] = moves[0].target
+    for options in body.plan.runs.values():
+        for option in options:
+            for prim in option.copies:
+                if isinstance(prim, Charge) and prim.target is not None and prim.value:
+                    targets.setdefault(prim.value, prim.target)
+    for i, v in enumerate(body.graph.inputs[: len(consts)]):
+        out[i] = targets.get(v, consts[i])
+    return out
+
+
 def _scan_counts(params: dict[str, Any]) -> tuple[int, int]:
     """How many of a scan's operands are constants and carries (the rest are stacked)."""
     if "ft_in" in params:  # JAX >= 0.9: the operands' tree, (consts, carries, xs)
@@ -403,7 +441,10 @@ def _scan_counts(params: dict[str, Any]) -> tuple[int, int]:
 
 
 class _Scan(_ControlRule):
-    def _decide(self, node: Node, types: list[Any]) -> tuple[_Loop, list[SpyreType]]:
+    def _decide(
+        self, node: Node, types: list[Any]
+    ) -> tuple[_Loop, list[SpyreType], list[SpyreType]]:
+        """The loop, the stacked inputs' types and the constants' types it runs with."""
         p = node.params
         nc, nk, length = *_scan_counts(p), p["length"]
         c = _cache(node)
@@ -420,7 +461,7 @@ class _Scan(_ControlRule):
         given = types[nc + nk :]
         stacked = [_stacked(t, length) for t in given]
 
-        def choose(stacked: list[SpyreType]) -> _Loop:
+        def choose(stacked: list[SpyreType], consts: list[SpyreType] = consts) -> _Loop:
             xs = [t.dec_rank(length, 0) for t in stacked]
 
             def plan_for(carry: list[SpyreType]) -> tuple[_Body, None]:
@@ -444,15 +485,30 @@ class _Scan(_ControlRule):
                     continue
                 if other.cost < loop.cost:
                     loop, stacked = other, [*stacked[:j], alt, *stacked[j + 1 :]]
-        c.decisions[key] = (loop, stacked)
-        return loop, stacked
+        # A constant the body relays out on every iteration (a weight read transposed,
+        # or sliced by a loop inside the body) is relaid out once before the loop.
+        hoisted = _invariant_types(loop.body, consts)
+        if hoisted != consts and length > 1:
+            try:
+                other = choose(stacked, hoisted)
+            except LayoutError:
+                other = None
+            once = sum(_into_cost(a, b) for a, b in zip(consts, hoisted, strict=True))
+            if other is not None and other.cost + once < loop.cost:
+                loop, consts = replace(other, cost=other.cost + once), hoisted
+        c.decisions[key] = (loop, stacked, consts)
+        return loop, stacked, consts
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         p = node.params
         nc, nk, length = *_scan_counts(p), p["length"]
         types = [_type_of(a) for a in args]
-        loop, stacked = self._decide(node, types)
-        consts = [a for a in args[:nc] if not isinstance(a, Scalar)]
+        loop, stacked, const_types = self._decide(node, types)
+        held = [(i, a) for i, a in enumerate(args[:nc]) if not isinstance(a, Scalar)]
+        consts = [
+            _before(node, [a], [t], i, "into the layout the body reads it in")[0]
+            for (i, a), t in zip(held, const_types, strict=True)
+        ]
         init = _before(node, args[nc : nc + nk], loop.carry, nc, "into the type it is carried in")
         xs = _before(
             node, args[nc + nk :], stacked, nc + nk, "into the stacked layout of its slices"
