@@ -13,10 +13,14 @@ import pytest
 from helpers import assert_close, rand
 from hypothesis import given
 from hypothesis import strategies as st
+from jax.extend.core import Primitive
 from jax.extend.core import primitives as core_prims
 from oracles import same_bits
 
 import spyrejax as sj
+from spyrejax.lowering import RULES
+from spyrejax.lowering._rules import Mode, Rule
+from spyrejax.primitives._stick import stick_options
 
 DTYPES = [jnp.float16, jnp.bfloat16, jnp.float32]
 SHAPES = [(3, 150), (4, 64)]  # with and without stick padding
@@ -644,14 +648,32 @@ def test_sparse_values_are_compacted_for_dense_consumers():
     _check(f, x, w, reduce_len=150 * 6)
 
 
+class _Refuses(Rule):
+    """The test's own rule: it takes no layout."""
+
+    def modes(self, node):
+        return [Mode((s,), s) for s in stick_options(node.ins[0].shape)]
+
+    def lower(self, node, args, mode):
+        raise sj.LayoutError("this rule takes no layout")
+
+
 def test_infeasible_layouts_name_the_equation_the_layouts_and_the_reason():
-    # uint16 has no Spyre format: no layout of the input can give the cast's result.
+    refuse_p = Primitive("test_refuse")
+    refuse_p.def_abstract_eval(lambda x: jax.core.ShapedArray(x.shape, x.dtype))
     x = rand((4, 150), jnp.float32)
-    with pytest.raises(
-        sj.LayoutError,
-        match=r"no layout works for convert_element_type at .*test_jit.py:\d+.* with inputs "
-        r"f32\[4,150\]\{\[5,4,32\]/\[32,150,1\]\}.*: host dtype uint16 has no Spyre data format",
-    ):
+    RULES["test_refuse"] = _Refuses()
+    try:
+        with pytest.raises(
+            sj.LayoutError,
+            match=r"no layout works for test_refuse at .*test_jit.py:\d+.* with inputs "
+            r"f32\[4,150\]\{\[5,4,32\]/\[32,150,1\]\}.*: this rule takes no layout",
+        ):
+            sj.jit(lambda x: refuse_p.bind(jnp.tanh(x)))(x)
+    finally:
+        del RULES["test_refuse"]
+    # uint16 has no Spyre format: a uint16 result cannot come back as a Spyre array.
+    with pytest.raises(sj.SpyreUnsupportedError, match=r"returns a uint16 value \(convert"):
         sj.jit(lambda x: jnp.tanh(x).astype(jnp.uint16))(x)
 
 
