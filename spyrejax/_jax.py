@@ -6,6 +6,7 @@ spyrejax imports public JAX (``jax``, ``jax.numpy``, ``jax.lax``) or these names
 
 from jax._src.api_util import fun_signature, resolve_argnums
 from jax._src.config import trace_context
+from jax._src.hijax import call_hi_primitive_p
 from jax._src.interpreters.ad import LinearizeTracer
 from jax._src.random.prng import (
     random_bits_impl_base,
@@ -48,6 +49,7 @@ __all__ = [
     "aval_method",
     "aval_property",
     "batching",
+    "expand_hi_primitive",
     "fun_signature",
     "jaxpr_as_fun",
     "key_impl",
@@ -72,3 +74,8 @@ AD_TRACERS = (ad.JVPTracer, LinearizeTracer)
 def key_impl(dtype: object) -> object:
     """The PRNG implementation of a key dtype (``key<fry>``): its ``key_shape`` and functions."""
     return dtype._impl  # type: ignore[attr-defined]
+
+
+def expand_hi_primitive(prim: HiPrim, *args: object) -> list[object]:
+    """A hijax primitive's application in the primitives it expands to (its ``expand``)."""
+    return call_hi_primitive_p.to_lojax(*args, _prim=prim)

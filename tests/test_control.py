@@ -302,3 +302,39 @@ def test_stacked_outputs_are_sliced_by_the_next_scan_without_a_copy():
     stacked = [r for r in report.restickifies if "stacked layout" in r.reason]
     assert [r.value.split("(")[1] for r in stacked] == ["argument leaf 1)"]  # ws only
     assert "per iteration" not in str(report)  # the carries are at a fixed point
+
+
+def test_a_constant_the_body_relays_out_is_relaid_out_once_before_the_loop():
+    d, n = 70, 5
+
+    def f(x, w):  # the body reads w transposed: B of the product must be stuck on n
+        return jax.lax.scan(lambda h, _: (jnp.tanh(h @ w.T), None), x, None, length=n)[0]
+
+    x, w = rand((4, d)), rand((d, d), seed=1) / d
+    _check(f, x, w, reduce_len=d, ops=3 * n)
+    report = sj.explain(f, x, w)
+    once = [r for r in report.restickifies if "the layout the body reads it in" in r.reason]
+    assert [r.value.split("(")[1] for r in once] == ["argument leaf 1)"]
+    assert "once before the loop" in once[0].reason
+    assert "per iteration" not in str(report.details())
+    assert report.restickify_cost == once[0].cost
+
+
+def test_weights_a_loop_inside_the_body_slices_are_stacked_once_before_the_outer_loop():
+    """A decode step scanning stacked layers: the layers' weights are laid out for the
+    inner scan's slices once, not before every step."""
+    d, layers, steps = 70, 3, 4
+
+    def f(x, ws):
+        def step(h, _):
+            h = jax.lax.scan(lambda h, w: (jnp.tanh(h @ w), None), h, ws)[0]
+            return h, h.sum()
+
+        return jax.lax.scan(step, x, None, length=steps)
+
+    x, ws = rand((2, d)), rand((layers, d, d), seed=1) / d
+    _check(f, x, ws, reduce_len=d, ops=3 * layers * steps)
+    report = sj.explain(f, x, ws)
+    stacked = [r for r in report.restickifies if r.value.startswith(f"float32[{layers}, {d}, {d}]")]
+    assert len(stacked) == 1 and "[in the body" not in stacked[0].reason
+    assert stacked[0].cost == report.restickify_cost

@@ -171,3 +171,53 @@ def test_ops_with_device_rules_never_fall_back():
         assert report.fallbacks == ()
         assert all(o.fallback is None for o in report.nodes)
         assert "host fallbacks: none" in str(report)
+
+
+def test_debug_callbacks_run_on_the_host_for_their_effects():
+    """``jax.debug.print``/``callback`` give nothing back: they run, every call, in order."""
+    seen = []
+
+    def f(x):
+        jax.debug.callback(lambda v: seen.append(("in", np.asarray(v))), x.sum(0))
+
+        def body(c, _):
+            jax.debug.callback(lambda v: seen.append(("loop", np.asarray(v))), c.max())
+            return c * 2.0, None
+
+        y = jax.lax.scan(body, x, None, length=3)[0]
+        jax.debug.print("total {t}", t=y.sum(), ordered=True)
+        return y + 1.0
+
+    x = rand((6, 70))
+    with pytest.warns(sj.SpyreFallbackWarning, match="debug_callback at .* nothing|DMA;"):
+        got = sj.jit(f)(x)
+    assert_close(sj.to_host(got), jax.jit(f)(x), ops=4)
+    want = [("in", np.asarray(x.sum(0)))] + [
+        ("loop", np.asarray(x.max() * 2.0**i)) for i in range(3)
+    ]
+    jax.effects_barrier()
+    assert [k for k, _ in seen[:4]] == [k for k, _ in want]
+    for (_, g), (_, w) in zip(seen[:4], want, strict=True):
+        assert_close(g, w, reduce_len=6)
+    report = sj.explain(f, x)
+    falls = sorted((fb.prim, fb.to_host_bytes, fb.to_device_bytes) for fb in report.fallbacks)
+    # The column sums (70 float32) once, the loop's max (one float32) three times.
+    assert falls == [("debug_callback", 12, 0), ("debug_callback", 280, 0), ("debug_print", 4, 0)]
+
+
+@pytest.mark.parametrize("where", ["scan", "cond"])
+def test_fallbacks_inside_loops_and_branches_are_listed_at_their_own_line(where):
+    def f(x):
+        if where == "scan":
+            return jax.lax.scan(lambda c, _: (cube_p.bind(c) * 0.5, None), x, None, length=3)[0]
+        return jax.lax.cond(x.sum() > 0, lambda v: cube_p.bind(v) * 0.5, jnp.sin, x)
+
+    x = rand((6, 70), low=0.1, high=1.0)
+    with pytest.warns(sj.SpyreFallbackWarning, match="test_cube"):
+        report = sj.explain(f, x)
+    (fb,) = report.fallbacks
+    times = 3 if where == "scan" else 1
+    assert fb.prim == "test_cube" and re.search(r"test_host\.py:\d+ \(.*lambda", fb.line)
+    assert fb.to_host_bytes == fb.to_device_bytes == times * x.size * 4
+    assert "test_cube(host)" in str(report)
+    assert_close(sj.to_host(sj.jit(f)(x)), jax.jit(f)(x), ops=12)

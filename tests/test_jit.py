@@ -13,10 +13,14 @@ import pytest
 from helpers import assert_close, rand
 from hypothesis import given
 from hypothesis import strategies as st
+from jax.extend.core import Primitive
 from jax.extend.core import primitives as core_prims
 from oracles import same_bits
 
 import spyrejax as sj
+from spyrejax.lowering import RULES
+from spyrejax.lowering._rules import Mode, Rule
+from spyrejax.primitives._stick import stick_options
 
 DTYPES = [jnp.float16, jnp.bfloat16, jnp.float32]
 SHAPES = [(3, 150), (4, 64)]  # with and without stick padding
@@ -644,15 +648,33 @@ def test_sparse_values_are_compacted_for_dense_consumers():
     _check(f, x, w, reduce_len=150 * 6)
 
 
+class _Refuses(Rule):
+    """The test's own rule: it takes no layout."""
+
+    def modes(self, node):
+        return [Mode((s,), s) for s in stick_options(node.ins[0].shape)]
+
+    def lower(self, node, args, mode):
+        raise sj.LayoutError("this rule takes no layout")
+
+
 def test_infeasible_layouts_name_the_equation_the_layouts_and_the_reason():
-    # uint16 has no Spyre format: no layout of the input can give the cast's result.
+    refuse_p = Primitive("test_refuse")
+    refuse_p.def_abstract_eval(lambda x: jax.core.ShapedArray(x.shape, x.dtype))
     x = rand((4, 150), jnp.float32)
-    with pytest.raises(
-        sj.LayoutError,
-        match=r"no layout works for convert_element_type at .*test_jit.py:\d+.* with inputs "
-        r"f32\[4,150\]\{\[5,4,32\]/\[32,150,1\]\}.*: host dtype uint16 has no Spyre data format",
-    ):
-        sj.jit(lambda x: jnp.tanh(x).astype(jnp.uint16))(x)
+    RULES["test_refuse"] = _Refuses()
+    try:
+        with pytest.raises(
+            sj.LayoutError,
+            match=r"no layout works for test_refuse at .*test_jit.py:\d+.* with inputs "
+            r"f32\[4,150\]\{\[5,4,32\]/\[32,150,1\]\}.*: this rule takes no layout",
+        ):
+            sj.jit(lambda x: refuse_p.bind(jnp.tanh(x)))(x)
+    finally:
+        del RULES["test_refuse"]
+    # complex64 has no Spyre format: a complex result cannot come back as a Spyre array.
+    with pytest.raises(sj.SpyreUnsupportedError, match=r"returns a complex64 value \(convert"):
+        sj.jit(lambda x: jnp.tanh(x).astype(jnp.complex64))(x)
 
 
 def test_head_split_needs_no_fallback_copy():
@@ -924,6 +946,7 @@ _FLOAT_OPS = {
     "acosh": lambda x: jnp.arccosh(jnp.abs(x) + 1),
     "atan2": lambda x: jnp.arctan2(x, x * x - 1),
     "exp2_cbrt": lambda x: jnp.exp2(x) + jnp.cbrt(x),
+    "log2": lambda x: jnp.log2(jnp.abs(x) + 0.25),
     "erf_inv": lambda x: jax.scipy.special.erfinv(x / 3),
     "lgamma_digamma": lambda x: jax.lax.lgamma(jnp.abs(x) + 0.5) + jax.lax.digamma(x * x + 1),
     "rem": lambda x: jax.lax.rem(x, jnp.asarray(0.7, x.dtype)) + x % 0.3,
@@ -943,6 +966,35 @@ def test_float_ops_match_jax_jit(name, shape, dtype):
     # The same XLA kernels on the same values: a few ulps of each result at most.
     eps = float(jnp.finfo(dtype).eps)
     np.testing.assert_allclose(got, want, rtol=4 * eps, atol=4 * eps * max(1.0, np.abs(want).max()))
+
+
+def test_scalars_reshaped_to_one_element_fold_into_constants():
+    """``linspace`` reshapes its end point to ``[1]``: a literal, no traced value."""
+
+    def f(x):
+        end = jax.lax.reshape(jnp.asarray(2.5, x.dtype) * 2.0, (1, 1))
+        return jnp.concatenate([x, jnp.broadcast_to(end, (1, x.shape[1]))]) + end
+
+    x = rand((3, 70))
+    got, want = sj.jit(f)(x), jax.jit(f)(x)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_total_order_comparisons_of_sorts(dtype):
+    """``lt_to``, ``le_to``, ``eq_to`` (searchsorted's comparators): -0.0 < 0.0, NaNs last."""
+    special = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0], np.float32)
+    x = jnp.asarray(np.resize(special, (8, 70)), dtype)
+    y = jnp.asarray(np.resize(np.roll(special, 3), (8, 70)), dtype)
+
+    def f(x, y):
+        return [p.bind(x, y) for p in (jax.lax.lt_to_p, jax.lax.le_to_p, jax.lax.eq_to_p)]
+
+    got = [np.asarray(r) for r in sj.jit(f)(x, y)]
+    want = jax.jit(f)(x, y)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, np.asarray(w))
+    assert sj.explain(f, x, y).fallbacks == ()
 
 
 @pytest.mark.parametrize("values", [jnp.float32, jnp.bfloat16])
@@ -972,6 +1024,8 @@ _DOTS = {
     "ij,j->i": ((6, 70), (70,)),
     "i,ij->j": ((70,), (70, 5)),
     "ij,kl->ijkl": ((3, 4), (5, 6)),  # no contraction, free dims on both sides
+    # B's free dims end in a size-1 dim (one query of grouped attention): n is stuck on r
+    "grst,tgd->sgrd": ((2, 2, 1, 8), (8, 2, 20)),
 }
 
 
@@ -1004,6 +1058,22 @@ def test_dot_general_in_full(spec, dtype):
     assert moved == report.restickify_cost + report.copy_cost
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_dot_general_with_a_literal_scalar_operand(dtype):
+    """JAX transposes ``jnp.vdot`` into products of the literal cotangent 1.0."""
+    x = rand((3, 70), dtype)
+
+    def scaled(x):
+        return jax.lax.dot_general(
+            jnp.asarray(3.0, dtype), x, (((), ()), ((), ())), preferred_element_type=jnp.float32
+        )
+
+    for fn in (jax.grad(lambda x: jnp.vdot(x, x).astype(jnp.float32)), scaled):
+        got, want = sj.jit(fn)(x), jax.jit(fn)(x)
+        assert np.dtype(got.dtype) == want.dtype
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))  # exact products
+
+
 def _xent(logits, labels):
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
 
@@ -1018,6 +1088,11 @@ _INDEXED = {
     "embedding_grad": (jax.grad(lambda e, i: (e[i] ** 2).sum()), ((50, 70), "ids")),
     "at_set": (lambda x, i: x.at[i[0, :2] % 3].set(1.0), ((3, 70), "ids")),
     "at_add_max": (lambda x, i: x.at[:, i[0, 0]].add(2.0).at[1].max(0.5), ((3, 70), "ids")),
+    "at_subtract": (lambda x, i: x.at[i[0, :3] % 3, 1:9].subtract(0.75), ((3, 70), "ids")),
+    "reduce_xor": (
+        lambda x: jnp.bitwise_xor.reduce(jnp.round(x * 8).astype(jnp.int32), axis=1),
+        ((3, 70),),
+    ),
     "dynamic_slice": (
         lambda x, i: jax.lax.dynamic_slice(x, (i[0, 0] % 2, 5), (2, 40)),
         ((3, 70), "ids"),
@@ -1069,6 +1144,8 @@ _SEVERAL = {
     "argsort": lambda x: jnp.argsort(x, axis=1),
     "sort_two_keys": lambda x: jax.lax.sort((x.T > 0, x.T, x.T * 2), num_keys=2, dimension=0),
     "top_k_indices_gather": lambda x: jnp.take_along_axis(x, jax.lax.top_k(x, 3)[1], axis=1),
+    "approx_max_k": lambda x: jax.lax.approx_max_k(x, 5),
+    "approx_min_k_columns": lambda x: jax.lax.approx_min_k(x, 2, reduction_dimension=0),
     "sorted_second_output_transposed": lambda x: jax.lax.sort((x, -x), num_keys=1)[1].T @ x,
 }
 

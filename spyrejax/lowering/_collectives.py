@@ -47,10 +47,11 @@ from ..primitives._collectives import (
 )
 from ..primitives._shard import P, shard_type, unshard_type
 from ..primitives._stick import canon, default_type, restickify_cost, stick_of, stick_options
-from ._control import Charge, plan_charges
+from ._control import Charge, HostCharge, plan_charges
 from ._graph import Graph, Node, Scalar, Value, build_graph
 from ._interpret import Interpreter
 from ._planner import Plan, host_input_type, plan_graph
+from ._regions import host_regions
 from ._rules import RULES, Mode, Rule
 
 __all__ = ["body_plan", "collective_records"]
@@ -86,7 +87,7 @@ def _size(axes: tuple[str, ...]) -> int:
 
 @functools.lru_cache(maxsize=256)
 def _body_graph(jaxpr: Jaxpr) -> Graph:
-    return build_graph(ClosedJaxpr(jaxpr, []))
+    return host_regions(build_graph(ClosedJaxpr(jaxpr, [])))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -161,7 +162,7 @@ def _cards(params: dict[str, Any]) -> int:
 
 def _card_charges(
     node: Node, graph: Graph, plan: Plan, joined: list[tuple[SpyreType, SpyreType]]
-) -> list[Charge]:
+) -> list[Charge | HostCharge]:
     """What the body moves on all its cards: each card's moves times the cards.
 
     Copies, restickifies and collectives of the body plan, and the restickifies of

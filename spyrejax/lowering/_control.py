@@ -59,9 +59,10 @@ from ..primitives._stick import (
 from ._graph import Graph, Node, Scalar, Value, build_graph
 from ._interpret import Interpreter
 from ._planner import Plan, host_input_type, plan_graph
+from ._regions import host_regions
 from ._rules import RULES, Mode, Rule, _register
 
-__all__ = ["Charge", "plan_charges"]
+__all__ = ["Charge", "HostCharge", "plan_charges"]
 
 _FIXED_POINT_ROUNDS = 4  # bodies planned while a carry's type still changes
 
@@ -82,6 +83,8 @@ class Charge:
         reason: why, and where in which loop.
         where: the operation and loop, for copies.
         value: the value moved.
+        target: the type a loop's operand is put in once before the loop (the loop's
+            own charge; None for others).
     """
 
     role: str
@@ -91,11 +94,36 @@ class Charge:
     reason: str
     where: str
     value: Value | None = None
+    target: SpyreType | None = None
 
 
-def plan_charges(plan: Plan, times: int, context: str, unit: str = "iteration") -> list[Charge]:
-    """A sub-plan's copies and collectives, each charged ``times`` times, said to be ``context``."""
-    out = []
+@dataclass(frozen=True)
+class HostCharge:
+    """A host fallback inside a loop body or a branch, its bytes counted as often as it runs.
+
+    ``explain`` lists it among the fallbacks under the primitive and line of the node
+    run on the host (not of the loop).
+
+    Attributes:
+        prim: the primitive run on the host.
+        line: its source line (``file:line (function)``).
+        to_host_bytes: bytes its operands move device -> host, in all.
+        to_device_bytes: bytes its results move back, in all.
+    """
+
+    prim: str
+    line: str
+    to_host_bytes: int
+    to_device_bytes: int
+    role: str = "host"
+    moves: int = 0
+
+
+def plan_charges(
+    plan: Plan, times: int, context: str, unit: str = "iteration"
+) -> list[Charge | HostCharge]:
+    """A sub-plan's copies, collectives and host fallbacks, each charged ``times`` times."""
+    out: list[Charge | HostCharge] = []
     for ms in plan.moves.values():
         for m in ms:
             base = m.cost
@@ -113,6 +141,16 @@ def plan_charges(plan: Plan, times: int, context: str, unit: str = "iteration") 
     for node, options in plan.runs.items():
         for option in options:
             for prim in option.copies:
+                if prim.role == "host":
+                    inner = isinstance(prim, HostCharge)  # from a loop inside the body
+                    out.append(
+                        HostCharge(
+                            prim.prim if inner else node.prim,
+                            prim.line if inner else node.line,
+                            prim.to_host_bytes * times,
+                            prim.to_device_bytes * times,
+                        )
+                    )
                 if prim.role not in ("copy", "restickify", "collective"):
                     continue
                 where = getattr(prim, "where", "") or node.describe()
@@ -186,6 +224,7 @@ def _before(node: Node, args: list[Any], want: list[SpyreType], first: int, why:
                     f"{node.describe()}: operand {first + i} {why}, once before the loop",
                     node.describe(),
                     u if isinstance(u, Value) else None,
+                    t,
                 )
             )
     return [sp.abstract(t) for t in want]
@@ -239,7 +278,7 @@ def _cache(node: Node) -> _NodeCache:
 def _graph(node: Node, key: str, closed: Any, bound: list[Scalar | None]) -> Graph:
     c = _cache(node)
     if key not in c.graphs:
-        graph = c.graphs[key] = build_graph(closed, bound)
+        graph = c.graphs[key] = host_regions(build_graph(closed, bound))
         for v in graph.inputs:  # "argument leaf i" of the body: say whose
             v.origin = v.origin.replace("argument leaf", f"{key} operand") + f" of {node.prim}"
     return c.graphs[key]
@@ -262,8 +301,8 @@ class _ControlRule(Rule):
         return [Mode((None,) * len(node.ins), SPARSE)]
 
 
-def _emit(called: list[Any], charges: list[Charge]) -> None:
-    called.extend(c for c in charges if c.moves)
+def _emit(called: list[Any], charges: list[Charge | HostCharge]) -> None:
+    called.extend(c for c in charges if c.moves or c.role == "host")
 
 
 # --- loops: scan and while ------------------------------------------------------------
@@ -360,6 +399,40 @@ def _stacked(t: SpyreType, length: int) -> SpyreType:
         return batched_type(default_type(inner, t.dtype, stick if inner else SPARSE), length)
 
 
+def _invariant_types(body: _Body, consts: list[SpyreType]) -> list[SpyreType]:
+    """The types a body reads its constants in where it relays them out every iteration.
+
+    A constant is a loop invariant: where the body's plan restickifies it or its
+    transpose (a planned move: ``h @ w.T``), or a loop inside the body puts it in
+    another type before that loop runs, it may as well be put in that type once, before
+    this loop.
+    """
+    out = list(consts)
+    const_inputs = set(body.graph.inputs[: len(consts)])
+    targets: dict[Value, SpyreType] = {}
+    for node in body.graph.nodes:
+        if node.prim != "transpose" or node.ins[0] not in const_inputs:
+            continue
+        v = node.ins[0]
+        for m in body.plan.moves.get(node.outs[0], []):
+            stick = stick_of(m.target)
+            if stick != SPARSE:
+                s = node.params["permutation"][stick]
+                targets.setdefault(v, default_type(v.shape, v.dtype, canon(v.shape, s)))
+    for v in const_inputs:
+        moves = body.plan.moves.get(v)
+        if moves:
+            targets[v] = moves[0].target
+    for options in body.plan.runs.values():
+        for option in options:
+            for prim in option.copies:
+                if isinstance(prim, Charge) and prim.target is not None and prim.value:
+                    targets.setdefault(prim.value, prim.target)
+    for i, v in enumerate(body.graph.inputs[: len(consts)]):
+        out[i] = targets.get(v, consts[i])
+    return out
+
+
 def _scan_counts(params: dict[str, Any]) -> tuple[int, int]:
     """How many of a scan's operands are constants and carries (the rest are stacked)."""
     if "ft_in" in params:  # JAX >= 0.9: the operands' tree, (consts, carries, xs)
@@ -369,7 +442,10 @@ def _scan_counts(params: dict[str, Any]) -> tuple[int, int]:
 
 
 class _Scan(_ControlRule):
-    def _decide(self, node: Node, types: list[Any]) -> tuple[_Loop, list[SpyreType]]:
+    def _decide(
+        self, node: Node, types: list[Any]
+    ) -> tuple[_Loop, list[SpyreType], list[SpyreType]]:
+        """The loop, the stacked inputs' types and the constants' types it runs with."""
         p = node.params
         nc, nk, length = *_scan_counts(p), p["length"]
         c = _cache(node)
@@ -386,7 +462,7 @@ class _Scan(_ControlRule):
         given = types[nc + nk :]
         stacked = [_stacked(t, length) for t in given]
 
-        def choose(stacked: list[SpyreType]) -> _Loop:
+        def choose(stacked: list[SpyreType], consts: list[SpyreType] = consts) -> _Loop:
             xs = [t.dec_rank(length, 0) for t in stacked]
 
             def plan_for(carry: list[SpyreType]) -> tuple[_Body, None]:
@@ -410,15 +486,30 @@ class _Scan(_ControlRule):
                     continue
                 if other.cost < loop.cost:
                     loop, stacked = other, [*stacked[:j], alt, *stacked[j + 1 :]]
-        c.decisions[key] = (loop, stacked)
-        return loop, stacked
+        # A constant the body relays out on every iteration (a weight read transposed,
+        # or sliced by a loop inside the body) is relaid out once before the loop.
+        hoisted = _invariant_types(loop.body, consts)
+        if hoisted != consts and length > 1:
+            try:
+                other = choose(stacked, hoisted)
+            except LayoutError:
+                other = None
+            once = sum(_into_cost(a, b) for a, b in zip(consts, hoisted, strict=True))
+            if other is not None and other.cost + once < loop.cost:
+                loop, consts = replace(other, cost=other.cost + once), hoisted
+        c.decisions[key] = (loop, stacked, consts)
+        return loop, stacked, consts
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         p = node.params
         nc, nk, length = *_scan_counts(p), p["length"]
         types = [_type_of(a) for a in args]
-        loop, stacked = self._decide(node, types)
-        consts = [a for a in args[:nc] if not isinstance(a, Scalar)]
+        loop, stacked, const_types = self._decide(node, types)
+        held = [(i, a) for i, a in enumerate(args[:nc]) if not isinstance(a, Scalar)]
+        consts = [
+            _before(node, [a], [t], i, "into the layout the body reads it in")[0]
+            for (i, a), t in zip(held, const_types, strict=True)
+        ]
         init = _before(node, args[nc : nc + nk], loop.carry, nc, "into the type it is carried in")
         xs = _before(
             node, args[nc + nk :], stacked, nc + nk, "into the stacked layout of its slices"

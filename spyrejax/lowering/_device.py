@@ -254,6 +254,8 @@ def program_ops(graph: Graph, plan: Plan) -> tuple[list[OpDesc], list[str]]:
             ddr.append(names(v, t))
         descs.extend(_move_descs(plan, v, names))
     for node in graph.nodes:
+        if not node.outs:  # run on the host for its effects only (jax.debug.print)
+            continue
         for option in plan.runs.get(node, []):
             descs.extend(_node_descs(node, option, names, hints.get(node.outs[0])))
         for v in node.outs:

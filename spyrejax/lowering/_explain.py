@@ -13,6 +13,7 @@ from ..dma._dci import DCI
 from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import SpyreType
 from ._collectives import collective_records
+from ._control import HostCharge
 from ._device import device_program
 from ._graph import Node
 from ._interpret import Record, records
@@ -82,6 +83,8 @@ class OpInfo:
         copies: how many device copies its lowering makes (slice, pad, gather...).
         copy_cost: elements they move.
         fallback: the host fallback, if it runs on the host.
+        inner_fallbacks: the host fallbacks inside its loop bodies or branches (under
+            their own primitive and line), their bytes counted as often as they run.
     """
 
     prim: str
@@ -93,6 +96,12 @@ class OpInfo:
     copies: int = 0
     copy_cost: int = 0
     fallback: Fallback | None = None
+    inner_fallbacks: tuple[Fallback, ...] = ()
+
+    @property
+    def fallbacks(self) -> tuple[Fallback, ...]:
+        """Its own fallback and those inside it."""
+        return (*([self.fallback] if self.fallback else []), *self.inner_fallbacks)
 
 
 # The OpInfo fields a LineInfo sums (a new per-op number joins the summary here).
@@ -126,7 +135,7 @@ class LineInfo:
     def of(cls, line: str, ops: tuple[OpInfo, ...]) -> LineInfo:
         """The row of ``ops`` (all of ``line``)."""
         sums = {f: sum(getattr(o, f) for o in ops) for f in _SUMMED}
-        falls = [o.fallback for o in ops if o.fallback is not None]
+        falls = [f for o in ops for f in o.fallbacks]
         return cls(
             line,
             ops,
@@ -148,7 +157,7 @@ class LineInfo:
     @property
     def prims(self) -> str:
         """Its primitives, each once: host fallbacks first, marked ``(host)``."""
-        host = [f"{o.prim}(host)" for o in self.ops if o.fallback is not None]
+        host = [f"{f.prim}(host)" for o in self.ops for f in o.fallbacks]
         return " ".join(dict.fromkeys([*host, *(o.prim for o in self.ops if not o.fallback)]))
 
 
@@ -577,7 +586,7 @@ def explain(
         tuple(outputs),
         copies,
         ops,
-        tuple(o.fallback for o in ops if o.fallback is not None),
+        tuple(f for o in ops for f in o.fallbacks),
         sum(t.layout.nbytes for types in plan.sources.values() for t in types),
         device_program(lowering.graph, plan, machine),
         collective_records(closed),
@@ -604,9 +613,15 @@ def _ops(plan: Plan) -> tuple[OpInfo, ...]:
         nbytes += sum(m.target.layout.nbytes for m in moves)
         nbytes += sum(p.layout.nbytes for p in resticks)
         fallback = None
-        if hosts:
-            up = sum(p.to_host_bytes for p in hosts)
-            fallback = Fallback(node.prim, line, up, sum(p.to_device_bytes for p in hosts))
+        own = [p for p in hosts if not isinstance(p, HostCharge)]
+        if own:
+            up = sum(p.to_host_bytes for p in own)
+            fallback = Fallback(node.prim, line, up, sum(p.to_device_bytes for p in own))
+        inner = tuple(
+            Fallback(p.prim, p.line, p.to_host_bytes, p.to_device_bytes)
+            for p in hosts
+            if isinstance(p, HostCharge)
+        )
         ops.append(
             OpInfo(
                 node.prim,
@@ -618,6 +633,7 @@ def _ops(plan: Plan) -> tuple[OpInfo, ...]:
                 len(copies),
                 sum(p.moves for p in copies),
                 fallback,
+                inner,
             )
         )
     return tuple(ops)

@@ -1,8 +1,10 @@
 """A flat dataflow graph from a user's jaxpr: what the planner and the interpreter walk.
 
 Call-like equations (nested ``jit``, ``closed_call``, ``custom_jvp_call``,
-``custom_vjp_call``, remat) are inlined, identities (``copy``, ``stop_gradient``) are
-forwarded, and computations on scalar literals alone are folded into scalars.
+``custom_vjp_call``, remat) are inlined, and so are the expansions of ``tile`` and of
+JAX's own hijax primitives (``_expansions``); identities (``copy``, ``stop_gradient``,
+``checkpoint_name``) are forwarded, and computations on scalar literals alone are
+folded into scalars.
 
 Zero-size values carry no data: they are known at trace time. A computation giving
 only zero-size results becomes zero-size constants; one with zero-size operands and a
@@ -27,7 +29,7 @@ import numpy as np
 
 from .._errors import SpyreUnsupportedError
 from .._jax import ClosedJaxpr, Jaxpr, Literal, summarize_source
-from . import _keys
+from . import _expansions, _keys
 
 __all__ = ["Graph", "Node", "Scalar", "Value", "build_graph", "source_line"]
 
@@ -45,7 +47,8 @@ _CALLS = {
     "remat2": "jaxpr",
     "checkpoint": "jaxpr",
 }
-_IDENTITIES = {"copy", "copy_p", "stop_gradient", "optimization_barrier", "pvary"}
+# (``name`` is ``jax.ad_checkpoint.checkpoint_name``'s tag for remat policies.)
+_IDENTITIES = {"copy", "copy_p", "stop_gradient", "optimization_barrier", "pvary", "name"}
 # Equations whose derivative is not that of what the graph keeps of them.
 _DERIVATIVE_RULES = {"custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "stop_gradient"}
 
@@ -72,6 +75,7 @@ _UPDATES_OF_NOTHING = {
     "scatter": 2,
     "scatter-add": 2,
     "scatter_add": 2,
+    "scatter-sub": 2,
     "scatter_sub": 2,
     "scatter_mul": 2,
     "scatter_min": 2,
@@ -227,6 +231,9 @@ class _Builder:
                     env[out] = x
             elif _keys.needs_expansion(eqn):
                 self._keys(eqn, ins, env, source)
+            elif _expansions.needs_expansion(eqn):
+                body = _expansions.expand(eqn)
+                self._inline_body(body, eqn, ins, env, source, internal=True)
             elif name == "split":
                 self._split(eqn, ins, env, source)
             elif name == "unstack":
@@ -237,9 +244,7 @@ class _Builder:
                 math.prod(o.aval.shape) == 0 for o in eqn.outvars
             ):
                 self._zero_size(eqn, ins, env, source)
-            elif all(isinstance(x, Scalar) for x in ins) and all(
-                o.aval.shape == () for o in eqn.outvars
-            ):
+            elif all(isinstance(x, Scalar) for x in ins) and _folds(eqn):
                 self._fold(eqn, ins, env)
             else:
                 self._node(eqn, ins, env, source)
@@ -290,8 +295,7 @@ class _Builder:
                 outs = eqn.primitive.bind(*args, **eqn.params)
             outs = outs if eqn.primitive.multiple_results else [outs]
         for var, val in zip(eqn.outvars, outs, strict=True):
-            arr = np.asarray(val)
-            env[var] = Scalar(arr.item(), arr.dtype)
+            env[var] = self.const(np.asarray(val).reshape(var.aval.shape))  # 0-d: a Scalar
 
     def _zero_size(self, eqn: Any, ins: list[Any], env: dict[Any, Any], source: str) -> None:
         """An equation with zero-size operands or results: no node reads or gives one.
@@ -414,6 +418,18 @@ def _inner_rules(params: dict[str, Any]) -> list[str]:
                 p for v in eqn.params.values() for p in (v if isinstance(v, tuple) else (v,))
             )
     return found
+
+
+def _folds(eqn: Any) -> bool:
+    """Whether an equation of scalars alone is folded into constants.
+
+    Scalar results are; so are results of one element from operands (``linspace``
+    reshapes its end point to ``[1]``), which no rule takes as scalars.
+    """
+    shapes = [o.aval.shape for o in eqn.outvars]
+    if all(s == () for s in shapes):
+        return True
+    return bool(eqn.invars) and all(math.prod(s) == 1 for s in shapes)
 
 
 def _empty(x: Value | Scalar) -> bool:

@@ -40,6 +40,7 @@ from ._interpret import Interpreter, check_emulate
 from ._keys import key_data_outputs, unwrap_keys, wrap_keys
 from ._outer_ad import vjp_function, with_own_derivatives
 from ._planner import FALLBACKS, Plan, host_input_type, plan_graph
+from ._regions import host_regions
 
 __all__ = ["Compiled", "Lowered", "Lowering", "SpyreJit", "Traced", "jit"]
 
@@ -462,7 +463,7 @@ class SpyreJit:
         lowering = self._cached(sig)
         if lowering is not None:
             return lowering
-        graph = build_graph(closed)
+        graph = host_regions(build_graph(closed))
         types = {v: _input_type(a) for v, a in zip(graph.inputs, sig.in_avals, strict=True)}
         plan = plan_graph(graph, types, self.fallback)
         interpreter = Interpreter(graph, plan, self.emulate)

@@ -267,10 +267,11 @@ class _Planner:
         if key in self.warned:
             return
         self.warned.add(key)
+        back = ", the result back in its default layout" if node.outs else ""
         warning = SpyreFallbackWarning(
             f"{node.prim} at {node.line} has no Spyre device rule: it runs on the host "
-            "(operands moved device -> host through the DMA, the result back in its "
-            "default layout; spyrejax.explain(...).fallbacks lists the bytes). "
+            f"(operands moved device -> host through the DMA{back}; "
+            "spyrejax.explain(...).fallbacks lists the bytes). "
             "spyrejax.jit(f, fallback='error') raises instead"
         )
         where = re.match(r"(.*):(\d+):\d+", node.source)
@@ -346,9 +347,11 @@ class _Planner:
                 demands[out].setdefault(None, None)
         for node in reversed(self.graph.nodes):
             wanted = [demands.pop(v, {}) for v in node.outs]
-            if not any(wanted):
-                continue  # dead: nothing reads it
-            if len(node.outs) == 1:
+            if node.outs and not any(wanted):
+                continue  # dead: nothing reads it (a node without results runs for its effects)
+            if not node.outs:
+                plan.runs[node] = [min(self.options[node], key=lambda to: to[0])[1]]
+            elif len(node.outs) == 1:
                 (v,), (w,) = node.outs, wanted
                 plan.runs[node] = [self.produced[v][t][1] for t in self._serve(plan, v, w)]
             else:

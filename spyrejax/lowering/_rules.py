@@ -19,6 +19,7 @@ Rules live in one registry; a primitive without a rule raises
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -255,8 +256,6 @@ class _DotGeneral(Rule):
     def _dims(node: Node) -> tuple[Any, ...]:
         (lc, rc), (lb, rb) = node.params["dimension_numbers"]
         lhs, rhs = node.ins
-        if isinstance(lhs, Scalar) or isinstance(rhs, Scalar):
-            raise SpyreUnsupportedError(f"dot_general of a scalar at {node.source}")
         lfree = [d for d in range(lhs.ndim) if d not in (*lc, *lb)]
         rfree = [d for d in range(rhs.ndim) if d not in (*rc, *rb)]
         return tuple(lc), tuple(rc), tuple(lb), tuple(rb), lfree, rfree
@@ -274,20 +273,36 @@ class _DotGeneral(Rule):
         ``SpyreTensorLayout.row_major`` (same stick and size). The planner weighs both
         by what their consumers then cost (a reshape may be a view of one only).
         """
-        lc, _, lb, _, _, rfree = self._dims(node)
+        scaled = _scaled_operand(node)
+        if scaled is not None:  # a literal 0-d operand: a product by a scalar
+            return [
+                Mode(tuple(None if u is not scaled else s for u in node.ins), s)
+                for s in stick_options(scaled.shape)
+            ]
+        lc, _, lb, _, lfree, rfree = self._dims(node)
         lhs, rhs = node.ins
         out = node.outs[0]
-        b_stick = canon(rhs.shape, rfree[-1]) if rfree else SPARSE
-        out_stick = canon(out.shape, out.ndim - 1) if rfree else SPARSE
-        a_stick = canon(lhs.shape, lc[-1]) if lc else SPARSE  # no k: an outer product
+        # Merged dims are stuck on the last of them that is no size-1 dim (which no
+        # stick can be on): B's free dims on n, A's contracting dims on k.
+        n = _last_sized(rhs.shape, rfree)
+        b_stick = SPARSE if n is None else n
+        out_n = None if n is None else len(lb) + len(lfree) + rfree.index(n)
+        out_stick = SPARSE if out_n is None else out_n
+        k = _last_sized(lhs.shape, lc)
+        a_stick = SPARSE if k is None else k  # no k: an outer product
         modes = [Mode((a_stick, b_stick), out_stick)]
         if rfree and out.shape[-1] > 1 and math.prod(lhs.shape[d] for d in lb) > 1:
             modes.insert(0, Mode((a_stick, b_stick), out_stick, "row_major"))
         return modes
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
-        lc, rc, lb, rb, lfree, rfree = self._dims(node)
         want = node.outs[0].dtype
+        scaled = _scaled_operand(node)
+        if scaled is not None:
+            i = node.ins.index(scaled)
+            x = args[i] if args[i].dtype == want else sp.astype(args[i], want)
+            return [sp.elementwise("mul", _arg(args[1 - i]), x)]
+        lc, rc, lb, rb, lfree, rfree = self._dims(node)
         if args[0].dtype != args[1].dtype:  # as JAX lowers mixed operands on CPU
             args = [x if x.dtype == want else sp.astype(x, want) for x in args]
         a = sp.transpose(args[0], (*lb, *lfree, *lc))
@@ -320,7 +335,7 @@ class _DotGeneral(Rule):
         except LayoutError:
             if len(merged_k) < 2 and len(free_sizes) < 2:
                 raise  # the operands as planned: the planner tries other layouts
-            a, b = _fresh(a), _fresh(b)  # a merged view the matmul cannot contract
+            a, b = _on_last(a), _on_last(b)  # a merged view the matmul cannot contract
             out = sp.matmul(a, b, layout=layout, preferred_element_type=want)
         if not rfree:
             out = sp.squeeze(out, out.ndim - 1)
@@ -331,10 +346,30 @@ class _DotGeneral(Rule):
         return [out]
 
 
-def _fresh(x: Any) -> Any:
-    """``x`` in the default layout of its stick: itself if it is, else a restickify."""
+def _scaled_operand(node: Node) -> Value | None:
+    """The other operand of a ``dot_general`` with a literal 0-d operand, else None.
+
+    JAX's transpose of a product gives these (the cotangent ``1.0`` of ``jnp.vdot``):
+    a 0-d operand has no contracting or batch dims, so the product is the other operand
+    times the scalar, in the other operand's dim order.
+    """
+    lhs, rhs = node.ins
+    if isinstance(lhs, Scalar) != isinstance(rhs, Scalar):
+        return rhs if isinstance(lhs, Scalar) else lhs
+    return None
+
+
+def _last_sized(shape: tuple[int, ...], dims: Sequence[int]) -> int | None:
+    """The last of ``dims`` whose size is not 1, or None if there is none."""
+    sized = [d for d in dims if shape[d] != 1]
+    return sized[-1] if sized else None
+
+
+def _on_last(x: Any) -> Any:
+    """``x`` in the default layout stuck on its last dim: itself if it is, else a restickify."""
     t = jax.typeof(x)
-    return sp.in_layout(x, default_layout(t.shape, t.layout.device_dtype, stick_of(t)))
+    stick = canon(t.shape, t.ndim - 1)
+    return sp.in_layout(x, default_layout(t.shape, t.layout.device_dtype, stick))
 
 
 def _reshape(x: Any, shape: tuple[int, ...], *, sparse: bool = False) -> Any:
@@ -583,6 +618,8 @@ class _HostFallback(_LaxCopy):
     call = staticmethod(sp.host_call)
 
     def modes(self, node: Node) -> list[Mode]:
+        if not node.outs:  # run for its effects (jax.debug.print): it gives nothing back
+            return [Mode((None,) * len(node.ins), SPARSE)]
         out = node.outs[0]
         stick = canon(out.shape, out.ndim - 1) if out.shape else SPARSE
         return [Mode((None,) * len(node.ins), stick)]
@@ -604,6 +641,8 @@ _register(
     "scatter",
     "scatter-add",
     "scatter_add",
+    "scatter-sub",
+    "scatter_sub",
     "scatter-mul",
     "scatter_mul",
     "scatter-min",
@@ -622,6 +661,8 @@ _register(
     "reduce_precision",
     "rev",
     "reduce_prod",
+    "reduce_xor",
     "sort",
     "top_k",
+    "approx_top_k",
 )

@@ -115,6 +115,7 @@ OPS: tuple[ElementwiseOp, ...] = (
     _unary("abs", jnp.abs, jax.lax.abs, doc="``|x|``."),
     _unary("exp", jnp.exp, jax.lax.exp),
     _unary("log", jnp.log, jax.lax.log, doc="Natural logarithm."),
+    _unary("log2", jax.lax.log2, jax.lax.log2, doc="Base-2 logarithm."),
     _unary("sqrt", jnp.sqrt, jax.lax.sqrt),
     _unary("rsqrt", jax.lax.rsqrt, doc="``1 / sqrt(x)``."),
     _unary("reciprocal", jnp.reciprocal, lowers=(), doc="``1 / x``."),
@@ -235,6 +236,22 @@ OPS: tuple[ElementwiseOp, ...] = (
     _compare("ge", jnp.greater_equal, ">="),
     _compare("eq", jnp.equal, "=="),
     _compare("ne", jnp.not_equal, "!="),
+    *(
+        ElementwiseOp(
+            f"{name}_to",
+            ("x", "y"),
+            _lax(prim.bind),
+            lowers=(f"{name}_to",),
+            result="bool",
+            public=False,
+            doc=f"``x {symbol} y`` in the total order of sorts (-0.0 < 0.0, NaNs last).",
+        )
+        for name, prim, symbol in (
+            ("lt", jax.lax.lt_to_p, "<"),
+            ("le", jax.lax.le_to_p, "<="),
+            ("eq", jax.lax.eq_to_p, "=="),
+        )
+    ),
     ElementwiseOp(
         "clamp",
         ("min", "x", "max"),

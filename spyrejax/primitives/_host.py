@@ -14,6 +14,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
+from .._jax import ShapedArray
 from ..layout._layout import SpyreTensorLayout
 from ._lax_copy import LaxCopy, bind_on_values
 
@@ -32,6 +35,12 @@ class HostCall(LaxCopy):
     """
 
     role = "host"
+
+    def __init__(self, *avals: Any, **params: Any) -> None:
+        # The primitive's effects (jax.debug.print's callback) are the call's, so JAX
+        # keeps a call whose results nobody reads, as it keeps the primitive.
+        self.effects = _effects(params["primitive"], avals, params)
+        super().__init__(*avals, **params)
 
     @property
     def moves(self) -> int:
@@ -54,6 +63,15 @@ class HostCall(LaxCopy):
             "to_host_bytes": self.to_host_bytes,
             "to_device_bytes": self.to_device_bytes,
         }
+
+
+def _effects(primitive: Any, avals: tuple[Any, ...], params: dict[str, Any]) -> frozenset:
+    """The effects of ``primitive`` applied to operands of these types and scalars."""
+    operands: list[Any] = [ShapedArray(a.shape, a.dtype) for a in avals]
+    for pos, value in params["consts"]:
+        operands.insert(pos, ShapedArray(np.shape(value), np.asarray(value).dtype))
+    _, effects = primitive.abstract_eval(*operands, **dict(params["primitive_params"]))
+    return frozenset(effects)
 
 
 def host_call(
