@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LINTED := spyrejax tests tools benchmarks setup.py
 
-.PHONY: test demo lint format bench notebooks clean
+.PHONY: test test-slow demo lint format bench notebooks clean
 
 $(PY):
 	@py=$$(tools/find-python) || exit 1; \
@@ -19,7 +19,10 @@ $(STAMP): $(PY) pyproject.toml setup.py spyrejax/dma/_transpose.c
 test: $(STAMP)
 	$(PY) -m ruff check $(LINTED)
 	$(PY) -m ruff format --check $(LINTED)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not slow"
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
 
 demo: $(STAMP)
 	$(PY) -m spyrejax

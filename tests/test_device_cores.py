@@ -129,6 +129,7 @@ def test_per_core_equals_default_for_any_shape(rows, cols, axis):
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
+@pytest.mark.slow
 @settings(max_examples=10, deadline=None)
 @given(rows=st.integers(1, 300), cols=st.integers(1, 300))
 def test_load_then_store_by_descriptors_tiles_the_output_exactly_once(rows, cols):

@@ -96,7 +96,7 @@ def _tol(shape):
     return {"reduce_len": 9 * max(4 * d, vocab), "ops": 40}
 
 
-@pytest.mark.parametrize("name", SHAPES)
+@pytest.mark.parametrize("name", ["padded", pytest.param("unpadded", marks=pytest.mark.slow)])
 def test_gpt_trains_like_jax_jit(name):
     shape = SHAPES[name]
     params, static, ids, labels = _setup(shape)
@@ -121,6 +121,7 @@ def test_gpt_trains_like_jax_jit(name):
     assert losses[-1] < losses[0]  # it trains
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=str)
 def test_gpt_half_precision_loss_and_grads(dtype):
     shape = SHAPES["padded"]
