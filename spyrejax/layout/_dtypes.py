@@ -144,20 +144,13 @@ SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(_HOST_TO_FORMAT)
 """Host dtypes that have a Spyre data format."""
 
 # How torch-spyre names the host side of a transfer (``dataformat_src_`` of a DCI on the
-# way in): the format of the host array itself, which can differ from the device format.
+# way in): the format of the host array itself, where it differs from the device format
+# (every other host dtype is named by its device format).
 _HOST_SIDE_FORMAT: dict[np.dtype, DataFormats] = {
     np.dtype(np.float16): DataFormats.IEEE_FP16,
     np.dtype(ml_dtypes.bfloat16): DataFormats.BFLOAT16,
     # torch-spyre names a (1-byte) bool host tensor SENINT8.
     np.dtype(np.bool_): DataFormats.SENINT8,
-    np.dtype(np.float32): DataFormats.IEEE_FP32,
-    np.dtype(ml_dtypes.float8_e4m3fn): DataFormats.SEN143_FP8,
-    np.dtype(ml_dtypes.float8_e5m2): DataFormats.SEN152_FP8,
-    np.dtype(np.int8): DataFormats.SENINT8,
-    np.dtype(np.int32): DataFormats.IEEE_INT32,
-    np.dtype(np.uint32): DataFormats.SENUINT32,
-    np.dtype(np.uint16): DataFormats.SENINT16,
-    np.dtype(np.uint8): DataFormats.SENINT8,
 }
 
 
@@ -208,8 +201,12 @@ def host_format(dtype: DTypeLike) -> DataFormats:
     """
     if isinstance(dtype, DataFormats):
         canonical = next((dt for dt, f in _HOST_TO_FORMAT.items() if f is dtype), None)
-        return dtype if canonical is None else _HOST_SIDE_FORMAT[canonical]
-    return _HOST_SIDE_FORMAT[host_dtype(dtype)]
+        return dtype if canonical is None else _host_side(canonical)
+    return _host_side(host_dtype(dtype))
+
+
+def _host_side(dt: np.dtype) -> DataFormats:
+    return _HOST_SIDE_FORMAT.get(dt, _HOST_TO_FORMAT[dt])
 
 
 def fits_format(dtype: DTypeLike, fmt: DataFormats) -> bool:
