@@ -82,6 +82,20 @@ class Collective(SpyrePrim):
     axes: _Axes
     size: int
 
+    def __init__(
+        self,
+        aval: SpyreType,
+        *,
+        axes: _Axes,
+        size: int,
+        out_aval: SpyreType | None = None,
+        **params: Any,
+    ) -> None:
+        self.in_avals = (aval,)
+        self.out_aval = aval if out_aval is None else out_aval
+        self.params = {"axes": axes, "size": size, **params}
+        super().__init__()
+
     @property
     def bytes_moved(self) -> int:
         """Bytes one card sends."""
@@ -107,12 +121,6 @@ class Collective(SpyrePrim):
 class Psum(Collective):
     """All-reduce sum of the images (padding sums poison to poison)."""
 
-    def __init__(self, aval: SpyreType, *, axes: _Axes, size: int) -> None:
-        self.in_avals = (aval,)
-        self.out_aval = aval
-        self.params = {"axes": axes, "size": size}
-        super().__init__()
-
     def out_vma(self, varying: frozenset[str]) -> frozenset[str]:
         """The sum is the same on every card of the summed axes."""
         return varying - set(self.params["axes"])
@@ -137,12 +145,6 @@ class Pvary(Collective):
     No data moves; what it records is that the value's cotangent, different on every
     card, must be summed over the cards (its transpose is :class:`Psum`).
     """
-
-    def __init__(self, aval: SpyreType, *, axes: _Axes, size: int) -> None:
-        self.in_avals = (aval,)
-        self.out_aval = aval
-        self.params = {"axes": axes, "size": size}
-        super().__init__()
 
     def out_vma(self, varying: frozenset[str]) -> frozenset[str]:
         """Varying over the axes too."""
@@ -192,10 +194,7 @@ class PPermute(Collective):
     perm: tuple[tuple[int, int], ...]
 
     def __init__(self, aval: SpyreType, *, axes: _Axes, size: int, perm: Any) -> None:
-        self.in_avals = (aval,)
-        self.out_aval = aval
-        self.params = {"axes": axes, "size": size, "perm": perm}
-        super().__init__()
+        super().__init__(aval, axes=axes, size=size, perm=perm)
 
     @property
     def bytes_moved(self) -> int:
@@ -226,10 +225,8 @@ class AllGather(Collective):
     dim: int
 
     def __init__(self, aval: SpyreType, *, axes: _Axes, size: int, dim: int) -> None:
-        self.in_avals = (aval,)
-        self.out_aval, self._j = resize_dim(aval, dim, size, axes, grow=True)
-        self.params = {"axes": axes, "size": size, "dim": dim}
-        super().__init__()
+        out, self._j = resize_dim(aval, dim, size, axes, grow=True)
+        super().__init__(aval, axes=axes, size=size, out_aval=out, dim=dim)
 
     @property
     def bytes_moved(self) -> int:
@@ -260,10 +257,8 @@ class PsumScatter(Collective):
     dim: int
 
     def __init__(self, aval: SpyreType, *, axes: _Axes, size: int, dim: int) -> None:
-        self.in_avals = (aval,)
-        self.out_aval, self._j = resize_dim(aval, dim, size, axes, grow=False)
-        self.params = {"axes": axes, "size": size, "dim": dim}
-        super().__init__()
+        out, self._j = resize_dim(aval, dim, size, axes, grow=False)
+        super().__init__(aval, axes=axes, size=size, out_aval=out, dim=dim)
 
     @property
     def bytes_moved(self) -> int:
@@ -300,11 +295,9 @@ class AllToAll(Collective):
     concat: int
 
     def __init__(self, aval: SpyreType, *, axes: _Axes, size: int, split: int, concat: int) -> None:
-        self.in_avals = (aval,)
         mid, self._js = resize_dim(aval, split, size, axes, grow=False)
-        self.out_aval, self._jc = resize_dim(mid, concat, size, axes, grow=True)
-        self.params = {"axes": axes, "size": size, "split": split, "concat": concat}
-        super().__init__()
+        out, self._jc = resize_dim(mid, concat, size, axes, grow=True)
+        super().__init__(aval, axes=axes, size=size, out_aval=out, split=split, concat=concat)
 
     @property
     def bytes_moved(self) -> int:
