@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import PartitionSpec as P
 
 import spyrejax as sj
 from spyrejax import primitives as sp
@@ -66,6 +67,8 @@ def test_type_equality_and_hash_ignore_residency_and_only_lx_is_printed():
     assert there == t and hash(there) == hash(t) and {t: 1}[there] == 1
     assert "@" not in t.str_short()
     assert there.str_short() == t.str_short()[:-1] + " @LX[c0:32]+0x1000}"
+    with pytest.raises(sj.SpyreTypeError, match="residency must be a Residency"):
+        dataclasses.replace(t, residency="LX")
 
 
 # --- the jaxprs users see ----------------------------------------------------------------
@@ -166,3 +169,18 @@ def test_calls_do_not_plan_the_device_program(monkeypatch):
     lowered = f.lower(x)
     assert "@" not in str(lowered._lowering.spyre_jaxpr) and not planned
     assert "@LX" in lowered.as_text() and len(planned) == 1
+
+
+def test_a_shard_map_body_shows_what_one_card_keeps_in_lx():
+    mesh = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+    body = lambda a, w: jax.lax.psum(jnp.exp(a @ w.T) * 2 + 1, "x")  # noqa: E731
+    f = jax.shard_map(body, mesh=mesh, in_specs=(P("x"), P()), out_specs=P(), check_vma=False)
+    w = S((512, 256), F16)
+    r = sj.explain(f, w, w)
+    exp = next(op for op in r.ops if op.opfunc == "exp")
+    assert exp.desc.output[1].shape == (128, 512)  # one card's block
+    where = r.device.residency(exp.desc.output[0])
+    assert where.in_lx and where.cores == exp.division.cores_used
+    (line,) = [x for x in r.jaxpr.splitlines() if "= Exp" in x]
+    assert "f16[128,512]" in line and lx_mark(where) in line
+    assert sum("@LX" in x for x in r.jaxpr.splitlines()) == 2  # exp's and mul's results

@@ -173,7 +173,7 @@ def _node_descs(
         return []
     descs: list[OpDesc] = []
     _walk(closed.jaxpr, env, finals, _Op(node, next(iter(finals.values())), hint), descs)
-    lowerings.append((closed.jaxpr, env))
+    lowerings.append((closed.jaxpr, {**env, **finals}))
     return descs
 
 
@@ -197,6 +197,7 @@ def _walk(
             inner = {b: env[o] for b, o in zip(body.invars, eqn.invars, strict=True) if o in env}
             outs = zip(body.outvars, eqn.outvars, strict=True)
             _walk(body, inner, {b: finals[o] for b, o in outs if o in finals}, op, descs)
+            env.update(inner)  # the body's variables are distinct: their names join env
             continue
         outs = [v for v in eqn.outvars if isinstance(v.aval, SpyreType)]
         if prim is None or len(outs) != 1:

@@ -563,7 +563,9 @@ def explain(
         fun: a plain JAX function or a :class:`SpyreJit`.
         *args: its arguments (host arrays and Spyre arrays, as for the jitted call, or
             ``jax.ShapeDtypeStruct`` values: plan and cost without data).
-        machine: the machine profile of the device model (default ``Machine.spyre()``).
+        machine: the machine profile of the device model (default ``Machine.spyre()``):
+            the report's division, LX plan and time, and the residencies its jaxpr
+            shows (``@LX[c0:n]+offset`` on the values kept in LX; no ``@``: DDR).
         **kwargs: its keyword arguments.
 
     Returns:
@@ -597,7 +599,7 @@ def explain(
     )
     ops = _ops(plan)
     return Report(
-        str(closed),
+        closed.pretty_print(use_color=False),  # plain text in notebooks too
         restickifies,
         sum(r.cost for r in restickifies),
         _tensors(closed),

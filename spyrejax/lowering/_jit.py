@@ -324,8 +324,11 @@ class Lowered(_Stage):
         The device model plans the program on ``machine`` (default ``Machine.spyre()``):
         a value it keeps in LX shows where (``@LX[c0:32]+0x4000``: the LX of cores
         0..31, at that byte of each); a value with no ``@`` lives in DDR.
+
+        Raises:
+            DeviceError: for a ``with_division`` hint the device model cannot follow.
         """
-        return str(self._lowering.residency_jaxpr(machine)[0])
+        return self._lowering.residency_jaxpr(machine)[0].pretty_print(use_color=False)
 
     def compile(self) -> Compiled:
         """Compile ahead of time: a :class:`Compiled`, called with the same arguments."""

@@ -9,7 +9,8 @@ interpreter's trace says which jaxpr variable holds each pair, and a value insid
 node's lowering is found by matching that lowering's own jaxpr, equation by equation
 from its results back, against the program's.
 
-Inner jaxprs (``shard_map``, ``scan``, ``cond`` bodies) are not annotated.
+A ``shard_map`` body (one card's program) is annotated too; the bodies of loops and
+branches are not (the device model does not list their ops).
 """
 
 from __future__ import annotations
@@ -45,33 +46,35 @@ def residency_jaxpr(
     """
     ops = program_ops(graph, plan)
     program = plan_program(ops.descs, machine or Machine.spyre(), ops.ddr)
-    by_name = _variables_by_name(closed, variables, ops)
     types = {}
-    for name, at in program.lx.address.items():
-        var = by_name.get(name)
-        if at is not None and var is not None:
-            types[var] = replace(var.aval, residency=program.residency(name))
+    for name, vars_ in _variables_by_name(closed, variables, ops).items():
+        if program.lx.in_lx(name):
+            where = program.residency(name)
+            types.update({v: replace(v.aval, residency=where) for v in vars_})
     return _retyped(closed, types), program
 
 
 def _variables_by_name(
     closed: ClosedJaxpr, variables: dict[tuple[Value, SpyreType], Any], ops: ProgramOps
-) -> dict[str, Any]:
-    """The variable of ``closed`` behind each buffer name of the device program."""
-    by_name: dict[str, Any] = {}
+) -> dict[str, list[Any]]:
+    """The variables behind each buffer name of the device program.
+
+    A node's result is both the ``shard_map`` result and the value its body returns:
+    a name may have several variables (an ordered set of them, as dict keys).
+    """
+    held = {}  # the variable holding each (graph value, type) pair, by its name
     for key, name in ops.names.items():
-        var = variables.get(key)
-        if var is not None:
-            by_name.setdefault(name, var)
-    producer = {o: e for e in closed.jaxpr.eqns for o in e.outvars}
+        if key in variables:
+            held.setdefault(name, variables[key])
+    by_name: dict[str, dict[Any, None]] = {name: {var: None} for name, var in held.items()}
+    producer = _producers(closed.jaxpr)
     for local, env in ops.lowerings:
-        matched = _match(
-            local, {o: by_name[env[o]] for o in local.outvars if env.get(o) in by_name}, producer
-        )
+        outs = [o for o in local.outvars if isinstance(o, Var) and env.get(o) in held]
+        matched = _match(local, {o: held[env[o]] for o in outs}, producer)
         for var, name in env.items():
             if var in matched:
-                by_name.setdefault(name, matched[var])
-    return by_name
+                by_name.setdefault(name, {})[matched[var]] = None
+    return {name: list(vs) for name, vs in by_name.items()}
 
 
 def _match(local: Any, known: dict[Any, Any], producer: dict[Any, Any]) -> dict[Any, Any]:
@@ -79,7 +82,8 @@ def _match(local: Any, known: dict[Any, Any], producer: dict[Any, Any]) -> dict[
 
     From the results (``known``) back: an equation producing a paired variable is
     paired with the program's equation producing its partner if both bind the same
-    primitive with the same number of operands and results; their operands pair up.
+    primitive with the same number of operands and results; their operands pair up,
+    and so do the variables of two paired ``shard_map`` bodies.
     """
     pairs = dict(known)
     for eqn in reversed(local.eqns):
@@ -92,7 +96,20 @@ def _match(local: Any, known: dict[Any, Any], producer: dict[Any, Any]) -> dict[
         for a, b in zip(eqn.invars, twin.invars, strict=True):
             if isinstance(a, Var) and isinstance(b, Var):
                 pairs.setdefault(a, b)
+        if eqn.primitive.name == "shard_map":
+            body, twin_body = eqn.params["jaxpr"], twin.params["jaxpr"]
+            ends = [
+                *zip(body.invars, twin_body.invars, strict=True),
+                *zip(body.outvars, twin_body.outvars, strict=True),
+            ]
+            inner = {a: b for a, b in ends if isinstance(a, Var) and isinstance(b, Var)}
+            pairs.update(_match(body, inner, _producers(twin_body)))
     return pairs
+
+
+def _producers(jaxpr: Any) -> dict[Any, Any]:
+    """The equation producing each variable of ``jaxpr`` (its top level)."""
+    return {o: e for e in jaxpr.eqns for o in e.outvars}
 
 
 def _same_op(a: Any, b: Any) -> bool:
@@ -104,17 +121,30 @@ def _same_op(a: Any, b: Any) -> bool:
     )
 
 
-def _retyped(closed: ClosedJaxpr, types: dict[Any, SpyreType]) -> ClosedJaxpr:
-    """``closed`` with the variables of ``types`` replaced by variables of those types."""
-    if not types:
-        return closed
-    new = {v: Var(t) for v, t in types.items()}
+def _retyped(jaxpr: Any, types: dict[Any, SpyreType]) -> Any:
+    """``jaxpr`` with the variables of ``types`` replaced by variables of those types.
 
+    ``shard_map`` bodies are rebuilt too; other inner jaxprs are left as they are.
+    """
+    if not types:
+        return jaxpr
+    new = {v: Var(t) for v, t in types.items()}
+    return _substituted(jaxpr, new)
+
+
+def _substituted(jaxpr: Any, new: dict[Any, Any]) -> Any:
     def sub(xs: list[Any]) -> list[Any]:
         return [new.get(x, x) if isinstance(x, Var) else x for x in xs]
 
-    eqns = [e.replace(invars=sub(e.invars), outvars=sub(e.outvars)) for e in closed.jaxpr.eqns]
-    outvars = sub(closed.jaxpr.outvars)
-    if outvars == list(closed.jaxpr.outvars):
-        return closed.replace(eqns=eqns)
-    return closed.replace(eqns=eqns, outvars=outvars)
+    eqns = []
+    for e in jaxpr.eqns:
+        params = e.params
+        if e.primitive.name == "shard_map":
+            params = {**params, "jaxpr": _substituted(params["jaxpr"], new)}
+        eqns.append(e.replace(invars=sub(e.invars), outvars=sub(e.outvars), params=params))
+    changes: dict[str, Any] = {"eqns": eqns}
+    for field in ("invars", "outvars"):  # replaced only if changed (keeps debug names)
+        xs = sub(getattr(jaxpr, field))
+        if xs != list(getattr(jaxpr, field)):
+            changes[field] = xs
+    return jaxpr.replace(**changes)

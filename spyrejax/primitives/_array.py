@@ -92,6 +92,10 @@ class SpyreType(HiType):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "vma", frozenset(self.vma))
+        if not isinstance(self.residency, Residency):
+            raise SpyreTypeError(
+                f"SpyreType: residency must be a Residency, got {self.residency!r}"
+            )
         object.__setattr__(self, "shape", _ints(self.shape))
         object.__setattr__(self, "base_shape", _ints(self.base_shape))
         object.__setattr__(self, "strides", _ints(self.strides))
