@@ -257,6 +257,9 @@ class Report:
     def residency(self, name: str) -> Residency:
         """Where the value of jaxpr variable ``name`` (as :attr:`jaxpr` prints it) lives.
 
+        Variables of the top level (:attr:`tensors`); inside a ``shard_map`` body the
+        jaxpr text shows them and ``report.device.residency`` gives them by buffer name.
+
         Raises:
             DeviceError: for a name that is not a Spyre value of the jaxpr.
         """
