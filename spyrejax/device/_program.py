@@ -8,9 +8,12 @@ intermediates live in LX (spyre-device spec section 3), and costs every op.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from .._errors import DeviceError
+from ..layout._residency import DDR, Residency
 from ._cost import OpCost, op_cost, transfer_cost
 from ._division import OpSpace, TensorSpec, WorkDivision, divide
 from ._lx import INPLACE_OPS, Buffer, LXPlan, Stream, place, stream
@@ -139,6 +142,30 @@ class DeviceProgram:
     def lx_peak(self) -> int:
         """The most LX bytes per core live at once."""
         return max((op.lx_peak for op in self.ops), default=0)
+
+    def residency(self, name: str) -> Residency:
+        """Where the value ``name`` (an op's input or output) lives.
+
+        In LX (the cores of the op writing it, its per-core address and aligned size)
+        if the LX plan placed it there, else DDR.
+
+        Raises:
+            DeviceError: for a name no op reads or writes.
+        """
+        writers, read = self._values
+        op = writers.get(name)
+        if op is not None and op.division is not None and self.lx.in_lx(name):
+            at, size = self.lx.address[name], self.lx.sizes[name]
+            return Residency.lx(op.division.cores_used, at, size)
+        if op is None and name not in read:
+            raise DeviceError(f"DeviceProgram.residency: no op reads or writes a value {name!r}")
+        return DDR
+
+    @functools.cached_property
+    def _values(self) -> tuple[dict[str, DeviceOp], frozenset[str]]:
+        """The op writing each value, and the values ops read."""
+        writers = {op.desc.output[0]: op for op in self.ops}
+        return writers, frozenset(n for op in self.ops for n, _ in op.desc.inputs)
 
     def table(self) -> list[dict[str, object]]:
         """One row per op: what it is, where, its division and its predicted cost."""

@@ -13,12 +13,14 @@ from ._dtypes import (
     poison_value,
 )
 from ._layout import HostMapping, SpyreTensorLayout
+from ._residency import Residency
 
 __all__ = [
     "BYTES_PER_STICK",
     "SUPPORTED_DTYPES",
     "DataFormats",
     "HostMapping",
+    "Residency",
     "SpyreTensorLayout",
     "fits_format",
     "format_for_dtype",

@@ -12,6 +12,7 @@ its iteration space when the program is planned).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -39,7 +40,7 @@ from ._graph import Graph, Node, Scalar, Value
 from ._planner import Plan
 from ._rules import Mode, Rule, _carried_modes, _register, rule_for
 
-__all__ = ["device_program", "with_division", "with_division_p"]
+__all__ = ["ProgramOps", "device_program", "program_ops", "with_division", "with_division_p"]
 
 _DIM_NAMES = frozenset({*_OTHER_NAMES, *_MATMUL_NAMES, "out"})
 
@@ -138,13 +139,18 @@ def _space(prim: Any, ins: list[TensorSpec], out: TensorSpec) -> Any:
 
 
 def _node_descs(
-    node: Node, option: Any, names: _Names, hint: dict[str, int] | None
+    node: Node,
+    option: Any,
+    names: _Names,
+    hint: dict[str, int] | None,
+    lowerings: list[tuple[Any, dict[Any, str]]],
 ) -> list[OpDesc]:
     """The ops a node's planned option runs, its lowering traced on the planned types.
 
     A ``shard_map``'s body is one card's program: its ops are listed once (the cards run
     them at once), on the per-card blocks of the buffers; its collectives are not device
-    ops (``explain`` times them at the card-to-card bandwidth).
+    ops (``explain`` times them at the card-to-card bandwidth). The traced lowering and
+    the names of its variables are appended to ``lowerings``.
     """
     spyre = [(u, t) for u, t in zip(node.ins, option.ins, strict=True) if t is not None]
 
@@ -167,6 +173,7 @@ def _node_descs(
         return []
     descs: list[OpDesc] = []
     _walk(closed.jaxpr, env, finals, _Op(node, next(iter(finals.values())), hint), descs)
+    lowerings.append((closed.jaxpr, {**env, **finals}))
     return descs
 
 
@@ -190,6 +197,7 @@ def _walk(
             inner = {b: env[o] for b, o in zip(body.invars, eqn.invars, strict=True) if o in env}
             outs = zip(body.outvars, eqn.outvars, strict=True)
             _walk(body, inner, {b: finals[o] for b, o in outs if o in finals}, op, descs)
+            env.update(inner)  # the body's variables are distinct: their names join env
             continue
         outs = [v for v in eqn.outvars if isinstance(v.aval, SpyreType)]
         if prim is None or len(outs) != 1:
@@ -243,11 +251,31 @@ def _hints(graph: Graph) -> dict[Value, dict[str, int]]:
     }
 
 
-def program_ops(graph: Graph, plan: Plan) -> tuple[list[OpDesc], list[str]]:
-    """The ops of a planned graph in program order, and the names that live in DDR."""
+@dataclass(frozen=True)
+class ProgramOps:
+    """A planned graph's device ops and the names of its values.
+
+    Attributes:
+        descs: the ops in program order.
+        ddr: the names that live in DDR whatever the LX plan (graph inputs, outputs).
+        names: the buffer name of each (graph value, planned type) pair.
+        lowerings: per node option that runs ops, its lowering traced on its planned
+            types and the names of that jaxpr's variables (the values inside one
+            node's lowering are named ``<first result>.<k>``).
+    """
+
+    descs: list[OpDesc]
+    ddr: list[str]
+    names: dict[tuple[Value, SpyreType], str]
+    lowerings: list[tuple[Any, dict[Any, str]]]
+
+
+def program_ops(graph: Graph, plan: Plan) -> ProgramOps:
+    """The ops of a planned graph in program order, and the names of its values."""
     names = _Names()
     hints = _hints(graph)
     descs: list[OpDesc] = []
+    lowerings: list[tuple[Any, dict[Any, str]]] = []
     ddr = []
     for v in graph.inputs:
         for t in plan.sources.get(v, []):
@@ -257,18 +285,19 @@ def program_ops(graph: Graph, plan: Plan) -> tuple[list[OpDesc], list[str]]:
         if not node.outs:  # run on the host for its effects only (jax.debug.print)
             continue
         for option in plan.runs.get(node, []):
-            descs.extend(_node_descs(node, option, names, hints.get(node.outs[0])))
+            hint = hints.get(node.outs[0])
+            descs.extend(_node_descs(node, option, names, hint, lowerings))
         for v in node.outs:
             descs.extend(_move_descs(plan, v, names))
     for o, t in zip(graph.outputs, plan.outputs, strict=True):
         if isinstance(o, Value) and t is not None:
             ddr.append(names(o, t))
-    return descs, ddr
+    return ProgramOps(descs, ddr, names.names, lowerings)
 
 
 def device_program(
     graph: Graph, plan: Plan, machine: Machine | None = None, strategy: str = "greedy"
 ) -> DeviceProgram:
     """A planned graph on a machine: every op divided, placed and costed."""
-    descs, ddr = program_ops(graph, plan)
-    return plan_program(descs, machine or Machine.spyre(), ddr, strategy)
+    ops = program_ops(graph, plan)
+    return plan_program(ops.descs, machine or Machine.spyre(), ops.ddr, strategy)

@@ -8,13 +8,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .._errors import DeviceError
 from ..device import DeviceOp, DeviceProgram, Machine
 from ..dma._dci import DCI
 from ..layout._layout import SpyreTensorLayout
+from ..layout._residency import DDR, Residency
 from ..primitives._array import SpyreType
 from ._collectives import collective_records
 from ._control import HostCharge
-from ._device import device_program
 from ._graph import Node
 from ._interpret import Record, records
 from ._jit import SpyreJit
@@ -33,6 +34,8 @@ class TensorInfo:
         device_bytes: bytes of its device image.
         data_bytes: bytes its logical elements need in the device format.
         view: whether it is a view of another value's image (no memory of its own).
+        residency: where it lives on the report's machine: DDR, or the LX of the cores
+            of the op writing it.
     """
 
     name: str
@@ -40,6 +43,7 @@ class TensorInfo:
     device_bytes: int
     data_bytes: int
     view: bool
+    residency: Residency = DDR
 
     @property
     def padding_overhead(self) -> float:
@@ -204,7 +208,8 @@ class Report:
     details in a folding section.
 
     Attributes:
-        jaxpr: the Spyre-level jaxpr, a layout on every value.
+        jaxpr: the Spyre-level jaxpr, a layout on every value, and ``@LX[c0:n]+offset``
+            on those the device model keeps in the LX of cores 0..n-1 (no ``@``: DDR).
         restickifies: each restickify with its value, reason, layouts, cost and line.
         restickify_cost: their total cost (elements moved).
         tensors: device bytes and padding overhead of every value.
@@ -248,6 +253,23 @@ class Report:
 
     collectives: tuple[tuple[str, int], ...] = ()
     collective_cost: int = 0
+
+    def residency(self, name: str) -> Residency:
+        """Where the value of jaxpr variable ``name`` (as :attr:`jaxpr` prints it) lives.
+
+        Variables of the top level (:attr:`tensors`); inside a ``shard_map`` body the
+        jaxpr text shows them and ``report.device.residency`` gives them by buffer name.
+
+        Raises:
+            DeviceError: for a name that is not a Spyre value of the jaxpr.
+        """
+        for t in self.tensors:
+            if t.name == name:
+                return t.residency
+        raise DeviceError(
+            f"Report.residency: {name!r} is not a Spyre value of the jaxpr "
+            f"(report.tensors lists them: {', '.join(t.name for t in self.tensors[:8])}...)"
+        )
 
     @property
     def copy_cost(self) -> int:
@@ -528,7 +550,7 @@ def _tensors(closed: Any) -> tuple[TensorInfo, ...]:
         data = math.prod(aval.shape) * 128 // lay.elems_per_stick
         prim = producers.get(var)
         view = getattr(prim, "role", None) == "view"
-        out.append(TensorInfo(names[var], aval.str_short(), lay.nbytes, data, view))
+        out.append(TensorInfo(names[var], aval.str_short(), lay.nbytes, data, view, aval.residency))
     return tuple(out)
 
 
@@ -544,7 +566,9 @@ def explain(
         fun: a plain JAX function or a :class:`SpyreJit`.
         *args: its arguments (host arrays and Spyre arrays, as for the jitted call, or
             ``jax.ShapeDtypeStruct`` values: plan and cost without data).
-        machine: the machine profile of the device model (default ``Machine.spyre()``).
+        machine: the machine profile of the device model (default ``Machine.spyre()``):
+            the report's division, LX plan and time, and the residencies its jaxpr
+            shows (``@LX[c0:n]+offset`` on the values kept in LX; no ``@``: DDR).
         **kwargs: its keyword arguments.
 
     Returns:
@@ -553,7 +577,7 @@ def explain(
     jitted = fun if isinstance(fun, SpyreJit) else SpyreJit(fun)
     lowering, _ = jitted._lowering(*args, **kwargs)
     plan = lowering.plan
-    closed = lowering.spyre_jaxpr
+    closed, program = lowering.residency_jaxpr(machine)
     restickifies = tuple(records(plan))
     inputs = []
     for v, var in zip(lowering.graph.inputs, closed.jaxpr.invars, strict=True):
@@ -578,7 +602,7 @@ def explain(
     )
     ops = _ops(plan)
     return Report(
-        str(closed),
+        closed.pretty_print(use_color=False),  # plain text in notebooks too
         restickifies,
         sum(r.cost for r in restickifies),
         _tensors(closed),
@@ -588,7 +612,7 @@ def explain(
         ops,
         tuple(f for o in ops for f in o.fallbacks),
         sum(t.layout.nbytes for types in plan.sources.values() for t in types),
-        device_program(lowering.graph, plan, machine),
+        program,
         collective_records(closed),
         plan.collective_cost,
     )

@@ -80,8 +80,9 @@ def export(
     jitted = fun if isinstance(fun, SpyreJit) else SpyreJit(fun)
     lowering, _ = jitted._lowering(*args, **kwargs)
     machine = machine or Machine.spyre()
-    descs, ddr = program_ops(lowering.graph, lowering.plan)
-    program = plan_program(descs, machine, ddr)
+    ops = program_ops(lowering.graph, lowering.plan)
+    descs = ops.descs
+    program = plan_program(descs, machine, ops.ddr)
     sizes = {}
     for d in descs:
         for n, t in (*d.inputs, d.output):

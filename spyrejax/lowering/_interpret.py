@@ -132,15 +132,20 @@ class Interpreter:
         self.plan = plan
         self.emulate = check_emulate(emulate)
 
-    def run(self, *args: Any) -> list[Any]:
-        """Outputs for inputs (Spyre arrays, or host arrays moved with default layouts)."""
+    def run(self, *args: Any, env: dict[tuple[Value, SpyreType], Any] | None = None) -> list[Any]:
+        """Outputs for inputs (Spyre arrays, or host arrays moved with default layouts).
+
+        ``env``, if given, receives every value the program computes, keyed by its
+        graph value and planned type (``Lowering`` learns which jaxpr variable holds
+        which value this way).
+        """
+        env = {} if env is None else env
         if self.emulate == "cores":
             with sp.executing(CoreExecutor()):
-                return self._run(*args)
-        return self._run(*args)
+                return self._run(env, *args)
+        return self._run(env, *args)
 
-    def _run(self, *args: Any) -> list[Any]:
-        env: dict[tuple[Value, SpyreType], Any] = {}
+    def _run(self, env: dict[tuple[Value, SpyreType], Any], *args: Any) -> list[Any]:
         for v, a in zip(self.graph.inputs, args, strict=True):
             x = a if isinstance(jax.typeof(a), SpyreType) else sp.to_device(a)
             (planned,) = self.plan.sources[v]

@@ -30,17 +30,19 @@ import jax
 import numpy as np
 
 from .._errors import SpyreTypeError
-from .._jax import AD_TRACERS, ClosedJaxpr, trace_context
+from .._jax import AD_TRACERS, ClosedJaxpr, Var, trace_context
+from ..device import DeviceProgram, Machine
 from ..primitives import abstract, image, to_host, wrap
 from ..primitives._array import SpyreArray, SpyreType
 from ._arguments import ArgNums, Call, HostAval, check_formats, leaf_aval, leaf_avals, split_call
 from ._cache import Lru, signature_cache
-from ._graph import Graph, build_graph
+from ._graph import Graph, Value, build_graph
 from ._interpret import Interpreter, check_emulate
 from ._keys import key_data_outputs, unwrap_keys, wrap_keys
 from ._outer_ad import vjp_function, with_own_derivatives
 from ._planner import FALLBACKS, Plan, host_input_type, plan_graph
 from ._regions import host_regions
+from ._residency import residency_jaxpr
 
 __all__ = ["Compiled", "Lowered", "Lowering", "SpyreJit", "Traced", "jit"]
 
@@ -144,10 +146,42 @@ class Lowering:
         """
         return jax.jit(lambda *leaves: [to_host(o) for o in self.interpreter.run(*leaves)])
 
-    @functools.cached_property
+    @property
     def spyre_jaxpr(self) -> ClosedJaxpr:
         """The interpreter traced on the input types: a layout on every value."""
-        return jax.make_jaxpr(self.interpreter.run)(*(abstract(a) for a in self.in_avals))
+        return self._spyre_trace[0]
+
+    @functools.cached_property
+    def _spyre_trace(self) -> tuple[ClosedJaxpr, dict[tuple[Value, SpyreType], Any]]:
+        """The Spyre-level jaxpr, and the variable holding each (graph value, type).
+
+        The interpreter is traced once, with every value it computes as an extra
+        result (then dropped): that says which variable holds which value.
+        """
+        keys: list[tuple[Value, SpyreType]] = []
+
+        def run(*args: Any) -> list[Any]:
+            env: dict[tuple[Value, SpyreType], Any] = {}
+            outs = self.interpreter.run(*args, env=env)
+            keys.extend(env)
+            return [*outs, *env.values()]
+
+        closed = jax.make_jaxpr(run)(*(abstract(a) for a in self.in_avals))
+        outvars = closed.jaxpr.outvars
+        n = len(outvars) - len(keys)
+        variables = {k: v for k, v in zip(keys, outvars[n:], strict=True) if isinstance(v, Var)}
+        return closed.replace(outvars=outvars[:n]), variables
+
+    def residency_jaxpr(self, machine: Machine | None = None) -> tuple[ClosedJaxpr, DeviceProgram]:
+        """The Spyre-level jaxpr with the values kept in LX marked, and the device program.
+
+        The device model plans the program on ``machine`` (default ``Machine.spyre()``);
+        each value its LX plan keeps in LX has that :class:`~spyrejax.Residency` on its
+        type (``@LX[c0:32]+0x0``); the others live in DDR. Inner jaxprs (loop,
+        branch and ``shard_map`` bodies) are not annotated.
+        """
+        closed, variables = self._spyre_trace
+        return residency_jaxpr(closed, variables, self.graph, self.plan, machine)
 
 
 def _input_type(aval: Any) -> SpyreType:
@@ -284,9 +318,17 @@ class Lowered(_Stage):
         self.plan = lowering.plan
         self.graph = lowering.graph
 
-    def as_text(self) -> str:
-        """The Spyre-level jaxpr: every Spyre primitive, the layout of every value."""
-        return str(self._lowering.spyre_jaxpr)
+    def as_text(self, machine: Machine | None = None) -> str:
+        """The Spyre-level jaxpr: every Spyre primitive, the layout of every value.
+
+        The device model plans the program on ``machine`` (default ``Machine.spyre()``):
+        a value it keeps in LX shows where (``@LX[c0:32]+0x4000``: the LX of cores
+        0..31, at that byte of each); a value with no ``@`` lives in DDR.
+
+        Raises:
+            DeviceError: for a ``with_division`` hint the device model cannot follow.
+        """
+        return self._lowering.residency_jaxpr(machine)[0].pretty_print(use_color=False)
 
     def compile(self) -> Compiled:
         """Compile ahead of time: a :class:`Compiled`, called with the same arguments."""

@@ -27,6 +27,7 @@ from .._jax import HiType, ShapedArray, register_hitype
 from ..layout._devdims import DevDim, device_dims, is_contiguous, stick_dim
 from ..layout._dtypes import format_for_dtype, host_dtype
 from ..layout._layout import SpyreTensorLayout
+from ..layout._residency import DDR, Residency
 from ..layout._segments import row_major_strides
 from ._shard import residual_spec, shard_type, unshard_type
 
@@ -75,6 +76,9 @@ class SpyreType(HiType):
         vma: inside ``jax.shard_map``, the mesh axes the value varies over (differs from
             card to card), as JAX tracks for plain arrays with ``check_vma``: metadata
             for that check, not part of type equality.
+        residency: where the value lives (:class:`spyrejax.Residency`): DDR unless the
+            device model keeps it in the LX of some cores. Metadata, not part of type
+            equality: only the jaxprs ``explain`` and ``Lowered.as_text`` show carry it.
     """
 
     shape: tuple[int, ...]
@@ -84,9 +88,14 @@ class SpyreType(HiType):
     strides: tuple[int, ...]
     pad: PadFill = PadFill.POISON
     vma: frozenset[str] = field(default=frozenset(), compare=False)
+    residency: Residency = field(default=DDR, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "vma", frozenset(self.vma))
+        if not isinstance(self.residency, Residency):
+            raise SpyreTypeError(
+                f"SpyreType: residency must be a Residency, got {self.residency!r}"
+            )
         object.__setattr__(self, "shape", _ints(self.shape))
         object.__setattr__(self, "base_shape", _ints(self.base_shape))
         object.__setattr__(self, "strides", _ints(self.strides))
@@ -172,7 +181,13 @@ class SpyreType(HiType):
         return SpyreArray(image, self)
 
     def str_short(self, short_dtypes: bool = False, mesh_axis_types: bool = False) -> str:
-        """Compact form used in jaxprs: ``f16[5,100,150]{[100,3,5,64]/[150,64,15000,1]}``."""
+        """Compact form used in jaxprs: ``f16[5,100,150]{[100,3,5,64]/[150,64,15000,1]}``.
+
+        After the layout: ``view=`` (a view over another base), ``pad=0`` (zero
+        padding), ``V:`` (the mesh axes it varies over) and ``@LX[c0:32]+0x4000`` (kept
+        in the LX of cores 0..31 at that per-core byte address). A value with no ``@``
+        lives in DDR.
+        """
         name = _SHORT_DTYPES.get(self.dtype.name, self.dtype.name)
         lay = self.layout
         text = f"{list(lay.device_size)}/{list(lay.stride_map)}".replace(" ", "")
@@ -182,6 +197,8 @@ class SpyreType(HiType):
             text += " pad=0"
         if self.vma:
             text += f" V:{','.join(sorted(self.vma))}"
+        if self.residency.in_lx:
+            text += f" @{self.residency}"
         return f"{name}[{','.join(map(str, self.shape))}]{{{text}}}"
 
     def __repr__(self) -> str:
