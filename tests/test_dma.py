@@ -1,3 +1,4 @@
+import math
 import shutil
 
 import chex
@@ -352,6 +353,26 @@ def test_without_the_kernel_large_element_transposes_run_in_xla(monkeypatch):
     image = sj.dma_h2d(x, layout)
     assert same_bits(image, jitted)
     assert same_bits(sj.dma_d2h(image, TRANSPOSED, layout), x)
+
+
+@needs_kernel
+@pytest.mark.parametrize("shape", [(1200, 1024), (1200, 1000), (600, 8, 250)])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.int8])
+def test_streamed_stick_runs_match_numpy_and_xla(monkeypatch, shape, dtype):
+    # Images of at least STREAM_BYTES take the C kernel's streaming stores (runs of whole
+    # and partial sticks, unaligned host rows included); the NumPy engine (built without
+    # the kernel) and XLA (inside jax.jit) must give the same bits both ways.
+    from spyrejax.dma import _host_dma
+
+    layout = SpyreTensorLayout(shape, dtype)
+    assert math.prod(layout.device_size) * np.dtype(dtype).itemsize >= _host_dma.STREAM_BYTES
+    x = random_bits(shape, dtype, np.random.default_rng(len(shape)))
+    jitted = jax.jit(sj.dma_h2d, static_argnames="layout")(x, layout)
+    streamed = sj.dma_h2d(x, layout)
+    back = sj.dma_d2h(streamed, shape, layout)
+    monkeypatch.setattr(_host_dma, "_native", None)
+    assert same_bits(streamed, jitted) and same_bits(streamed, sj.dma_h2d(x, layout))
+    assert same_bits(back, x) and same_bits(sj.dma_d2h(jitted, shape, layout), x)
 
 
 def test_the_kernel_is_built_wherever_a_c_compiler_is():

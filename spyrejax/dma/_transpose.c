@@ -1,18 +1,27 @@
 /*
- * spyrejax.dma._transpose: the host DMA engine's element-transpose kernel.
+ * spyrejax.dma._transpose: the host DMA engine's copy kernels.
  *
  * A descriptor whose stick runs down a host column (a "transposed-stick" layout) is an
  * element transpose: the source is contiguous along one loop, the destination along
  * another. NumPy copies that one element at a time (about 1 ns per element) and XLA's
- * CPU transpose is little better; this kernel moves square tiles through SIMD registers
+ * CPU transpose is little better; transpose() moves square tiles through SIMD registers
  * (SSE2 unpacks on x86-64, plain loops elsewhere), so a transposed transfer runs at a
  * good fraction of memcpy speed.
  *
- * One entry point, transpose(dst, dst_offset, dst_strides, src, src_offset, src_strides,
- * shape, itemsize): copy the strided view of src into the strided view of dst, both of
- * the given shape, strides and offsets in bytes. The views are bounds-checked against
- * the buffers before anything is written; the copy runs without the GIL. The buffers
- * must not overlap (DMA always copies between distinct host and device memory).
+ * Every other large descriptor moves contiguous runs (whole sticks, or a partial last
+ * one): copy_runs() walks its loops in the order given (the engine passes them
+ * source-sequential) and copies each run, with non-temporal stores when asked. Such a
+ * transfer writes one stream per device tile (or host row), and every page of a fresh
+ * destination has been faulted, so zeroed by the kernel and written back, long before
+ * its last run arrives: ordinary stores would read each line back for ownership,
+ * streaming stores write it once.
+ *
+ * Both take (dst, dst_offset, dst_strides, src, src_offset, src_strides, shape, width):
+ * the strided views of src and dst of the given shape, strides and offsets in bytes,
+ * width the element width (transpose) or run length (copy_runs). The views are
+ * bounds-checked against the buffers before anything is written; the copy runs without
+ * the GIL. The buffers must not overlap (DMA always copies between distinct host and
+ * device memory).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -44,6 +53,8 @@ static void edge_copy(char *dst, Py_ssize_t ds, const char *src, Py_ssize_t ss,
 #if SPYRE_SSE2
 #define LD(p) _mm_loadu_si128((const __m128i *)(p))
 #define ST(p, v) _mm_storeu_si128((__m128i *)(p), (v))
+/* A non-temporal 16-byte store (to memory, no read for ownership): p 16-byte aligned. */
+#define ST_NT(p, v) _mm_stream_si128((__m128i *)(p), (v))
 
 INLINE void tile_8(char *d, Py_ssize_t ds, const char *s, Py_ssize_t ss) {
     __m128i r0 = LD(s), r1 = LD(s + ss);
@@ -238,45 +249,79 @@ static Py_ssize_t contiguous_dim(const Py_ssize_t *strides, const Py_ssize_t *sh
     return -1;
 }
 
-static PyObject *transpose(PyObject *self, PyObject *args) {
+/* A copy's two strided views over two buffers, read from the arguments and checked. */
+typedef struct {
     Py_buffer dst, src;
-    Py_ssize_t dst_off, src_off, item;
+    Py_ssize_t ndim, dst_off, src_off, shape[MAX_DIMS], ds[MAX_DIMS], ss[MAX_DIMS];
+    int empty, stream;
+} views_t;
+
+/* Parse "dst, dst_offset, dst_strides, src, src_offset, src_strides, shape, width" (and
+ * "stream" where format allows it) into v, which holds both buffers until the caller
+ * releases them; width is the element width or run length in bytes. -1 with an
+ * exception set on error (the buffers are then released). */
+static int parse_views(PyObject *args, const char *format, const char *name,
+                       Py_ssize_t min_dims, views_t *v, Py_ssize_t *width) {
     PyObject *dst_strides_o, *src_strides_o, *shape_o;
-    if (!PyArg_ParseTuple(args, "w*nOy*nOOn", &dst, &dst_off, &dst_strides_o, &src, &src_off,
-                          &src_strides_o, &shape_o, &item))
-        return NULL;
-    PyObject *result = NULL;
-    Py_ssize_t shape[MAX_DIMS], ds[MAX_DIMS], ss[MAX_DIMS];
-    Py_ssize_t ndim = PySequence_Size(shape_o);
-    if (ndim < 0) goto done;
-    if (ndim < 2 || ndim > MAX_DIMS) {
-        PyErr_Format(PyExc_ValueError, "transpose: expected 2 to %d dims, got %zd", MAX_DIMS,
-                     ndim);
-        goto done;
+    v->stream = 0;
+    if (!PyArg_ParseTuple(args, format, &v->dst, &v->dst_off, &dst_strides_o, &v->src,
+                          &v->src_off, &src_strides_o, &shape_o, width, &v->stream))
+        return -1;
+    v->ndim = PySequence_Size(shape_o);
+    if (v->ndim < 0) goto fail;
+    if (v->ndim < min_dims || v->ndim > MAX_DIMS) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd to %d dims, got %zd", name, min_dims,
+                     MAX_DIMS, v->ndim);
+        goto fail;
     }
+    if (read_ints(shape_o, v->shape, v->ndim, "shape") ||
+        read_ints(dst_strides_o, v->ds, v->ndim, "dst_strides") ||
+        read_ints(src_strides_o, v->ss, v->ndim, "src_strides"))
+        goto fail;
+    v->empty = 0;
+    for (Py_ssize_t k = 0; k < v->ndim; k++) {
+        if (v->shape[k] < 0) {
+            PyErr_Format(PyExc_ValueError, "%s: negative size %zd in shape", name, v->shape[k]);
+            goto fail;
+        }
+        v->empty |= v->shape[k] == 0;
+    }
+    return 0;
+fail:
+    PyBuffer_Release(&v->dst);
+    PyBuffer_Release(&v->src);
+    return -1;
+}
+
+/* 0 if both views lie inside their buffers for elements of width bytes, else -1. */
+static int check_views(views_t *v, Py_ssize_t width) {
+    return check_view("dst", v->dst.len, v->dst_off, v->ds, v->shape, v->ndim, width) ||
+           check_view("src", v->src.len, v->src_off, v->ss, v->shape, v->ndim, width);
+}
+
+/* Whether every destination address base + offset + sum(i * stride) is a multiple of 16. */
+static int dst_aligned(const views_t *v) {
+    if (((uintptr_t)v->dst.buf + (uintptr_t)v->dst_off) % 16) return 0;
+    for (Py_ssize_t k = 0; k < v->ndim; k++)
+        if (v->shape[k] > 1 && v->ds[k] % 16) return 0;
+    return 1;
+}
+
+static PyObject *transpose(PyObject *self, PyObject *args) {
+    views_t v;
+    Py_ssize_t item;
+    if (parse_views(args, "w*nOy*nOOn", "transpose", 2, &v, &item)) return NULL;
+    PyObject *result = NULL;
     if (item != 1 && item != 2 && item != 4 && item != 8) {
         PyErr_Format(PyExc_ValueError, "transpose: itemsize must be 1, 2, 4 or 8, got %zd", item);
         goto done;
     }
-    if (read_ints(shape_o, shape, ndim, "shape") ||
-        read_ints(dst_strides_o, ds, ndim, "dst_strides") ||
-        read_ints(src_strides_o, ss, ndim, "src_strides"))
-        goto done;
-    int empty = 0;
-    for (Py_ssize_t k = 0; k < ndim; k++) {
-        if (shape[k] < 0) {
-            PyErr_Format(PyExc_ValueError, "transpose: negative size %zd in shape", shape[k]);
-            goto done;
-        }
-        empty |= shape[k] == 0;
-    }
-    if (empty) {
+    if (v.empty) {
         result = Py_NewRef(Py_None);
         goto done;
     }
-    if (check_view("dst", dst.len, dst_off, ds, shape, ndim, item) ||
-        check_view("src", src.len, src_off, ss, shape, ndim, item))
-        goto done;
+    if (check_views(&v, item)) goto done;
+    Py_ssize_t *shape = v.shape, *ds = v.ds, *ss = v.ss, ndim = v.ndim;
     Py_ssize_t a = contiguous_dim(ss, shape, ndim, item, -1);  /* src-contiguous: dst rows */
     Py_ssize_t b = contiguous_dim(ds, shape, ndim, item, a);   /* dst-contiguous: src rows */
     if (a < 0 || b < 0) {
@@ -291,11 +336,11 @@ static PyObject *transpose(PyObject *self, PyObject *args) {
     for (Py_ssize_t k = 0; k < ndim; k++)
         if (k != a && k != b) outer[n_outer++] = k;
     memset(index, 0, sizeof index);
-    char *d = (char *)dst.buf;
-    const char *s = (const char *)src.buf;
+    char *d = (char *)v.dst.buf;
+    const char *s = (const char *)v.src.buf;
     Py_BEGIN_ALLOW_THREADS
     for (;;) {
-        Py_ssize_t d_at = dst_off, s_at = src_off;
+        Py_ssize_t d_at = v.dst_off, s_at = v.src_off;
         for (Py_ssize_t k = 0; k < n_outer; k++) {
             d_at += index[k] * ds[outer[k]];
             s_at += index[k] * ss[outer[k]];
@@ -308,8 +353,83 @@ static PyObject *transpose(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     result = Py_NewRef(Py_None);
 done:
-    PyBuffer_Release(&dst);
-    PyBuffer_Release(&src);
+    PyBuffer_Release(&v.dst);
+    PyBuffer_Release(&v.src);
+    return result;
+}
+
+/* One run of n bytes; nt: non-temporal stores (n a multiple of 16, d 16-byte aligned). */
+INLINE void copy_run(char *d, const char *s, Py_ssize_t n, int nt) {
+#if SPYRE_SSE2
+    if (nt) {
+        Py_ssize_t k = 0;
+        for (; k + 64 <= n; k += 64) {
+            __m128i r0 = LD(s + k), r1 = LD(s + k + 16), r2 = LD(s + k + 32), r3 = LD(s + k + 48);
+            ST_NT(d + k, r0);
+            ST_NT(d + k + 16, r1);
+            ST_NT(d + k + 32, r2);
+            ST_NT(d + k + 48, r3);
+        }
+        for (; k < n; k += 16) ST_NT(d + k, LD(s + k));
+        return;
+    }
+#endif
+    memcpy(d, s, (size_t)n);
+}
+
+/* copy_run at every index of v's loops, the innermost one in a tight loop. */
+INLINE void copy_loops(char *d, const char *s, const views_t *v, Py_ssize_t run, int nt) {
+    Py_ssize_t ndim = v->ndim, index[MAX_DIMS];
+    if (ndim == 0) {
+        copy_run(d + v->dst_off, s + v->src_off, run, nt);
+        return;
+    }
+    Py_ssize_t last = ndim - 1, n = v->shape[last], dl = v->ds[last], sl = v->ss[last];
+    memset(index, 0, sizeof index);
+    for (;;) {
+        Py_ssize_t d_at = v->dst_off, s_at = v->src_off;
+        for (Py_ssize_t k = 0; k < last; k++) {
+            d_at += index[k] * v->ds[k];
+            s_at += index[k] * v->ss[k];
+        }
+        for (Py_ssize_t i = 0; i < n; i++) copy_run(d + d_at + i * dl, s + s_at + i * sl, run, nt);
+        Py_ssize_t k = last - 1;
+        while (k >= 0 && ++index[k] == v->shape[k]) index[k--] = 0;
+        if (k < 0) break;
+    }
+}
+
+static PyObject *copy_runs(PyObject *self, PyObject *args) {
+    views_t v;
+    Py_ssize_t run;
+    if (parse_views(args, "w*nOy*nOOn|p", "copy_runs", 0, &v, &run)) return NULL;
+    PyObject *result = NULL;
+    if (run < 1) {
+        PyErr_Format(PyExc_ValueError, "copy_runs: run must be at least 1 byte, got %zd", run);
+        goto done;
+    }
+    if (v.empty) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (check_views(&v, run)) goto done;
+    int nt = SPYRE_SSE2 && v.stream && run % 16 == 0 && dst_aligned(&v);
+    char *d = (char *)v.dst.buf;
+    const char *s = (const char *)v.src.buf;
+    Py_BEGIN_ALLOW_THREADS
+    if (nt) {
+        copy_loops(d, s, &v, run, 1);
+#if SPYRE_SSE2
+        _mm_sfence();
+#endif
+    } else {
+        copy_loops(d, s, &v, run, 0);
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&v.dst);
+    PyBuffer_Release(&v.src);
     return result;
 }
 
@@ -320,12 +440,20 @@ static PyMethodDef methods[] = {
      "Copy a strided view of src into a strided view of dst (shape and strides in bytes)\n"
      "where one dim is contiguous in src and another in dst: an element transpose in\n"
      "SIMD tiles. Raises ValueError if a view leaves its buffer or no such dims exist."},
+    {"copy_runs", copy_runs, METH_VARARGS,
+     "copy_runs(dst, dst_offset, dst_strides, src, src_offset, src_strides, shape, run,\n"
+     "          stream=False)\n"
+     "--\n\n"
+     "For every index of the loops shape (outermost first; offsets and strides in bytes),\n"
+     "copy run contiguous bytes from src to dst, in loop order. stream: non-temporal\n"
+     "stores when every destination run is 16-byte aligned and a multiple of 16 bytes.\n"
+     "Raises ValueError if a view leaves its buffer."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "spyrejax.dma._transpose",
-    "The host DMA engine's element-transpose kernel (see spyrejax.dma._host_dma).", -1, methods,
+    "The host DMA engine's copy kernels (see spyrejax.dma._host_dma).", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__transpose(void) {
