@@ -216,7 +216,9 @@ def _reduce_data(
     the consumers). What lies past an inexact bound (for a partial last stick whose
     tiles and lanes are apart, the last tile) is a slab, masked and reduced on its
     own, then combined: the select only touches the slabs. The remaining axes are
-    reduced last (staged for large images).
+    reduced last (staged for large images). Images over :data:`STAGED_REDUCTION_BYTES`
+    reduce the axes without padding first instead (lanes: one read in memory order,
+    which fuses a half float's conversion too), then the box of that small result.
     """
     reduce = _lax_reduce(op)
     if mask is None:
@@ -229,23 +231,53 @@ def _reduce_data(
         return _staged(img, axes, reduce)
     combine = _COMBINE[op.lax]
     bound = [b for b, _ in box]
+    inner = tuple(a for a in axes if a not in cut)
+    slabs = [a for a in cut if not box[a][1]]
+    if img.nbytes > STAGED_REDUCTION_BYTES and inner:
+        # Large images: the axes without padding first, in one read in memory order (a
+        # window over the outer tile axis walks a large image across tiles); then the
+        # box of the small partial result.
+        part = jax.lax.optimization_barrier(reduce(img, inner))
+        kept = [a for a in range(img.ndim) if a not in inner]
+        at = tuple(kept.index(a) for a in cut)
+        box_part = part[tuple(slice(0, bound[a]) if a in cut else slice(None) for a in kept)]
+        out = reduce(box_part, at)
+        for i in range(len(slabs)):
+            slab = select(*_slab(img, mask, cut, slabs, i, bound, box), fill)
+            out = combine(out, reduce(slab, axes))
+        return out
     window = tuple(bound[a] if a in cut else 1 for a in range(img.ndim))
     # A concrete identity picks lax's sum/max/min window primitives (with derivatives).
     init = np.asarray(identity, img.dtype)
     part = jax.lax.reduce_window(img, init, combine, window, window, "VALID")
     part = part[tuple(slice(0, 1) if a in cut else slice(None) for a in range(img.ndim))]
-    slabs = [a for a in cut if not box[a][1]]
-    for i, a in enumerate(slabs):
-        # Slab i: axis a past the box; the earlier slabs' axes and the exact cut axes
-        # inside it (disjoint slabs: past an exact bound lies padding only).
-        inside = {b for b in cut if box[b][1]} | set(slabs[:i])
-        index = tuple(
-            slice(bound[b], None) if b == a else slice(0, bound[b]) if b in inside else slice(None)
-            for b in range(img.ndim)
-        )
-        slab = select(mask[index], img[index], fill)
+    for i in range(len(slabs)):
+        slab = select(*_slab(img, mask, cut, slabs, i, bound, box), fill)
         part = combine(part, reduce(slab, tuple(cut)).reshape(part.shape))
     return _staged(part, axes, reduce, img.nbytes)
+
+
+def _slab(
+    img: jax.Array,
+    mask: jax.Array,
+    cut: list[int],
+    slabs: list[int],
+    i: int,
+    bound: list[int],
+    box: tuple[tuple[int, bool], ...],
+) -> tuple[jax.Array, jax.Array]:
+    """Slab ``i``'s mask and values: its axis past the box, the axes before it inside.
+
+    The earlier slabs' axes and the exact cut axes (past whose bound lies padding only)
+    are kept inside the box, so the slabs and the box are disjoint.
+    """
+    a = slabs[i]
+    inside = {b for b in cut if box[b][1]} | set(slabs[:i])
+    index = tuple(
+        slice(bound[b], None) if b == a else slice(0, bound[b]) if b in inside else slice(None)
+        for b in range(img.ndim)
+    )
+    return mask[index], img[index]
 
 
 _COMBINE = {
