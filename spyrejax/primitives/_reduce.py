@@ -9,9 +9,11 @@ tile-count dim becomes a synthetic size-1 dim, exactly the layout of
 Every reduction is one :class:`ReductionOp` record in :data:`REDUCTIONS_TABLE`, from
 which its primitive class, wrapper and lowering rule derive.
 
-Kernel: padding is replaced by the reduction's identity (0, -inf, +inf, False, True)
-before reducing, so it never leaks into a result; float16/bfloat16 sums accumulate in
-float32.
+Kernel: padding never takes part. Along padded axes the box of data at the image's
+origin is reduced with a ``reduce_window`` and what lies past it (a partial last
+stick's tile) is masked with the reduction's identity (0, -inf, +inf) on its own; only
+layouts whose padding is no such box (and bools) replace all padding with the identity
+(see ``_reduce_data``). float16/bfloat16 sums accumulate in float32.
 A dense ``sum``/``mean`` leaves exact zeros in its padding, and its type says so
 (``pad=0``); every other result has poison padding.
 """
