@@ -18,6 +18,7 @@ from ._errors import (
     SpyreTypeError,
     SpyreUnsupportedError,
 )
+from ._jax import poison_padding
 from .device import Machine
 from .dma import *  # noqa: F403  (each layer's package lists its public names)
 from .dma import __all__ as _DMA
@@ -107,6 +108,7 @@ __all__ = [
     "layout",
     "lowering",
     "matmul",
+    "poison_padding",
     "ppermute",
     "primitives",
     "psum",

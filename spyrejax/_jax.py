@@ -5,7 +5,7 @@ spyrejax imports public JAX (``jax``, ``jax.numpy``, ``jax.lax``) or these names
 """
 
 from jax._src.api_util import fun_signature, resolve_argnums
-from jax._src.config import trace_context
+from jax._src.config import bool_state, trace_context
 from jax._src.hijax import call_hi_primitive_p
 from jax._src.interpreters.ad import LinearizeTracer
 from jax._src.random.prng import (
@@ -54,6 +54,7 @@ __all__ = [
     "jaxpr_as_fun",
     "key_impl",
     "mlir",
+    "poison_padding",
     "random_bits_impl_base",
     "random_fold_in_impl_base",
     "random_seed_impl_base",
@@ -66,6 +67,19 @@ __all__ = [
     "trace_context",
     "vjp_from_jvp",
 ]
+
+poison_padding = bool_state(
+    "spyrejax_poison_padding",
+    default=False,
+    help=(
+        "Debug check (like jax_debug_nans): every spyrejax kernel writes poison (NaN, or "
+        "the integer poison) into the padding of its result, so a kernel that reads "
+        "padding it should have masked gives NaN. Off, padding whose content is undefined "
+        "(pad=poison in the type) keeps whatever the computation left there."
+    ),
+    include_in_trace_context=True,
+)
+"""``jax.config`` option ``spyrejax_poison_padding`` (env ``SPYREJAX_POISON_PADDING``)."""
 
 AD_TRACERS = (ad.JVPTracer, LinearizeTracer)
 """The tracers of forward and reverse mode autodiff (``jax.jvp``, ``jax.grad``)."""

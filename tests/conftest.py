@@ -23,6 +23,13 @@ jax.config.update("jax_num_cpu_devices", 8)
 
 from hypothesis import HealthCheck, settings  # noqa: E402  (after the device count)
 
+import spyrejax  # noqa: E402, F401  (registers the spyrejax_poison_padding option)
+
+# Kernels write poison (NaN) into the padding of every result, even where its content is
+# undefined and production runs leave it (see README, "Padding"): a kernel that reads
+# padding without masking it then gives NaN, which every comparison with jax.jit catches.
+jax.config.update("spyrejax_poison_padding", True)
+
 # No implicit promotion: an op mixing dtypes must say which it means (in the tests and,
 # through them, in spyrejax itself).
 jax.config.update("jax_numpy_dtype_promotion", "strict")

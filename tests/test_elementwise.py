@@ -242,3 +242,19 @@ def test_operators_on_values_and_tracers():
     for op, ref_op in ops:
         for fn in (op, jax.jit(op)):
             assert_close(np.asarray(fn(args[0], args[1])), ref_op(x, y), ops=2)
+
+
+def test_padding_of_results_is_left_as_computed_unless_the_debug_option_poisons_it():
+    x = rand((4, 150), jnp.float32, np.random.default_rng(11))
+    a = sj.to_device(x, pad_value=0)  # padding 0: what the kernel leaves there shows
+    f = jax.jit(lambda a: sj.exp(a) * 2)
+    pad = a.layout.padding_mask(a.type.base_shape)
+    with sj.poison_padding(False):
+        out, hlo = f(a), f.lower(a).as_text()
+    assert "select" not in hlo  # no pass of its own, nothing to split a fusion
+    assert (np.asarray(out.image)[pad] == 2).all() and out.type.pad is sj.PadFill.POISON
+    with sj.poison_padding(True):
+        poisoned = f(a)
+    assert padding_is_poison(poisoned)
+    np.testing.assert_array_equal(sj.to_host(out), sj.to_host(poisoned))
+    assert_close(sj.to_host(out), np.exp(x) * 2, ops=2)

@@ -281,3 +281,38 @@ def test_mapping_answers_the_seed_example():
         (1, 64, 320, 960),
     )
     assert (rest.size, rest.offset_src, rest.offset_dst) == ((22, 5, 1, 100), 128, 640)
+
+
+def _check_data_box(mapping, runs, box):
+    """The box at the origin holds data only; past an exact bound lies padding only."""
+    size = mapping.layout.device_size
+    want = mapping.data_mask().reshape([int(np.prod([size[j] for j in r])) for r in runs])
+    inside = tuple(slice(0, b) for b, _ in box)
+    assert want[inside].all()
+    for axis, (bound, exact) in enumerate(box):
+        past = [slice(None)] * len(runs)
+        past[axis] = slice(bound, None)
+        assert not exact or not want[tuple(past)].any()
+
+
+@pytest.mark.parametrize(("shape", "layout", "strides"), CASES, ids=IDS)
+def test_data_box_holds_data_only(shape, layout, strides):
+    mapping = layout.for_host(shape, strides)
+    runs = [(j,) for j in range(layout.device_rank)]
+    box = mapping.data_box(runs)
+    if box is not None and mapping.size:
+        _check_data_box(mapping, runs, box)
+
+
+def test_data_box_of_a_partial_last_stick():
+    # Default layout [T, rows, S]: the last tile holds data past the bound (not exact).
+    mapping = SpyreTensorLayout((7, 2000), np.float32).for_host((7, 2000))
+    assert mapping.layout.device_size == (63, 7, 32)
+    runs = [(0,), (1,), (2,)]
+    assert mapping.data_box(runs) == ((62, False), (7, True), (32, True))
+    _check_data_box(mapping, runs, mapping.data_box(runs))
+    # Row-major [rows, T, S] with tiles and lanes merged: the data end at 2000, exactly.
+    row_major = SpyreTensorLayout.row_major((7, 2000), np.float32).for_host((7, 2000))
+    assert row_major.data_box([(0,), (1, 2)]) == ((7, True), (2000, True))
+    _check_data_box(row_major, [(0,), (1, 2)], ((7, True), (2000, True)))
+    assert row_major.data_box([(0, 1), (2,)]) is None  # a run that starts off its check

@@ -693,6 +693,47 @@ class HostMapping:
         size = self.layout.device_size
         return tuple((j, bound, size[j]) for j, bound, _ in self._padding_checks)
 
+    def data_box(self, runs: Sequence[Sequence[int]]) -> tuple[tuple[int, bool], ...] | None:
+        """A box of data at the image's origin, per run of merged dims: ``(bound, exact)``.
+
+        ``runs`` partitions the device dims into runs of adjacent dims, in order, each
+        merged into one axis row-major (a tile count and its stick: see the primitives'
+        ``collapsed``). Every position whose merged coordinates are all below their
+        bounds holds data. A run's bound is its size where it holds no padding, else
+        where its padding starts: ``exact`` if all past it is padding (a merged partial
+        stick: ``2000`` on an axis of ``63 * 32``; a padded count of rows), not if data
+        lies past it too (a tile count cut apart from its lanes: the last tile holds
+        the partial stick). None if a run's padding is not so.
+        """
+        size = self.layout.device_size
+        checks = {j: (bound, combined) for j, bound, combined in self._padding_checks}
+        out = []
+        for run in runs:
+            run = tuple(run)
+            inner = [math.prod(size[k] for k in run[i + 1 :]) for i in range(len(run))]
+            found = [j for j in run if j in checks]
+            if not found:
+                out.append((math.prod(size[j] for j in run), True))
+                continue
+            top = run[0]
+            if found != [top]:
+                return None
+            bound, combined = checks[top]
+            if combined is None:  # past the bound, this check fails: all padding
+                out.append((bound * inner[0], True))
+                continue
+            axes, limit = combined
+            if len(run) == 1:  # the tile holding the partial stick lies past the bound
+                out.append((bound, False))
+                continue
+            unit = axes[-1][1]
+            if tuple(k for k, _ in axes) != run or limit % unit:
+                return None
+            if any(r != w * unit for (_, r), w in zip(axes, inner, strict=True)):
+                return None
+            out.append((limit // unit, True))
+        return tuple(out)
+
     @functools.cached_property
     def _padding_checks(self) -> tuple[_Check, ...]:
         """The checks a coordinate inside ``device_size`` can fail, as ``(dim, bound, sum)``.

@@ -20,13 +20,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import LayoutError, SpyreTypeError
+from .._jax import poison_padding
 from ..dma._dma import as_bits, dma_h2d, from_bits, h2d_values
 from ..layout._devdims import DevDim, layout_from_dims
 from ..layout._dtypes import format_for_dtype, host_dtype
 from ..layout._layout import SpyreTensorLayout
 from ._array import SpyreArray, SpyreType
 from ._base import SpyrePrim
-from ._masks import masked, poison
+from ._masks import masked, poison, poisoned
 from ._values import logical_values
 
 __all__ = ["Astype", "Bitcast", "astype", "bitcast"]
@@ -65,7 +66,7 @@ class Astype(SpyrePrim):
     def _convert(self, img: jax.Array, exact: bool) -> jax.Array:
         out_t = self.out_aval
         if self._same_sticks:  # stick by stick, on the image
-            return masked(img.astype(self.dtype), out_t, poison(self.dtype))
+            return poisoned(img.astype(self.dtype), out_t)
         if self._regroup is not None:  # sticks cut or joined, on the image
             return self._regroup_sticks(img, exact)
         values = logical_values(img, self.in_avals[0], exact).astype(self.dtype)
@@ -83,8 +84,10 @@ class Astype(SpyrePrim):
         if exact:
             values, fill = as_bits(values), as_bits(fill)
         out = _regrouped(values, *self._regroup, out_t.layout.device_size)
-        out = masked(out, out_t, fill)
-        return from_bits(out, self.dtype, fence=True) if exact else out
+        if not exact:
+            return masked(out, out_t, fill)
+        out = masked(out, out_t, fill) if poison_padding.value else out  # else undefined
+        return from_bits(out, self.dtype, fence=True)
 
     def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
         return {"dtype": self.dtype}
@@ -247,8 +250,7 @@ class Bitcast(SpyrePrim):
         super().__init__()
 
     def kernel(self, img: jax.Array) -> jax.Array:
-        out = jax.lax.bitcast_convert_type(img, self.dtype)
-        return masked(out, self.out_aval, poison(self.dtype))
+        return poisoned(jax.lax.bitcast_convert_type(img, self.dtype), self.out_aval)
 
     def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
         return {"dtype": self.dtype}

@@ -7,8 +7,11 @@ device dims in another order are transposed, dims an operand is broadcast along 
 size-1 axis, and a stick of size 1 broadcasts its lane 0. Operands stuck on another
 dim are a :class:`LayoutError` that points to ``restickify``.
 
-Kernel: one vectorised jnp expression on the aligned images; the result's padding is
-written with poison, so nothing downstream can mistake it for data.
+Kernel: one vectorised jnp expression on the aligned images. The result's padding is
+undefined (``pad=poison``): it holds what the expression made of the operands' padding,
+and every kernel that reads padding masks it. Not writing poison there keeps a chain of
+elementwise ops (and a reduction's producers) in one XLA fusion; the debug option
+``spyrejax_poison_padding`` writes it (see ``_masks.poisoned``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from ..layout._layout import SpyreTensorLayout
 from ._array import SpyreArray, SpyreType
 from ._axes import aligned, broadcast_all, collapsed, merge_axes, merged_shape
 from ._base import SpyrePrim
-from ._masks import from_data_dims, masked, padding_in_data_dims, poison, select
+from ._masks import from_data_dims, masked, padding_in_data_dims, poisoned, select
 from ._views import align_batch_dims
 
 __all__ = ["ELEMENTWISE_OPS", "OP", "OPS", "Elementwise", "ElementwiseOp", "elementwise"]
@@ -380,7 +383,7 @@ class Elementwise(SpyrePrim):
         result = jnp.broadcast_to(self._compute(ops), merged).astype(out_t.dtype).reshape(shape)
         if sparse:
             return from_data_dims(result, out_t)
-        return masked(result, out_t, poison(out_t.dtype))
+        return poisoned(result, out_t)
 
     def tangent_kernel(self, *images: jax.Array) -> jax.Array:
         """The kernel on images whose float padding holds 1 instead of poison.
@@ -509,7 +512,7 @@ def _make_public(op: ElementwiseOp) -> Callable[..., SpyreArray]:
     fn.__doc__ = (
         f"{op.doc} Elementwise on Spyre arrays; scalars broadcast.\n\n"
         "Operands must share the stick dim after broadcasting; the result takes the "
-        "first full-shape operand's layout and has poison padding.\n\n"
+        "first full-shape operand's layout; its padding is undefined (``pad=poison``).\n\n"
         f"Args:\n" + "".join(f"    {p}: a Spyre array or a scalar.\n" for p in op.params)
     )
     return fn

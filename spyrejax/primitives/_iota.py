@@ -19,7 +19,7 @@ from ..layout._dtypes import host_dtype
 from ..layout._layout import SpyreTensorLayout
 from ._array import SpyreArray, SpyreType
 from ._base import SpyrePrim, target_layout
-from ._masks import masked, poison
+from ._masks import poisoned
 
 __all__ = ["Full", "Iota", "full", "iota"]
 
@@ -61,7 +61,7 @@ class Iota(SpyrePrim):
                 index = jax.lax.div(index, np.int32(inner))
             if any(k < self.dimension for k in folded):
                 index = jax.lax.rem(index, np.int32(t.shape[self.dimension]))
-        return masked(index.astype(self.dtype), t, poison(self.dtype))
+        return poisoned(index.astype(self.dtype), t)
 
 
 def iota(
@@ -117,7 +117,7 @@ class Full(SpyrePrim):
     def kernel(self) -> jax.Array:
         t = self.out_aval
         img = jax.lax.full(t.layout.device_size, np.asarray(self.value, self.dtype), self.dtype)
-        return masked(img, t, poison(self.dtype))
+        return poisoned(img, t)
 
 
 def full(

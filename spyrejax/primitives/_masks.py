@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._jax import poison_padding
 from ..layout._dtypes import poison_value
 from ._array import SpyreType
 from ._axes import broadcast_all
@@ -23,6 +24,7 @@ __all__ = [
     "masked",
     "padding_in_data_dims",
     "poison",
+    "poisoned",
     "select",
 ]
 
@@ -80,6 +82,17 @@ def masked(image: jax.Array, t: SpyreType, fill: Any) -> jax.Array:
     """``image`` with its padding positions replaced by ``fill``."""
     mask = data_mask(t)
     return image if mask is None else select(mask, image, jnp.asarray(fill, image.dtype))
+
+
+def poisoned(image: jax.Array, t: SpyreType) -> jax.Array:
+    """``image`` as a kernel's result of type ``t`` whose padding is undefined (``pad=poison``).
+
+    The padding keeps what the computation left there (kernels that read padding mask
+    it), so a chain of elementwise ops stays one XLA loop; under the debug option
+    ``spyrejax_poison_padding`` it is overwritten with poison, so a missing mask
+    downstream shows up as NaN (the tests run with it on).
+    """
+    return masked(image, t, poison(image.dtype)) if poison_padding.value else image
 
 
 def from_data_dims(result: jax.Array, t: SpyreType) -> jax.Array:

@@ -9,9 +9,11 @@ tile-count dim becomes a synthetic size-1 dim, exactly the layout of
 Every reduction is one :class:`ReductionOp` record in :data:`REDUCTIONS_TABLE`, from
 which its primitive class, wrapper and lowering rule derive.
 
-Kernel: padding is replaced by the reduction's identity (0, -inf, +inf, False, True)
-before reducing, so it never leaks into a result; float16/bfloat16 sums accumulate in
-float32.
+Kernel: padding never takes part. Along padded axes the box of data at the image's
+origin is reduced with a ``reduce_window`` and what lies past it (a partial last
+stick's tile) is masked with the reduction's identity (0, -inf, +inf) on its own; only
+layouts whose padding is no such box (and bools) replace all padding with the identity
+(see ``_reduce_data``). float16/bfloat16 sums accumulate in float32.
 A dense ``sum``/``mean`` leaves exact zeros in its padding, and its type says so
 (``pad=0``); every other result has poison padding.
 """
@@ -32,7 +34,15 @@ from ..layout._devdims import DevDim, layout_from_dims
 from ._array import PadFill, SpyreArray, SpyreType
 from ._axes import collapsed, merge_axes
 from ._base import SpyrePrim, normalize_axes
-from ._masks import from_data_dims, masked, padding_in_data_dims, poison
+from ._masks import (
+    data_mask,
+    from_data_dims,
+    masked,
+    padding_in_data_dims,
+    poison,
+    poisoned,
+    select,
+)
 from ._values import accumulator
 
 __all__ = ["REDUCTION", "REDUCTIONS", "REDUCTIONS_TABLE", "Reduce", "ReductionOp", "reduce"]
@@ -139,7 +149,9 @@ def _lax_reduce(op: ReductionOp) -> Any:
 STAGED_REDUCTION_BYTES = 16 * 2**20
 
 
-def _staged(img: jax.Array, axes: tuple[int, ...], reduce: Any) -> jax.Array:
+def _staged(
+    img: jax.Array, axes: tuple[int, ...], reduce: Any, nbytes: int | None = None
+) -> jax.Array:
     """``reduce(img, axes)``; for large images, lanes last when the stick is reduced.
 
     The outer axes are reduced first and the partial result is fenced with an
@@ -147,26 +159,135 @@ def _staged(img: jax.Array, axes: tuple[int, ...], reduce: Any) -> jax.Array:
     tile and lane axes walks the image a stick at a time across tiles: fine while the
     image stays in cache, 2x slower than native beyond it (softmax over 4096x4096;
     staged, 1.2x). Below :data:`STAGED_REDUCTION_BYTES` the fused pass is faster.
+    ``nbytes`` is the size of the image ``img`` was reduced from (default: its own).
     """
     last = img.ndim - 1
     outer = tuple(a for a in axes if a != last)
-    if last not in axes or not outer or img.nbytes <= STAGED_REDUCTION_BYTES:
+    size = img.nbytes if nbytes is None else nbytes
+    if last not in axes or not outer or size <= STAGED_REDUCTION_BYTES:
         return reduce(img, axes)
     partial = jax.lax.optimization_barrier(reduce(img, outer))
     return reduce(partial, (partial.ndim - 1,))
 
 
-def _merged(
-    img: jax.Array, dims: tuple[DevDim, ...], axes: tuple[int, ...]
-) -> tuple[jax.Array, tuple[int, ...]]:
-    """``img`` with its runs of device axes merged (see ``collapsed``), and ``axes`` renumbered.
+def _runs(
+    shape: tuple[int, ...], dims: tuple[DevDim, ...], axes: tuple[int, ...]
+) -> list[tuple[int, ...]]:
+    """The runs of device axes a reduction merges (see ``collapsed``).
 
     A run never mixes reduced and kept axes: a shape with the reduced axes set to 1
     tells ``collapsed`` that they are "broadcast" where the kept ones are not.
     """
-    marks = tuple(1 if j in axes else n for j, n in enumerate(img.shape))
-    runs = collapsed(dims, img.shape, [marks])
-    return merge_axes(img, runs), tuple(i for i, r in enumerate(runs) if r[0] in axes)
+    marks = tuple(1 if j in axes else n for j, n in enumerate(shape))
+    return collapsed(dims, shape, [marks])
+
+
+def _data_box(
+    t: SpyreType, take: tuple[int, ...], runs: list[tuple[int, ...]]
+) -> tuple[tuple[int, bool], ...] | None:
+    """Per merged axis of the reduced image: ``(bound, exact)`` of the data box.
+
+    See ``HostMapping.data_box``; ``runs`` number the device dims left after ``take``
+    (synthetic dims read at index 0, which is always inside the box).
+    """
+    kept = [j for j in range(t.layout.device_rank) if j not in take]
+    full = sorted([(j,) for j in take] + [tuple(kept[k] for k in r) for r in runs])
+    box = t.layout.for_host(t.base_shape).data_box(full)
+    if box is None:
+        return None
+    by_run = dict(zip((r[0] for r in full), box, strict=True))
+    if any(by_run[j][0] < 1 for j in take):
+        return None
+    return tuple(by_run[kept[r[0]]] for r in runs)
+
+
+def _reduce_data(
+    img: jax.Array,
+    mask: jax.Array | None,
+    box: tuple[tuple[int, bool], ...] | None,
+    axes: tuple[int, ...],
+    op: ReductionOp,
+    identity: Any,
+) -> jax.Array:
+    """``op`` over ``axes`` of the data positions of ``img`` (``mask`` True on data).
+
+    Without a data ``box``, padding is replaced by the identity with a select over the
+    whole image: XLA's CPU reductions (YNNPACK fusions) cannot absorb a select, so that
+    is a pass of its own. With one, the box is reduced by a ``reduce_window`` whose one
+    window covers it (a YNNPACK fusion reads it in place, fused with the producers and
+    the consumers). What lies past an inexact bound (for a partial last stick whose
+    tiles and lanes are apart, the last tile) is a slab, masked and reduced on its
+    own, then combined: the select only touches the slabs. The remaining axes are
+    reduced last (staged for large images). Images over :data:`STAGED_REDUCTION_BYTES`
+    reduce the axes without padding first instead (lanes: one read in memory order,
+    which fuses a half float's conversion too), then the box of that small result.
+    """
+    reduce = _lax_reduce(op)
+    if mask is None:
+        return _staged(img, axes, reduce)
+    fill = jnp.asarray(identity, img.dtype)
+    if box is None or img.dtype == bool or any(box[a][0] < 1 for a in axes):
+        return _staged(select(mask, img, fill), axes, reduce)
+    cut = [a for a in axes if box[a][0] < img.shape[a]]
+    if not cut:
+        return _staged(img, axes, reduce)
+    combine = _COMBINE[op.lax]
+    bound = [b for b, _ in box]
+    inner = tuple(a for a in axes if a not in cut)
+    slabs = [a for a in cut if not box[a][1]]
+    if img.nbytes > STAGED_REDUCTION_BYTES and inner:
+        # Large images: the axes without padding first, in one read in memory order (a
+        # window over the outer tile axis walks a large image across tiles); then the
+        # box of the small partial result.
+        part = jax.lax.optimization_barrier(reduce(img, inner))
+        kept = [a for a in range(img.ndim) if a not in inner]
+        at = tuple(kept.index(a) for a in cut)
+        box_part = part[tuple(slice(0, bound[a]) if a in cut else slice(None) for a in kept)]
+        out = reduce(box_part, at)
+        for i in range(len(slabs)):
+            slab = select(*_slab(img, mask, cut, slabs, i, bound, box), fill)
+            out = combine(out, reduce(slab, axes))
+        return out
+    window = tuple(bound[a] if a in cut else 1 for a in range(img.ndim))
+    # A concrete identity picks lax's sum/max/min window primitives (with derivatives).
+    init = np.asarray(identity, img.dtype)
+    part = jax.lax.reduce_window(img, init, combine, window, window, "VALID")
+    part = part[tuple(slice(0, 1) if a in cut else slice(None) for a in range(img.ndim))]
+    for i in range(len(slabs)):
+        slab = select(*_slab(img, mask, cut, slabs, i, bound, box), fill)
+        part = combine(part, reduce(slab, tuple(cut)).reshape(part.shape))
+    return _staged(part, axes, reduce, img.nbytes)
+
+
+def _slab(
+    img: jax.Array,
+    mask: jax.Array,
+    cut: list[int],
+    slabs: list[int],
+    i: int,
+    bound: list[int],
+    box: tuple[tuple[int, bool], ...],
+) -> tuple[jax.Array, jax.Array]:
+    """Slab ``i``'s mask and values: its axis past the box, the axes before it inside.
+
+    The earlier slabs' axes and the exact cut axes (past whose bound lies padding only)
+    are kept inside the box, so the slabs and the box are disjoint.
+    """
+    a = slabs[i]
+    inside = {b for b in cut if box[b][1]} | set(slabs[:i])
+    index = tuple(
+        slice(bound[b], None) if b == a else slice(0, bound[b]) if b in inside else slice(None)
+        for b in range(img.ndim)
+    )
+    return mask[index], img[index]
+
+
+_COMBINE = {
+    jax.lax.reduce_sum: jax.lax.add,
+    jax.lax.reduce_max: jax.lax.max,
+    jax.lax.reduce_min: jax.lax.min,
+}
+"""The binary op of each ``lax`` reduction, for windows and combining partial results."""
 
 
 class Reduce(SpyrePrim):
@@ -199,16 +320,23 @@ class Reduce(SpyrePrim):
     def kernel(self, img: jax.Array) -> jax.Array:
         t = self.in_avals[0]
         op = self.op
-        img = masked(img, t, op.identity(t.dtype))
-        if self._take:  # synthetic dims hold data at index 0 only
-            img = img[tuple(0 if k in self._take else slice(None) for k in range(img.ndim))]
-        dev_axes = tuple(j - sum(1 for k in self._take if k < j) for j in self._dev_axes)
-        img, dev_axes = _merged(img, tuple(d for d in t.dims if d.is_data), dev_axes)
+        mask = data_mask(t)
+        take = self._take
+        if take:  # synthetic dims hold data at index 0 only
+            index = tuple(0 if k in take else slice(None) for k in range(img.ndim))
+            img = img[index]
+            mask = None if mask is None else mask[index]
+        dev_axes = tuple(j - sum(1 for k in take if k < j) for j in self._dev_axes)
+        data_dims = tuple(d for d in t.dims if d.is_data)
+        runs = _runs(img.shape, data_dims, dev_axes)
+        img, mask = merge_axes(img, runs), None if mask is None else merge_axes(mask, runs)
+        dev_axes = tuple(i for i, r in enumerate(runs) if r[0] in dev_axes)
         acc = accumulator(t.dtype)
+        if op.additive and acc is not None:
+            img = img.astype(acc)
+        box = None if mask is None else _data_box(t, take, runs)
+        out = _reduce_data(img, mask, box, dev_axes, op, op.identity(t.dtype))
         if op.additive:
-            if acc is not None:
-                img = img.astype(acc)
-            out = _staged(img, dev_axes, _lax_reduce(op))
             # Broadcast (stride-0) logical dims hold one copy of each value.
             copies = math.prod(
                 t.shape[d] for d in self.axes if t.strides[d] == 0 and t.shape[d] > 1
@@ -217,12 +345,22 @@ class Reduce(SpyrePrim):
                 out = out / math.prod(t.shape[d] for d in self.axes if t.strides[d] != 0)
             elif copies > 1:
                 out = out * copies
-        else:
-            out = _staged(img, dev_axes, _lax_reduce(op))
         out = from_data_dims(out.astype(t.dtype), self.out_aval)
-        if self.out_aval.pad is PadFill.POISON and padding_in_data_dims(self.out_aval):
-            out = masked(out, self.out_aval, poison(t.dtype))
+        if padding_in_data_dims(self.out_aval):
+            out = self._fill_padding(out, windowed=box is not None)
         return out
+
+    def _fill_padding(self, out: jax.Array, windowed: bool) -> jax.Array:
+        """The result's padding (in its kept dims) filled as its type promises.
+
+        Reduced windowed, kept dims' padding holds the reduction of whatever their
+        padding held: zeros are written if the type promises them. Reduced from a
+        masked image it holds the identity: a dense sum's zeros already, else poison.
+        """
+        out_t = self.out_aval
+        if out_t.pad is PadFill.ZERO:
+            return masked(out, out_t, 0) if windowed else out
+        return poisoned(out, out_t) if windowed else masked(out, out_t, poison(out.dtype))
 
     def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
         return {"axes": tuple(a + 1 for a in self.axes), "keepdims": self.keepdims}
