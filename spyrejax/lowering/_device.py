@@ -36,7 +36,7 @@ from ..primitives._elementwise import Elementwise
 from ..primitives._matmul import Matmul
 from ..primitives._reduce import Reduce
 from ._graph import Graph, Node, Scalar, Value
-from ._planner import Plan
+from ._planner import Plan, _signature, node_key
 from ._rules import Mode, Rule, _carried_modes, _register, rule_for
 
 __all__ = ["device_program", "with_division", "with_division_p"]
@@ -138,22 +138,30 @@ def _space(prim: Any, ins: list[TensorSpec], out: TensorSpec) -> Any:
 
 
 def _node_descs(
-    node: Node, option: Any, names: _Names, hint: dict[str, int] | None
+    node: Node,
+    option: Any,
+    names: _Names,
+    hint: dict[str, int] | None,
+    traced: dict[Any, Any],
 ) -> list[OpDesc]:
     """The ops a node's planned option runs, its lowering traced on the planned types.
 
     A ``shard_map``'s body is one card's program: its ops are listed once (the cards run
     them at once), on the per-card blocks of the buffers; its collectives are not device
     ops (``explain`` times them at the card-to-card bandwidth).
+
+    ``traced`` keeps the traced lowerings by the planner's evaluation signature and the
+    source line: repeated layers are traced once (tracing is most of the cost of a big
+    program's device model).
     """
     spyre = [(u, t) for u, t in zip(node.ins, option.ins, strict=True) if t is not None]
-
-    def run(*xs: Any) -> Any:
-        it = iter(xs)
-        args = [u if isinstance(u, Scalar) else next(it) for u in node.ins]
-        return rule_for(node, fallback=True).lower(node, args, option.mode)
-
-    closed = jax.make_jaxpr(run)(*(sp.abstract(t) for _, t in spyre))
+    key = _signature(node_key(node), option.mode, option.ins)
+    key = None if key is None else (key, node.source)
+    closed = traced.get(key) if key is not None else None
+    if closed is None:
+        closed = _trace(node, option, [t for _, t in spyre])
+        if key is not None:
+            traced[key] = closed
     env = {var: names(u, t) for var, (u, t) in zip(closed.jaxpr.invars, spyre, strict=True)}
     finals: dict[Any, str] = {}
     for var, v, t in zip(closed.jaxpr.outvars, node.outs, option.outs, strict=True):
@@ -168,6 +176,17 @@ def _node_descs(
     descs: list[OpDesc] = []
     _walk(closed.jaxpr, env, finals, _Op(node, next(iter(finals.values())), hint), descs)
     return descs
+
+
+def _trace(node: Node, option: Any, types: list[SpyreType]) -> Any:
+    """The closed jaxpr of a node's lowering on its planned Spyre input types."""
+
+    def run(*xs: Any) -> Any:
+        it = iter(xs)
+        args = [u if isinstance(u, Scalar) else next(it) for u in node.ins]
+        return rule_for(node, fallback=True).lower(node, args, option.mode)
+
+    return jax.make_jaxpr(run)(*(sp.abstract(t) for t in types))
 
 
 class _Op:
@@ -247,6 +266,7 @@ def program_ops(graph: Graph, plan: Plan) -> tuple[list[OpDesc], list[str]]:
     """The ops of a planned graph in program order, and the names that live in DDR."""
     names = _Names()
     hints = _hints(graph)
+    traced: dict[Any, Any] = {}
     descs: list[OpDesc] = []
     ddr = []
     for v in graph.inputs:
@@ -257,7 +277,7 @@ def program_ops(graph: Graph, plan: Plan) -> tuple[list[OpDesc], list[str]]:
         if not node.outs:  # run on the host for its effects only (jax.debug.print)
             continue
         for option in plan.runs.get(node, []):
-            descs.extend(_node_descs(node, option, names, hints.get(node.outs[0])))
+            descs.extend(_node_descs(node, option, names, hints.get(node.outs[0]), traced))
         for v in node.outs:
             descs.extend(_move_descs(plan, v, names))
     for o, t in zip(graph.outputs, plan.outputs, strict=True):
