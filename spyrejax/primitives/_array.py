@@ -341,6 +341,14 @@ class SpyreArray:
         object.__setattr__(self, "image", image)
         object.__setattr__(self, "type", type)
 
+    @staticmethod
+    def of_checked(image: jax.Array, type: SpyreType) -> SpyreArray:
+        """A Spyre array around an image the caller knows fits ``type`` (not checked)."""
+        x = _new_array(SpyreArray)
+        _set_image(x, image)
+        _set_type(x, type)
+        return x
+
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("SpyreArray is immutable")
 
@@ -382,3 +390,9 @@ class SpyreArray:
 
 
 register_hitype(SpyreArray, lambda a: a.type)
+
+
+# The dispatch fast path builds a Spyre array per result: slot setters, no checks.
+_new_array = object.__new__
+_set_image = SpyreArray.image.__set__  # type: ignore[attr-defined]
+_set_type = SpyreArray.type.__set__  # type: ignore[attr-defined]
