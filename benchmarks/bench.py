@@ -340,8 +340,11 @@ def bench_dma(mib: int, only: list[str]) -> list[dict[str, Any]]:
 # --- compile time -------------------------------------------------------------------------
 
 
-def bench_compile(scale: int, only: list[str], gpt: bool = False) -> list[dict[str, Any]]:
-    """Trace + plan + compile of spyrejax.jit vs trace + compile of jax.jit.
+def bench_compile(
+    scale: int, only: list[str], gpt: bool = False, runs: int = RUNS
+) -> list[dict[str, Any]]:
+    """Trace + plan + compile of spyrejax.jit vs trace + compile of jax.jit (medians of
+    ``runs`` each, from cleared caches).
 
     The MLP and attention cases at ``1/scale`` size, and with ``gpt`` the small GPT
     training step (issue 18 names all three).
@@ -374,8 +377,8 @@ def bench_compile(scale: int, only: list[str], gpt: bool = False) -> list[dict[s
             sj.jit(fn).lower(*device_args).compile()
             return time.perf_counter() - t0
 
-        t_native = statistics.median(native() for _ in range(RUNS))
-        t_emul = statistics.median(emulated() for _ in range(RUNS))
+        t_native = statistics.median(native() for _ in range(runs))
+        t_emul = statistics.median(emulated() for _ in range(runs))
         rows.append(
             {"case": name, "native_s": t_native, "spyrejax_s": t_emul, "ratio": t_emul / t_native}
         )
@@ -732,7 +735,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"whole programs, {size}:", flush=True)
         results["programs"] += bench_programs(size, args.only)
     print("compile time:", flush=True)
-    results["compile"] = bench_compile(scales[-1], args.only, gpt=not args.quick)
+    compile_runs = results["compile_runs"] = 5 if args.quick else RUNS
+    results["compile"] = bench_compile(scales[-1], args.only, not args.quick, compile_runs)
     print("plan time against layer count:", flush=True)
     results["plan_scale"] = bench_plan_scale(
         PLAN_LAYERS[:1] if args.quick else PLAN_LAYERS, args.only
