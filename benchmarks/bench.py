@@ -1,17 +1,25 @@
 """spyrejax benchmarks: the emulator against native JAX and against memory bandwidth.
 
-Every figure is the median of at least 5 timed runs after a warm-up, each ended with
-``block_until_ready``; the runs of the things a ratio compares are interleaved. Results
-print as a table and are written as JSON with the machine and the versions.
+Every figure is the median of at least 9 timed runs after a warm-up, each ended with
+``block_until_ready``; the runs of the things a ratio compares are interleaved, and the
+quartiles of the runs' ratios give the spread. Results print as a table and are
+written as JSON with the machine and the versions.
 
     python benchmarks/bench.py [--quick] [--out results.json] [--only NAME...]
 
-``--quick`` runs the same cases at a quarter of the size (under two minutes).
+``--quick`` runs the same cases at a quarter of the size, the whole programs at their
+small size, plan time at 8 layers only (under a minute on two cores).
+
+Sections: compute cases (aligned and padded), whole programs (a GPT training step, a
+Llama-style block, a scan over 8 layers), DMA throughput, compile time, plan time
+against layer count, dispatch of a tiny program, and the spyrejax side of the
+comparison with ktir-cpu (its figures quoted from issue 18).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import pathlib
@@ -19,12 +27,15 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
+import models
 import numpy as np
+import optax
 
 import spyrejax as sj
 
@@ -42,10 +53,10 @@ def _block(x: Any) -> Any:
     return x
 
 
-def timed_together(
+def timed_runs(
     fns: dict[str, Callable[[], Any]], runs: int = RUNS, budget_s: float = BUDGET_S
-) -> dict[str, float]:
-    """Median seconds of each function, their runs interleaved, after one warm-up each.
+) -> dict[str, list[float]]:
+    """Seconds of every run of each function, their runs interleaved, after one warm-up each.
 
     Interleaving (a, b, c, a, b, c, ...) exposes every function to the same background
     load, so the ratios between them are steadier than back-to-back medians. Fast
@@ -64,7 +75,36 @@ def timed_together(
             t0 = time.perf_counter()
             _block(fn())
             times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return times
+
+
+def timed_together(
+    fns: dict[str, Callable[[], Any]], runs: int = RUNS, budget_s: float = BUDGET_S
+) -> dict[str, float]:
+    """Median seconds of each function (see :func:`timed_runs`)."""
+    return {k: statistics.median(v) for k, v in timed_runs(fns, runs, budget_s).items()}
+
+
+def ratio_spread(num: list[float], den: list[float]) -> tuple[float, float]:
+    """Quartiles of the ratios of interleaved runs (run i of ``num`` over run i of ``den``)."""
+    q1, _, q3 = statistics.quantiles([a / b for a, b in zip(num, den, strict=True)], n=4)
+    return q1, q3
+
+
+def _compare(
+    native: Callable[[], Any], emulated: Callable[[], Any], runs: int = RUNS
+) -> dict[str, Any]:
+    """Interleaved runs of both: medians, the ratio of medians and its quartile spread."""
+    times = timed_runs({"native": native, "emulated": emulated}, runs)
+    t_native, t_emul = (statistics.median(times[k]) for k in ("native", "emulated"))
+    q1, q3 = ratio_spread(times["emulated"], times["native"])
+    return {
+        "native_s": t_native,
+        "spyrejax_s": t_emul,
+        "ratio": t_emul / t_native,
+        "ratio_q1": q1,
+        "ratio_q3": q3,
+    }
 
 
 # --- compute cases -----------------------------------------------------------------------
@@ -192,30 +232,31 @@ def bench_compute(scale: int, only: list[str]) -> list[dict[str, Any]]:
         native = jax.jit(fn)
         emulated = sj.jit(fn)
         device_args = tuple(sj.to_device(a) for a in args)
-        times = timed_together(
-            {
-                "native": lambda native=native, args=args: native(*args),
-                "emulated": lambda f=emulated, device_args=device_args: f(*device_args),
-            }
+        row = _compare(
+            lambda native=native, args=args: native(*args),
+            lambda f=emulated, device_args=device_args: f(*device_args),
         )
-        t_native, t_emul = times["native"], times["emulated"]
         got = np.asarray(emulated(*device_args), np.float32)
         err = float(np.max(np.abs(got - np.asarray(native(*args), np.float32))))
-        rows.append(
-            {
-                "case": name,
-                "native_s": t_native,
-                "spyrejax_s": t_emul,
-                "ratio": t_emul / t_native,
-                "max_abs_err": err,
-            }
-        )
-        print(
-            f"  {name:52} native {t_native * 1e3:9.2f} ms  spyrejax {t_emul * 1e3:9.2f} ms"
-            f"  ratio {t_emul / t_native:5.2f}",
-            flush=True,
-        )
+        rows.append({"case": name, **row, "max_abs_err": err})
+        _print_row(name, row)
     return rows
+
+
+def _print_row(name: str, row: dict[str, Any]) -> None:
+    print(
+        f"  {name:52} native {row['native_s'] * 1e3:9.2f} ms"
+        f"  spyrejax {row['spyrejax_s'] * 1e3:9.2f} ms  ratio {row['ratio']:5.2f}"
+        f" [{row['ratio_q1']:.2f}-{row['ratio_q3']:.2f}]",
+        flush=True,
+    )
+
+
+def _ratio(r: dict[str, Any]) -> str:
+    """A ratio with the quartiles of the interleaved runs' ratios, when measured."""
+    if "ratio_q1" not in r:
+        return f"{r['ratio']:.2f}"
+    return f"{r['ratio']:.2f} [{r['ratio_q1']:.2f}-{r['ratio_q3']:.2f}]"
 
 
 # --- DMA throughput ------------------------------------------------------------------------
@@ -299,18 +340,29 @@ def bench_dma(mib: int, only: list[str]) -> list[dict[str, Any]]:
 # --- compile time -------------------------------------------------------------------------
 
 
-def bench_compile(scale: int, only: list[str]) -> list[dict[str, Any]]:
-    """Trace + plan + compile of spyrejax.jit vs trace + compile of jax.jit."""
+def bench_compile(
+    scale: int, only: list[str], gpt: bool = False, runs: int = RUNS
+) -> list[dict[str, Any]]:
+    """Trace + plan + compile of spyrejax.jit vs trace + compile of jax.jit (medians of
+    ``runs`` each, from cleared caches).
+
+    The MLP and attention cases at ``1/scale`` size, and with ``gpt`` the small GPT
+    training step (issue 18 names all three).
+    """
     cases = {
         k: v
         for k, v in compute_cases(scale).items()
         if k.removeprefix("padded: ").startswith(("MLP", "causal"))
     }
+    if gpt:
+        cases.update(
+            (k, v) for k, v in program_cases("small").items() if k.startswith("GPT training")
+        )
     rows = []
     for name, (fn, args) in cases.items():
         if only and not any(o in name for o in only):
             continue
-        device_args = tuple(sj.to_device(a) for a in args)
+        device_args = jax.tree.map(sj.to_device, args)
 
         # Caches are cleared before each measurement: every compile starts from scratch.
         def native(fn=fn, args=args) -> float:
@@ -325,14 +377,228 @@ def bench_compile(scale: int, only: list[str]) -> list[dict[str, Any]]:
             sj.jit(fn).lower(*device_args).compile()
             return time.perf_counter() - t0
 
-        t_native = statistics.median(native() for _ in range(RUNS))
-        t_emul = statistics.median(emulated() for _ in range(RUNS))
+        t_native = statistics.median(native() for _ in range(runs))
+        t_emul = statistics.median(emulated() for _ in range(runs))
         rows.append(
             {"case": name, "native_s": t_native, "spyrejax_s": t_emul, "ratio": t_emul / t_native}
         )
         print(
             f"  {name:52} native {t_native:6.2f} s  spyrejax {t_emul:6.2f} s"
             f"  ratio {t_emul / t_native:5.2f}",
+            flush=True,
+        )
+    return rows
+
+
+# --- whole programs -------------------------------------------------------------------
+
+
+# (vocab, d, heads, seq, batch, layers): the textbook GPT's training step.
+GPT_SIZES = {"small": (256, 128, 4, 64, 4, 2), "large": (1024, 256, 8, 128, 8, 4)}
+# (d, heads, kv_heads, seq, ff): a Llama-style block (ff about 8/3 d: a partial stick).
+LLAMA_SIZES = {"small": (256, 4, 2, 128, 688), "large": (512, 8, 4, 512, 1376)}
+SCAN_SIZES = {"small": (128, 4, 2, 64, 344), "large": (256, 4, 2, 256, 688)}
+SCAN_LAYERS = 8
+
+
+def gpt_step(
+    vocab: int, d: int, heads: int, seq: int, batch: int, layers: int
+) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """The GPT training step (forward, loss, grad, ``optax.adamw``) and its arguments."""
+    params, static, ids, labels = models.gpt_setup(vocab, d, heads, seq, batch, layers)
+    opt = optax.adamw(1e-3)
+    return models.gpt_train_step(static, opt), (params, opt.init(params), ids, labels)
+
+
+def program_cases(size: str) -> dict[str, tuple[Callable[..., Any], tuple[Any, ...]]]:
+    """The whole-program cases at one of two sizes (``small`` for ``--quick``)."""
+    vocab, d, heads, seq, batch, layers = GPT_SIZES[size]
+    ld, lh, lkv, lseq, lff = LLAMA_SIZES[size]
+    sd, sh, skv, sseq, sff = SCAN_SIZES[size]
+    llama = functools.partial(models.llama_block, heads=lh, kv_heads=lkv)
+    scan = functools.partial(models.llama_layers, heads=sh, kv_heads=skv)
+    return {
+        f"GPT training step (adamw), {layers} layers d {d} seq {seq} batch {batch}": gpt_step(
+            vocab, d, heads, seq, batch, layers
+        ),
+        f"Llama block forward, d {ld} ff {lff} seq {lseq} ({lh} heads, {lkv} kv)": (
+            llama,
+            (models.llama_params(ld, lh, lkv, lff), _rand((lseq, ld), seed=1)),
+        ),
+        f"scan over {SCAN_LAYERS} Llama layers, d {sd} ff {sff} seq {sseq}": (
+            scan,
+            (models.llama_params(sd, sh, skv, sff, layers=SCAN_LAYERS), _rand((sseq, sd), seed=1)),
+        ),
+    }
+
+
+def _max_err(got: Any, want: Any) -> float:
+    pairs = zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True)
+    return max(
+        float(np.max(np.abs(np.asarray(sj.to_host(g), np.float32) - np.asarray(w, np.float32))))
+        for g, w in pairs
+    )
+
+
+def bench_programs(size: str, only: list[str]) -> list[dict[str, Any]]:
+    """Whole programs: spyrejax.jit on device-resident arguments vs jax.jit."""
+    rows = []
+    for name, (fn, args) in program_cases(size).items():
+        if only and not any(o in name for o in only):
+            continue
+        native, emulated = jax.jit(fn), sj.jit(fn)
+        device_args = jax.tree.map(sj.to_device, args)
+        row = _compare(
+            lambda native=native, args=args: native(*args),
+            lambda f=emulated, device_args=device_args: f(*device_args),
+        )
+        err = _max_err(emulated(*device_args), native(*args))
+        rows.append({"case": name, **row, "max_abs_err": err, "size": size})
+        _print_row(name, row)
+    return rows
+
+
+# --- plan time against layer count -------------------------------------------------------
+
+
+PLAN_LAYERS = (8, 16, 32, 48)
+
+
+def gpt_step_structs(layers: int) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """The large GPT's training step with ``layers`` layers, its arguments as
+    ``jax.ShapeDtypeStruct`` values (nothing allocated)."""
+    vocab, d, heads, seq, batch, _ = GPT_SIZES["large"]
+
+    def structs(x: Any) -> bool:
+        return isinstance(x, jax.ShapeDtypeStruct)
+
+    model = eqx.filter_eval_shape(models.GPT, vocab, d, heads, layers, seq, jax.random.key(0))
+    params, static = eqx.partition(model, structs)
+    opt = optax.adamw(1e-3)
+    ids = jax.ShapeDtypeStruct((batch, seq), jnp.int32)
+    return models.gpt_train_step(static, opt), (params, jax.eval_shape(opt.init, params), ids, ids)
+
+
+def bench_plan_scale(layer_counts: Sequence[int], only: list[str]) -> list[dict[str, Any]]:
+    """``explain`` of a GPT training step with more and more layers, in three stages.
+
+    trace: ``spyrejax.jit(step).trace`` (JAX's own trace); plan: ``.lower()`` (the
+    graph and the layout plan); explain: the rest of ``spyrejax.explain`` (the
+    Spyre-level jaxpr, the device model: every op divided, LX placement, costs; the
+    report). One run each (seconds each), after a one-layer warm-up.
+    """
+    if only and not any(o in "plan time" for o in only):
+        return []
+    step, args = gpt_step_structs(1)
+    sj.explain(step, *args)  # warm-up: JAX's and equinox's own caches
+    rows = []
+    for layers in layer_counts:
+        step, args = gpt_step_structs(layers)
+        jitted = sj.jit(step)
+        t0 = time.perf_counter()
+        traced = jitted.trace(*args)
+        t1 = time.perf_counter()
+        traced.lower()
+        t2 = time.perf_counter()
+        report = sj.explain(jitted, *args)  # the lowering is cached: the rest of explain
+        t3 = time.perf_counter()
+        eqns = len(traced.jaxpr.eqns)
+        row = {
+            "layers": layers,
+            "equations": eqns,
+            "device_ops": len(report.ops),
+            "trace_s": t1 - t0,
+            "plan_s": t2 - t1,
+            "explain_s": t3 - t2,
+            "total_s": t3 - t0,
+            "ms_per_equation": (t3 - t0) / eqns * 1e3,
+        }
+        rows.append(row)
+        print(
+            f"  {layers:3} layers, {eqns:6} equations, {row['device_ops']:6} device ops: trace"
+            f" {row['trace_s']:6.2f} s  plan {row['plan_s']:6.2f} s  explain"
+            f" {row['explain_s']:6.2f} s  total {row['total_s']:6.2f} s",
+            flush=True,
+        )
+    return rows
+
+
+# --- dispatch --------------------------------------------------------------------------
+
+
+DISPATCH_CALLS = 100  # calls per timed run
+
+
+def bench_dispatch(only: list[str]) -> list[dict[str, Any]]:
+    """Per-call time of a tiny program (``x * 2 + 1`` on 8 float32) called repeatedly.
+
+    Each run makes :data:`DISPATCH_CALLS` calls on the same argument and waits for the
+    last result; 51 runs, interleaved.
+    """
+    name = "x * 2 + 1 on 8 float32, called repeatedly"
+    if only and not any(o in name for o in only):
+        return []
+
+    def f(x: Any) -> Any:
+        return x * 2 + 1
+
+    x = jnp.arange(8, dtype=jnp.float32)
+
+    def loop(fn: Callable[[Any], Any], x: Any) -> Callable[[], Any]:
+        def run() -> Any:
+            for _ in range(DISPATCH_CALLS):
+                y = fn(x)
+            return y
+
+        return run
+
+    row = _compare(loop(jax.jit(f), x), loop(sj.jit(f), sj.to_device(x)), runs=51)
+    row = {"case": name, **row}
+    for k in ("native_s", "spyrejax_s"):
+        row[k] /= DISPATCH_CALLS
+    print(
+        f"  {name:52} jax.jit {row['native_s'] * 1e6:7.2f} us  spyrejax.jit"
+        f" {row['spyrejax_s'] * 1e6:7.2f} us  ratio {_ratio(row)}",
+        flush=True,
+    )
+    return [row]
+
+
+# --- against ktir-cpu ------------------------------------------------------------------
+
+
+KTIR_CPU_S = {"softmax": 5.5, "matmul": 6.9}
+"""ktir-cpu's own examples on the same computations, in seconds: quoted from issue 18,
+not measured here (ktir-cpu is not installed)."""
+
+
+def bench_ktir(only: list[str]) -> list[dict[str, Any]]:
+    """ktir-cpu's softmax and matmul examples through spyrejax.jit (and jax.jit)."""
+    f16 = jnp.float16
+    cases = {
+        "softmax": ("softmax 4096x1024 float16", softmax, (_rand((4096, 1024), f16),)),
+        "matmul": (
+            "matmul 64x2048 @ 2048x8192 float16",
+            lambda a, b: a @ b,
+            (_rand((64, 2048), f16), _rand((2048, 8192), f16, seed=1, scale=0.03)),
+        ),
+    }
+    rows = []
+    for key, (name, fn, args) in cases.items():
+        if only and not any(o in name for o in only):
+            continue
+        native, emulated = jax.jit(fn), sj.jit(fn)
+        device_args = tuple(sj.to_device(a) for a in args)
+        row = _compare(
+            lambda native=native, args=args: native(*args),
+            lambda f=emulated, device_args=device_args: f(*device_args),
+        )
+        row = {"case": name, **row, "ktir_cpu_s": KTIR_CPU_S[key]}
+        row["speedup_vs_ktir_cpu"] = row["ktir_cpu_s"] / row["spyrejax_s"]
+        rows.append(row)
+        print(
+            f"  {name:40} ktir-cpu {row['ktir_cpu_s']:4.1f} s (quoted)  spyrejax"
+            f" {row['spyrejax_s'] * 1e3:7.2f} ms: {row['speedup_vs_ktir_cpu']:6.0f}x",
             flush=True,
         )
     return rows
@@ -345,7 +611,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"Machine: {m['processor']}, {m['cpus']} CPUs, {m['platform']}; Python {m['python']},"
         f" JAX {m['jax']} ({m['backend']}), NumPy {m['numpy']}, spyrejax {m['spyrejax']}."
         f" Median of at least {results['runs']} interleaved runs after a warm-up (fast"
-        f" cases: up to {results.get('max_runs', results['runs'])} runs).",
+        f" cases: up to {results.get('max_runs', results['runs'])} runs); [q1-q3] are the"
+        " quartiles of the interleaved runs' ratios.",
         "",
         "| compute case | native | spyrejax | ratio (target <= 1.5) |",
         "|---|---:|---:|---:|",
@@ -353,8 +620,16 @@ def markdown(results: dict[str, Any]) -> str:
     for r in results["compute"]:
         lines.append(
             f"| {r['case']} | {r['native_s'] * 1e3:.2f} ms | {r['spyrejax_s'] * 1e3:.2f} ms"
-            f" | {r['ratio']:.2f} |"
+            f" | {_ratio(r)} |"
         )
+    if results.get("programs"):
+        lines += ["", "| whole program | jax.jit | spyrejax.jit | ratio (target <= 1.2) |"]
+        lines.append("|---|---:|---:|---:|")
+        for r in results["programs"]:
+            lines.append(
+                f"| {r['case']} | {r['native_s'] * 1e3:.2f} ms | {r['spyrejax_s'] * 1e3:.2f} ms"
+                f" | {_ratio(r)} |"
+            )
     lines += [
         "",
         "| DMA case (float16 unless named) | copy into existing array | `x.copy()` | host -> device"
@@ -375,6 +650,39 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append(
             f"| {r['case']} | {r['native_s']:.2f} s | {r['spyrejax_s']:.2f} s | {r['ratio']:.2f} |"
         )
+    if results.get("plan_scale"):
+        lines += [
+            "",
+            "| `explain` of a GPT training step | equations | device ops | trace | plan"
+            " | rest of explain | total | per equation |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in results["plan_scale"]:
+            lines.append(
+                f"| {r['layers']} layers | {r['equations']} | {r['device_ops']}"
+                f" | {r['trace_s']:.2f} s | {r['plan_s']:.2f} s | {r['explain_s']:.2f} s"
+                f" | {r['total_s']:.2f} s | {r['ms_per_equation']:.2f} ms |"
+            )
+    if results.get("dispatch"):
+        lines += ["", "| dispatch (per call) | jax.jit | spyrejax.jit | ratio (target <= 1.5) |"]
+        lines.append("|---|---:|---:|---:|")
+        for r in results["dispatch"]:
+            lines.append(
+                f"| {r['case']} | {r['native_s'] * 1e6:.2f} us | {r['spyrejax_s'] * 1e6:.2f} us"
+                f" | {_ratio(r)} |"
+            )
+    if results.get("ktir"):
+        lines += [
+            "",
+            "| against ktir-cpu | ktir-cpu (quoted from issue 18, not measured here) | jax.jit"
+            " | spyrejax.jit | spyrejax's speed-up over ktir-cpu (target >= 100x) |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for r in results["ktir"]:
+            lines.append(
+                f"| {r['case']} | {r['ktir_cpu_s']:.1f} s | {r['native_s'] * 1e3:.2f} ms"
+                f" | {r['spyrejax_s'] * 1e3:.2f} ms | {r['speedup_vs_ktir_cpu']:.0f}x |"
+            )
     return "\n".join(lines)
 
 
@@ -421,8 +729,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for mib in mibs:
         print(f"DMA, {mib} MiB:", flush=True)
         results["dma"] += bench_dma(mib, args.only)
+    sizes = ["small"] if args.quick else ["small", "large"]
+    results["programs"] = []
+    for size in sizes:
+        print(f"whole programs, {size}:", flush=True)
+        results["programs"] += bench_programs(size, args.only)
     print("compile time:", flush=True)
-    results["compile"] = bench_compile(scales[-1], args.only)
+    compile_runs = results["compile_runs"] = 5 if args.quick else RUNS
+    results["compile"] = bench_compile(scales[-1], args.only, not args.quick, compile_runs)
+    print("plan time against layer count:", flush=True)
+    results["plan_scale"] = bench_plan_scale(
+        PLAN_LAYERS[:1] if args.quick else PLAN_LAYERS, args.only
+    )
+    print("dispatch:", flush=True)
+    results["dispatch"] = bench_dispatch(args.only)
+    print("against ktir-cpu (its figures quoted from issue 18):", flush=True)
+    results["ktir"] = bench_ktir(args.only)
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

@@ -5,6 +5,7 @@ spyrejax imports public JAX (``jax``, ``jax.numpy``, ``jax.lax``) or these names
 """
 
 from jax._src.api_util import fun_signature, resolve_argnums
+from jax._src.array import ArrayImpl
 from jax._src.config import bool_state, trace_context
 from jax._src.hijax import call_hi_primitive_p
 from jax._src.interpreters.ad import LinearizeTracer
@@ -34,6 +35,7 @@ from jax.interpreters import ad, batching, mlir
 
 __all__ = [
     "AD_TRACERS",
+    "ArrayImpl",
     "ClosedJaxpr",
     "GradAccum",
     "HiPrim",

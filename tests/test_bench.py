@@ -2,6 +2,7 @@ import importlib.util
 import json
 import pathlib
 
+import jax
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -50,3 +51,39 @@ def test_padded_cases_fill_their_last_stick_partly():
     for _fn, args in cases.values():
         x = args[0]
         assert x.shape[-1] % (128 // x.dtype.itemsize) != 0
+
+
+def test_ratio_spread_is_the_quartiles_of_the_paired_ratios():
+    q1, q3 = bench.ratio_spread([1.0, 2.0, 3.0, 4.0, 5.0], [1.0] * 5)
+    assert q1 < 3.0 < q3 and (q1, q3) == pytest.approx((1.5, 4.5))
+
+
+def test_whole_programs_plan_scale_dispatch_and_ktir_rows():
+    cases = bench.program_cases("small")
+    assert next(iter(cases)).startswith("GPT training step")
+    assert any(n.startswith("scan over 8") for n in cases)
+    (llama,) = bench.bench_programs("small", ["Llama block"])
+    assert llama["max_abs_err"] < 1e-2 and llama["ratio_q1"] <= llama["ratio_q3"]
+    with jax.numpy_dtype_promotion("standard"):  # optax: 0.9 ** an int32 count
+        (plan,) = bench.bench_plan_scale([1], [])
+    assert plan["layers"] == 1 and plan["equations"] > 100 and plan["device_ops"] > 100
+    assert plan["total_s"] == pytest.approx(plan["trace_s"] + plan["plan_s"] + plan["explain_s"])
+    (dispatch,) = bench.bench_dispatch([])
+    assert 0 < dispatch["native_s"] < 1e-3 and dispatch["ratio"] > 0
+    (softmax,) = bench.bench_ktir(["softmax"])
+    assert softmax["ktir_cpu_s"] == 5.5  # quoted from the issue, not measured
+    assert softmax["speedup_vs_ktir_cpu"] == softmax["ktir_cpu_s"] / softmax["spyrejax_s"]
+    results = {
+        "machine": bench.machine(),
+        "runs": 9,
+        "compute": [],
+        "dma": [],
+        "compile": [],
+        "programs": [llama],
+        "plan_scale": [plan],
+        "dispatch": [dispatch],
+        "ktir": [softmax],
+    }
+    text = bench.markdown(results)
+    for heading in ("whole program", "`explain` of a GPT", "dispatch (per call)", "ktir-cpu"):
+        assert heading in text

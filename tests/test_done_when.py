@@ -21,68 +21,23 @@ import numpy as np
 import optax
 import pytest
 from helpers import assert_close, rand, tol
+from models import (
+    gpt_train_step,
+    gqa_attention,
+    llama_block,
+    llama_layers,
+    llama_params,
+    projections,
+    rms_norm,
+    swiglu,
+)
 from test_conv import CNN
 from test_gpt import SHAPES as GPT_SHAPES
 from test_gpt import _setup as gpt_setup
-from test_gpt import loss_fn as gpt_loss
 
 import spyrejax as sj
 
 # --- a Llama-style decoder block ---------------------------------------------------
-
-
-def rms_norm(x, g, eps=1e-6):
-    """Llama's RMSNorm: the mean square in float32, the result in x's dtype."""
-    x32 = x.astype(jnp.float32)
-    inv = jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
-    return (x32 * inv).astype(x.dtype) * g
-
-
-def rope(x, positions, base=10000.0):
-    """Rotary embeddings of ``x[seq, heads, hd]`` at ``positions[seq]`` (rotate-half form).
-
-    The angles are computed here, from the positions and an iota of frequencies.
-    """
-    half = x.shape[-1] // 2
-    freqs = base ** (-jnp.arange(half, dtype=jnp.float32) / half)
-    angles = positions.astype(jnp.float32)[:, None] * freqs[None, :]
-    cos = jnp.cos(angles)[:, None, :].astype(x.dtype)
-    sin = jnp.sin(angles)[:, None, :].astype(x.dtype)
-    x1, x2 = x[..., :half], x[..., half:]
-    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
-
-
-def attention(q, k, v, mask):
-    """Grouped-query attention: ``q[s, kv, rep, hd]`` against ``k, v[t, kv, hd]``."""
-    hd = q.shape[-1]
-    scores = jnp.einsum("sgrd,tgd->grst", q, k).astype(jnp.float32) * hd**-0.5
-    scores = jnp.where(mask, scores, -jnp.inf)
-    weights = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    return jnp.einsum("grst,tgd->sgrd", weights, v)
-
-
-def projections(p, h, positions, heads, kv_heads):
-    """The rotated queries and keys, and the values, of the normed input ``h[s, d]``."""
-    s, hd = h.shape[0], p["wq"].shape[1] // heads
-    q = rope((h @ p["wq"]).reshape(s, heads, hd), positions)
-    k = rope((h @ p["wk"]).reshape(s, kv_heads, hd), positions)
-    v = (h @ p["wv"]).reshape(s, kv_heads, hd)
-    return q.reshape(s, kv_heads, heads // kv_heads, hd), k, v
-
-
-def mlp(p, x):
-    h = rms_norm(x, p["g2"])
-    return (jax.nn.silu(h @ p["w1"]) * (h @ p["w3"])) @ p["w2"]
-
-
-def block(p, x, heads, kv_heads):
-    """One decoder layer on ``x[seq, d]``, the positions ``0..seq-1``."""
-    s = x.shape[0]
-    positions = jnp.arange(s)
-    q, k, v = projections(p, rms_norm(x, p["g1"]), positions, heads, kv_heads)
-    causal = positions[:, None] >= positions[None, :]
-    x = x + attention(q, k, v, causal).reshape(s, -1) @ p["wo"]
-    return x + mlp(p, x)
 
 
 # (d, heads, kv_heads, seq, ff): d 80, head dim 20, seq 12 and ff 144 pad their sticks
@@ -90,34 +45,14 @@ def block(p, x, heads, kv_heads):
 LLAMA = {"padded": (80, 4, 2, 12, 144), "aligned": (256, 2, 1, 64, 512)}
 
 
-def llama_params(shape, dtype, seed=0, layers=None):
+def _params(shape, dtype, seed=0, layers=None):
     d, heads, kv_heads, _, ff = shape
-    hd = d // heads
-    rng = np.random.default_rng(seed)
-    lead = () if layers is None else (layers,)
-
-    def w(n_in, n_out):
-        return jnp.asarray(rng.standard_normal((*lead, n_in, n_out)) / np.sqrt(n_in), dtype)
-
-    def g():
-        return jnp.asarray(1.0 + 0.1 * rng.standard_normal((*lead, d)), dtype)
-
-    return {
-        "g1": g(),
-        "wq": w(d, heads * hd),
-        "wk": w(d, kv_heads * hd),
-        "wv": w(d, kv_heads * hd),
-        "wo": w(heads * hd, d),
-        "g2": g(),
-        "w1": w(d, ff),
-        "w3": w(d, ff),
-        "w2": w(ff, d),
-    }
+    return llama_params(d, heads, kv_heads, ff, dtype, seed, layers)
 
 
 def _block_fn(shape):
     _, heads, kv_heads, _, _ = shape
-    return lambda p, x: block(p, x, heads, kv_heads)
+    return lambda p, x: llama_block(p, x, heads, kv_heads)
 
 
 def _close(fn, *args, **tolerance):
@@ -137,7 +72,7 @@ def _sums(shape):
 @pytest.mark.parametrize("name", LLAMA)
 def test_llama_block_matches_jax_jit(name, dtype):
     shape = LLAMA[name]
-    p, x = llama_params(shape, dtype), rand((shape[3], shape[0]), dtype, 1)
+    p, x = _params(shape, dtype), rand((shape[3], shape[0]), dtype, 1)
     # Norms, seven products, rope, a softmax and residual adds, with sums of up to ff
     # terms. Each side rounds every op's result; they differ where XLA fuses an op
     # differently (an FMA, a softmax pass): about ten float32 roundings, two of bfloat16
@@ -148,7 +83,7 @@ def test_llama_block_matches_jax_jit(name, dtype):
 @pytest.mark.parametrize("name", LLAMA)
 def test_llama_block_gradient(name):
     shape = LLAMA[name]
-    p, x = llama_params(shape, jnp.float32), rand((shape[3], shape[0]), jnp.float32, 1)
+    p, x = _params(shape, jnp.float32), rand((shape[3], shape[0]), jnp.float32, 1)
     fn = _block_fn(shape)
     ct = rand((shape[3], shape[0]), jnp.float32, 2)
     grad = jax.grad(lambda p, x: jnp.vdot(fn(p, x), ct), argnums=(0, 1))
@@ -156,14 +91,9 @@ def test_llama_block_gradient(name):
     _close(grad, p, x, reduce_len=shape[3] * _sums(shape), ops=20)
 
 
-def llama_layers(stacked, x, heads=4, kv_heads=2):
-    """``lax.scan`` over stacked decoder layers."""
-    return jax.lax.scan(lambda h, p: (block(p, h, heads, kv_heads), None), x, stacked)[0]
-
-
 def test_scan_over_stacked_llama_layers():
     shape = LLAMA["padded"]
-    stacked = llama_params(shape, jnp.float32, layers=3)
+    stacked = _params(shape, jnp.float32, layers=3)
     x = rand((shape[3], shape[0]), jnp.float32, 1)
     _close(llama_layers, stacked, x, reduce_len=_sums(shape), ops=30)  # three blocks
 
@@ -188,8 +118,8 @@ def decode(stacked, emb, w_out, tok0, heads=4, kv_heads=2):
         ck = jax.lax.dynamic_update_slice(ck, k, (t, 0, 0))
         cv = jax.lax.dynamic_update_slice(cv, v, (t, 0, 0))
         visible = (jnp.arange(MAX_LEN) <= t)[None, :]
-        h = h + attention(q, ck, cv, visible).reshape(1, -1) @ p["wo"]
-        return h + mlp(p, h), (ck, cv)
+        h = h + gqa_attention(q, ck, cv, visible).reshape(1, -1) @ p["wo"]
+        return h + swiglu(p, h), (ck, cv)
 
     def step(carry, t):
         tok, ck, cv = carry
@@ -206,7 +136,7 @@ def decode(stacked, emb, w_out, tok0, heads=4, kv_heads=2):
 def _decode_args():
     shape = LLAMA["padded"]
     emb, w_out = rand((VOCAB, shape[0]), seed=3), rand((shape[0], VOCAB), seed=4)
-    return llama_params(shape, jnp.float32, layers=LAYERS), emb, w_out, jnp.int32(7)
+    return _params(shape, jnp.float32, layers=LAYERS), emb, w_out, jnp.int32(7)
 
 
 def test_greedy_kv_cache_decode_over_stacked_layers():
@@ -263,28 +193,20 @@ def _sort_top_k():
 def _gpt_step():
     params, static, ids, labels = gpt_setup(GPT_SHAPES["padded"])
     opt = optax.adamw(1e-2)
-
-    def step(params, opt_state, ids, labels):
-        value, grads = jax.value_and_grad(lambda p: gpt_loss(eqx.combine(p, static), ids, labels))(
-            params
-        )
-        updates, opt_state = opt.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, value
-
-    return step, (params, opt.init(params), ids, labels)
+    return gpt_train_step(static, opt), (params, opt.init(params), ids, labels)
 
 
 def _llama_model(which):
     shape = LLAMA["padded"]
     fn = _block_fn(shape)
-    p, x = llama_params(shape, jnp.float32), rand((shape[3], shape[0]), jnp.float32, 1)
+    p, x = _params(shape, jnp.float32), rand((shape[3], shape[0]), jnp.float32, 1)
     if which == "block":
         return fn, (p, x)
     if which == "block_bf16":
-        return fn, (llama_params(shape, jnp.bfloat16), x.astype(jnp.bfloat16))
+        return fn, (_params(shape, jnp.bfloat16), x.astype(jnp.bfloat16))
     if which == "grad":
         return jax.grad(lambda p, x: jnp.mean(fn(p, x) ** 2), argnums=(0, 1)), (p, x)
-    return llama_layers, (llama_params(shape, jnp.float32, layers=3), x)
+    return llama_layers, (_params(shape, jnp.float32, layers=3), x)
 
 
 MODELS = {

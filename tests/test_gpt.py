@@ -13,54 +13,9 @@ import jax.numpy as jnp
 import optax
 import pytest
 from helpers import assert_close
+from models import GPT, gpt_setup, gpt_train_step, loss_fn
 
 import spyrejax as sj
-
-
-class Block(eqx.Module):
-    ln1: eqx.nn.LayerNorm
-    attn: eqx.nn.MultiheadAttention
-    ln2: eqx.nn.LayerNorm
-    fc: eqx.nn.Linear
-    proj: eqx.nn.Linear
-
-    def __init__(self, d, heads, key):
-        k1, k2, k3 = jax.random.split(key, 3)
-        self.ln1 = eqx.nn.LayerNorm(d)
-        self.attn = eqx.nn.MultiheadAttention(heads, d, key=k1)
-        self.ln2 = eqx.nn.LayerNorm(d)
-        self.fc = eqx.nn.Linear(d, 4 * d, key=k2)
-        self.proj = eqx.nn.Linear(4 * d, d, key=k3)
-
-    def __call__(self, x, mask):
-        y = jax.vmap(self.ln1)(x)
-        x = x + self.attn(y, y, y, mask=mask)
-        y = jax.vmap(self.ln2)(x)
-        return x + jax.vmap(self.proj)(jax.nn.gelu(jax.vmap(self.fc)(y)))
-
-
-class GPT(eqx.Module):
-    tok: eqx.nn.Embedding
-    pos: eqx.nn.Embedding
-    blocks: list
-    ln: eqx.nn.LayerNorm
-    head: eqx.nn.Linear
-
-    def __init__(self, vocab, d, heads, layers, seq, key):
-        keys = jax.random.split(key, layers + 3)
-        self.tok = eqx.nn.Embedding(vocab, d, key=keys[0])
-        self.pos = eqx.nn.Embedding(seq, d, key=keys[1])
-        self.head = eqx.nn.Linear(d, vocab, use_bias=False, key=keys[2])
-        self.blocks = [Block(d, heads, k) for k in keys[3:]]
-        self.ln = eqx.nn.LayerNorm(d)
-
-    def __call__(self, ids):
-        t = ids.shape[0]
-        x = jax.vmap(self.tok)(ids) + jax.vmap(self.pos)(jnp.arange(t))
-        mask = jnp.tril(jnp.ones((t, t), bool))
-        for block in self.blocks:
-            x = block(x, mask)
-        return jax.vmap(self.head)(jax.vmap(self.ln)(x))
 
 
 @pytest.fixture(autouse=True)
@@ -70,24 +25,13 @@ def _standard_promotion():
         yield
 
 
-def loss_fn(model, ids, labels):
-    logits = jax.vmap(model)(ids)
-    return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
-
-
 # (vocab, d, heads, seq, batch): padded sticks (67 and 48 float32 values pad to 96 and
 # 64, seq 12 to 32) and a shape whose vocab and width fill their sticks exactly.
 SHAPES = {"padded": (67, 48, 4, 12, 3), "unpadded": (64, 32, 2, 8, 2)}
 
 
 def _setup(shape, dtype=jnp.float32):
-    vocab, d, heads, seq, batch = shape
-    model = GPT(vocab, d, heads, 2, seq, jax.random.PRNGKey(0))
-    params, static = eqx.partition(model, eqx.is_array)
-    params = jax.tree.map(lambda p: p.astype(dtype), params)
-    ids = jax.random.randint(jax.random.PRNGKey(1), (batch, seq), 0, vocab)
-    labels = jnp.roll(ids, -1, axis=1)
-    return params, static, ids, labels
+    return gpt_setup(*shape, dtype=dtype)
 
 
 def _tol(shape):
@@ -101,15 +45,7 @@ def test_gpt_trains_like_jax_jit(name):
     shape = SHAPES[name]
     params, static, ids, labels = _setup(shape)
     opt = optax.adamw(1e-2)
-
-    def step(params, opt_state, ids, labels):
-        def loss(p):
-            return loss_fn(eqx.combine(p, static), ids, labels)
-
-        value, grads = jax.value_and_grad(loss)(params)
-        updates, opt_state = opt.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, value
-
+    step = gpt_train_step(static, opt)
     ref_step, spy_step = jax.jit(step), sj.jit(step)
     ref = spy = (params, opt.init(params))
     losses = []

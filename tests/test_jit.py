@@ -247,6 +247,50 @@ def test_lowerings_are_shared_by_function_as_jax_jit_shares_traces():
     assert len(traces) == 7
 
 
+def test_repeated_calls_take_the_fast_path_to_the_same_lowering():
+    """Calls of Spyre and jax arrays only skip the full signature; the key tells apart
+    what the signature tells apart (types, weak types, structure, configuration)."""
+    traces = []
+
+    def f(tree):
+        traces.append(1)
+        return {"y": jnp.tanh(tree["x"]) * tree["s"], "n": tree["x"].sum()}
+
+    x = rand((4, 150), jnp.float32)
+    xd = sj.to_device(x)
+    jf = sj.jit(f)
+    strong, weak = jnp.float32(2), jnp.asarray(2.0)  # same shape and dtype; weak differs
+    first = jf({"x": xd, "s": strong})
+    for _ in range(3):  # equal types in other objects: the same lowering
+        again = jf({"x": sj.to_device(x), "s": jnp.float32(2)})
+    assert len(traces) == 1 and jax.tree.structure(again) == jax.tree.structure(first)
+    assert same_bits(again["y"].image, first["y"].image) and again["y"].type == first["y"].type
+    assert_close(sj.to_host(again["y"]), jnp.tanh(x) * 2)
+    jf({"x": xd, "s": weak})
+    assert len(traces) == 2  # a weakly typed scalar traces again, as for jax.jit
+    jf({"x": x, "s": strong})  # a host x: another signature
+    jf({"x": xd, "s": strong})  # the first one is still there
+    assert len(traces) == 3
+    with jax.numpy_dtype_promotion("standard"):  # the configuration is in the key
+        jf({"x": xd, "s": strong})
+    assert len(traces) == 4
+
+    def g(x):
+        traces.append(1)
+        return x + 1
+
+    jg = sj.jit(g)
+    one = jg(xd)  # one array in, one out: no structure either way
+    assert isinstance(one, sj.SpyreArray) and jg(one).type == one.type
+    assert len(traces) == 5
+    jg(xd)
+    assert len(traces) == 5
+    key = jax.random.key(0)  # keys, tracers, NumPy arrays: the full path, same results
+    assert sj.jit(lambda k: jax.random.uniform(k, (3,)))(key).shape == (3,)
+    assert_close(sj.to_host(jg(np.asarray(x))), x + 1)
+    assert_close(jax.jit(lambda x: sj.to_host(jg(x)))(x), x + 1)
+
+
 def test_the_shared_cache_holds_functions_weakly_and_is_bounded():
     from spyrejax.lowering import _cache
 

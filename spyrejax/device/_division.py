@@ -13,9 +13,10 @@ device-dim tags of :mod:`spyrejax.layout`), never by JAX objects.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,7 +158,7 @@ class OpSpace:
             f"{self.opfunc} has no dim {name!r}; its dims are {[d.name for d in self.dims]}"
         )
 
-    @property
+    @functools.cached_property
     def names(self) -> tuple[str, ...]:
         """The variables' names in iteration order."""
         return tuple(d.name for d in self.dims)
@@ -171,6 +172,16 @@ class OpSpace:
     def output(self) -> Operand:
         """The output operand."""
         return self.operands[-1]
+
+    def geometry(self) -> Hashable:
+        """Everything a division depends on: the space without the tensors' names.
+
+        Two ops of one geometry (a repeated layer's) divide alike, into the same boxes.
+        """
+        operands = tuple(
+            (o.role, o.walks, o.tensor.shape, o.tensor.layout, o.tensor.dims) for o in self.operands
+        )
+        return (self.opfunc, self.kind, self.dims, operands, self.macs, self.broadcast)
 
 
 # --- building iteration spaces ---------------------------------------------------------

@@ -18,6 +18,8 @@ Pure Python.
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -96,6 +98,25 @@ class LXPlan:
         first, last = self.lifetimes[name]
         return first <= t <= last
 
+    def live_bytes(self, steps: int) -> list[int]:
+        """LX bytes of the buffers live at each time point ``0..steps-1``.
+
+        ``live_bytes(n)[t] == sum(sizes[b] for b in live_at(t))``, in one sweep over the
+        buffers rather than one per time point.
+        """
+        change = [0] * (steps + 1)
+        for n, a in self.address.items():
+            first, last = self.lifetimes[n]
+            if a is None or first >= steps or last < first:
+                continue
+            change[max(first, 0)] += self.sizes[n]
+            change[min(last + 1, steps)] -= self.sizes[n]
+        out, live = [], 0
+        for delta in change[:steps]:
+            live += delta
+            out.append(live)
+        return out
+
 
 def _align(n: int, alignment: int) -> int:
     return -(-n // alignment) * alignment
@@ -154,36 +175,54 @@ def _greedy(buffers: Sequence[Buffer], sizes: dict[str, int], budget: int) -> di
     by = {b.name: b for b in buffers}
     address: dict[str, int | None] = {}
     live: dict[str, tuple[int, int]] = {}
-    times = sorted({b.first for b in buffers})
-    for t in times:
-        for n in [n for n in live if by[n].last < t]:
-            del live[n]
-        for b in [b for b in buffers if b.first == t]:
+    spans: list[tuple[int, int]] = []  # the live blocks, sorted (they are disjoint)
+    starting: dict[int, list[Buffer]] = {}
+    for b in buffers:
+        starting.setdefault(b.first, []).append(b)
+    ending: list[tuple[int, str]] = []  # (last, name) of the buffers placed, a heap
+
+    def free(name: str | None) -> None:
+        span = live.pop(name, None) if name is not None else None
+        if span is not None:
+            del spans[bisect.bisect_left(spans, span)]
+
+    for t in sorted(starting):
+        while ending and ending[0][0] < t:
+            free(heapq.heappop(ending)[1])
+        for b in starting[t]:
             size = sizes[b.name]
             at = _inplace(b, by, address, sizes)
             if at is not None:
-                live.pop(b.parent, None)
+                free(b.parent)
             else:
-                at = _greedy_spot(list(live.values()), size, budget)
+                at = _greedy_spot(spans, size, budget)
             address[b.name] = at
             if at is not None:
                 live[b.name] = (at, at + size)
+                bisect.insort(spans, (at, at + size))
+                heapq.heappush(ending, (b.last, b.name))
     return address
 
 
-def _greedy_spot(taken: list[tuple[int, int]], size: int, budget: int) -> int | None:
-    if not taken:
+def _greedy_spot(spans: list[tuple[int, int]], size: int, budget: int) -> int | None:
+    """Where the greedy placer puts ``size`` bytes beside the sorted live ``spans``.
+
+    At 0 if it fits below the lowest block, else above the highest, else in the first
+    gap (the gaps of :func:`_gaps`, walked without sorting again).
+    """
+    if not spans:
         return 0 if size <= budget else None
-    low = min(s for s, _ in taken)
-    if size <= low:
+    if size <= spans[0][0]:
         return 0
-    high = max(e for _, e in taken)
+    high = spans[-1][1]  # disjoint blocks: the last one ends highest
     if high + size <= budget:
         return high
-    for start, end in _gaps(taken, budget):
-        if end - start >= size:
-            return start
-    return None
+    at = 0
+    for start, end in spans:
+        if start - at >= size:
+            return at
+        at = max(at, end)
+    return at if budget - at >= size else None
 
 
 def _fit(buffers: Sequence[Buffer], sizes: dict[str, int], budget: int, best: bool) -> dict:

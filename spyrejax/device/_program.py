@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from .._errors import DeviceError
 from ..layout._residency import DDR, Residency
@@ -244,6 +245,25 @@ def divide_op(
     return divide(space, machine, hint, score)
 
 
+def _divide_alike(
+    space: OpSpace,
+    hint: Mapping[str, int] | None,
+    machine: Machine,
+    alike: dict[Any, WorkDivision],
+) -> WorkDivision:
+    """``divide_op``, or the division of an op of the same geometry and hint.
+
+    The division is made for this op's own space (its tensors' names), with the splits
+    of the op it repeats; the two share their per-core boxes, computed once.
+    """
+    key = (space.geometry(), None if hint is None else tuple(sorted(hint.items())))
+    seen = alike.get(key)
+    if seen is None:
+        alike[key] = seen = divide_op(space, machine, hint)
+        return seen
+    return replace(seen, space=space)
+
+
 def plan_program(
     descs: Sequence[OpDesc],
     machine: Machine,
@@ -260,14 +280,16 @@ def plan_program(
         strategy: the LX placer (``greedy``, ``first_fit``, ``best_fit``).
     """
     divisions: list[WorkDivision | None] = []
+    alike: dict[Any, WorkDivision] = {}  # by geometry and hint: repeated layers divide once
     for d in descs:
         if d.kind == "compute" and d.space is not None:
-            divisions.append(divide_op(d.space, machine, d.hint))
+            divisions.append(_divide_alike(d.space, d.hint, machine, alike))
         else:
             divisions.append(None)
     buffers = _buffers(descs, divisions, set(keep_in_ddr))
     lx = place(buffers, machine, strategy)
     ops = []
+    peaks = lx.live_bytes(len(descs))
     for i, (d, div) in enumerate(zip(descs, divisions, strict=True)):
         lx_in = tuple(n for n, _ in d.inputs if lx.in_lx(n))
         lx_out = lx.in_lx(d.output[0])
@@ -283,8 +305,7 @@ def plan_program(
             pattern = "restickify" if d.kind == "restickify" else "ddr"
             cost = transfer_cost(machine, read, write, pattern)
             streams = ()
-        peak = sum(lx.sizes[n] for n in lx.live_at(i))
-        ops.append(DeviceOp(i, d, div, cost, lx_in, lx_out, streams, peak))
+        ops.append(DeviceOp(i, d, div, cost, lx_in, lx_out, streams, peaks[i]))
     return DeviceProgram(tuple(ops), machine, lx)
 
 

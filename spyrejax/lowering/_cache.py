@@ -35,17 +35,32 @@ MAX_SIGNATURES = 64
 
 
 class Lru[K: Hashable, V]:
-    """A dict of bounded size that forgets its least recently used entry first."""
+    """A dict of bounded size that forgets its least recently used entry first.
 
-    def __init__(self, maxsize: int) -> None:
+    With ``remember_last``, the entry last found is also held aside and compared
+    first: a function called again and again with one signature finds it by one
+    equality test (its elements mostly the same objects), not two hashes of the key
+    (one to find it, one to mark it recently used). While it is found that way it is
+    not marked recently used again, so it may leave the dict meanwhile; it stays until
+    another entry is found, or it is popped or cleared.
+    """
+
+    def __init__(self, maxsize: int, remember_last: bool = False) -> None:
         self.maxsize = maxsize
         self._data: OrderedDict[K, V] = OrderedDict()
+        self._remember = remember_last
+        self._last: tuple[K, V] | None = None
 
     def get(self, key: K) -> V | None:
         """The value for ``key`` (now the most recently used), or None."""
+        last = self._last
+        if last is not None and last[0] == key:
+            return last[1]
         value = self._data.get(key)
         if value is not None:
             self._data.move_to_end(key)
+            if self._remember:
+                self._last = (key, value)
         return value
 
     def put(self, key: K, value: V) -> None:
@@ -58,6 +73,8 @@ class Lru[K: Hashable, V]:
     def pop(self, key: K) -> None:
         """Forget ``key`` if it is there."""
         self._data.pop(key, None)
+        if self._last is not None and self._last[0] == key:
+            self._last = None
 
     def __iter__(self) -> Iterator[K]:
         """The keys, least recently used first (a copy: entries may be popped meanwhile)."""
@@ -66,6 +83,7 @@ class Lru[K: Hashable, V]:
     def clear(self) -> None:
         """Forget every entry."""
         self._data.clear()
+        self._last = None
 
     def __len__(self) -> int:
         return len(self._data)
@@ -117,7 +135,7 @@ register_cache(_REGISTERED, "spyrejax.jit lowerings")
 
 
 def _new_signature_cache() -> Lru[Any, Any]:
-    cache: Lru[Any, Any] = Lru(MAX_SIGNATURES)
+    cache: Lru[Any, Any] = Lru(MAX_SIGNATURES, remember_last=True)
     _SIGNATURE_CACHES.add(cache)
     return cache
 

@@ -37,7 +37,7 @@ from ..primitives._elementwise import Elementwise
 from ..primitives._matmul import Matmul
 from ..primitives._reduce import Reduce
 from ._graph import Graph, Node, Scalar, Value
-from ._planner import Plan
+from ._planner import Plan, _signature, node_key
 from ._rules import Mode, Rule, _carried_modes, _register, rule_for
 
 __all__ = ["ProgramOps", "device_program", "program_ops", "with_division", "with_division_p"]
@@ -144,6 +144,7 @@ def _node_descs(
     names: _Names,
     hint: dict[str, int] | None,
     lowerings: list[tuple[Any, dict[Any, str]]],
+    traced: dict[Any, Any],
 ) -> list[OpDesc]:
     """The ops a node's planned option runs, its lowering traced on the planned types.
 
@@ -151,15 +152,19 @@ def _node_descs(
     them at once), on the per-card blocks of the buffers; its collectives are not device
     ops (``explain`` times them at the card-to-card bandwidth). The traced lowering and
     the names of its variables are appended to ``lowerings``.
+
+    ``traced`` keeps the traced lowerings by the planner's evaluation signature and the
+    source line: repeated layers are traced once (tracing is most of the cost of a big
+    program's device model).
     """
     spyre = [(u, t) for u, t in zip(node.ins, option.ins, strict=True) if t is not None]
-
-    def run(*xs: Any) -> Any:
-        it = iter(xs)
-        args = [u if isinstance(u, Scalar) else next(it) for u in node.ins]
-        return rule_for(node, fallback=True).lower(node, args, option.mode)
-
-    closed = jax.make_jaxpr(run)(*(sp.abstract(t) for _, t in spyre))
+    key = _signature(node_key(node), option.mode, option.ins)
+    key = None if key is None else (key, node.source)
+    closed = traced.get(key) if key is not None else None
+    if closed is None:
+        closed = _trace(node, option, [t for _, t in spyre])
+        if key is not None:
+            traced[key] = closed
     env = {var: names(u, t) for var, (u, t) in zip(closed.jaxpr.invars, spyre, strict=True)}
     finals: dict[Any, str] = {}
     for var, v, t in zip(closed.jaxpr.outvars, node.outs, option.outs, strict=True):
@@ -175,6 +180,17 @@ def _node_descs(
     _walk(closed.jaxpr, env, finals, _Op(node, next(iter(finals.values())), hint), descs)
     lowerings.append((closed.jaxpr, {**env, **finals}))
     return descs
+
+
+def _trace(node: Node, option: Any, types: list[SpyreType]) -> Any:
+    """The closed jaxpr of a node's lowering on its planned Spyre input types."""
+
+    def run(*xs: Any) -> Any:
+        it = iter(xs)
+        args = [u if isinstance(u, Scalar) else next(it) for u in node.ins]
+        return rule_for(node, fallback=True).lower(node, args, option.mode)
+
+    return jax.make_jaxpr(run)(*(sp.abstract(t) for t in types))
 
 
 class _Op:
@@ -274,6 +290,7 @@ def program_ops(graph: Graph, plan: Plan) -> ProgramOps:
     """The ops of a planned graph in program order, and the names of its values."""
     names = _Names()
     hints = _hints(graph)
+    traced: dict[Any, Any] = {}
     descs: list[OpDesc] = []
     lowerings: list[tuple[Any, dict[Any, str]]] = []
     ddr = []
@@ -286,7 +303,7 @@ def program_ops(graph: Graph, plan: Plan) -> ProgramOps:
             continue
         for option in plan.runs.get(node, []):
             hint = hints.get(node.outs[0])
-            descs.extend(_node_descs(node, option, names, hint, lowerings))
+            descs.extend(_node_descs(node, option, names, hint, lowerings, traced))
         for v in node.outs:
             descs.extend(_move_descs(plan, v, names))
     for o, t in zip(graph.outputs, plan.outputs, strict=True):

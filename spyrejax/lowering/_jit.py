@@ -30,7 +30,7 @@ import jax
 import numpy as np
 
 from .._errors import SpyreTypeError
-from .._jax import AD_TRACERS, ClosedJaxpr, Var, trace_context
+from .._jax import AD_TRACERS, ArrayImpl, ClosedJaxpr, Var, trace_context
 from ..device import DeviceProgram, Machine
 from ..primitives import abstract, image, to_host, wrap
 from ..primitives._array import SpyreArray, SpyreType
@@ -86,6 +86,22 @@ class Lowering:
         lo = [x.image if isinstance(x, SpyreArray) else x for x in leaves]
         outs = (run or self.on_images)(*lo)
         return [SpyreArray(o, t) for o, t in zip(outs, self.out_types, strict=True)]
+
+    def call_concrete(self, leaves: Sequence[Any]) -> Any:
+        """:meth:`call` of leaves known concrete (no tracers), the results unchecked.
+
+        The dispatch fast path: the compiled program's results are the planned types'
+        images by construction (the interpreter checked every type when it was traced).
+        """
+        outs = self.on_images(*[x.image if type(x) is SpyreArray else x for x in leaves])
+        if self._one_array:  # no structure to rebuild
+            return SpyreArray.of_checked(outs[0], self.out_types[0])
+        return self.out_tree.unflatten(map(SpyreArray.of_checked, outs, self.out_types))
+
+    @functools.cached_property
+    def _one_array(self) -> bool:
+        """Whether the function returns one array (not in a container)."""
+        return self.out_tree.num_nodes == 1 and self.out_tree.num_leaves == 1
 
     def call(self, leaves: Sequence[Any]) -> Any:
         """The outputs for flat inputs, in the output structure.
@@ -182,6 +198,43 @@ class Lowering:
         """
         closed, variables = self._spyre_trace
         return residency_jaxpr(closed, variables, self.graph, self.plan, machine)
+
+
+def _fast_key(args: tuple[Any, ...]) -> tuple[Hashable, Sequence[Any]] | None:
+    """A call's key for the dispatch fast path, and its leaves; None to take the full path.
+
+    Only calls whose leaves are all concrete Spyre arrays or concrete ``jax.Array``s of a
+    NumPy dtype (no PRNG keys, tracers, NumPy arrays or Python scalars) and that have no
+    keyword or static arguments: for those the full signature (:meth:`SpyreJit._signature`)
+    is a function of the pytree structure, each leaf's type (shape, dtype, weak type of
+    host arrays) and the JAX configuration, which this key holds. The key is cached
+    beside the full signature, for the same lowering. Arguments that are all Spyre
+    arrays (the common case) are their own leaves: no flattening.
+    """
+    flat: list[Any] = [_FLAT, trace_context()]
+    for x in args:
+        if type(x) is not SpyreArray:
+            break
+        flat.append(x.type)
+    else:
+        return tuple(flat), args
+    leaves, treedef = jax.tree.flatten(args)
+    key: list[Any] = [_TREE, treedef, trace_context()]
+    for x in leaves:
+        cls = type(x)
+        if cls is SpyreArray:
+            key.append(x.type)
+        elif cls is ArrayImpl and isinstance(x.dtype, np.dtype):
+            key.append((x.shape, x.dtype, x.weak_type))
+        else:
+            return None
+    return tuple(key), leaves
+
+
+# Mark fast-path keys in a signature cache (never equal to a _Signature): arguments all
+# Spyre arrays (the arguments are the leaves), or another pytree of arrays.
+_FLAT = object()
+_TREE = object()
 
 
 def _input_type(aval: Any) -> SpyreType:
@@ -554,7 +607,18 @@ class SpyreJit:
         return self.trace(*args, **kwargs).lower()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        fast = None if kwargs or self.static_argnums else _fast_key(args)
+        if fast is not None:
+            key, leaves = fast
+            try:
+                lowering = self._cache.get(key)
+            except TypeError:  # unhashable pytree aux data: the full path says so
+                lowering, fast = None, None
+            if lowering is not None:
+                return lowering.call_concrete(leaves)
         lowering, leaves = self._lowering(*args, **kwargs)
+        if fast is not None:
+            self._cache.put(fast[0], lowering)
         return lowering.call(leaves)
 
 

@@ -244,6 +244,7 @@ class _Planner:
         limit = getattr(rule, "candidates", _CANDIDATES)
         best: dict[tuple[SpyreType, ...], tuple[float, Option]] = {}
         tried: list[tuple[SpyreType | None, ...]] = []
+        base = node_key(node)
         for mode in rule.modes(node):
             choices = [
                 self._candidates(u, r)[:limit] for u, r in zip(node.ins, mode.ins, strict=True)
@@ -251,7 +252,7 @@ class _Planner:
             for combo in itertools.product(*choices):
                 ins = tuple(t for t, _ in combo)
                 tried.append(ins)
-                option = self._evaluate(node, mode, ins)
+                option = self._evaluate(node, base, mode, ins)
                 if option is None:
                     continue
                 total = sum(c for _, c in combo) + option.cost
@@ -315,8 +316,10 @@ class _Planner:
                 return [ranked[0], (fallback, self.avail[u][fallback]), *rest[: _CANDIDATES - 2]]
         return ranked[:_CANDIDATES]
 
-    def _evaluate(self, node: Node, mode: Mode, ins: tuple[SpyreType | None, ...]) -> Any:
-        key = _signature(node, mode, ins)
+    def _evaluate(
+        self, node: Node, base: NodeKey | None, mode: Mode, ins: tuple[SpyreType | None, ...]
+    ) -> Any:
+        key = _signature(base, mode, ins)
         if key is not None and key in self.cache:
             option, why = self.cache[key]
             if why:
@@ -369,7 +372,12 @@ class _Planner:
             wanted = demands.pop(c, {})
             if wanted:
                 plan.sources[c] = [t for t in wanted if t is not None] or _defaults(c)[:1]
-        plan.outputs = [self._output_type(plan, o) for o in self.graph.outputs]
+        made = {
+            v: options[0].outs[i]
+            for node, options in plan.runs.items()
+            for i, v in enumerate(node.outs)
+        }
+        plan.outputs = [self._output_type(plan, made, o) for o in self.graph.outputs]
         return plan
 
     def _serve(self, plan: Plan, v: Value, wanted: dict[SpyreType | None, Any]) -> list[Any]:
@@ -427,14 +435,13 @@ class _Planner:
                 plan.moves[v] = moves
         return runs
 
-    def _output_type(self, plan: Plan, o: Value | Scalar) -> SpyreType | None:
+    def _output_type(
+        self, plan: Plan, made: dict[Value, SpyreType], o: Value | Scalar
+    ) -> SpyreType | None:
+        """An output's type: as its node's first run gives it, else as it arrives."""
         if isinstance(o, Scalar):
             return None
-        for node, options in plan.runs.items():
-            for i, v in enumerate(node.outs):
-                if v is o:
-                    return options[0].outs[i]
-        return plan.sources[o][0]
+        return made[o] if o in made else plan.sources[o][0]
 
 
 def _tie_break(t: SpyreType) -> tuple[Any, ...]:
@@ -453,17 +460,45 @@ def _why(consumer: Node, source: SpyreType, target: SpyreType) -> str:
     return f"{consumer.describe()} needs it stuck on {need} (it is on {have})"
 
 
-def _signature(node: Node, mode: Mode, ins: tuple[SpyreType | None, ...]) -> Any:
-    """A hashable key for an evaluation, or None if the node's parameters are not."""
+class NodeKey:
+    """What a node's lowering depends on besides its mode and input types, hashed once.
+
+    A hashable key of the node's primitive, parameters, scalar inputs and shapes; the
+    planner and the device model key their per-evaluation caches on it, many times per
+    node, so its hash is computed once.
+    """
+
+    __slots__ = ("_hash", "key")
+
+    def __init__(self, key: tuple[Any, ...]) -> None:
+        self.key = key
+        self._hash = hash(key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, NodeKey):
+            return NotImplemented
+        return self is other or (self._hash == other._hash and self.key == other.key)
+
+
+def node_key(node: Node) -> NodeKey | None:
+    """The node's :class:`NodeKey`, or None if its parameters are not hashable."""
     scalars = tuple((u.value, u.dtype) if isinstance(u, Scalar) else None for u in node.ins)
     outs = tuple((o.shape, o.dtype) for o in node.outs)
-    # Types compare without vma, but a result varies over the mesh axes its operands do.
-    vma = tuple(frozenset() if t is None else t.vma for t in ins)
     in_shapes = tuple(None if isinstance(u, Scalar) else (u.shape, u.dtype) for u in node.ins)
     try:
         params = tuple(sorted(node.params.items()))
-        key = (node.prim, params, mode, ins, vma, scalars, outs, in_shapes)
-        hash(key)
+        return NodeKey((node.prim, params, scalars, outs, in_shapes))
     except TypeError:
         return None
-    return key
+
+
+def _signature(base: NodeKey | None, mode: Mode, ins: tuple[SpyreType | None, ...]) -> Any:
+    """A hashable key for an evaluation of a node (``base``: its :func:`node_key`)."""
+    if base is None:
+        return None
+    # Types compare without vma, but a result varies over the mesh axes its operands do.
+    vma = tuple(frozenset() if t is None else t.vma for t in ins)
+    return (base, mode, ins, vma)

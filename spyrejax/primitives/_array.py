@@ -15,6 +15,7 @@ they call Spyre primitives: this module imports nothing above the layout core.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -59,6 +60,9 @@ class PadFill(enum.Enum):
 
 def _ints(xs: Any) -> tuple[int, ...]:
     return tuple(int(x) for x in xs)
+
+
+_DERIVED = frozenset({"_hash", "dims", "stick_dim", "is_view"})  # cached per SpyreType
 
 
 @dataclass(frozen=True)
@@ -134,17 +138,34 @@ class SpyreType(HiType):
         """Logical number of elements."""
         return math.prod(self.shape)
 
-    @property
+    def __hash__(self) -> int:
+        # The planner and the device model key their caches on types: hash once. The
+        # fields are those equality compares (all but ``vma``).
+        h = self.__dict__.get("_hash")
+        if h is None:
+            fields = (self.shape, self.dtype, self.layout, self.base_shape, self.strides)
+            h = self.__dict__["_hash"] = hash((*fields, self.pad))
+        return h
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The cached hash and properties are not pickled: a string's hash differs
+        # between processes.
+        return {k: v for k, v in self.__dict__.items() if k not in _DERIVED}
+
+    # The derived properties below are functions of the (immutable) fields, read many
+    # times per type by the planner and the device model: each is computed once.
+
+    @functools.cached_property
     def dims(self) -> tuple[DevDim, ...]:
         """Tags of the device dims: which logical dims each walks."""
         return device_dims(self.layout, self.base_shape, self.shape, self.strides)
 
-    @property
+    @functools.cached_property
     def stick_dim(self) -> int | None:
         """The logical dim along the sticks, or None for a sparse array."""
         return stick_dim(self.dims)
 
-    @property
+    @functools.cached_property
     def is_view(self) -> bool:
         """Whether the logical array differs from the layout's base tensor."""
         return self.shape != self.base_shape or not is_contiguous(self.shape, self.strides)
@@ -337,6 +358,14 @@ class SpyreArray:
         object.__setattr__(self, "image", image)
         object.__setattr__(self, "type", type)
 
+    @staticmethod
+    def of_checked(image: jax.Array, type: SpyreType) -> SpyreArray:
+        """A Spyre array around an image the caller knows fits ``type`` (not checked)."""
+        x = _new_array(SpyreArray)
+        _set_image(x, image)
+        _set_type(x, type)
+        return x
+
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("SpyreArray is immutable")
 
@@ -378,3 +407,9 @@ class SpyreArray:
 
 
 register_hitype(SpyreArray, lambda a: a.type)
+
+
+# The dispatch fast path builds a Spyre array per result: slot setters, no checks.
+_new_array = object.__new__
+_set_image = SpyreArray.image.__set__  # type: ignore[attr-defined]
+_set_type = SpyreArray.type.__set__  # type: ignore[attr-defined]

@@ -1,0 +1,201 @@
+"""Whole models shared by the tests and the benchmarks (one owner for each).
+
+- The textbook equinox GPT (embeddings, ``eqx.nn.MultiheadAttention`` with a causal
+  mask, ``jax.vmap`` over ``eqx.nn.Linear`` and ``eqx.nn.LayerNorm``, a GELU MLP),
+  its integer-label cross-entropy and its ``optax`` training step.
+- A Llama-style decoder block (RMSNorm, rotary embeddings computed inside, grouped-query
+  causal attention, a SwiGLU MLP) and a ``lax.scan`` over stacked blocks.
+
+The tests (``tests/test_gpt.py``, ``tests/test_done_when.py``) check these against
+``jax.jit``; ``benchmarks/bench.py`` times them. Pytest finds this module through the
+``pythonpath`` setting in ``pyproject.toml``; ``bench.py`` runs beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+# --- the textbook equinox GPT --------------------------------------------------------
+
+
+class Block(eqx.Module):
+    ln1: eqx.nn.LayerNorm
+    attn: eqx.nn.MultiheadAttention
+    ln2: eqx.nn.LayerNorm
+    fc: eqx.nn.Linear
+    proj: eqx.nn.Linear
+
+    def __init__(self, d: int, heads: int, key: Any) -> None:
+        k1, k2, k3 = jax.random.split(key, 3)
+        self.ln1 = eqx.nn.LayerNorm(d)
+        self.attn = eqx.nn.MultiheadAttention(heads, d, key=k1)
+        self.ln2 = eqx.nn.LayerNorm(d)
+        self.fc = eqx.nn.Linear(d, 4 * d, key=k2)
+        self.proj = eqx.nn.Linear(4 * d, d, key=k3)
+
+    def __call__(self, x: Any, mask: Any) -> Any:
+        y = jax.vmap(self.ln1)(x)
+        x = x + self.attn(y, y, y, mask=mask)
+        y = jax.vmap(self.ln2)(x)
+        return x + jax.vmap(self.proj)(jax.nn.gelu(jax.vmap(self.fc)(y)))
+
+
+class GPT(eqx.Module):
+    tok: eqx.nn.Embedding
+    pos: eqx.nn.Embedding
+    blocks: list
+    ln: eqx.nn.LayerNorm
+    head: eqx.nn.Linear
+
+    def __init__(self, vocab: int, d: int, heads: int, layers: int, seq: int, key: Any) -> None:
+        keys = jax.random.split(key, layers + 3)
+        self.tok = eqx.nn.Embedding(vocab, d, key=keys[0])
+        self.pos = eqx.nn.Embedding(seq, d, key=keys[1])
+        self.head = eqx.nn.Linear(d, vocab, use_bias=False, key=keys[2])
+        self.blocks = [Block(d, heads, k) for k in keys[3:]]
+        self.ln = eqx.nn.LayerNorm(d)
+
+    def __call__(self, ids: Any) -> Any:
+        t = ids.shape[0]
+        x = jax.vmap(self.tok)(ids) + jax.vmap(self.pos)(jnp.arange(t))
+        mask = jnp.tril(jnp.ones((t, t), bool))
+        for block in self.blocks:
+            x = block(x, mask)
+        return jax.vmap(self.head)(jax.vmap(self.ln)(x))
+
+
+def loss_fn(model: GPT, ids: Any, labels: Any) -> Any:
+    """Mean integer-label cross-entropy of the model's logits over a batch of sequences."""
+    logits = jax.vmap(model)(ids)
+    return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+
+def gpt_setup(
+    vocab: int, d: int, heads: int, seq: int, batch: int, layers: int = 2, dtype: Any = jnp.float32
+) -> tuple[Any, Any, Any, Any]:
+    """A GPT's parameters (in ``dtype``), its static part, and a batch of ids and labels."""
+    model = GPT(vocab, d, heads, layers, seq, jax.random.PRNGKey(0))
+    params, static = eqx.partition(model, eqx.is_array)
+    params = jax.tree.map(lambda p: p.astype(dtype), params)
+    ids = jax.random.randint(jax.random.PRNGKey(1), (batch, seq), 0, vocab)
+    return params, static, ids, jnp.roll(ids, -1, axis=1)
+
+
+def gpt_train_step(static: Any, opt: optax.GradientTransformation) -> Callable[..., Any]:
+    """``step(params, opt_state, ids, labels) -> (params, opt_state, loss)``.
+
+    Forward, loss, gradient and the optimizer's update, as one function to jit.
+    """
+
+    def step(params: Any, opt_state: Any, ids: Any, labels: Any) -> Any:
+        def loss(p: Any) -> Any:
+            return loss_fn(eqx.combine(p, static), ids, labels)
+
+        value, grads = jax.value_and_grad(loss)(params)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, value
+
+    return step
+
+
+# --- a Llama-style decoder block ---------------------------------------------------
+
+
+def rms_norm(x: Any, g: Any, eps: float = 1e-6) -> Any:
+    """Llama's RMSNorm: the mean square in float32, the result in x's dtype."""
+    x32 = x.astype(jnp.float32)
+    inv = jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return (x32 * inv).astype(x.dtype) * g
+
+
+def rope(x: Any, positions: Any, base: float = 10000.0) -> Any:
+    """Rotary embeddings of ``x[seq, heads, hd]`` at ``positions[seq]`` (rotate-half form).
+
+    The angles are computed here, from the positions and an iota of frequencies.
+    """
+    half = x.shape[-1] // 2
+    freqs = base ** (-jnp.arange(half, dtype=jnp.float32) / half)
+    angles = positions.astype(jnp.float32)[:, None] * freqs[None, :]
+    cos = jnp.cos(angles)[:, None, :].astype(x.dtype)
+    sin = jnp.sin(angles)[:, None, :].astype(x.dtype)
+    x1, x2 = x[..., :half], x[..., half:]
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def gqa_attention(q: Any, k: Any, v: Any, mask: Any) -> Any:
+    """Grouped-query attention: ``q[s, kv, rep, hd]`` against ``k, v[t, kv, hd]``."""
+    hd = q.shape[-1]
+    scores = jnp.einsum("sgrd,tgd->grst", q, k).astype(jnp.float32) * hd**-0.5
+    scores = jnp.where(mask, scores, -jnp.inf)
+    weights = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    return jnp.einsum("grst,tgd->sgrd", weights, v)
+
+
+def projections(p: dict[str, Any], h: Any, positions: Any, heads: int, kv_heads: int) -> Any:
+    """The rotated queries and keys, and the values, of the normed input ``h[s, d]``."""
+    s, hd = h.shape[0], p["wq"].shape[1] // heads
+    q = rope((h @ p["wq"]).reshape(s, heads, hd), positions)
+    k = rope((h @ p["wk"]).reshape(s, kv_heads, hd), positions)
+    v = (h @ p["wv"]).reshape(s, kv_heads, hd)
+    return q.reshape(s, kv_heads, heads // kv_heads, hd), k, v
+
+
+def swiglu(p: dict[str, Any], x: Any) -> Any:
+    """The block's normed SwiGLU MLP."""
+    h = rms_norm(x, p["g2"])
+    return (jax.nn.silu(h @ p["w1"]) * (h @ p["w3"])) @ p["w2"]
+
+
+def llama_block(p: dict[str, Any], x: Any, heads: int, kv_heads: int) -> Any:
+    """One decoder layer on ``x[seq, d]``, the positions ``0..seq-1``."""
+    s = x.shape[0]
+    positions = jnp.arange(s)
+    q, k, v = projections(p, rms_norm(x, p["g1"]), positions, heads, kv_heads)
+    causal = positions[:, None] >= positions[None, :]
+    x = x + gqa_attention(q, k, v, causal).reshape(s, -1) @ p["wo"]
+    return x + swiglu(p, x)
+
+
+def llama_params(
+    d: int,
+    heads: int,
+    kv_heads: int,
+    ff: int,
+    dtype: Any = jnp.float32,
+    seed: int = 0,
+    layers: int | None = None,
+) -> dict[str, Any]:
+    """A block's weights (stacked along a leading axis of ``layers`` when given)."""
+    hd = d // heads
+    rng = np.random.default_rng(seed)
+    lead = () if layers is None else (layers,)
+
+    def w(n_in: int, n_out: int) -> Any:
+        return jnp.asarray(rng.standard_normal((*lead, n_in, n_out)) / np.sqrt(n_in), dtype)
+
+    def g() -> Any:
+        return jnp.asarray(1.0 + 0.1 * rng.standard_normal((*lead, d)), dtype)
+
+    return {
+        "g1": g(),
+        "wq": w(d, heads * hd),
+        "wk": w(d, kv_heads * hd),
+        "wv": w(d, kv_heads * hd),
+        "wo": w(heads * hd, d),
+        "g2": g(),
+        "w1": w(d, ff),
+        "w3": w(d, ff),
+        "w2": w(ff, d),
+    }
+
+
+def llama_layers(stacked: dict[str, Any], x: Any, heads: int = 4, kv_heads: int = 2) -> Any:
+    """``lax.scan`` over stacked decoder layers."""
+    return jax.lax.scan(lambda h, p: (llama_block(p, h, heads, kv_heads), None), x, stacked)[0]
