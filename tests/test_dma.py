@@ -16,6 +16,7 @@ from strategies import dim_orders, dtypes, seeds, shapes, shapes_and_orders, til
 
 import spyrejax as sj
 from spyrejax import SpyreTensorLayout
+from spyrejax.dma import _dma
 from spyrejax.dma._host_dma import NATIVE_TRANSPOSE
 
 F16 = np.float16
@@ -29,6 +30,7 @@ ALLOWED_PRIMITIVES = {
     "concatenate",
     "dynamic_update_slice",
     "jit",
+    "pad",
     "pjit",
     "reshape",
     "slice",
@@ -493,3 +495,49 @@ def test_property_empty_tensors_round_trip_through_both_engines(shape, data):
     layout = SpyreTensorLayout(shape, dtype, data.draw(dim_orders(len(shape))))
     assert layout.nbytes == 0
     _round_trip_both_engines(np.zeros(shape, dtype), layout)
+
+
+def _tiled_and_boxed(x, layout):
+    """Traced transfers both ways, tiled and through the descriptors' boxes (as bits)."""
+    mapping = layout.for_host(x.shape)
+    bits = _dma.as_bits(jnp.asarray(x))
+    fill = _dma._fill(sj.poison_value(x.dtype), np.dtype(x.dtype))
+    boxed = _dma._execute(
+        bits, jnp.full(layout.device_size, fill, bits.dtype), mapping.dci(host_to_device=True)
+    )
+    tiled = _dma._h2d_values(bits, mapping, fill)
+    back = _dma._execute(boxed, jnp.zeros(x.shape, bits.dtype), mapping.dci(host_to_device=False))
+    return (tiled, _dma._d2h_values(boxed, mapping)), (boxed, back)
+
+
+@given(case=shapes_and_orders(), dtype=dtypes, seed=seeds)
+def test_property_tiled_transfers_move_what_the_descriptors_move(case, dtype, seed):
+    # Default layouts, dense and sparse, tile their host dims: a traced transfer is one
+    # transpose, reshape and slice or pad, with the descriptors' bits and padding.
+    shape, order = case
+    layout = SpyreTensorLayout(shape, dtype, order)
+    x = random_bits(shape, dtype, np.random.default_rng(seed))
+    if np.prod(shape):
+        assert _dma._tiling(layout.for_host(shape)) is not None
+    (tiled, tiled_back), (boxed, back) = _tiled_and_boxed(x, layout)
+    assert same_bits(tiled, boxed)
+    assert same_bits(tiled_back, back)
+
+
+@given(data=st.data())
+def test_property_explicit_layouts_tile_only_where_the_boxes_agree(data):
+    shape, layout = data.draw(tiled_layouts(np.float16))
+    x = random_bits(shape, np.float16, np.random.default_rng(0))
+    (tiled, tiled_back), (boxed, back) = _tiled_and_boxed(x, layout)
+    assert same_bits(tiled, boxed)
+    assert same_bits(tiled_back, back)
+
+
+def test_a_partial_last_stick_transfers_in_one_pass():
+    layout = SpyreTensorLayout((1000, 80), np.float32)  # 80 = 2 sticks of 32 and 16
+    for fn, arg in (
+        (lambda x: sj.dma_h2d(x, layout), jnp.zeros((1000, 80), np.float32)),
+        (lambda y: sj.dma_d2h(y, (1000, 80), layout), jnp.zeros(layout.device_size, np.float32)),
+    ):
+        prims = [e.primitive.name for e in jax.make_jaxpr(fn)(arg).jaxpr.eqns]
+        assert sorted(prims) in (["pad", "reshape", "transpose"], ["reshape", "slice", "transpose"])

@@ -352,13 +352,109 @@ def d2h_values(image: jax.Array, shape: tuple[int, ...], layout: SpyreTensorLayo
 
 
 def _h2d_values(x: jax.Array, mapping: HostMapping, fill: Any) -> jax.Array:
+    tiles = _tiling(mapping)
+    if tiles is not None:
+        return _h2d_tiled(x, tiles, fill)
     image = jnp.full(mapping.layout.device_size, fill, dtype=x.dtype)
     return _execute(x, image, mapping.dci(host_to_device=True))
 
 
 def _d2h_values(image: jax.Array, mapping: HostMapping) -> jax.Array:
+    tiles = _tiling(mapping)
+    if tiles is not None:
+        return _d2h_tiled(image, tiles)
     dst = jnp.zeros(mapping.shape, image.dtype)
     return _execute(image, dst, mapping.dci(host_to_device=False))
+
+
+@dataclass(frozen=True)
+class _Tiling:
+    """A mapping whose device dims cut each host segment as an exact mixed radix.
+
+    Then the image with its device dims put in segment order is the host tensor with
+    each segment padded at its end to whole device dims (a partial last tile or stick):
+    a transfer is one transpose, reshape and slice (or pad and reshape and transpose),
+    which XLA fuses into one loop, where the descriptors' boxes (a full-tile one and a
+    last-tile one per padded dim) are assembled by concatenations or written by box
+    updates. The same elements move either way; the padding is left, or filled, alike.
+
+    Attributes:
+        order: device dims in segment order (each segment's outermost first), then
+            the ``unwalked`` ones: size 1, or a synthetic stick holding index 0 only.
+        unwalked: how many dims at the end of ``order`` walk no host dim.
+        sizes: segment sizes (host elements).
+        extents: segment sizes padded to whole device dims.
+        shape: the host shape.
+        device_size: the image's shape.
+    """
+
+    order: tuple[int, ...]
+    unwalked: int
+    sizes: tuple[int, ...]
+    extents: tuple[int, ...]
+    shape: tuple[int, ...]
+    device_size: tuple[int, ...]
+
+
+@functools.lru_cache(maxsize=4096)
+def _tiling(mapping: HostMapping) -> _Tiling | None:
+    """The mapping as a :class:`_Tiling`; None if some dim has gaps, ties or broadcasts."""
+    layout, seg = mapping.layout, mapping.segmentation
+    size = layout.device_size
+    if mapping.size == 0 or mapping.strides != row_major_strides(mapping.shape):
+        return None
+    for j in seg.ignored:
+        if size[j] != 1 and layout.stride_map[j] != -1:
+            return None  # a broadcast or tied dim: the descriptors say how it is walked
+    order, extents = [], []
+    for segment in seg.segments:
+        axes = segment.axes
+        if not axes or axes[-1][1] != 1:
+            return None
+        for (_, r_outer), (j, r) in itertools.pairwise(axes):
+            if r_outer != r * size[j]:
+                return None  # a gap (or an overlap) between a dim's steps
+        order += [j for j, _ in axes]
+        extents.append(size[axes[0][0]] * axes[0][1])
+    order += seg.ignored
+    return _Tiling(
+        tuple(order),
+        len(seg.ignored),
+        tuple(s.size for s in seg.segments),
+        tuple(extents),
+        mapping.shape,
+        size,
+    )
+
+
+def _d2h_tiled(image: jax.Array, tiles: _Tiling) -> jax.Array:
+    """The host tensor in a tiled image (the inverse of :func:`_h2d_tiled`)."""
+    x = jax.lax.transpose(image, tiles.order)
+    x = _cut(x, x.shape[: x.ndim - tiles.unwalked] + (1,) * tiles.unwalked)
+    x = _cut(jax.lax.reshape(x, tiles.extents), tiles.sizes)
+    return jax.lax.reshape(x, tiles.shape)
+
+
+def _h2d_tiled(x: jax.Array, tiles: _Tiling, fill: Any) -> jax.Array:
+    """The tiled image of host tensor ``x``, its padding ``fill``."""
+    fill = jnp.asarray(fill, x.dtype)
+    x = _grow(jax.lax.reshape(x, tiles.sizes), tiles.extents, fill)
+    shape = tuple(tiles.device_size[j] for j in tiles.order)
+    x = jax.lax.reshape(x, shape[: len(shape) - tiles.unwalked] + (1,) * tiles.unwalked)
+    x = _grow(x, shape, fill)
+    return jax.lax.transpose(x, tuple(int(i) for i in np.argsort(tiles.order)))
+
+
+def _cut(x: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """The leading ``shape`` corner of ``x``."""
+    return x if x.shape == shape else jax.lax.slice(x, (0,) * x.ndim, shape)
+
+
+def _grow(x: jax.Array, shape: tuple[int, ...], fill: jax.Array) -> jax.Array:
+    """``x`` extended at the end of each dim to ``shape`` with ``fill``."""
+    if x.shape == shape:
+        return x
+    return jax.lax.pad(x, fill, [(0, n - m, 0) for n, m in zip(shape, x.shape, strict=True)])
 
 
 # The formats XLA's CPU backend may alter when it only moves them: it emulates float8

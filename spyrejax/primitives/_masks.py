@@ -58,17 +58,53 @@ def data_mask(t: SpyreType) -> jax.Array | None:
         return None
     layout = t.layout
     mapping = layout.for_host(t.base_shape)
-    rank = layout.device_rank
-    grids = [
-        jax.lax.broadcasted_iota(np.int32, tuple(n if k == j else 1 for k in range(rank)), j)
-        for j, n in enumerate(layout.device_size)
-    ]
-    return jnp.broadcast_to(mapping.data_positions(grids), layout.device_size)
+    size = layout.device_size
+    grids = [_Coord(jax.lax.broadcasted_iota(np.int32, size, j)) for j in range(len(size))]
+    ok = mapping.data_positions(grids)
+    return ok.x if isinstance(ok, _Coord) else jnp.full(size, ok)
 
 
-def poison(dtype: Any) -> jax.Array:
-    """The poison scalar of ``dtype``."""
-    return jnp.asarray(poison_value(dtype), dtype=dtype)
+class _Coord:
+    """A device coordinate (a full-size iota) whose ``*``, ``+``, ``<`` and ``&`` are lax ops.
+
+    ``jnp``'s operators each trace a nested ``jit``; a mask takes a few dozen of them,
+    rebuilt for every kernel that masks, which made masks most of the Python time of
+    lowering a padded program. The same ops bound directly are the same HLO.
+    """
+
+    __slots__ = ("x",)
+
+    def __init__(self, x: jax.Array) -> None:
+        self.x = x
+
+    def __mul__(self, k: int) -> _Coord:
+        return self if k == 1 else _Coord(jax.lax.mul(self.x, np.int32(k)))
+
+    def __add__(self, other: _Coord | int) -> _Coord:
+        if isinstance(other, int):
+            return self if other == 0 else _Coord(jax.lax.add(self.x, np.int32(other)))
+        return _Coord(jax.lax.add(self.x, other.x))
+
+    __radd__ = __add__
+
+    def __lt__(self, bound: int) -> _Coord:
+        return _Coord(jax.lax.lt(self.x, np.int32(bound)))
+
+    def __and__(self, other: _Coord | bool) -> _Coord:
+        if other is True:
+            return self
+        return _Coord(jax.lax.bitwise_and(self.x, other.x))
+
+    __rand__ = __and__
+
+
+def poison(dtype: Any) -> np.ndarray:
+    """The poison scalar of ``dtype``, as a NumPy scalar.
+
+    Kernels pass it to ops that may not need it (a mask of an image without padding);
+    ``jnp.asarray`` would put a JAX op in the trace each time.
+    """
+    return np.asarray(poison_value(dtype), dtype=dtype)
 
 
 def select(pred: Any, on_true: Any, on_false: Any) -> jax.Array:
