@@ -30,8 +30,8 @@ def _standard_promotion():
 SHAPES = {"padded": (67, 48, 4, 12, 3), "unpadded": (64, 32, 2, 8, 2)}
 
 
-def _setup(shape, dtype=jnp.float32):
-    return gpt_setup(*shape, dtype=dtype)
+def _setup(shape, dtype=jnp.float32, layers=2):
+    return gpt_setup(*shape, layers=layers, dtype=dtype)
 
 
 def _tol(shape):
@@ -77,10 +77,13 @@ def test_gpt_half_precision_loss_and_grads(dtype):
 
 
 def test_gpt_trains_through_filter_jit_as_through_eqx_filter_jit():
-    """The most textbook form: the whole model (static fields and all) through filter_jit."""
+    """The most textbook form: the whole model (static fields and all) through filter_jit.
+
+    One layer: what this adds to the two-layer training test is the pytree path.
+    """
     shape = SHAPES["padded"]
     vocab, d, heads, seq, batch = shape
-    model = GPT(vocab, d, heads, 2, seq, jax.random.PRNGKey(0))
+    model = GPT(vocab, d, heads, 1, seq, jax.random.PRNGKey(0))
     ids = jax.random.randint(jax.random.PRNGKey(1), (batch, seq), 0, vocab)
     labels = jnp.roll(ids, -1, axis=1)
     opt = optax.adamw(1e-2)
@@ -120,11 +123,12 @@ def test_data_parallel_step_over_8_cards_equals_the_single_card_step():
     Each card differentiates its own sequence's loss (the replicated parameters are cast
     to varying first, so ``grad`` gives the card's gradient rather than JAX's sum over
     cards), and ``pmean`` averages losses and gradients: the mean over the whole batch.
-    SGD keeps the update proportional to the gradient, so a wrong average shows.
+    SGD keeps the update proportional to the gradient, so a wrong average shows. One
+    layer: the cards, not the depth, are what this adds to the training test.
     """
     vocab, d, heads, seq, _ = SHAPES["unpadded"]
     shape = (vocab, d, heads, seq, 8)
-    params, static, ids, labels = _setup(shape)
+    params, static, ids, labels = _setup(shape, layers=1)
     opt = optax.sgd(0.1)
     mesh = jax.make_mesh((8,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
     spec = jax.sharding.PartitionSpec
