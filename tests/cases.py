@@ -1,5 +1,9 @@
 """Layout cases shared by the tests: the spec's conformance vectors and more."""
 
+import math
+
+import pytest
+
 # Spec section 11: (size, dim_order, device_size, stride_map), fp16, contiguous host.
 SPEC_VECTORS = [
     ([], None, [1, 64], [-1, -1]),
@@ -16,6 +20,14 @@ SPEC_VECTORS = [
     ([128, 256, 512], None, [256, 8, 128, 64], [512, 64, 131072, 1]),
     ([5, 100, 150], None, [100, 3, 5, 64], [150, 64, 15000, 1]),
     ([5, 100, 150], [1, 0, 2], [5, 3, 100, 64], [15000, 64, 150, 1]),
+]
+
+# The vectors for tests that move every element of a tensor through an engine and check
+# it against the brute-force oracle: the 16M-element one runs with ``make test-slow``
+# (test_layout checks its coordinates by the rule in ``make test``).
+SPEC_VECTORS_MOVED = [
+    pytest.param(*v, marks=pytest.mark.slow) if math.prod(v[0]) > 4_000_000 else v
+    for v in SPEC_VECTORS
 ]
 
 # Spec section 11: explicit layouts that must round-trip (size, device_size, stride_map).

@@ -3,7 +3,7 @@ import json
 import ml_dtypes
 import numpy as np
 import pytest
-from cases import MORE_EXPLICIT, SPEC_EXPLICIT, SPEC_VECTORS
+from cases import MORE_EXPLICIT, SPEC_EXPLICIT, SPEC_VECTORS_MOVED
 from hypothesis import given
 from hypothesis import strategies as st
 from oracles import coords_by_rule, run_descriptors
@@ -197,7 +197,7 @@ def test_layout_too_small_is_an_error():
         sj.generate_dci([20, 64], SpyreTensorLayout([10, 64], F16))
 
 
-@pytest.mark.parametrize(("size", "order", "dsize", "smap"), SPEC_VECTORS)
+@pytest.mark.parametrize(("size", "order", "dsize", "smap"), SPEC_VECTORS_MOVED)
 def test_spec_layouts_descriptors_place_every_element_by_the_rule(size, order, dsize, smap):
     layout = SpyreTensorLayout(size, F16, order)
     _check_placement(tuple(size), layout, coords_by_rule(tuple(size), layout))

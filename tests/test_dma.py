@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from cases import MORE_EXPLICIT, SPEC_EXPLICIT, SPEC_VECTORS
+from cases import MORE_EXPLICIT, SPEC_EXPLICIT, SPEC_VECTORS_MOVED
 from hypothesis import example, given
 from hypothesis import strategies as st
 from oracles import coords_by_rule, image_by_rule, random_bits, run_descriptors, same_bits
@@ -156,7 +156,7 @@ def test_errors():
         sj.dma_h2d(np.zeros((4, 64)), layout)
 
 
-@pytest.mark.parametrize(("size", "order", "dsize", "smap"), SPEC_VECTORS)
+@pytest.mark.parametrize(("size", "order", "dsize", "smap"), SPEC_VECTORS_MOVED)
 def test_spec_layouts_place_every_element_by_the_rule(size, order, dsize, smap):
     _check_dma(tuple(size), SpyreTensorLayout(size, np.int32, order))
 
