@@ -95,6 +95,16 @@ class _Plan:
         n_tiles = labels.get((rank - 1, out.layout.elems_per_stick))
         self.by_tiles = self.has_k and n_tiles is not None and b_sub[0] == n_tiles == out_sub[0]
 
+    def split_k(self, b_img: jax.Array) -> jax.Array:
+        """B's image (or a group of its n tiles), k zero-padded and split like A's k."""
+        if not self.has_k:
+            return b_img
+        ax = self.b_k_axis
+        pad = [(0, 0, 0)] * b_img.ndim
+        pad[ax] = (0, self.k_padded - b_img.shape[ax], 0)
+        b_img = jax.lax.pad(b_img, jnp.zeros((), b_img.dtype), pad)
+        return b_img.reshape(b_img.shape[:ax] + self.k_sizes + b_img.shape[ax + 1 :])
+
 
 def _data_dims(t: SpyreType, name: str) -> tuple[list[DevDim], tuple[int, ...]]:
     """An operand's data device dims, and the synthetic ones (taken at index 0)."""
@@ -163,21 +173,15 @@ class Matmul(SpyrePrim):
             b_img = masked(b_img, b_t, 0)
         a_img = _take0(a_img, plan.a_take)
         b_img = _take0(b_img, plan.b_take)
-        if plan.has_k:  # zero-pad B's k to whole sticks and split it like A's k
-            ax = plan.b_k_axis
-            pad = [(0, 0, 0)] * b_img.ndim
-            pad[ax] = (0, plan.k_padded - b_img.shape[ax], 0)
-            b_img = jax.lax.pad(b_img, jnp.zeros((), b_img.dtype), pad)
-            b_img = b_img.reshape(b_img.shape[:ax] + plan.k_sizes + b_img.shape[ax + 1 :])
         out_dtype = self.out_aval.dtype
         acc = np.dtype(accumulator(a_t.dtype) or out_dtype)
         if np.dtype(out_dtype).itemsize > acc.itemsize:
             acc = np.dtype(out_dtype)  # int8 x int8 -> int32 accumulates in int32
-        groups = _tile_groups(a_img, b_img, acc) if plan.by_tiles else 1
+        groups = _tile_groups(plan, a_img, b_img, acc) if plan.by_tiles else 1
         if groups > 1:
-            out = _contract_by_tiles(plan.subscripts, a_img, b_img, acc, groups)
+            out = _contract_by_tiles(plan, a_img, b_img, acc, groups)
         else:
-            out = _contract_whole(plan.subscripts, a_img, b_img, acc)
+            out = _contract_whole(plan.subscripts, a_img, plan.split_k(b_img), acc)
         if self._mid is self.out_aval:
             return from_data_dims(out.astype(out_dtype), self.out_aval)
         mid, dst = self._mid, self.out_aval
@@ -202,10 +206,11 @@ small enough to stay in cache between the conversion and the dot."""
 
 _TILE_LOOP_MIN_BYTES = 16 << 20
 """The least bytes of B (in the accumulator's dtype) worth the loop: a smaller copy
-stays in the last-level cache, and the loop's steps cost more than it (measured)."""
+stays in the last-level cache, and the loop's steps cost more than it (measured). A
+quarter of it when B's k is padded: one dot then pads B and copies it again."""
 
 
-def _tile_groups(a: jax.Array, b: jax.Array, acc: Any) -> int:
+def _tile_groups(plan: _Plan, a: jax.Array, b: jax.Array, acc: Any) -> int:
     """How many groups of n tiles the product loops over; 1 runs it as one dot.
 
     A group is the most whole tiles that divide B's leading dim and fit
@@ -215,17 +220,17 @@ def _tile_groups(a: jax.Array, b: jax.Array, acc: Any) -> int:
     """
     size = np.dtype(acc).itemsize
     tiles = b.shape[0]
-    tile_bytes = math.prod(b.shape[1:]) * size
-    if tiles < 2 or tiles * tile_bytes < _TILE_LOOP_MIN_BYTES:
+    tile_bytes = math.prod(b.shape[1:]) // b.shape[plan.b_k_axis] * plan.k_padded * size
+    padded_k = plan.k_padded != b.shape[plan.b_k_axis]
+    least = _TILE_LOOP_MIN_BYTES // 4 if padded_k else _TILE_LOOP_MIN_BYTES
+    if tiles < 2 or tiles * tile_bytes < least:
         return 1
     fit = [g for g in range(1, tiles + 1) if tiles % g == 0 and g * tile_bytes <= _TILE_GROUP_BYTES]
     groups = tiles // max(fit, default=1)
     return groups if groups * a.size * size * 4 <= tiles * tile_bytes else 1
 
 
-def _contract_by_tiles(
-    subscripts: str, a: jax.Array, b: jax.Array, acc: Any, groups: int
-) -> jax.Array:
+def _contract_by_tiles(plan: _Plan, a: jax.Array, b: jax.Array, acc: Any, groups: int) -> jax.Array:
     """The product as a loop over groups of B's n tiles (B's and C's leading axis).
 
     Each step runs the same ``dot_general`` as ``_contract_whole`` on one group of B's
@@ -234,7 +239,7 @@ def _contract_by_tiles(
     the same dot over k.
     """
     b = b.reshape((groups, b.shape[0] // groups, *b.shape[1:]))
-    out = jax.lax.map(lambda part: _contract_whole(subscripts, a, part, acc), b)
+    out = jax.lax.map(lambda part: _contract_whole(plan.subscripts, a, plan.split_k(part), acc), b)
     return out.reshape((-1, *out.shape[2:]))
 
 
