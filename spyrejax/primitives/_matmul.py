@@ -13,10 +13,10 @@ masked to zero, and so is B's, unless the type records that it is already zero (
 XLA's dot wants B's contraction dim contiguous, so a single ``dot_general`` copies all
 of B's tiled image ``[T(n), k, S(n)]`` into a row-major ``[k, n]`` (in float32 for
 half-precision operands) on every call, and at small m that copy costs more than the
-dot. When B's and C's leading device dim is n's tiles, the kernel instead loops
-(``lax.map``) over groups of those tiles: each step converts one cache-sized slice of
-B and runs the same dot on it, writing C's tiles in place. Each output element is the
-same dot over k as before.
+dot. When B's and C's leading device dim is n's tiles, B is large and A small, the
+kernel instead loops (``lax.map``) over groups of those tiles: each step pads and
+converts one cache-sized slice of B and runs the same dot on it, writing C's tiles in
+place. Each output element is the same dot over k as before.
 """
 
 from __future__ import annotations
