@@ -181,3 +181,41 @@ def test_preferred_element_type_must_keep_the_kind():
     b = sj.to_device(jnp.ones((8, 3), jnp.float32))
     with pytest.raises(sj.SpyreTypeError, match="preferred_element_type int32"):
         sj.matmul(a, b, preferred_element_type=jnp.int32)
+
+
+@pytest.mark.parametrize("per_group", [1, 2])
+@pytest.mark.parametrize(
+    ("m", "k", "n", "dtype", "pet"),
+    [
+        (4, 150, 200, jnp.float32, None),  # k and n padded, 7 tiles of n
+        (3, 100, 256, jnp.bfloat16, jnp.float32),
+        (5, 70, 384, jnp.float16, None),
+        (2, 40, 512, jnp.int8, jnp.int32),
+    ],
+    ids=str,
+)
+def test_large_weights_are_contracted_tile_group_by_tile_group(
+    monkeypatch, m, k, n, dtype, pet, per_group
+):
+    from spyrejax.primitives import _matmul
+
+    rng = np.random.default_rng(7)
+    if jnp.issubdtype(dtype, jnp.integer):
+        x = jnp.asarray(rng.integers(-128, 128, (m, k)), dtype)
+        y = jnp.asarray(rng.integers(-128, 128, (k, n)), dtype)
+    else:
+        x, y = rand((m, k), dtype, rng), rand((k, n), dtype, rng)
+    a, b = sj.to_device(x), sj.to_device(y)  # padding holds poison
+    stick = b.layout.elems_per_stick
+    tile_bytes = -(-k // stick) * stick * stick * 4  # every case accumulates in 4 bytes
+    # Shrink the thresholds so these small weights take the loop (real ones: >= 16 MiB).
+    monkeypatch.setattr(_matmul, "_TILE_LOOP_MIN_BYTES", 0)
+    monkeypatch.setattr(_matmul, "_TILE_GROUP_BYTES", per_group * tile_bytes)
+    fn = jax.jit(lambda a, b: sj.matmul(a, b, preferred_element_type=pet))
+    assert "stablehlo.while" in fn.lower(a, b).as_text()
+    out = fn(a, b)
+    want = _ref(x, y) if pet is None else jnp.matmul(x, y, preferred_element_type=pet)
+    if jnp.issubdtype(dtype, jnp.integer):
+        np.testing.assert_array_equal(np.asarray(sj.to_host(out)), np.asarray(want))
+    else:
+        assert_close(sj.to_host(out), want, reduce_len=k)

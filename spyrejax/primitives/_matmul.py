@@ -9,6 +9,14 @@ Kernel: one ``dot_general`` over device dims (A as lhs, B as rhs). A's k is tile
 sticks ``(T_k, eps)``; B's k dim is zero-padded to whole sticks and split the same way,
 so the contraction runs stick by stick. Padding never reaches C's data: A's padding is
 masked to zero, and so is B's, unless the type records that it is already zero (``pad=0``).
+
+XLA's dot wants B's contraction dim contiguous, so a single ``dot_general`` copies all
+of B's tiled image ``[T(n), k, S(n)]`` into a row-major ``[k, n]`` (in float32 for
+half-precision operands) on every call, and at small m that copy costs more than the
+dot. When B's and C's leading device dim is n's tiles, B is large and A small, the
+kernel instead loops (``lax.map``) over groups of those tiles: each step pads and
+converts one cache-sized slice of B and runs the same dot on it, writing C's tiles in
+place. Each output element is the same dot over k as before.
 """
 
 from __future__ import annotations
@@ -82,6 +90,20 @@ class _Plan:
                 f"result {out.str_short()}; restickify them to default layouts"
             )
         self.subscripts = f"{''.join(a_sub)},{''.join(b_sub)}->{''.join(out_sub)}"
+        # B's and C's leading device dim are n's tiles: the product can run tile group
+        # by tile group (see ``_contract_by_tiles``).
+        n_tiles = labels.get((rank - 1, out.layout.elems_per_stick))
+        self.by_tiles = self.has_k and n_tiles is not None and b_sub[0] == n_tiles == out_sub[0]
+
+    def split_k(self, b_img: jax.Array) -> jax.Array:
+        """B's image (or a group of its n tiles), k zero-padded and split like A's k."""
+        if not self.has_k:
+            return b_img
+        ax = self.b_k_axis
+        pad = [(0, 0, 0)] * b_img.ndim
+        pad[ax] = (0, self.k_padded - b_img.shape[ax], 0)
+        b_img = jax.lax.pad(b_img, jnp.zeros((), b_img.dtype), pad)
+        return b_img.reshape(b_img.shape[:ax] + self.k_sizes + b_img.shape[ax + 1 :])
 
 
 def _data_dims(t: SpyreType, name: str) -> tuple[list[DevDim], tuple[int, ...]]:
@@ -151,28 +173,74 @@ class Matmul(SpyrePrim):
             b_img = masked(b_img, b_t, 0)
         a_img = _take0(a_img, plan.a_take)
         b_img = _take0(b_img, plan.b_take)
-        if plan.has_k:  # zero-pad B's k to whole sticks and split it like A's k
-            ax = plan.b_k_axis
-            pad = [(0, 0, 0)] * b_img.ndim
-            pad[ax] = (0, plan.k_padded - b_img.shape[ax], 0)
-            b_img = jax.lax.pad(b_img, jnp.zeros((), b_img.dtype), pad)
-            b_img = b_img.reshape(b_img.shape[:ax] + plan.k_sizes + b_img.shape[ax + 1 :])
         out_dtype = self.out_aval.dtype
         acc = np.dtype(accumulator(a_t.dtype) or out_dtype)
         if np.dtype(out_dtype).itemsize > acc.itemsize:
             acc = np.dtype(out_dtype)  # int8 x int8 -> int32 accumulates in int32
-        if acc != a_img.dtype and not jnp.issubdtype(acc, jnp.floating):
-            a_img, b_img = a_img.astype(acc), b_img.astype(acc)  # exact: int8 fits int32
-        elif acc != a_img.dtype:
-            # XLA's CPU backend runs a half x half -> float32 dot only as a fusion of its
-            # own (a DotThunk refuses it), so masking and padding must not fuse into it.
-            a_img, b_img = jax.lax.optimization_barrier((a_img, b_img))
-        out = _contract(plan.subscripts, a_img, b_img, acc)
+        groups = _tile_groups(plan, a_img, b_img, acc) if plan.by_tiles else 1
+        if groups > 1:
+            out = _contract_by_tiles(plan, a_img, b_img, acc, groups)
+        else:
+            out = _contract_whole(plan.subscripts, a_img, plan.split_k(b_img), acc)
         if self._mid is self.out_aval:
             return from_data_dims(out.astype(out_dtype), self.out_aval)
         mid, dst = self._mid, self.out_aval
         values = d2h_values(from_data_dims(out, mid), mid.shape, mid.layout)
         return h2d_values(values.astype(out_dtype), dst.layout, poison_value(out_dtype))
+
+
+def _contract_whole(subscripts: str, a: jax.Array, b: jax.Array, acc: Any) -> jax.Array:
+    """The product in one ``dot_general`` (XLA copies B into the order its dot wants)."""
+    if acc != a.dtype and not jnp.issubdtype(acc, jnp.floating):
+        a, b = a.astype(acc), b.astype(acc)  # exact: int8 fits int32
+    elif acc != a.dtype:
+        # XLA's CPU backend runs a half x half -> float32 dot only as a fusion of its
+        # own (a DotThunk refuses it), so masking and padding must not fuse into it.
+        a, b = jax.lax.optimization_barrier((a, b))
+    return _contract(subscripts, a, b, acc)
+
+
+_TILE_GROUP_BYTES = 2 << 20
+"""The most bytes of B (in the accumulator's dtype) one step of the tile loop converts:
+small enough to stay in cache between the conversion and the dot."""
+
+_TILE_LOOP_MIN_BYTES = 16 << 20
+"""The least bytes of B (in the accumulator's dtype) worth the loop: a smaller copy
+stays in the last-level cache, and the loop's steps cost more than it (measured). A
+quarter of it when B's k is padded: one dot then pads B and copies it again."""
+
+
+def _tile_groups(plan: _Plan, a: jax.Array, b: jax.Array, acc: Any) -> int:
+    """How many groups of n tiles the product loops over; 1 runs it as one dot.
+
+    A group is the most whole tiles that divide B's leading dim and fit
+    ``_TILE_GROUP_BYTES``. The loop pays off when B is large and A is small (small m):
+    every step reads all of A again, so the steps' reads of A must stay a quarter of
+    B's bytes or less (at m = 250 and more the single dot was as fast or faster).
+    """
+    size = np.dtype(acc).itemsize
+    tiles = b.shape[0]
+    tile_bytes = math.prod(b.shape[1:]) // b.shape[plan.b_k_axis] * plan.k_padded * size
+    padded_k = plan.k_padded != b.shape[plan.b_k_axis]
+    least = _TILE_LOOP_MIN_BYTES // 4 if padded_k else _TILE_LOOP_MIN_BYTES
+    if tiles < 2 or tiles * tile_bytes < least:
+        return 1
+    fit = [g for g in range(1, tiles + 1) if tiles % g == 0 and g * tile_bytes <= _TILE_GROUP_BYTES]
+    groups = tiles // max(fit, default=1)
+    return groups if groups * a.size * size * 4 <= tiles * tile_bytes else 1
+
+
+def _contract_by_tiles(plan: _Plan, a: jax.Array, b: jax.Array, acc: Any, groups: int) -> jax.Array:
+    """The product as a loop over groups of B's n tiles (B's and C's leading axis).
+
+    Each step runs the same ``dot_general`` as ``_contract_whole`` on one group of B's
+    tiles, so XLA's copy of that slice into its dot's order (and to float32 for
+    float16) stays in cache; the steps' results are C's tiles in order, each element
+    the same dot over k.
+    """
+    b = b.reshape((groups, b.shape[0] // groups, *b.shape[1:]))
+    out = jax.lax.map(lambda part: _contract_whole(plan.subscripts, a, plan.split_k(part), acc), b)
+    return out.reshape((-1, *out.shape[2:]))
 
 
 def _contract(subscripts: str, a: jax.Array, b: jax.Array, acc: Any) -> jax.Array:
