@@ -24,6 +24,7 @@ from ..device import (
     Machine,
     OpDesc,
     TensorSpec,
+    default_machine,
     elementwise_space,
     matmul_space,
     plan_program,
@@ -39,7 +40,13 @@ from ._graph import Graph, Node, Scalar, Value
 from ._planner import Plan
 from ._rules import Mode, Rule, _carried_modes, _register, rule_for
 
-__all__ = ["device_program", "with_division", "with_division_p"]
+__all__ = [
+    "device_program",
+    "hinted_op",
+    "node_hints",
+    "with_division",
+    "with_division_p",
+]
 
 _DIM_NAMES = frozenset({*_OTHER_NAMES, *_MATMUL_NAMES, "out"})
 
@@ -235,18 +242,34 @@ def _move_descs(plan: Plan, v: Value, names: _Names) -> list[OpDesc]:
     return out
 
 
-def _hints(graph: Graph) -> dict[Value, dict[str, int]]:
-    return {
+def node_hints(graph: Graph) -> dict[Node, dict[str, int]]:
+    """The ``with_division`` splits per node whose first result the user hinted."""
+    hinted = {
         node.ins[0]: dict(node.params["splits"])
         for node in graph.nodes
         if node.prim == with_division_p.name and isinstance(node.ins[0], Value)
     }
+    return {
+        node: hinted[node.outs[0]] for node in graph.nodes if node.outs and node.outs[0] in hinted
+    }
+
+
+def hinted_op(node: Node, option: Any, hint: dict[str, int]) -> tuple[int, OpDesc] | None:
+    """Which compute op of a node's planned option gets the node's hint, as listed here.
+
+    Returns:
+        Its position among the node's compute ops in binding order (as
+        :func:`_node_descs` lists them, the walk that owns the rule) and its
+        description; None if no op gets it (the hinted result comes from no compute op).
+    """
+    compute = [d for d in _node_descs(node, option, _Names(), hint) if d.kind == "compute"]
+    return next(((k, d) for k, d in enumerate(compute) if d.hint is not None), None)
 
 
 def program_ops(graph: Graph, plan: Plan) -> tuple[list[OpDesc], list[str]]:
     """The ops of a planned graph in program order, and the names that live in DDR."""
     names = _Names()
-    hints = _hints(graph)
+    hints = node_hints(graph)
     descs: list[OpDesc] = []
     ddr = []
     for v in graph.inputs:
@@ -257,7 +280,7 @@ def program_ops(graph: Graph, plan: Plan) -> tuple[list[OpDesc], list[str]]:
         if not node.outs:  # run on the host for its effects only (jax.debug.print)
             continue
         for option in plan.runs.get(node, []):
-            descs.extend(_node_descs(node, option, names, hints.get(node.outs[0])))
+            descs.extend(_node_descs(node, option, names, hints.get(node)))
         for v in node.outs:
             descs.extend(_move_descs(plan, v, names))
     for o, t in zip(graph.outputs, plan.outputs, strict=True):
@@ -271,4 +294,4 @@ def device_program(
 ) -> DeviceProgram:
     """A planned graph on a machine: every op divided, placed and costed."""
     descs, ddr = program_ops(graph, plan)
-    return plan_program(descs, machine or Machine.spyre(), ddr, strategy)
+    return plan_program(descs, default_machine(machine), ddr, strategy)

@@ -35,6 +35,7 @@ from ..primitives import abstract, image, to_host, wrap
 from ..primitives._array import SpyreArray, SpyreType
 from ._arguments import ArgNums, Call, HostAval, check_formats, leaf_aval, leaf_avals, split_call
 from ._cache import Lru, signature_cache
+from ._cores import core_check
 from ._graph import Graph, build_graph
 from ._interpret import Interpreter, check_emulate
 from ._keys import key_data_outputs, unwrap_keys, wrap_keys
@@ -179,7 +180,8 @@ class _Signature:
         in_tree: the dynamic arguments' pytree structure (``(args, kwargs)``).
         in_avals: the flat dynamic leaves' abstract values.
         context: the JAX configuration ``jax.jit`` keys its traces on (x64, dtype
-            promotion...): another one traces again.
+            promotion...), and the active per-core check (:func:`checking_cores`):
+            another one traces again.
         keys: ``(leaf index, key implementation)`` of PRNG key leaves, which travel as
             their key data.
     """
@@ -414,7 +416,8 @@ class SpyreJit:
         static, call = split_call(self.argnums, args, kwargs)
         leaves, treedef = jax.tree.flatten(call.dynamic())
         leaves, keys = unwrap_keys(leaves)  # PRNG keys travel as their key data
-        sig = _Signature(static, treedef, leaf_avals(leaves, call), trace_context(), keys)
+        context = (trace_context(), core_check())
+        sig = _Signature(static, treedef, leaf_avals(leaves, call), context, keys)
         return sig, leaves, call
 
     def _cached(self, sig: _Signature) -> Lowering | None:
