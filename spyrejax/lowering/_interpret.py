@@ -21,7 +21,7 @@ from .._errors import DeviceError, SpyreInternalError
 from ..device import Machine, OpDesc
 from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import SpyreType
-from ._cores import CoreExecutor, core_check, node_scope
+from ._cores import CoreCheck, CoreExecutor, node_scope
 from ._device import hinted_op, node_hints
 from ._graph import Graph, Node, Scalar, Value
 from ._planner import Move, Plan
@@ -131,11 +131,12 @@ class Interpreter:
             divided as the device model divides it, ``with_division`` hints included).
         machine: the machine the cores mode divides ops for (None: the device model's
             default).
+        check: a :class:`CoreCheck` (``spyrejax.jit`` passes the active one,
+            :func:`spyrejax.lowering.checking_cores`, ``pytest --emulate-check``): the
+            default mode then runs every divided op both ways and compares them.
 
-    Under :func:`spyrejax.lowering.checking_cores` (``pytest --emulate-check``) a
-    default-mode program runs every divided op both ways and compares them (its
-    results are the default mode's). A graph run inside another's per-core run (a loop
-    body, a ``shard_map`` body) leaves its ops to the executor already running.
+    A graph run inside another's per-core run (a loop body, a ``shard_map`` body, a
+    ``spyrejax.jit`` called inside one) leaves its ops to the executor already running.
     """
 
     def __init__(
@@ -144,11 +145,13 @@ class Interpreter:
         plan: Plan,
         emulate: str | None = None,
         machine: Machine | None = None,
+        check: CoreCheck | None = None,
     ) -> None:
         self.graph = graph
         self.plan = plan
         self.emulate = check_emulate(emulate)
         self.machine = machine
+        self.check = check
         self._hinted: dict[tuple[Node, int], tuple[int, OpDesc]] | None = None
 
     def run(self, *args: Any) -> list[Any]:
@@ -165,8 +168,7 @@ class Interpreter:
             return None  # a body inside a per-core run: the running executor takes its ops
         if self.emulate == "cores":
             return CoreExecutor(self.machine)
-        check = core_check()
-        return None if check is None else CoreExecutor(self.machine, check)
+        return None if self.check is None else CoreExecutor(self.machine, self.check)
 
     def hinted_ops(self) -> dict[tuple[Node, int], tuple[int, OpDesc]]:
         """Per ``(node, option index)`` with a ``with_division`` hint, the op that gets it.

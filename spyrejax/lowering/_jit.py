@@ -35,7 +35,7 @@ from ..primitives import abstract, image, to_host, wrap
 from ..primitives._array import SpyreArray, SpyreType
 from ._arguments import ArgNums, Call, HostAval, check_formats, leaf_aval, leaf_avals, split_call
 from ._cache import Lru, signature_cache
-from ._cores import core_check
+from ._cores import CoreCheck, core_check
 from ._graph import Graph, build_graph
 from ._interpret import Interpreter, check_emulate
 from ._keys import key_data_outputs, unwrap_keys, wrap_keys
@@ -180,10 +180,10 @@ class _Signature:
         in_tree: the dynamic arguments' pytree structure (``(args, kwargs)``).
         in_avals: the flat dynamic leaves' abstract values.
         context: the JAX configuration ``jax.jit`` keys its traces on (x64, dtype
-            promotion...), and the active per-core check (:func:`checking_cores`):
-            another one traces again.
+            promotion...): another one traces again.
         keys: ``(leaf index, key implementation)`` of PRNG key leaves, which travel as
             their key data.
+        check: the per-core check active when called (``checking_cores``), or None.
     """
 
     static: tuple[tuple[Any, ...], ...]
@@ -191,6 +191,7 @@ class _Signature:
     in_avals: tuple[SpyreType | HostAval, ...]
     context: Any
     keys: tuple[tuple[int, Any], ...] = ()
+    check: CoreCheck | None = None
 
 
 # --- stages, as in jax.stages: Traced -> Lowered -> Compiled ----------------------------
@@ -416,8 +417,8 @@ class SpyreJit:
         static, call = split_call(self.argnums, args, kwargs)
         leaves, treedef = jax.tree.flatten(call.dynamic())
         leaves, keys = unwrap_keys(leaves)  # PRNG keys travel as their key data
-        context = (trace_context(), core_check())
-        sig = _Signature(static, treedef, leaf_avals(leaves, call), context, keys)
+        avals = leaf_avals(leaves, call)
+        sig = _Signature(static, treedef, avals, trace_context(), keys, core_check())
         return sig, leaves, call
 
     def _cached(self, sig: _Signature) -> Lowering | None:
@@ -469,7 +470,7 @@ class SpyreJit:
         graph = host_regions(build_graph(closed))
         types = {v: _input_type(a) for v, a in zip(graph.inputs, sig.in_avals, strict=True)}
         plan = plan_graph(graph, types, self.fallback)
-        interpreter = Interpreter(graph, plan, self.emulate)
+        interpreter = Interpreter(graph, plan, self.emulate, check=sig.check)
         in_types = [a if isinstance(a, SpyreType) else None for a in sig.in_avals]
 
         def run_images(*lo: Any) -> list[jax.Array]:
