@@ -247,7 +247,10 @@ class CoreCheck:
     to NaN; a float sum, mean or matmul (reassociated) within the rounding bound of two
     summation orders,
     ``n * eps(acc) * sum|terms| + eps(out) * |result|`` per position (``n`` the
-    reduction's length, ``sum|terms|`` the same op on the operands' magnitudes). Ops the
+    reduction's length, ``sum|terms|`` the same op on the operands' magnitudes); a
+    division by a broadcast operand within two roundings (XLA multiplies by the
+    reciprocal where it sees the broadcast), a max or min with ``0.0 == -0.0`` (see
+    :func:`_rounding`). Ops the
     device model does not divide (views, copies, restickifies, ``iota``, host
     fallbacks) run as in the default mode.
 
@@ -292,8 +295,8 @@ class CoreCheck:
         if t.pad is not PadFill.ZERO:
             kept = ~t.layout.padding_mask(t.base_shape)
         bound = _rounding(prim, div)
-        if bound is None:
-            jax.debug.callback(partial(self._compare, info, kept, None), got, want)
+        if bound is None or not bound.n:
+            jax.debug.callback(partial(self._compare, info, kept, bound), got, want)
             return
         magnitude = _per_core(prim, div, [jnp.abs(x) for x in imgs])
         jax.debug.callback(partial(self._compare, info, kept, bound), got, want, magnitude)
@@ -318,24 +321,57 @@ class CoreCheck:
                 self.mismatches.append(Mismatch(*info, detail))
 
 
-def _rounding(prim: Any, div: WorkDivision) -> tuple[int, float, float] | None:
-    """``(n, eps(acc), eps(out))`` of a float sum, mean or matmul, else None (exact).
+@dataclass(frozen=True)
+class _Bound:
+    """How far apart two roundings of one result may be, per position.
 
-    Not only a split reduction reassociates: XLA orders a sum by the shape it reduces
-    (lanes, tiles), and a core reduces its slice, not the whole image.
+    ``|per core - whole| <= n * eps_acc * magnitude + ulps * eps_out * |whole|`` (plus
+    ``n`` of the smallest normals, for flushed subnormals); ``magnitude`` is the op on
+    its operands' absolute values (``sum|terms|``), computed only when ``n > 0``.
     """
-    if not isinstance(prim, Matmul) and not (isinstance(prim, Reduce) and prim.op.additive):
-        return None
+
+    n: int
+    eps_acc: float
+    eps_out: float
+    ulps: int = 1
+
+
+def _rounding(prim: Any, div: WorkDivision) -> _Bound | None:
+    """The rounding two ways of running ``prim`` may differ by; None: the same bits.
+
+    - A float sum, mean or matmul reassociates, and not only when its reduced dim is
+      split: XLA orders a sum by the shape it reduces (lanes, tiles), and a core reduces
+      its slice, not the whole image. Two orders of ``n`` terms differ by at most
+      ``n * eps(acc) * sum|terms|``, then one rounding to the result's dtype.
+    - XLA computes ``a / broadcast(b)`` as ``a * broadcast(1 / b)`` (two roundings);
+      a core whose slice holds one copy of a broadcast divisor divides exactly.
+    - A max or min over ``-0.0`` and ``0.0`` may give either (IEEE leaves it to the
+      order): equal as numbers.
+    """
     out = np.dtype(prim.out_aval.dtype)
     if not jnp.issubdtype(out, jnp.floating):
         return None
-    reduced = _reduced(div)
+    eps_out = float(jnp.finfo(out).eps)
+    if isinstance(prim, Elementwise):
+        return _Bound(0, 0.0, eps_out, 2) if _divides_by_broadcast(prim, div) else None
+    if isinstance(prim, Reduce) and not prim.op.additive:
+        return _Bound(0, 0.0, 0.0, 0)
+    if not isinstance(prim, Matmul) and not (isinstance(prim, Reduce) and prim.op.additive):
+        return None
     acc = np.dtype(accumulator(prim.in_avals[0].dtype) or out)
-    n = math.prod(div.space.dim(name).extent for name in reduced)
-    return n, float(jnp.finfo(acc).eps), float(jnp.finfo(out).eps)
+    n = math.prod(div.space.dim(name).extent for name in _reduced(div))
+    return _Bound(n, float(jnp.finfo(acc).eps), eps_out)
 
 
-def _agree(got: np.ndarray, want: np.ndarray, bound: Any, mag: Any) -> np.ndarray:
+def _divides_by_broadcast(prim: Elementwise, div: WorkDivision) -> bool:
+    """A division whose divisor is an operand that does not walk every dim."""
+    if prim.op.name != "div" or len(prim.in_avals) != 2:
+        return False
+    walked = {w[0] for w in div.space.operands[1].walks if w is not None}
+    return any(d.extent > 1 and d.name not in walked for d in div.space.dims)
+
+
+def _agree(got: np.ndarray, want: np.ndarray, bound: _Bound | None, mag: Any) -> np.ndarray:
     """Per position: the same bits, both NaN, or (``bound``) within the rounding bound."""
     bits = np.dtype(f"u{got.dtype.itemsize}") if got.dtype != np.bool_ else np.bool_
     same = got.view(bits) == want.view(bits)
@@ -344,10 +380,10 @@ def _agree(got: np.ndarray, want: np.ndarray, bound: Any, mag: Any) -> np.ndarra
     g, w = got.astype(np.float64), want.astype(np.float64)
     same |= np.isnan(g) & np.isnan(w)
     if bound is not None:
-        n, eps_acc, eps_out = bound
-        m = np.abs(np.asarray(mag).astype(np.float64))
+        m = 0.0 if mag is None else np.abs(np.asarray(mag).astype(np.float64))
+        tiny = float(jnp.finfo(got.dtype).tiny)
         with np.errstate(invalid="ignore", over="ignore"):
-            limit = n * eps_acc * m + eps_out * np.abs(w) + n * float(jnp.finfo(got.dtype).tiny)
+            limit = bound.n * (bound.eps_acc * m + tiny) + bound.ulps * bound.eps_out * np.abs(w)
             same |= np.abs(g - w) <= limit
     return same
 

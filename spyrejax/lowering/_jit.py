@@ -562,8 +562,10 @@ def jit(
             each op the device model divides (elementwise, ``astype``, reductions,
             matmuls) runs as the cores would: every core's slice loaded from the DDR
             image by its descriptors into LX, the kernel on it, the result stored back
-            (vectorised over cores). Same bits as the default for ops that do not
-            reassociate; sums and matmuls equal within rounding.
+            (vectorised over cores), each op divided as ``explain`` shows it
+            (``with_division`` hints included). Same bits as the default for ops that
+            do not reassociate; sums and matmuls equal within rounding. Other ops
+            (views, copies, restickifies, ``iota``, host fallbacks) run as by default.
 
     Returns:
         A :class:`SpyreJit`: a callable taking pytrees of host arrays (moved to the
