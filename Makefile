@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LINTED := spyrejax tests tools benchmarks setup.py
 
-.PHONY: test test-slow demo lint format bench notebooks clean
+.PHONY: test test-slow test-cores demo lint format bench notebooks clean
 
 $(PY):
 	@py=$$(tools/find-python) || exit 1; \
@@ -23,6 +23,11 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
+
+# Every spyrejax.jit program of the suite with each divided op run per core as well, compared
+# with the default mode (README, "The device model"). Slow: about twice `make test`.
+test-cores: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" --emulate-check
 
 demo: $(STAMP)
 	$(PY) -m spyrejax

@@ -41,3 +41,73 @@ _SHARED = {
 settings.register_profile("ci", max_examples=25, derandomize=True, database=None, **_SHARED)
 settings.register_profile("long", max_examples=500, print_blob=True, **_SHARED)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+# --- pytest --emulate-check (make test-cores) -------------------------------------------
+# Every spyrejax.jit program of the suite runs each op the device model divides both ways,
+# per core and with its whole-image kernel, and compares them when it runs
+# (spyrejax.lowering.checking_cores); a test whose programs gave a mismatch fails.
+
+import pytest  # noqa: E402
+
+_CHECK = pytest.StashKey()
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--emulate-check",
+        action="store_true",
+        help='check emulate="cores" against the default mode on every spyrejax.jit program',
+    )
+
+
+def pytest_configure(config):
+    if config.getoption("--emulate-check"):
+        from spyrejax.lowering import CoreCheck
+
+        config.stash[_CHECK] = CoreCheck()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _emulate_check(pytestconfig):
+    check = pytestconfig.stash.get(_CHECK, None)
+    if check is None:
+        yield
+        return
+    from spyrejax.lowering import checking_cores
+
+    with checking_cores(check):
+        yield
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    result = yield
+    check = item.config.stash.get(_CHECK, None)
+    if check is not None:
+        jax.effects_barrier()
+        found = check.take()
+        if found:
+            lines = "\n".join(f"  {m}" for m in found[:20])
+            more = f"\n  ... and {len(found) - 20} more" if len(found) > 20 else ""
+            raise AssertionError(
+                f'emulate="cores" differs from the default mode in {len(found)} op(s):\n'
+                f"{lines}{more}"
+            )
+    return result
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    check = config.stash.get(_CHECK, None)
+    if check is None:
+        return
+    report = terminalreporter
+    report.section("emulate-check")
+    report.write_line(
+        f"divided ops traced both ways: {sum(check.checked.values())} "
+        f"({len(check.checked)} kinds: {', '.join(sorted(check.checked))})"
+    )
+    fell = sum(check.fallbacks.values())
+    report.write_line(f"ops that cannot run per core (whole-image kernel only): {fell}")
+    for reason, n in check.fallbacks.most_common():
+        report.write_line(f"  {n} x {reason}")

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import spyrejax as sj
 from spyrejax.device import Machine, divide_op
+from spyrejax.lowering import _cores, checking_cores
 from spyrejax.lowering._cores import _load, _store
 from spyrejax.lowering._device import _space, _spec
 
@@ -152,3 +153,182 @@ def _add_prim(t):
 def test_an_unknown_mode_is_a_named_error():
     with pytest.raises(sj.DeviceError, match="emulate"):
         sj.jit(jnp.sin, emulate="corelets")
+
+
+# -- with_division hints: per core as in the device model -----------------------------------
+
+A, B = rand((100, 150)), rand((150, 70), seed=1)
+
+# name: (program given how to hint its result, arguments, reduction length (0: exact),
+# the hint). Each hint divides otherwise than the default.
+HINTED = {
+    "elementwise": (lambda h: lambda a: h(jnp.tanh(a) * 2), (A,), 0, {"out": 4}),
+    "sum_split_reduction": (lambda h: lambda a: h(a.sum(1)), (A,), 150, {"out": 4}),
+    "max_rows": (lambda h: lambda a: h(a.max(0)), (A,), 0, {"mb": 1}),
+    "matmul_split_k": (lambda h: lambda a, b: h(a @ b), (A, B), 150, {"in": 5}),
+    "matmul_fewer_cores": (lambda h: lambda a, b: h(a @ b), (A, B), 150, {"mb": 4}),
+}
+
+
+def spy_divisions(monkeypatch):
+    """The divisions emulate="cores" uses, in call order."""
+    seen = []
+
+    def spy(space, machine, hint=None):
+        div = divide_op(space, machine, hint)
+        seen.append(div)
+        return div
+
+    monkeypatch.setattr(_cores, "divide_op", spy)
+    return seen
+
+
+def key(div):
+    return div.space.opfunc, dict(div.splits), div.cores_used
+
+
+@pytest.mark.parametrize("name", sorted(HINTED))
+def test_hinted_ops_are_divided_per_core_as_the_device_model_divides_them(name, monkeypatch):
+    program, args, n, hint = HINTED[name]
+    f = program(lambda y: sj.with_division(y, **hint))
+    seen = spy_divisions(monkeypatch)
+    got = sj.to_host(sj.jit(f, emulate="cores")(*args))
+    seen = list(seen)  # (under --emulate-check the default mode divides too)
+    want = sj.to_host(sj.jit(f)(*args))
+    assert [key(d) for d in seen] == [key(d) for d in divisions(f, *args)]
+    default = [key(d) for d in divisions(program(lambda y: y), *args)]
+    (hinted,) = [d for d in seen if all(d.splits[k] == v for k, v in hint.items())]
+    assert key(hinted) not in default  # the hint changed the division per core
+    if n:
+        assert_close(got, want, reduce_len=n)
+    else:
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_the_hints_split_k_and_change_the_core_count():
+    (k,) = divisions(HINTED["matmul_split_k"][0](lambda y: sj.with_division(y, **{"in": 5})), A, B)
+    assert k.splits["in"] == 5 and k.space.dim("in").reduced
+    (m,) = divisions(HINTED["matmul_fewer_cores"][0](lambda y: sj.with_division(y, mb=4)), A, B)
+    (d,) = divisions(lambda a, b: a @ b, A, B)
+    assert m.cores_used == 12 != d.cores_used
+
+
+def test_an_invalid_hint_is_refused_per_core_as_by_the_device_model():
+    def f(a, b):
+        return sj.with_division(a @ b, **{"in": 2})  # 150 floats are 5 sticks
+
+    with pytest.raises(sj.DeviceError, match="in=2 does not divide"):
+        sj.explain(f, A, B)
+    with pytest.raises(sj.DeviceError, match="in=2 does not divide"):
+        sj.jit(f, emulate="cores")(A, B)
+
+
+def test_a_hint_on_a_shard_map_reaches_the_body_op_that_gives_its_result(monkeypatch):
+    m = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+    P = jax.sharding.PartitionSpec
+    body = jax.shard_map(lambda a: jnp.tanh(a) * 2 + a, mesh=m, in_specs=P("x"), out_specs=P("x"))
+
+    def f(x):
+        return sj.with_division(body(x), out=2)
+
+    x = rand((64, 256))
+    seen = spy_divisions(monkeypatch)
+    got = sj.to_host(sj.jit(f, emulate="cores")(x))
+    seen = list(seen)
+    ops = [key(d) for d in divisions(f, x)]
+    assert [key(d) for d in seen] == ops
+    assert [o[0] for o in ops] == ["tanh", "mul", "add"] and ops[2][1]["out"] == 2
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(sj.to_host(sj.jit(f)(x))))
+
+
+# -- the check mode: every divided op both ways ------------------------------------------
+
+
+def test_the_check_mode_runs_both_ways_and_keeps_the_default_results():
+    f, make = EXACT["where"]
+    g, make_g, _ = CLOSE["mlp"]
+    with checking_cores() as check:
+        got = sj.to_host(sj.jit(f)(*make()))
+        got_g = sj.to_host(sj.jit(g)(*make_g()))
+        jax.effects_barrier()
+    assert check.take() == [] and not check.fallbacks
+    assert check.checked["matmul"] == 2 and check.checked["where"] == 1
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(sj.to_host(sj.jit(f)(*make()))))
+    # The same kernels; XLA may fuse a float chain otherwise around the extra reads.
+    assert_close(got_g, sj.to_host(sj.jit(g)(*make_g())), reduce_len=128, ops=8)
+
+
+def test_the_check_mode_reports_a_wrong_per_core_result_with_its_op_division_and_line(
+    monkeypatch,
+):
+    kernel = _cores._kernel
+
+    def off_by_one_on_core_3(prim, div, vals, starts):
+        out = kernel(prim, div, vals, starts)
+        return out.at[3].add(1) if out.shape[0] > 3 else out
+
+    monkeypatch.setattr(_cores, "_kernel", off_by_one_on_core_3)
+    with checking_cores() as check:
+        sj.jit(lambda a: jnp.exp(a) + 1)(rand((100, 150)))
+        jax.effects_barrier()
+    found = check.take()
+    assert [m.op for m in found] == ["exp", "add"]
+    assert dict(found[0].splits) == {"mb": 1, "out": 25} and found[0].cores == 25
+    assert "test_device_cores.py" in found[0].source and "differ" in found[0].detail
+    assert check.take() == []
+
+
+def test_a_split_sum_within_rounding_passes_and_a_lost_slice_does_not(monkeypatch):
+    """The rounding bound of a split reduction is tight enough to see a lost core's slice."""
+    a = rand((1, 8192))
+    with checking_cores() as check:
+        sj.jit(lambda a: a.sum(-1))(a)
+        jax.effects_barrier()
+    assert check.take() == [] and check.checked["sum"] == 1
+    combine = _cores._combine
+
+    def lose_core_0(div, partial, op):
+        return combine(div, partial.at[0].set(0), op)
+
+    monkeypatch.setattr(_cores, "_combine", lose_core_0)
+    with checking_cores() as check:
+        sj.jit(lambda a: a.sum(-1))(a)
+        jax.effects_barrier()
+    (m,) = check.take()
+    assert m.op == "sum" and dict(m.splits)["mb"] == 32  # the reduced (stick) dim split
+
+
+def test_an_op_that_cannot_run_per_core_falls_back_visibly_in_the_check_mode():
+    def f(x):
+        return x.T.reshape(4, 16, 32) * 2  # a device dim folding two logical dims
+
+    x = rand((32, 64))
+    with pytest.raises(sj.SpyreUnsupportedError, match="folds logical dims"):
+        sj.jit(f, emulate="cores")(x)
+    with checking_cores() as check:
+        got = sj.to_host(sj.jit(f)(x))
+        jax.effects_barrier()
+    assert check.take() == [] and sum(check.fallbacks.values()) == 1
+    assert next(iter(check.fallbacks)).startswith("mul: ")
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(x).T.reshape(4, 16, 32) * 2)
+
+
+@pytest.mark.parametrize(
+    ("f", "shape", "seed"),
+    [
+        # XLA divides by a broadcast softmax denominator as a multiplication by its
+        # reciprocal; a core holding one copy of it divides exactly.
+        (lambda x: jax.nn.softmax(x.T * 1.5, axis=-1), (2, 64), 0),
+        # A max over -0.0 and 0.0 (zeros times values of either sign) may give either.
+        (lambda x: ((x.T - x.T.max(1, keepdims=True)) @ x).max(-1), (1, 64), 1),
+    ],
+    ids=["div_by_broadcast", "max_of_signed_zeros"],
+)
+def test_the_check_mode_allows_xla_s_own_roundings_and_no_more(f, shape, seed):
+    """Both differed bit for bit in the suite's run (tests/test_jit.py's random graphs)."""
+    x = rand(shape, seed=seed, low=-1, high=1)
+    with checking_cores() as check:
+        got = sj.to_host(sj.jit(f)(x))
+        jax.effects_barrier()
+    assert check.take() == []
+    assert_close(got, f(x), reduce_len=64, ops=4)

@@ -18,7 +18,7 @@ from ._division import (
     validate_hint,
 )
 from ._lx import Buffer, LXPlan, Stream, place, stream
-from ._machine import Machine
+from ._machine import Machine, default_machine
 from ._percore import core_dci
 from ._program import DeviceOp, DeviceProgram, OpDesc, divide_op, plan_program
 
@@ -37,6 +37,7 @@ __all__ = [
     "TensorSpec",
     "WorkDivision",
     "core_dci",
+    "default_machine",
     "divide",
     "divide_op",
     "elementwise_space",

@@ -20,7 +20,7 @@ from typing import Any
 from .._errors import DeviceError
 from ..layout._dtypes import BYTES_PER_STICK
 
-__all__ = ["Machine"]
+__all__ = ["Machine", "default_machine"]
 
 _MIB = 1 << 20
 _GIB = 1 << 30
@@ -276,3 +276,12 @@ class Machine:
         origins["matmul_macs_per_ns"] = f"{k} (8 systolic rows x 64 lanes at 1 GHz)"
         origins["ring_bytes_per_cycle"] = f"{k} (0.064 TB/s at 1 GHz)"
         return replace(base, name="ktir-cpu", origins=tuple(origins.items()), **rates)
+
+
+def default_machine(machine: Machine | None = None) -> Machine:
+    """``machine``, or the device model's default profile ``Machine.spyre()``.
+
+    The one owner of the default: ``explain``, ``export`` and ``emulate="cores"`` all
+    divide on the machine this gives, so they agree on every division.
+    """
+    return Machine.spyre() if machine is None else machine

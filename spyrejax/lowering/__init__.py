@@ -7,6 +7,7 @@ from . import (
     _conv,  # noqa: F401  (registers the convolution and pooling rules)
     _random,  # noqa: F401  (registers the random family's rules)
 )
+from ._cores import CoreCheck, Mismatch, checking_cores
 from ._device import device_program, with_division
 from ._explain import Report, explain
 from ._export import Export, export
@@ -19,12 +20,15 @@ __all__ = [
     "RULES",
     "SPARSE",
     "Compiled",
+    "CoreCheck",
     "Export",
     "FilterJit",
     "Lowered",
+    "Mismatch",
     "Report",
     "SpyreJit",
     "Traced",
+    "checking_cores",
     "device_program",
     "explain",
     "export",

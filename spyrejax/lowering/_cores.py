@@ -15,13 +15,29 @@ runs here instead of with its whole-image kernel, vectorised over the cores:
 
 The result's padding then gets what its type promises (poison, or zeros for ``pad=0``).
 A position no core writes stays poison, so a division that does not tile the output
-exactly once shows up as NaN, never as a plausible number. Ops the device model does
-not divide (views, restickifies, copies, ``iota``) run as in the default mode.
+exactly once shows up as NaN, never as a plausible number.
+
+Each op is divided exactly as the device model (``explain``, ``export``) divides it:
+the same machine (:func:`spyrejax.device.default_machine`) and the same
+``with_division`` hint, given to the same op (:func:`node_scope`). Ops the device model
+does not divide run as in the default mode: only compute ops get a division
+(spyre-device spec section 2), so views, restickifies, copies, ``iota`` and host
+fallbacks run their whole-image kernels.
+
+The check mode (:class:`CoreCheck`, :func:`checking_cores`) runs every divided op both
+ways in default-mode programs and compares the two results when the program runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import jax
@@ -29,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import DeviceError, SpyreInternalError, SpyreUnsupportedError
-from ..device import Machine, WorkDivision, core_dci, divide_op
+from ..device import Machine, OpDesc, TensorSpec, WorkDivision, core_dci, default_machine, divide_op
 from ..layout._segments import row_major_strides
 from ..primitives._array import PadFill, SpyreType
 from ..primitives._astype import Astype
@@ -41,7 +57,7 @@ from ..primitives._reduce import Reduce
 from ..primitives._values import accumulator
 from ._device import _space, _spec
 
-__all__ = ["CoreExecutor"]
+__all__ = ["CoreCheck", "CoreExecutor", "Mismatch", "checking_cores", "core_check", "node_scope"]
 
 _DIVIDED = (Elementwise, Astype, Reduce, Matmul)
 
@@ -49,36 +65,356 @@ _DIVIDED = (Elementwise, Astype, Reduce, Matmul)
 class CoreExecutor:
     """Runs divided primitives core by core (vectorised); see the module docstring.
 
+    Installed with ``spyrejax.primitives.executing`` by the interpreter, which opens a
+    :func:`node_scope` around each node it lowers: the scope says which of the node's
+    divided ops gets the node's ``with_division`` hint.
+
     Attributes:
-        machine: the machine whose cores the ops are divided over.
+        machine: the machine whose cores the ops are divided over (the device model's
+            default, :func:`spyrejax.device.default_machine`, unless given).
+        check: None: each divided op gives its per-core result. A :class:`CoreCheck`:
+            each divided op runs both ways, gives the whole-image kernel's result, and
+            the two are compared when the program runs (see :class:`CoreCheck`).
     """
 
-    def __init__(self, machine: Machine | None = None) -> None:
-        self.machine = machine or Machine.spyre()
+    def __init__(self, machine: Machine | None = None, check: CoreCheck | None = None) -> None:
+        self.machine = default_machine(machine)
+        self.check = check
 
     def __call__(self, prim: Any, args: tuple[Any, ...]) -> Any:
         """The result of ``prim`` on ``args`` computed per core, or None (run it as usual)."""
-        if not isinstance(prim, _DIVIDED) or not isinstance(prim.out_aval, SpyreType):
+        found = _op_space(prim)
+        if found is None:
+            return None  # the device model does not divide it
+        space, specs = found
+        hint = _take_hint(prim, specs)  # counted even if skipped below, as the walk counts it
+        if any(math.prod(t.shape) == 0 for t in (*prim.in_avals, prim.out_aval)):
             return None
-        types = [*prim.in_avals, prim.out_aval]
-        if any(math.prod(t.shape) == 0 for t in types):
-            return None
-        ins = [_spec(t, f"in{k}") for k, t in enumerate(prim.in_avals)]
+        div = divide_op(space, self.machine, hint)
         try:
-            _, _, space = _space(prim, ins, _spec(prim.out_aval, "out"))
-        except DeviceError:
-            return None  # the device model does not divide it either
-        div = divide_op(space, self.machine)
-        _check_supported(div)
-        cores = div.cores_used
-        starts = _starts(div)
-        vals = [_to_space(div, k, _load(div, k, image(a)), starts) for k, a in enumerate(args)]
-        result = _kernel(prim, div, vals, starts)
-        out = len(space.operands) - 1
-        lx = _from_space(div, out, result, starts, cores)
-        img = _store(div, out, lx)
+            _check_supported(div)
+        except SpyreUnsupportedError as err:
+            if self.check is None:
+                raise
+            self.check.fell_back(div, str(err))
+            return None
+        imgs = [image(a) for a in args]
+        if self.check is None:
+            return wrap(_per_core(prim, div, imgs), prim.out_aval)
+        # Both ways read one materialised copy of the operands: XLA may otherwise fuse
+        # (recompute) a producer into each consumer with other roundings.
+        imgs = list(jax.lax.optimization_barrier(imgs))
+        got = _per_core(prim, div, imgs)
+        want = prim(*(wrap(x, t) for x, t in zip(imgs, prim.in_avals, strict=True)))
+        self.check.watch(prim, div, imgs, got, image(want))
+        return want
+
+
+def _op_space(prim: Any) -> tuple[Any, list[TensorSpec]] | None:
+    """The iteration space of a primitive the device model divides, and its operands' specs."""
+    if not isinstance(prim, _DIVIDED) or not isinstance(prim.out_aval, SpyreType):
+        return None
+    if not all(isinstance(t, SpyreType) for t in prim.in_avals):
+        return None
+    specs = [_spec(t, f"in{k}") for k, t in enumerate(prim.in_avals)]
+    specs.append(_spec(prim.out_aval, "out"))
+    try:
+        kind, _, space = _space(prim, specs[:-1], specs[-1])
+    except DeviceError:
+        return None
+    return (space, specs) if kind == "compute" else None
+
+
+def _per_core(prim: Any, div: WorkDivision, imgs: list[jax.Array]) -> jax.Array:
+    """The image of ``prim``'s result computed core by core (padding as its type says)."""
+    starts = _starts(div)
+    vals = [_to_space(div, k, _load(div, k, img), starts) for k, img in enumerate(imgs)]
+    result = _kernel(prim, div, vals, starts)
+    out = len(div.space.operands) - 1
+    img = _store(div, out, _from_space(div, out, result, starts, div.cores_used))
+    t = prim.out_aval
+    return masked(img, t, 0 if t.pad is PadFill.ZERO else poison(t.dtype))
+
+
+# --- which op a node's hint goes to --------------------------------------------------------
+
+
+@dataclass
+class _Scope:
+    """The node being lowered: its source line, its hinted op, the divided ops seen so far."""
+
+    line: str
+    hinted: tuple[int, OpDesc] | None
+    seen: int = 0
+    used: bool = False
+
+
+_SCOPE: ContextVar[_Scope | None] = ContextVar("spyrejax_core_scope", default=None)
+
+
+@contextlib.contextmanager
+def node_scope(line: str, hinted: tuple[int, OpDesc] | None = None) -> Iterator[None]:
+    """The divided ops run inside belong to the node at ``line``.
+
+    Args:
+        line: the node's source line (for the check mode's reports).
+        hinted: ``(position, op)`` from :func:`spyrejax.lowering._device.hinted_op`: the
+            node's divided op at that position (binding order) gets ``op.hint``.
+
+    Raises:
+        SpyreInternalError: if the hinted op did not run inside (the lowering bound its
+            ops otherwise than the device model's walk lists them).
+    """
+    scope = _Scope(line, hinted)
+    token = _SCOPE.set(scope)
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+    if hinted is not None and not scope.used:
+        raise SpyreInternalError(
+            f"internal error: the with_division hint at {line} did not reach its op "
+            f"({hinted[1].opfunc}) under per-core execution; please report it"
+        )
+
+
+def _shape(s: TensorSpec) -> tuple[Any, ...]:
+    return (s.shape, s.layout, s.dims)
+
+
+def _take_hint(prim: Any, specs: list[TensorSpec]) -> dict[str, int] | None:
+    """Count a divided op of the current node; its hint if it is the hinted one.
+
+    Raises:
+        SpyreInternalError: if the op at the hinted position is not the op the device
+            model gave the hint to.
+    """
+    scope = _SCOPE.get()
+    if scope is None or scope.hinted is None:
+        return None
+    k, scope.seen = scope.seen, scope.seen + 1
+    pos, desc = scope.hinted
+    if k != pos:
+        return None
+    listed = [_shape(t) for _, t in (*desc.inputs, desc.output)]
+    if listed != [_shape(t) for t in specs]:
+        raise SpyreInternalError(
+            f"internal error: the with_division hint at {scope.line} is for "
+            f"{desc.opfunc}, but the op at its place under per-core execution is "
+            f"{type(prim).__name__}; please report it"
+        )
+    scope.used = True
+    return dict(desc.hint or {})
+
+
+# --- the check mode --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """A divided op whose per-core result differs from its whole-image kernel's.
+
+    Attributes:
+        op: the op's name (``add``, ``sum``, ``matmul``...).
+        splits: its division's splits.
+        cores: cores used.
+        source: the user's source line of the node that ran it.
+        detail: how many positions differ and the first one.
+    """
+
+    op: str
+    splits: tuple[tuple[str, int], ...]
+    cores: int
+    source: str
+    detail: str
+
+    def __str__(self) -> str:
+        return (
+            f"{self.op} divided {dict(self.splits)} over {self.cores} cores "
+            f"at {self.source or '?'}: {self.detail}"
+        )
+
+
+class CoreCheck:
+    """The check mode of per-core emulation: every divided op run both ways and compared.
+
+    With a check active (:func:`checking_cores`), every ``spyrejax.jit`` program traced
+    runs each op the device model divides core by core *and* with its whole-image
+    kernel, continues with the latter (the default mode's kernels: only XLA's fusion of
+    float chains around the extra reads may change last bits) and compares
+    the two device images when the program runs (a ``jax.debug.callback``): bit for
+    bit on every data position (and on padding a type promises to be zero), NaN equal
+    to NaN; a float sum, mean or matmul (reassociated) within the rounding bound of two
+    summation orders,
+    ``n * eps(acc) * sum|terms| + eps(out) * |result|`` per position (``n`` the
+    reduction's length, ``sum|terms|`` the same op on the operands' magnitudes); a
+    division by a broadcast operand within two roundings (XLA multiplies by the
+    reciprocal where it sees the broadcast), a max or min with ``0.0 == -0.0`` (see
+    :func:`_rounding`). Ops the
+    device model does not divide (views, copies, restickifies, ``iota``, host
+    fallbacks) run as in the default mode.
+
+    Attributes:
+        checked: ops traced both ways, per op name.
+        fallbacks: ops that cannot run per core (a device dim folding several logical
+            dims), per op name and reason: they ran the whole-image kernel only.
+        mismatches: what the comparisons found (:meth:`take` empties it).
+    """
+
+    def __init__(self) -> None:
+        self.checked: Counter[str] = Counter()
+        self.fallbacks: Counter[str] = Counter()
+        self.mismatches: list[Mismatch] = []
+        self._lock = threading.Lock()
+
+    def take(self) -> list[Mismatch]:
+        """The mismatches found since the last call (wait for ``jax.effects_barrier()``)."""
+        with self._lock:
+            out, self.mismatches = self.mismatches, []
+        return out
+
+    def fell_back(self, div: WorkDivision, reason: str) -> None:
+        """Count an op that runs its whole-image kernel only."""
+        self.fallbacks[f"{div.space.opfunc}: {reason.split(';')[0]}"] += 1
+
+    def watch(
+        self, prim: Any, div: WorkDivision, imgs: list[jax.Array], got: jax.Array, want: Any
+    ) -> None:
+        """Compare ``got`` (per core) with ``want`` (whole image) when the program runs."""
+        self.checked[div.space.opfunc] += 1
+        scope = _SCOPE.get()
+        info = (
+            div.space.opfunc,
+            tuple(sorted(div.splits.items())),
+            div.cores_used,
+            scope.line if scope is not None else "",
+        )
         t = prim.out_aval
-        return wrap(masked(img, t, 0 if t.pad is PadFill.ZERO else poison(t.dtype)), t)
+        # Poison padding is undefined (either kernel may leave anything there).
+        kept = np.ones(t.layout.device_size, bool)
+        if t.pad is not PadFill.ZERO:
+            kept = ~t.layout.padding_mask(t.base_shape)
+        bound = _rounding(prim, div)
+        if bound is None or not bound.n:
+            jax.debug.callback(partial(self._compare, info, kept, bound), got, want)
+            return
+        magnitude = _per_core(prim, div, [jnp.abs(x) for x in imgs])
+        jax.debug.callback(partial(self._compare, info, kept, bound), got, want, magnitude)
+
+    def _compare(
+        self,
+        info: tuple[Any, ...],
+        kept: np.ndarray,
+        bound: Any,
+        got: Any,
+        want: Any,
+        mag: Any = None,
+    ) -> None:
+        bad = ~_agree(np.asarray(got), np.asarray(want), bound, mag) & kept
+        if bad.any():
+            first = tuple(int(i) for i in np.argwhere(bad)[0])
+            detail = (
+                f"{int(bad.sum())} of {bad.size} device positions differ; first at {first}: "
+                f"per core {np.asarray(got)[first]!r}, whole image {np.asarray(want)[first]!r}"
+            )
+            with self._lock:
+                self.mismatches.append(Mismatch(*info, detail))
+
+
+@dataclass(frozen=True)
+class _Bound:
+    """How far apart two roundings of one result may be, per position.
+
+    ``|per core - whole| <= n * eps_acc * magnitude + ulps * eps_out * |whole|`` (plus
+    ``n`` of the smallest normals, for flushed subnormals); ``magnitude`` is the op on
+    its operands' absolute values (``sum|terms|``), computed only when ``n > 0``.
+    """
+
+    n: int
+    eps_acc: float
+    eps_out: float
+    ulps: int = 1
+
+
+def _rounding(prim: Any, div: WorkDivision) -> _Bound | None:
+    """The rounding two ways of running ``prim`` may differ by; None: the same bits.
+
+    - A float sum, mean or matmul reassociates, and not only when its reduced dim is
+      split: XLA orders a sum by the shape it reduces (lanes, tiles), and a core reduces
+      its slice, not the whole image. Two orders of ``n`` terms differ by at most
+      ``n * eps(acc) * sum|terms|``, then one rounding to the result's dtype.
+    - XLA computes ``a / broadcast(b)`` as ``a * broadcast(1 / b)`` (two roundings);
+      a core whose slice holds one copy of a broadcast divisor divides exactly.
+    - A max or min over ``-0.0`` and ``0.0`` may give either (IEEE leaves it to the
+      order): equal as numbers.
+    """
+    out = np.dtype(prim.out_aval.dtype)
+    if not jnp.issubdtype(out, jnp.floating):
+        return None
+    eps_out = float(jnp.finfo(out).eps)
+    if isinstance(prim, Elementwise):
+        return _Bound(0, 0.0, eps_out, 2) if _divides_by_broadcast(prim, div) else None
+    if isinstance(prim, Reduce) and not prim.op.additive:
+        return _Bound(0, 0.0, 0.0, 0)
+    if not isinstance(prim, Matmul) and not (isinstance(prim, Reduce) and prim.op.additive):
+        return None
+    acc = np.dtype(accumulator(prim.in_avals[0].dtype) or out)
+    n = math.prod(div.space.dim(name).extent for name in _reduced(div))
+    return _Bound(n, float(jnp.finfo(acc).eps), eps_out)
+
+
+def _divides_by_broadcast(prim: Elementwise, div: WorkDivision) -> bool:
+    """A division whose divisor is an operand that does not walk every dim."""
+    if prim.op.name != "div" or len(prim.in_avals) != 2:
+        return False
+    walked = {w[0] for w in div.space.operands[1].walks if w is not None}
+    return any(d.extent > 1 and d.name not in walked for d in div.space.dims)
+
+
+def _agree(got: np.ndarray, want: np.ndarray, bound: _Bound | None, mag: Any) -> np.ndarray:
+    """Per position: the same bits, both NaN, or (``bound``) within the rounding bound."""
+    bits = np.dtype(f"u{got.dtype.itemsize}") if got.dtype != np.bool_ else np.bool_
+    same = got.view(bits) == want.view(bits)
+    if not jnp.issubdtype(got.dtype, jnp.floating):
+        return same
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    same |= np.isnan(g) & np.isnan(w)
+    if bound is not None:
+        m = 0.0 if mag is None else np.abs(np.asarray(mag).astype(np.float64))
+        tiny = float(jnp.finfo(got.dtype).tiny)
+        with np.errstate(invalid="ignore", over="ignore"):
+            limit = bound.n * (bound.eps_acc * m + tiny) + bound.ulps * bound.eps_out * np.abs(w)
+            same |= np.abs(g - w) <= limit
+    return same
+
+
+_CHECK: ContextVar[CoreCheck | None] = ContextVar("spyrejax_core_check", default=None)
+
+
+def core_check() -> CoreCheck | None:
+    """The active check (:func:`checking_cores`), or None."""
+    return _CHECK.get()
+
+
+@contextlib.contextmanager
+def checking_cores(check: CoreCheck | None = None) -> Iterator[CoreCheck]:
+    """Check per-core emulation against the default mode in every program traced inside.
+
+    Every ``spyrejax.jit`` program first traced inside the block (its lowerings are
+    cached per check) runs each divided op both ways and compares them at run time
+    (:class:`CoreCheck`); results are the default mode's. ``pytest --emulate-check``
+    (``make test-cores``) runs the test suite this way.
+
+    Yields:
+        ``check`` (a new :class:`CoreCheck` if None): read its ``mismatches`` after
+        ``jax.effects_barrier()``.
+    """
+    check = CoreCheck() if check is None else check
+    token = _CHECK.set(check)
+    try:
+        yield check
+    finally:
+        _CHECK.reset(token)
 
 
 # --- what can run per core ---------------------------------------------------------------
@@ -114,54 +450,101 @@ def _affine(sizes: tuple[int, ...], strides: tuple[int, ...]) -> jax.Array:
     return idx.reshape(-1)
 
 
-def _descriptors(div: WorkDivision, operand: int, load: bool) -> list[tuple[Any, np.ndarray]]:
-    """Core 0's descriptors and, per descriptor, every core's DDR offset.
+def _inside(sizes: tuple[int, ...], counts: np.ndarray) -> jax.Array:
+    """``[cores, points]``: the points of loop nest ``sizes`` inside each core's ``counts``.
+
+    ``counts[c]`` are core ``c``'s own loop counts (innermost first), at most ``sizes``.
+    """
+    shape = tuple(reversed(sizes))
+    ok = jnp.ones((len(counts), math.prod(sizes)), bool)
+    for k in range(len(sizes)):
+        if (counts[:, k] == sizes[k]).all():
+            continue
+        i = jax.lax.broadcasted_iota(np.int32, shape, len(sizes) - 1 - k).reshape(1, -1)
+        ok = ok & (i < jnp.asarray(counts[:, k], np.int32)[:, None])
+    return ok
+
+
+@dataclass(frozen=True)
+class _Nest:
+    """One descriptor of core 0, and how every core runs it.
+
+    Attributes:
+        d: core 0's descriptor (its LX side is every core's: the emulated LX buffer of
+            each core is core 0's box, a smaller last box filling a corner of it).
+        ddr: each core's DDR offset.
+        counts: each core's loop counts, ``[cores, levels]``, or None when all are
+            core 0's (a smaller last slice runs fewer iterations).
+    """
+
+    d: Any
+    ddr: np.ndarray
+    counts: np.ndarray | None
+
+
+def _descriptors(div: WorkDivision, operand: int, load: bool) -> list[_Nest]:
+    """Core 0's descriptors and, per descriptor, every core's DDR offset and loop counts.
 
     Raises:
-        SpyreInternalError: if some core's loop nest is not core 0's moved in DDR.
+        SpyreInternalError: if some core's loop nest walks DDR otherwise than core 0's
+            (other strides, more descriptors or iterations).
     """
     dcis = [core_dci(div, operand, c, load=load) for c in range(div.cores_used)]
     out = []
     for i, d0 in enumerate(dcis[0]):
-        offs = []
+        offs, counts = [], []
         for dci in dcis:
-            d = dci[i]
-            ddr, lx = (d.offset_src, d.offset_dst) if load else (d.offset_dst, d.offset_src)
-            same = d.size == d0.size and d.stride_src == d0.stride_src
+            d = dci[i] if len(dci) == len(dcis[0]) else None
+            ddr_strides = (d.stride_src, d0.stride_src) if load else (d.stride_dst, d0.stride_dst)
             if (
-                not same
-                or d.stride_dst != d0.stride_dst
-                or lx != (d0.offset_dst if load else d0.offset_src)
+                d is None
+                or ddr_strides[0] != ddr_strides[1]
+                or len(d.size) != len(d0.size)
+                or any(n > n0 for n, n0 in zip(d.size, d0.size, strict=True))
             ):
                 raise SpyreInternalError(
                     f"internal error: the per-core loop nests of {div.space.opfunc} differ "
-                    "in more than their DDR offset; please report it"
+                    "in more than their DDR offset and last slice; please report it"
                 )
-            offs.append(ddr)
-        out.append((d0, np.asarray(offs, np.int64)))
+            offs.append(d.offset_src if load else d.offset_dst)
+            counts.append(d.size)
+        sizes = np.asarray(counts, np.int64)
+        ragged = None if (sizes == np.asarray(d0.size)).all() else sizes
+        out.append(_Nest(d0, np.asarray(offs, np.int64), ragged))
     return out
 
 
 def _load(div: WorkDivision, operand: int, img: jax.Array) -> jax.Array:
-    """Every core's LX image of an operand: ``[cores, box elements]``."""
+    """Every core's LX image of an operand: ``[cores, box elements]`` (poison where unread)."""
     n = math.prod(div.box_shape(operand, 0))
     flat = img.reshape(-1)
-    lx = jnp.full((div.cores_used, n), poison(img.dtype), img.dtype)
-    for d, offs in _descriptors(div, operand, load=True):
-        src = jnp.asarray(offs, np.int32)[:, None] + _affine(d.size, d.stride_src)[None, :]
+    fill = poison(img.dtype)
+    lx = jnp.full((div.cores_used, n), fill, img.dtype)
+    for nest in _descriptors(div, operand, load=True):
+        d = nest.d
+        src = jnp.asarray(nest.ddr, np.int32)[:, None] + _affine(d.size, d.stride_src)[None, :]
         dst = d.offset_dst + _affine(d.size, d.stride_dst)
-        lx = lx.at[:, dst].set(flat[src], unique_indices=True)
+        if nest.counts is None:
+            lx = lx.at[:, dst].set(flat[src], unique_indices=True)
+            continue
+        ok = _inside(d.size, nest.counts)
+        vals = jnp.where(ok, flat[jnp.where(ok, src, 0)], fill)
+        lx = lx.at[:, dst].set(jnp.where(ok, vals, lx[:, dst]), unique_indices=True)
     return lx
 
 
 def _store(div: WorkDivision, operand: int, lx: jax.Array) -> jax.Array:
     """The DDR image of an operand from every core's LX image (poison where none writes)."""
     t = div.space.operands[operand].tensor
-    flat = jnp.full((math.prod(t.layout.device_size),), poison(lx.dtype), lx.dtype)
-    for d, offs in _descriptors(div, operand, load=False):
+    size = math.prod(t.layout.device_size)
+    flat = jnp.full((size,), poison(lx.dtype), lx.dtype)
+    for nest in _descriptors(div, operand, load=False):
+        d = nest.d
         src = d.offset_src + _affine(d.size, d.stride_src)
-        dst = jnp.asarray(offs, np.int32)[:, None] + _affine(d.size, d.stride_dst)[None, :]
-        flat = flat.at[dst.reshape(-1)].set(lx[:, src].reshape(-1))
+        dst = jnp.asarray(nest.ddr, np.int32)[:, None] + _affine(d.size, d.stride_dst)[None, :]
+        if nest.counts is not None:
+            dst = jnp.where(_inside(d.size, nest.counts), dst, size)  # not run: dropped
+        flat = flat.at[dst.reshape(-1)].set(lx[:, src].reshape(-1), mode="drop")
     return flat.reshape(t.layout.device_size)
 
 

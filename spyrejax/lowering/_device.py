@@ -25,6 +25,7 @@ from ..device import (
     Machine,
     OpDesc,
     TensorSpec,
+    default_machine,
     elementwise_space,
     matmul_space,
     plan_program,
@@ -40,7 +41,15 @@ from ._graph import Graph, Node, Scalar, Value
 from ._planner import Plan, _signature, node_key
 from ._rules import Mode, Rule, _carried_modes, _register, rule_for
 
-__all__ = ["ProgramOps", "device_program", "program_ops", "with_division", "with_division_p"]
+__all__ = [
+    "ProgramOps",
+    "device_program",
+    "hinted_op",
+    "node_hints",
+    "program_ops",
+    "with_division",
+    "with_division_p",
+]
 
 _DIM_NAMES = frozenset({*_OTHER_NAMES, *_MATMUL_NAMES, "out"})
 
@@ -259,12 +268,29 @@ def _move_descs(plan: Plan, v: Value, names: _Names) -> list[OpDesc]:
     return out
 
 
-def _hints(graph: Graph) -> dict[Value, dict[str, int]]:
-    return {
+def node_hints(graph: Graph) -> dict[Node, dict[str, int]]:
+    """The ``with_division`` splits per node whose first result the user hinted."""
+    hinted = {
         node.ins[0]: dict(node.params["splits"])
         for node in graph.nodes
         if node.prim == with_division_p.name and isinstance(node.ins[0], Value)
     }
+    return {
+        node: hinted[node.outs[0]] for node in graph.nodes if node.outs and node.outs[0] in hinted
+    }
+
+
+def hinted_op(node: Node, option: Any, hint: dict[str, int]) -> tuple[int, OpDesc] | None:
+    """Which compute op of a node's planned option gets the node's hint, as listed here.
+
+    Returns:
+        Its position among the node's compute ops in binding order (as
+        :func:`_node_descs` lists them, the walk that owns the rule) and its
+        description; None if no op gets it (the hinted result comes from no compute op).
+    """
+    descs = _node_descs(node, option, _Names(), hint, [], {})
+    compute = [d for d in descs if d.kind == "compute"]
+    return next(((k, d) for k, d in enumerate(compute) if d.hint is not None), None)
 
 
 @dataclass(frozen=True)
@@ -289,7 +315,7 @@ class ProgramOps:
 def program_ops(graph: Graph, plan: Plan) -> ProgramOps:
     """The ops of a planned graph in program order, and the names of its values."""
     names = _Names()
-    hints = _hints(graph)
+    hints = node_hints(graph)
     traced: dict[Any, Any] = {}
     descs: list[OpDesc] = []
     lowerings: list[tuple[Any, dict[Any, str]]] = []
@@ -302,8 +328,7 @@ def program_ops(graph: Graph, plan: Plan) -> ProgramOps:
         if not node.outs:  # run on the host for its effects only (jax.debug.print)
             continue
         for option in plan.runs.get(node, []):
-            hint = hints.get(node.outs[0])
-            descs.extend(_node_descs(node, option, names, hint, lowerings, traced))
+            descs.extend(_node_descs(node, option, names, hints.get(node), lowerings, traced))
         for v in node.outs:
             descs.extend(_move_descs(plan, v, names))
     for o, t in zip(graph.outputs, plan.outputs, strict=True):
@@ -317,4 +342,4 @@ def device_program(
 ) -> DeviceProgram:
     """A planned graph on a machine: every op divided, placed and costed."""
     ops = program_ops(graph, plan)
-    return plan_program(ops.descs, machine or Machine.spyre(), ops.ddr, strategy)
+    return plan_program(ops.descs, default_machine(machine), ops.ddr, strategy)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..device import DeviceProgram, Machine, plan_program
+from ..device import DeviceProgram, Machine, default_machine, plan_program
 from ..device._superdsc import launch_spec, program_superdsc
 from ..primitives._array import SpyreType
 from ._device import program_ops
@@ -79,7 +79,7 @@ def export(
     """
     jitted = fun if isinstance(fun, SpyreJit) else SpyreJit(fun)
     lowering, _ = jitted._lowering(*args, **kwargs)
-    machine = machine or Machine.spyre()
+    machine = default_machine(machine)
     ops = program_ops(lowering.graph, lowering.plan)
     descs = ops.descs
     program = plan_program(descs, machine, ops.ddr)

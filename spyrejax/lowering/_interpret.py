@@ -9,6 +9,7 @@ for it, and the shape and dtype of its equation; anything else is a
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,9 +18,11 @@ import numpy as np
 
 from .. import primitives as sp
 from .._errors import DeviceError, SpyreInternalError
+from ..device import Machine, OpDesc
 from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import SpyreType
-from ._cores import CoreExecutor
+from ._cores import CoreCheck, CoreExecutor, node_scope
+from ._device import hinted_op, node_hints
 from ._graph import Graph, Node, Scalar, Value
 from ._planner import Move, Plan
 from ._rules import rule_for
@@ -124,13 +127,32 @@ class Interpreter:
         graph: the graph.
         plan: its plan.
         emulate: None (each primitive's whole-image kernel) or ``"cores"`` (each op the
-            device model divides runs core by core: :mod:`spyrejax.lowering._cores`).
+            device model divides runs core by core: :mod:`spyrejax.lowering._cores`,
+            divided as the device model divides it, ``with_division`` hints included).
+        machine: the machine the cores mode divides ops for (None: the device model's
+            default).
+        check: a :class:`CoreCheck` (``spyrejax.jit`` passes the active one,
+            :func:`spyrejax.lowering.checking_cores`, ``pytest --emulate-check``): the
+            default mode then runs every divided op both ways and compares them.
+
+    A graph run inside another's per-core run (a loop body, a ``shard_map`` body, a
+    ``spyrejax.jit`` called inside one) leaves its ops to the executor already running.
     """
 
-    def __init__(self, graph: Graph, plan: Plan, emulate: str | None = None) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        plan: Plan,
+        emulate: str | None = None,
+        machine: Machine | None = None,
+        check: CoreCheck | None = None,
+    ) -> None:
         self.graph = graph
         self.plan = plan
         self.emulate = check_emulate(emulate)
+        self.machine = machine
+        self.check = check
+        self._hinted: dict[tuple[Node, int], tuple[int, OpDesc]] | None = None
 
     def run(self, *args: Any, env: dict[tuple[Value, SpyreType], Any] | None = None) -> list[Any]:
         """Outputs for inputs (Spyre arrays, or host arrays moved with default layouts).
@@ -140,12 +162,41 @@ class Interpreter:
         which value this way).
         """
         env = {} if env is None else env
-        if self.emulate == "cores":
-            with sp.executing(CoreExecutor()):
-                return self._run(env, *args)
-        return self._run(env, *args)
+        executor = self._executor()
+        if executor is None:
+            return self._run(env, args, None)
+        hinted = self.hinted_ops()  # traced before the executor is installed
+        with sp.executing(executor):
+            return self._run(env, args, hinted)
 
-    def _run(self, env: dict[tuple[Value, SpyreType], Any], *args: Any) -> list[Any]:
+    def _executor(self) -> CoreExecutor | None:
+        if sp.current_executor() is not None:
+            return None  # a body inside a per-core run: the running executor takes its ops
+        if self.emulate == "cores":
+            return CoreExecutor(self.machine)
+        return None if self.check is None else CoreExecutor(self.machine, self.check)
+
+    def hinted_ops(self) -> dict[tuple[Node, int], tuple[int, OpDesc]]:
+        """Per ``(node, option index)`` with a ``with_division`` hint, the op that gets it.
+
+        The op is named as :func:`spyrejax.lowering._device.hinted_op` finds it (the
+        device model's own walk): its position among the option's divided ops.
+        """
+        if self._hinted is None:
+            self._hinted = {}
+            for node, hint in node_hints(self.graph).items():
+                for i, option in enumerate(self.plan.runs.get(node, [])):
+                    found = hinted_op(node, option, hint)
+                    if found is not None:
+                        self._hinted[node, i] = found
+        return self._hinted
+
+    def _run(
+        self,
+        env: dict[tuple[Value, SpyreType], Any],
+        args: tuple[Any, ...],
+        hinted: dict[Any, Any] | None,
+    ) -> list[Any]:
         for v, a in zip(self.graph.inputs, args, strict=True):
             x = a if isinstance(jax.typeof(a), SpyreType) else sp.to_device(a)
             (planned,) = self.plan.sources[v]
@@ -155,13 +206,19 @@ class Interpreter:
             for t in self.plan.sources.get(c, []):
                 env[c, t] = sp.to_device(c.const, t.layout)
         for node in self.graph.nodes:
-            for option in self.plan.runs.get(node, []):
+            for i, option in enumerate(self.plan.runs.get(node, [])):
                 ins = [
                     u if isinstance(u, Scalar) else env[u, t]
                     for u, t in zip(node.ins, option.ins, strict=True)
                 ]
+                scope = (
+                    contextlib.nullcontext()
+                    if hinted is None
+                    else node_scope(node.line, hinted.get((node, i)))
+                )
                 # The planner refused host fallbacks where they are not allowed.
-                outs = rule_for(node, fallback=True).lower(node, ins, option.mode)
+                with scope:
+                    outs = rule_for(node, fallback=True).lower(node, ins, option.mode)
                 if len(outs) != len(node.outs):
                     raise SpyreInternalError(
                         f"internal error: the lowering of {node.describe()} gave {len(outs)} "

@@ -36,6 +36,7 @@ from ..primitives import abstract, image, to_host, wrap
 from ..primitives._array import SpyreArray, SpyreType
 from ._arguments import ArgNums, Call, HostAval, check_formats, leaf_aval, leaf_avals, split_call
 from ._cache import Lru, signature_cache
+from ._cores import CoreCheck, core_check
 from ._graph import Graph, Value, build_graph
 from ._interpret import Interpreter, check_emulate
 from ._keys import key_data_outputs, unwrap_keys, wrap_keys
@@ -207,11 +208,11 @@ def _fast_key(args: tuple[Any, ...]) -> tuple[Hashable, Sequence[Any]] | None:
     NumPy dtype (no PRNG keys, tracers, NumPy arrays or Python scalars) and that have no
     keyword or static arguments: for those the full signature (:meth:`SpyreJit._signature`)
     is a function of the pytree structure, each leaf's type (shape, dtype, weak type of
-    host arrays) and the JAX configuration, which this key holds. The key is cached
-    beside the full signature, for the same lowering. Arguments that are all Spyre
+    host arrays), the JAX configuration and the per-core check, which this key holds.
+    The key is cached beside the full signature, for the same lowering. Arguments that are all Spyre
     arrays (the common case) are their own leaves: no flattening.
     """
-    flat: list[Any] = [_FLAT, trace_context()]
+    flat: list[Any] = [_FLAT, trace_context(), core_check()]
     for x in args:
         if type(x) is not SpyreArray:
             break
@@ -219,7 +220,7 @@ def _fast_key(args: tuple[Any, ...]) -> tuple[Hashable, Sequence[Any]] | None:
     else:
         return tuple(flat), args
     leaves, treedef = jax.tree.flatten(args)
-    key: list[Any] = [_TREE, treedef, trace_context()]
+    key: list[Any] = [_TREE, treedef, trace_context(), core_check()]
     for x in leaves:
         cls = type(x)
         if cls is SpyreArray:
@@ -269,6 +270,7 @@ class _Signature:
             promotion...): another one traces again.
         keys: ``(leaf index, key implementation)`` of PRNG key leaves, which travel as
             their key data.
+        check: the per-core check active when called (``checking_cores``), or None.
     """
 
     static: tuple[tuple[Any, ...], ...]
@@ -276,6 +278,7 @@ class _Signature:
     in_avals: tuple[SpyreType | HostAval, ...]
     context: Any
     keys: tuple[tuple[int, Any], ...] = ()
+    check: CoreCheck | None = None
 
 
 # --- stages, as in jax.stages: Traced -> Lowered -> Compiled ----------------------------
@@ -509,7 +512,8 @@ class SpyreJit:
         static, call = split_call(self.argnums, args, kwargs)
         leaves, treedef = jax.tree.flatten(call.dynamic())
         leaves, keys = unwrap_keys(leaves)  # PRNG keys travel as their key data
-        sig = _Signature(static, treedef, leaf_avals(leaves, call), trace_context(), keys)
+        avals = leaf_avals(leaves, call)
+        sig = _Signature(static, treedef, avals, trace_context(), keys, core_check())
         return sig, leaves, call
 
     def _cached(self, sig: _Signature) -> Lowering | None:
@@ -561,7 +565,7 @@ class SpyreJit:
         graph = host_regions(build_graph(closed))
         types = {v: _input_type(a) for v, a in zip(graph.inputs, sig.in_avals, strict=True)}
         plan = plan_graph(graph, types, self.fallback)
-        interpreter = Interpreter(graph, plan, self.emulate)
+        interpreter = Interpreter(graph, plan, self.emulate, check=sig.check)
         in_types = [a if isinstance(a, SpyreType) else None for a in sig.in_avals]
 
         def run_images(*lo: Any) -> list[jax.Array]:
@@ -664,8 +668,10 @@ def jit(
             each op the device model divides (elementwise, ``astype``, reductions,
             matmuls) runs as the cores would: every core's slice loaded from the DDR
             image by its descriptors into LX, the kernel on it, the result stored back
-            (vectorised over cores). Same bits as the default for ops that do not
-            reassociate; sums and matmuls equal within rounding.
+            (vectorised over cores), each op divided as ``explain`` shows it
+            (``with_division`` hints included). Same bits as the default for ops that
+            do not reassociate; sums and matmuls equal within rounding. Other ops
+            (views, copies, restickifies, ``iota``, host fallbacks) run as by default.
 
     Returns:
         A :class:`SpyreJit`: a callable taking pytrees of host arrays (moved to the

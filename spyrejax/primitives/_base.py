@@ -40,6 +40,7 @@ __all__ = [
     "abstract",
     "abstract_calls",
     "abstract_eval",
+    "current_executor",
     "evaluating_abstractly",
     "image",
     "is_spyre",
@@ -95,6 +96,11 @@ def executing(executor: Callable[[SpyrePrim, tuple[Any, ...]], Any]) -> Iterator
         yield
     finally:
         _EXECUTOR.reset(token)
+
+
+def current_executor() -> Callable[[Any, tuple[Any, ...]], Any] | None:
+    """The executor :func:`executing` installed, or None (also while it runs itself)."""
+    return _EXECUTOR.get()
 
 
 def evaluating_abstractly() -> bool:
