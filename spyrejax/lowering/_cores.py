@@ -107,7 +107,7 @@ class CoreExecutor:
         got = _per_core(prim, div, imgs)
         want = prim(*(wrap(x, t) for x, t in zip(imgs, prim.in_avals, strict=True)))
         self.check.watch(prim, div, imgs, got, image(want))
-        return want
+        return prim(*args)  # the program goes on as in the default mode, barrier-free
 
 
 def _op_space(prim: Any) -> tuple[Any, list[TensorSpec]] | None:
@@ -249,8 +249,9 @@ class CoreCheck:
     ``n * eps(acc) * sum|terms| + eps(out) * |result|`` per position (``n`` the
     reduction's length, ``sum|terms|`` the same op on the operands' magnitudes); a
     division by a broadcast operand within two roundings (XLA multiplies by the
-    reciprocal where it sees the broadcast), a max or min with ``0.0 == -0.0`` (see
-    :func:`_rounding`). Ops the
+    reciprocal where it sees the broadcast), a transcendental within 4 ulps (see
+    :func:`_rounding`); ``0.0 == -0.0``
+    (see :func:`_agree`). Ops the
     device model does not divide (views, copies, restickifies, ``iota``, host
     fallbacks) run as in the default mode.
 
@@ -343,24 +344,63 @@ def _rounding(prim: Any, div: WorkDivision) -> _Bound | None:
       split: XLA orders a sum by the shape it reduces (lanes, tiles), and a core reduces
       its slice, not the whole image. Two orders of ``n`` terms differ by at most
       ``n * eps(acc) * sum|terms|``, then one rounding to the result's dtype.
+    - XLA's CPU backend evaluates a transcendental (:data:`_APPROXIMATED`) by
+      polynomials that differ in the last bits between its vectorised loop and its
+      scalar remainder, so the same input gives another rounding at another position
+      of another array shape: within 4 ulps.
     - XLA computes ``a / broadcast(b)`` as ``a * broadcast(1 / b)`` (two roundings);
       a core whose slice holds one copy of a broadcast divisor divides exactly.
-    - A max or min over ``-0.0`` and ``0.0`` may give either (IEEE leaves it to the
-      order): equal as numbers.
+    (Zeros of either sign are equal anyway, see :func:`_agree`.)
     """
     out = np.dtype(prim.out_aval.dtype)
     if not jnp.issubdtype(out, jnp.floating):
         return None
     eps_out = float(jnp.finfo(out).eps)
     if isinstance(prim, Elementwise):
+        if prim.op.name in _APPROXIMATED:
+            return _Bound(0, 0.0, eps_out, 4)
         return _Bound(0, 0.0, eps_out, 2) if _divides_by_broadcast(prim, div) else None
-    if isinstance(prim, Reduce) and not prim.op.additive:
-        return _Bound(0, 0.0, 0.0, 0)
     if not isinstance(prim, Matmul) and not (isinstance(prim, Reduce) and prim.op.additive):
         return None
     acc = np.dtype(accumulator(prim.in_avals[0].dtype) or out)
     n = math.prod(div.space.dim(name).extent for name in _reduced(div))
     return _Bound(n, float(jnp.finfo(acc).eps), eps_out)
+
+
+_APPROXIMATED = frozenset(
+    {
+        "exp",
+        "exp2",
+        "expm1",
+        "log",
+        "log1p",
+        "log2",
+        "rsqrt",
+        "tanh",
+        "sigmoid",
+        "silu",
+        "erf",
+        "erfc",
+        "erf_inv",
+        "sin",
+        "cos",
+        "tan",
+        "asin",
+        "acos",
+        "atan",
+        "atan2",
+        "sinh",
+        "cosh",
+        "asinh",
+        "acosh",
+        "atanh",
+        "cbrt",
+        "lgamma",
+        "digamma",
+        "pow",
+    }
+)
+"""Elementwise float ops XLA computes by approximation (not correctly rounded)."""
 
 
 def _divides_by_broadcast(prim: Elementwise, div: WorkDivision) -> bool:
@@ -372,13 +412,19 @@ def _divides_by_broadcast(prim: Elementwise, div: WorkDivision) -> bool:
 
 
 def _agree(got: np.ndarray, want: np.ndarray, bound: _Bound | None, mag: Any) -> np.ndarray:
-    """Per position: the same bits, both NaN, or (``bound``) within the rounding bound."""
+    """Per position: the same bits, both NaN, both zero, or within ``bound``.
+
+    The sign of a zero is no evidence about a division: a max or min over ``-0.0`` and
+    ``0.0`` may give either (IEEE leaves it to the order), and XLA's rewrites of a
+    float chain do not keep it (seen in the suite: a ``neg`` of ``0.0`` giving ``0.0``
+    inside one program's per-core path, ``-0.0`` alone).
+    """
     bits = np.dtype(f"u{got.dtype.itemsize}") if got.dtype != np.bool_ else np.bool_
     same = got.view(bits) == want.view(bits)
     if not jnp.issubdtype(got.dtype, jnp.floating):
         return same
     g, w = got.astype(np.float64), want.astype(np.float64)
-    same |= np.isnan(g) & np.isnan(w)
+    same |= (np.isnan(g) & np.isnan(w)) | ((g == 0) & (w == 0))
     if bound is not None:
         m = 0.0 if mag is None else np.abs(np.asarray(mag).astype(np.float64))
         tiny = float(jnp.finfo(got.dtype).tiny)
