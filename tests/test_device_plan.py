@@ -277,6 +277,16 @@ def test_with_division_errors_are_named():
         sj.explain(lambda a: sj.with_division(jnp.exp(a), mb=3), S((512, 512), F16))
 
 
+@pytest.mark.parametrize("emulate", [None, "cores"])
+def test_an_impossible_hint_raises_when_the_program_is_called_in_every_mode(emulate):
+    f = sj.jit(lambda a: sj.with_division(jnp.exp(a), mb=3), emulate=emulate)
+    with pytest.raises(sj.DeviceError, match="mb=3 does not divide exp"):
+        f(jnp.ones((512, 512), jnp.float16))
+    with pytest.raises(sj.DeviceError, match="use 64 cores, more than 32"):
+        g = sj.jit(lambda a: sj.with_division(jnp.exp(a), mb=8, out=8), emulate=emulate)
+        g(jnp.ones((512, 512), F16))
+
+
 # --- pictures -------------------------------------------------------------------------------
 
 

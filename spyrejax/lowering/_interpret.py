@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import primitives as sp
 from .._errors import DeviceError, SpyreInternalError
-from ..device import Machine, OpDesc
+from ..device import Machine, OpDesc, default_machine, validate_hint
 from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import SpyreType
 from ._cores import CoreCheck, CoreExecutor, node_scope
@@ -162,10 +162,12 @@ class Interpreter:
         which value this way).
         """
         env = {} if env is None else env
+        # Every mode divides the hinted ops: a hint the device model refuses raises here,
+        # not only under explain, export or emulate="cores" (no hints: nothing to do).
+        hinted = self.hinted_ops()  # traced before an executor is installed
         executor = self._executor()
         if executor is None:
             return self._run(env, args, None)
-        hinted = self.hinted_ops()  # traced before the executor is installed
         with sp.executing(executor):
             return self._run(env, args, hinted)
 
@@ -181,6 +183,10 @@ class Interpreter:
 
         The op is named as :func:`spyrejax.lowering._device.hinted_op` finds it (the
         device model's own walk): its position among the option's divided ops.
+
+        Raises:
+            DeviceError: for a hint the device model refuses on this machine (checked in
+                every mode, so a program that runs by default also explains and exports).
         """
         if self._hinted is None:
             self._hinted = {}
@@ -188,6 +194,7 @@ class Interpreter:
                 for i, option in enumerate(self.plan.runs.get(node, [])):
                     found = hinted_op(node, option, hint)
                     if found is not None:
+                        validate_hint(found[1].space, hint, default_machine(self.machine).cores)
                         self._hinted[node, i] = found
         return self._hinted
 
