@@ -169,6 +169,10 @@ def test_calls_do_not_plan_the_device_program(monkeypatch):
     lowered = f.lower(x)
     assert "@" not in str(lowered._lowering.spyre_jaxpr) and not planned
     assert "@LX" in lowered.as_text() and len(planned) == 1
+    # Planned once per machine: as_text and explain of the same lowering share the plan.
+    assert lowered.as_text() == lowered.as_text(sj.Machine.spyre()) and len(planned) == 1
+    lowered.as_text(sj.Machine.ktir_cpu())
+    assert len(planned) == 2
 
 
 def test_a_shard_map_body_shows_what_one_card_keeps_in_lx():

@@ -31,7 +31,7 @@ import numpy as np
 
 from .._errors import SpyreTypeError
 from .._jax import AD_TRACERS, ArrayImpl, ClosedJaxpr, Var, trace_context
-from ..device import DeviceProgram, Machine
+from ..device import DeviceProgram, Machine, default_machine
 from ..primitives import abstract, image, to_host, wrap
 from ..primitives._array import SpyreArray, SpyreType
 from ._arguments import ArgNums, Call, HostAval, check_formats, leaf_aval, leaf_avals, split_call
@@ -196,9 +196,18 @@ class Lowering:
         each value its LX plan keeps in LX has that :class:`~spyrejax.Residency` on its
         type (``@LX[c0:32]+0x0``); the others live in DDR. Inner jaxprs (loop,
         branch and ``shard_map`` bodies) are not annotated.
+
+        Planned once per machine (``explain`` and ``as_text`` of one lowering share it).
         """
-        closed, variables = self._spyre_trace
-        return residency_jaxpr(closed, variables, self.graph, self.plan, machine)
+        key = default_machine(machine)
+        if key not in self._residency:
+            closed, variables = self._spyre_trace
+            self._residency[key] = residency_jaxpr(closed, variables, self.graph, self.plan, key)
+        return self._residency[key]
+
+    @functools.cached_property
+    def _residency(self) -> dict[Machine, tuple[ClosedJaxpr, DeviceProgram]]:
+        return {}
 
 
 def _fast_key(args: tuple[Any, ...]) -> tuple[Hashable, Sequence[Any]] | None:
