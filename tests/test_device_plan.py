@@ -137,6 +137,64 @@ def test_greedy_placement_is_the_spec_sweep(bufs):
     assert place(bufs, m, "greedy").address == _greedy_by_the_spec(bufs, m.lx_usable)
 
 
+def _fit_by_the_spec(bufs, budget, best):
+    """Spec section 3's first-fit/best-fit, checking every placed buffer (the oracle)."""
+    m = Machine.spyre()
+    size = {b.name: -(-b.size // m.lx_alignment) * m.lx_alignment for b in bufs}
+    by = {b.name: b for b in bufs}
+    rel = {b.name: 0 for b in bufs}
+    for b in bufs:
+        if b.parent in rel:
+            rel[b.name] += 1
+            rel[b.parent] += 1
+    address = {}
+    for b in sorted(bufs, key=lambda b: (-b.priority(rel[b.name]), b.first, b.name)):
+        p = by.get(b.parent)
+        at = None
+        if p is not None and p.last == b.first and address.get(p.name) is not None:
+            at = address[p.name] if size[b.name] <= size[p.name] else None
+        if at is None:
+            taken = []
+            for o in bufs:
+                handover = (b.parent == o.name and o.last == b.first) or (
+                    o.parent == b.name and b.last == o.first
+                )
+                live = b.first <= o.last and o.first <= b.last
+                if address.get(o.name) is not None and live and not handover:
+                    taken.append((address[o.name], address[o.name] + size[o.name]))
+            gaps, end = [], 0
+            for s, e in sorted(taken):
+                if s > end:
+                    gaps.append((end, s))
+                end = max(end, e)
+            gaps.append((end, budget))
+            fits = [g for g in gaps if g[1] - g[0] >= size[b.name]]
+            if fits:
+                at = (min(fits, key=lambda g: (g[1] - g[0], g[0])) if best else fits[0])[0]
+        address[b.name] = at
+    return address
+
+
+# Lifetimes over a long program: the placers file buffers by blocks of op indices.
+long_buffers = st.lists(
+    st.tuples(eighths, st.integers(0, 150), st.integers(0, 70), st.integers(0, 60)),
+    min_size=1,
+    max_size=60,
+).map(
+    lambda xs: [
+        Buffer(f"b{i}", s, t, t + d, parent=f"b{p}" if p < i else None)
+        for i, (s, t, d, p) in enumerate(xs)
+    ]
+)
+
+
+@given(long_buffers, st.sampled_from(["first_fit", "best_fit"]))
+def test_fit_placement_is_the_spec_placement(bufs, strategy):
+    m = Machine.spyre()
+    want = _fit_by_the_spec(bufs, m.lx_usable, strategy == "best_fit")
+    assert place(bufs, m, strategy).address == want
+
+
 @given(many_buffers, st.sampled_from(["greedy", "first_fit", "best_fit"]))
 def test_live_bytes_are_the_sizes_of_the_buffers_live_at_each_point(bufs, strategy):
     plan = place(bufs, Machine.spyre(), strategy)
