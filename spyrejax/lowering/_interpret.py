@@ -171,6 +171,17 @@ class Interpreter:
         with sp.executing(executor):
             return self._run(env, args, hinted)
 
+    def unchecked(self) -> Interpreter:
+        """This interpreter without the per-core check (what the program is, for jaxprs).
+
+        The check (``pytest --emulate-check``) adds its comparisons to the program it
+        runs; the Spyre-level jaxpr that ``explain`` and ``Lowered.as_text`` show is the
+        program itself.
+        """
+        if self.check is None:
+            return self
+        return Interpreter(self.graph, self.plan, self.emulate, self.machine)
+
     def _executor(self) -> CoreExecutor | None:
         if sp.current_executor() is not None:
             return None  # a body inside a per-core run: the running executor takes its ops

@@ -176,10 +176,11 @@ class Lowering:
         result (then dropped): that says which variable holds which value.
         """
         keys: list[tuple[Value, SpyreType]] = []
+        interpreter = self.interpreter.unchecked()
 
         def run(*args: Any) -> list[Any]:
             env: dict[tuple[Value, SpyreType], Any] = {}
-            outs = self.interpreter.run(*args, env=env)
+            outs = interpreter.run(*args, env=env)
             keys.extend(env)
             return [*outs, *env.values()]
 
