@@ -16,6 +16,7 @@ from ..layout._residency import DDR, Residency
 from ..primitives._array import SpyreType
 from ._collectives import collective_records
 from ._control import HostCharge
+from ._gc import gc_paused
 from ._graph import Node
 from ._interpret import Record, records
 from ._jit import SpyreJit
@@ -554,6 +555,7 @@ def _tensors(closed: Any) -> tuple[TensorInfo, ...]:
     return tuple(out)
 
 
+@gc_paused
 def explain(
     fun: Callable[..., Any] | SpyreJit,
     *args: Any,

@@ -17,6 +17,7 @@ from ..device import DeviceProgram, Machine, default_machine, plan_program
 from ..device._superdsc import launch_spec, program_superdsc
 from ..primitives._array import SpyreType
 from ._device import program_ops
+from ._gc import gc_paused
 from ._jit import SpyreJit
 from ._planner import host_input_type
 
@@ -63,6 +64,7 @@ def _ddr_bases(names: list[str], sizes: dict[str, int], align: int) -> dict[str,
     return out
 
 
+@gc_paused
 def export(
     fun: Callable[..., Any] | SpyreJit,
     *args: Any,

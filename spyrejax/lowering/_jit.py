@@ -37,6 +37,7 @@ from ..primitives._array import SpyreArray, SpyreType
 from ._arguments import ArgNums, Call, HostAval, check_formats, leaf_aval, leaf_avals, split_call
 from ._cache import Lru, signature_cache
 from ._cores import CoreCheck, core_check
+from ._gc import gc_paused
 from ._graph import Graph, Value, build_graph
 from ._interpret import Interpreter, check_emulate
 from ._keys import key_data_outputs, unwrap_keys, wrap_keys
@@ -190,6 +191,7 @@ class Lowering:
         variables = {k: v for k, v in zip(keys, outvars[n:], strict=True) if isinstance(v, Var)}
         return closed.replace(outvars=outvars[:n]), variables
 
+    @gc_paused
     def residency_jaxpr(self, machine: Machine | None = None) -> tuple[ClosedJaxpr, DeviceProgram]:
         """The Spyre-level jaxpr with the values kept in LX marked, and the device program.
 
@@ -567,6 +569,7 @@ class SpyreJit:
         closed, out_shape = jax.make_jaxpr(flat_fun, return_shape=True)(*structs)
         return closed, jax.tree.structure(out_shape)
 
+    @gc_paused
     def _lower(self, sig: _Signature, closed: ClosedJaxpr, out_tree: Any) -> Lowering:
         """Plan a traced signature and jit its interpreter (once per signature)."""
         lowering = self._cached(sig)
@@ -630,6 +633,10 @@ class SpyreJit:
                 lowering, fast = None, None
             if lowering is not None:
                 return lowering.call_concrete(leaves)
+        return self._call(args, kwargs, fast)
+
+    @gc_paused  # the first call traces, plans, lowers and compiles
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any], fast: Any) -> Any:
         lowering, leaves = self._lowering(*args, **kwargs)
         if fast is not None:
             self._cache.put(fast[0], lowering)
