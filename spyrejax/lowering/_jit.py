@@ -398,6 +398,7 @@ class Lowered(_Stage):
         """
         return self._lowering.residency_jaxpr(machine)[0].pretty_print(use_color=False)
 
+    @gc_paused
     def compile(self) -> Compiled:
         """Compile ahead of time: a :class:`Compiled`, called with the same arguments."""
         lo = [
@@ -600,6 +601,7 @@ class SpyreJit:
         self._cache.put(sig, lowering)
         return lowering
 
+    @gc_paused
     def trace(self, *args: Any, **kwargs: Any) -> Traced:
         """Trace for these arguments, as ``jax.jit(f).trace``: a :class:`Traced`.
 
