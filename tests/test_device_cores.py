@@ -258,6 +258,15 @@ def test_the_check_mode_runs_both_ways_and_keeps_the_default_results():
     assert_close(got_g, sj.to_host(sj.jit(g)(*make_g())), reduce_len=128, ops=8)
 
 
+def test_explain_and_as_text_show_the_program_without_the_checks_comparisons():
+    g, make_g, _ = CLOSE["mlp"]
+    args = make_g()
+    plain = sj.explain(g, *args).jaxpr, sj.jit(g).lower(*args).as_text()
+    with checking_cores():
+        checked = sj.explain(g, *args).jaxpr, sj.jit(g).lower(*args).as_text()
+    assert checked == plain and plain[0].count("Matmul") == 2
+
+
 def test_the_check_mode_reports_a_wrong_per_core_result_with_its_op_division_and_line(
     monkeypatch,
 ):
