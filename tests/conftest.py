@@ -51,6 +51,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 import pytest  # noqa: E402
 
 _CHECK = pytest.StashKey()
+_UNCHECKED: list[str] = []  # tests --emulate-check ran without the check
 
 
 def pytest_addoption(parser):
@@ -82,8 +83,19 @@ def _emulate_check(pytestconfig):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    result = yield
     check = item.config.stash.get(_CHECK, None)
+    if check is not None and item.get_closest_marker("xla_fusion_bits"):
+        # Exact bits of a fused float chain: the check's reads of its intermediates would
+        # make XLA fuse it otherwise (a rounding, not a division bug). Run it unchecked.
+        from spyrejax.lowering import _cores
+
+        _UNCHECKED.append(item.nodeid)
+        token = _cores._CHECK.set(None)
+        try:
+            return (yield)
+        finally:
+            _cores._CHECK.reset(token)
+    result = yield
     if check is not None:
         jax.effects_barrier()
         found = check.take()
@@ -111,3 +123,6 @@ def pytest_terminal_summary(terminalreporter, config):
     report.write_line(f"ops that cannot run per core (whole-image kernel only): {fell}")
     for reason, n in check.fallbacks.most_common():
         report.write_line(f"  {n} x {reason}")
+    report.write_line(f"tests run unchecked (marked xla_fusion_bits): {len(_UNCHECKED)}")
+    for nodeid in _UNCHECKED:
+        report.write_line(f"  {nodeid}")

@@ -76,6 +76,7 @@ def test_split_and_fold_in_keys_match(kind):
     assert_same(f, KEYS[kind](0))
 
 
+@pytest.mark.xla_fusion_bits
 @pytest.mark.parametrize("kind", list(KEYS))
 def test_key_captured_as_a_constant(kind):
     key = KEYS[kind](7)
