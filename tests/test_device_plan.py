@@ -378,3 +378,16 @@ def test_explain_html_shows_the_device_table():
         if op.desc.kind != "view":
             assert f"<td>{op.index}_{op.opfunc}</td>" in page
     assert f"{report.time_s * 1e6:.3f} us" in page
+
+
+def test_loop_and_branch_bodies_the_device_model_leaves_out_are_named():
+    def f(x, p):
+        y = jax.lax.scan(lambda c, _: (jnp.tanh(c), None), x, None, length=3)[0]
+        return jax.lax.cond(p, lambda c: c * 2, lambda c: c + 1, y)
+
+    r = sj.explain(f, S((64, 128), F16), S((), bool))
+    assert [u.split(" at ")[0] for u in r.unmodelled] == ["scan", "cond"]
+    assert "test_device_plan.py" in r.unmodelled[0]
+    assert "not counted: the bodies of 2 loops/branches" in str(r)
+    plain = sj.explain(lambda x: jnp.tanh(x), S((64, 128), F16))
+    assert plain.unmodelled == () and "not counted" not in str(plain)

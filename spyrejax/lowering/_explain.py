@@ -228,6 +228,9 @@ class Report:
         collective_cost: elements all the cards send each other (the plan's cost of
             the collectives: every card counts, as restickify_cost counts every card's
             restickifies inside a ``shard_map``).
+        unmodelled: the loops and branches (``scan``, ``while``, ``cond`` at their
+            source lines) whose bodies the device model does not list: ``time_s`` and
+            ``ops`` leave their work out, and the text says so.
     """
 
     jaxpr: str
@@ -254,6 +257,7 @@ class Report:
 
     collectives: tuple[tuple[str, int], ...] = ()
     collective_cost: int = 0
+    unmodelled: tuple[str, ...] = ()
 
     def residency(self, name: str) -> Residency:
         """Where the value of jaxpr variable ``name`` (as :attr:`jaxpr` prints it) lives.
@@ -330,6 +334,12 @@ class Report:
                 f"({bound['compute'] * 1e6:.3f} us in compute-bound ops, "
                 f"{bound['memory'] * 1e6:.3f} us memory-bound; report.ops per op)"
             )
+            if self.unmodelled:
+                out.append(
+                    f"  not counted: the bodies of {len(self.unmodelled)} loops/branches, "
+                    "which the device model does not list yet (report.unmodelled): "
+                    + ", ".join(self.unmodelled)
+                )
         return out
 
     def _collectives_line(self) -> str:
@@ -617,7 +627,12 @@ def explain(
         program,
         collective_records(closed),
         plan.collective_cost,
+        tuple(f"{n.prim} at {n.line}" for n in lowering.graph.nodes if n.prim in _BODIES),
     )
+
+
+_BODIES = frozenset({"scan", "while", "cond"})
+"""Graph primitives whose bodies the device model does not list (Report.unmodelled)."""
 
 
 def _ops(plan: Plan) -> tuple[OpInfo, ...]:
