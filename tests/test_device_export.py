@@ -105,3 +105,16 @@ def test_the_validator_rejects_each_broken_rule(break_it, match):
     break_it(doc["0_add"]["dscs_"][0]["add"])
     with pytest.raises(sj.DeviceError, match=match):
         validate_superdsc(doc)
+
+
+def test_the_ops_of_a_scan_over_layers_are_exported_and_validate():
+    def f(x, w1s, w2s, g):
+        step = lambda c, ws: (_block(c, ws[0], ws[1], g), None)  # noqa: E731
+        return jax.lax.scan(step, x, (w1s, w2s))[0]
+
+    args = (S((128, 256), F16), S((2, 256, 512), F16), S((2, 512, 256), F16), S((256,), F16))
+    e = sj.export(f, *args)
+    one = sj.export(_block, args[0], S((256, 512), F16), S((512, 256), F16), args[3])
+    assert len(e.superdsc) == len(one.superdsc) >= 5
+    for doc in e.superdsc:
+        validate_superdsc(doc)

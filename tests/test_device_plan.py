@@ -380,14 +380,40 @@ def test_explain_html_shows_the_device_table():
     assert f"{report.time_s * 1e6:.3f} us" in page
 
 
-def test_loop_and_branch_bodies_the_device_model_leaves_out_are_named():
+def test_while_and_cond_bodies_the_device_model_leaves_out_are_named():
     def f(x, p):
-        y = jax.lax.scan(lambda c, _: (jnp.tanh(c), None), x, None, length=3)[0]
-        return jax.lax.cond(p, lambda c: c * 2, lambda c: c + 1, y)
+        y = jax.lax.while_loop(lambda c: c[1] < 3, lambda c: (jnp.tanh(c[0]), c[1] + 1), (x, 0))
+        return jax.lax.cond(p, lambda c: c * 2, lambda c: c + 1, y[0])
 
     r = sj.explain(f, S((64, 128), F16), S((), bool))
-    assert [u.split(" at ")[0] for u in r.unmodelled] == ["scan", "cond"]
+    assert [u.split(" at ")[0] for u in r.unmodelled] == ["while", "cond"]
     assert "test_device_plan.py" in r.unmodelled[0]
-    assert "not counted: the bodies of 2 loops/branches" in str(r)
+    assert "not counted: the bodies of 2 while loops/branches" in str(r)
     plain = sj.explain(lambda x: jnp.tanh(x), S((64, 128), F16))
     assert plain.unmodelled == () and "not counted" not in str(plain)
+
+
+def _layer(c, w):
+    return jnp.tanh(c @ w)
+
+
+def test_a_scan_bodys_ops_are_listed_once_and_run_its_trip_count_times():
+    x, ws = S((64, 128), F16), S((3, 128, 128), F16)
+    r = sj.explain(lambda x, ws: jax.lax.scan(lambda c, w: (_layer(c, w), None), x, ws)[0], x, ws)
+    one = sj.explain(lambda x, ws: _layer(x, ws[0]), x, ws)
+    assert r.unmodelled == ()
+    body = {o.opfunc: o for o in r.ops if o.repeat == 3}
+    single = {o.opfunc: o for o in one.ops}
+    for name in ("matmul", "tanh"):
+        assert body[name].time_s == pytest.approx(3 * single[name].time_s, rel=1e-9)
+        assert body[name].macs == 3 * single[name].macs
+        assert body[name].read_bytes == 3 * single[name].read_bytes
+        assert body[name].division.splits == single[name].division.splits
+    assert r.time_s == pytest.approx(sum(o.time_s for o in r.ops)) and r.time_s > 0
+    # Nested scans multiply; the loop's result keeps its outer name.
+    inner = lambda c, w: jax.lax.scan(lambda d, _: (_layer(d, w), None), c, None, length=2)[0]  # noqa: E731
+    nested = sj.explain(
+        lambda x, ws: jax.lax.scan(lambda c, w: (inner(c, w), None), x, ws)[0], x, ws
+    )
+    assert {o.repeat for o in nested.ops if o.opfunc == "matmul"} == {6}
+    assert nested.ops[-1].desc.output[0] == r.ops[-1].desc.output[0]

@@ -17,7 +17,7 @@ fitted: every rate is a :class:`Machine` constant.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ._machine import Machine
@@ -64,6 +64,23 @@ class OpCost:
     time_s: float
     bound: str
     pattern: str
+
+    def repeated(self, n: int) -> OpCost:
+        """The cost of ``n`` runs of the op (bytes, MACs, sticks and times times ``n``)."""
+        if n == 1:
+            return self
+        return replace(
+            self,
+            read_bytes=self.read_bytes * n,
+            write_bytes=self.write_bytes * n,
+            ring_bytes=self.ring_bytes * n,
+            macs=self.macs * n,
+            sticks=self.sticks * n,
+            compute_s=self.compute_s * n,
+            memory_s=self.memory_s * n,
+            ring_s=self.ring_s * n,
+            time_s=self.time_s * n,
+        )
 
     @property
     def intensity(self) -> float:

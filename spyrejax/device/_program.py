@@ -36,6 +36,8 @@ class OpDesc:
         output: ``(value name, tensor)`` of the result.
         space: the iteration space of a compute op.
         hint: splits the user fixed with ``with_division``.
+        repeat: how many times it runs: the trip counts of the ``scan`` loops around
+            it (1 outside loops). Its cost counts every run.
     """
 
     opfunc: str
@@ -45,6 +47,7 @@ class OpDesc:
     output: tuple[str, TensorSpec]
     space: OpSpace | None = None
     hint: Mapping[str, int] | None = None
+    repeat: int = 1
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ class DeviceOp:
         index: position in the program.
         desc: what the lowering listed.
         division: the work division (compute ops), else None.
-        cost: the predicted cost.
+        cost: the predicted cost, of every run of an op in a loop (``desc.repeat``).
         lx_inputs: names of the inputs read from LX.
         lx_output: whether the result stays in LX.
         streams: per input/output operand index, the streaming loop of a per-core
@@ -81,6 +84,11 @@ class DeviceOp:
     def source(self) -> str:
         """The user's source line."""
         return self.desc.source
+
+    @property
+    def repeat(self) -> int:
+        """How many times it runs (the trip counts of the loops around it)."""
+        return self.desc.repeat
 
     @property
     def read_bytes(self) -> int:
@@ -305,6 +313,7 @@ def plan_program(
             pattern = "restickify" if d.kind == "restickify" else "ddr"
             cost = transfer_cost(machine, read, write, pattern)
             streams = ()
+        cost = cost.repeated(d.repeat)
         ops.append(DeviceOp(i, d, div, cost, lx_in, lx_out, streams, peaks[i]))
     return DeviceProgram(tuple(ops), machine, lx)
 

@@ -12,7 +12,7 @@ its iteration space when the program is planned).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
@@ -210,13 +210,29 @@ class _Op:
         self.first = first
         self.hint = hint
 
+    @classmethod
+    def unhinted(cls, op: _Op) -> _Op:
+        """The same node's walk without its hint (for loop bodies)."""
+        out = cls.__new__(cls)
+        out.source, out.first, out.hint = op.source, op.first, None
+        return out
+
 
 def _walk(
     jaxpr: Any, env: dict[Any, str], finals: dict[Any, str], op: _Op, descs: list[OpDesc]
 ) -> None:
-    """Append the ops of ``jaxpr`` (descending into ``shard_map`` bodies) to ``descs``."""
+    """Append the ops of ``jaxpr`` to ``descs``.
+
+    ``shard_map`` bodies are one card's ops. A ``scan`` body's ops are listed once, each
+    with the trip count as its ``repeat`` (nested scans multiply): the body reads the
+    loop's operands by their outer names and writes the loop's results under theirs.
+    ``while`` and ``cond`` bodies are not listed (``explain`` names them).
+    """
     for eqn in jaxpr.eqns:
         prim = eqn.params.get("_prim")
+        if prim is None and eqn.primitive.name == "scan":
+            _walk_scan(eqn, env, finals, op, descs)
+            continue
         if prim is None and eqn.primitive.name == "shard_map":
             body = eqn.params["jaxpr"]
             inner = {b: env[o] for b, o in zip(body.invars, eqn.invars, strict=True) if o in env}
@@ -250,6 +266,38 @@ def _walk(
                 mine,
             )
         )
+
+
+def _walk_scan(
+    eqn: Any, env: dict[Any, str], finals: dict[Any, str], op: _Op, descs: list[OpDesc]
+) -> None:
+    """The ops of a ``scan`` body, each run ``length`` times (see :func:`_walk`).
+
+    Hints do not reach body ops (``emulate="cores"`` does not apply them there either).
+    """
+    body = eqn.params["jaxpr"].jaxpr
+    inner = {b: env[o] for b, o in zip(body.invars, eqn.invars, strict=True) if o in env}
+    carry = _num_carry(eqn)
+    named = {}
+    for b, o in zip(body.outvars[:carry], eqn.outvars[:carry], strict=True):
+        if isinstance(b, Var) and b not in inner and b not in named and o in finals:
+            named[b] = finals[o]
+    start = len(descs)
+    _walk(body, inner, named, _Op.unhinted(op), descs)
+    n = eqn.params["length"]
+    descs[start:] = [replace(d, repeat=d.repeat * n) for d in descs[start:]]
+    env.update(inner)  # the body's variables are distinct: their names join env
+    for b, o in zip(body.outvars[:carry], eqn.outvars[:carry], strict=True):
+        if isinstance(b, Var) and b in inner:
+            env[o] = inner[b]
+
+
+def _num_carry(eqn: Any) -> int:
+    """A scan's loop-carried results: they come first among its results."""
+    if "num_carry" in eqn.params:
+        return eqn.params["num_carry"]
+    carry, _ = eqn.params["ft_out"].update(list(eqn.outvars)).unpack()  # (carry, ys)
+    return len(list(carry))
 
 
 def _move_descs(plan: Plan, v: Value, names: _Names) -> list[OpDesc]:

@@ -228,9 +228,10 @@ class Report:
         collective_cost: elements all the cards send each other (the plan's cost of
             the collectives: every card counts, as restickify_cost counts every card's
             restickifies inside a ``shard_map``).
-        unmodelled: the loops and branches (``scan``, ``while``, ``cond`` at their
-            source lines) whose bodies the device model does not list: ``time_s`` and
-            ``ops`` leave their work out, and the text says so.
+        unmodelled: the ``while`` loops and ``cond`` branches (at their source lines)
+            whose bodies the device model does not list: ``time_s`` and ``ops`` leave
+            their work out, and the text says so (``scan`` bodies are listed, each op
+            with the trip count as its ``repeat``).
     """
 
     jaxpr: str
@@ -336,7 +337,7 @@ class Report:
             )
             if self.unmodelled:
                 out.append(
-                    f"  not counted: the bodies of {len(self.unmodelled)} loops/branches, "
+                    f"  not counted: the bodies of {len(self.unmodelled)} while loops/branches, "
                     "which the device model does not list yet (report.unmodelled): "
                     + ", ".join(self.unmodelled)
                 )
@@ -631,7 +632,7 @@ def explain(
     )
 
 
-_BODIES = frozenset({"scan", "while", "cond"})
+_BODIES = frozenset({"while", "cond"})
 """Graph primitives whose bodies the device model does not list (Report.unmodelled)."""
 
 
