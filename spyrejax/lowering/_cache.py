@@ -8,11 +8,12 @@ lowerings. A different function object is a miss, as it is for ``jax.jit``; the
 signature itself holds the JAX configuration tracing depends on (x64, dtype
 promotion...).
 
-The function is held weakly: its entry goes when it does (a bound method is keyed by
-its function and its object, which Python compares it by, so ``spyrejax.jit(obj.f)``
-in a loop hits too). Functions that cannot be weakly referenced get a cache of their
-own. Both levels are least-recently-used caches of bounded size, and
-``jax.clear_caches()`` clears them with JAX's own.
+The function is held weakly: its entry goes at the next use of the cache after it
+dies (not from the collector's callback, which may interrupt an iteration of the
+cache). A bound method is keyed by its function and its object, which Python compares
+it by, so ``spyrejax.jit(obj.f)`` in a loop hits too. Functions that cannot be weakly
+referenced get a cache of their own. Both levels are least-recently-used caches of
+bounded size, and ``jax.clear_caches()`` clears them with JAX's own.
 """
 
 from __future__ import annotations
@@ -113,6 +114,13 @@ class _FunKey:
 
 _FUNCTIONS: Lru[tuple[_FunKey, Hashable], Lru[Any, Any]] = Lru(MAX_FUNCTIONS)
 _SIGNATURE_CACHES: weakref.WeakSet[Lru[Any, Any]] = weakref.WeakSet()  # held by SpyreJits too
+_DEAD: list[_FunKey] = []
+"""Keys whose function has died, forgotten at the next use of :data:`_FUNCTIONS`.
+
+A weakref callback runs whenever the collector does, which may be in the middle of an
+iteration over ``_FUNCTIONS``: it only appends here (never mutating the dict it might
+interrupt), and :func:`_purge` forgets the keys outside any iteration.
+"""
 
 
 class _Registered:
@@ -124,9 +132,11 @@ class _Registered:
             cache.clear()
 
     def cache_info(self) -> tuple[int, int]:
+        _purge()
         return len(_FUNCTIONS), MAX_FUNCTIONS
 
     def cache_keys(self) -> list[Any]:
+        _purge()
         return list(_FUNCTIONS)
 
 
@@ -140,9 +150,13 @@ def _new_signature_cache() -> Lru[Any, Any]:
     return cache
 
 
-def _forget(key: _FunKey) -> None:
-    for full in _FUNCTIONS:
-        if full[0] is key:
+def _purge() -> None:
+    """Forget the entries of every function that has died since the last purge."""
+    while _DEAD:
+        keys = _DEAD[:]
+        del _DEAD[: len(keys)]  # a key appended meanwhile stays for the next round
+        dead = {id(key) for key in keys}  # alive: _FUNCTIONS holds them
+        for full in [full for full in _FUNCTIONS if id(full[0]) in dead]:
             _FUNCTIONS.pop(full)
 
 
@@ -157,13 +171,14 @@ def signature_cache(fun: Callable[..., Any], config: Hashable) -> Lru[Any, Any]:
     def on_dead(_: Any) -> None:
         key = holder[0]() if holder else None
         if key is not None:
-            _forget(key)
+            _DEAD.append(key)  # only that: see _DEAD
 
     try:
         key = _FunKey(fun, on_dead)
     except TypeError:  # not weakly referenceable: no sharing
         return _new_signature_cache()
     holder.append(weakref.ref(key))
+    _purge()
     cache = _FUNCTIONS.get((key, config))
     if cache is None:
         cache = _new_signature_cache()
