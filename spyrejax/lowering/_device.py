@@ -540,10 +540,13 @@ def _own_hint(op: _Op, inner: dict[str, int] | None, descs: list[OpDesc]) -> Non
 def _body_names(
     body: Any, ins: list[Any], outs: list[Any], env: dict[Any, str], finals: dict[Any, str]
 ) -> tuple[dict[Any, str], dict[Any, str]]:
-    """A body's inputs named as the loop's operands, its results as the loop's results."""
+    """A body's inputs named as the loop's operands, its results as the loop's results.
+
+    ``outs`` are the loop's results the body's first results give (a scan's carries).
+    """
     inner = {b: env[o] for b, o in zip(body.invars, ins, strict=True) if o in env}
     named: dict[Any, str] = {}
-    for b, o in zip(body.outvars, outs, strict=True):
+    for b, o in zip(body.outvars[: len(outs)], outs, strict=True):
         if isinstance(b, Var) and b not in inner and b not in named and o in finals:
             named[b] = finals[o]
     return inner, named
@@ -552,7 +555,7 @@ def _body_names(
 def _results(body: Any, outs: list[Any], inner: dict[Any, str], env: dict[Any, str]) -> None:
     """The loop's results take the names the body gave its results."""
     env.update(inner)  # the body's variables are distinct: their names join env
-    for b, o in zip(body.outvars, outs, strict=True):
+    for b, o in zip(body.outvars[: len(outs)], outs, strict=True):
         if isinstance(b, Var) and b in inner:
             env[o] = inner[b]
 

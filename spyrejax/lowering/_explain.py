@@ -498,7 +498,7 @@ def _device_lines(program: DeviceProgram) -> list[str]:
         return out
     parts = []
     for region, inside in regions.items():
-        what = region.describe()
+        what = ("scan " if region.kind == "scan" else "") + region.describe()
         left = "" if any(op.runs for op in inside) else ", not counted: a cheaper branch"
         at = _short(source_line(region.source))
         parts.append(f"{what} at {at} ({len(inside)} ops{left})")
