@@ -411,6 +411,9 @@ def plan_program(
 ) -> DeviceProgram:
     """Divide, place and cost a program's ops.
 
+    A value written or read in more than one region (``OpDesc.region``) lives in DDR;
+    of each ``cond``, the ops of the branches other than the costliest get ``runs=0``.
+
     Args:
         descs: the ops in program order.
         machine: the machine profile.

@@ -3,11 +3,16 @@
 :func:`device_program` lists the Spyre primitives a planned program runs (each node's
 lowering traced on its planned types, so every op keeps its source line), turns them
 into :class:`spyrejax.device.OpDesc` values and plans them with
-:func:`spyrejax.device.plan_program`: work division, LX residency and cost.
+:func:`spyrejax.device.plan_program`: work division, LX residency and cost. The ops of
+loop bodies and ``cond`` branches are listed too, each with its
+:class:`spyrejax.device.Region`.
 
 ``with_division(x, **splits)`` is the identity under plain JAX and a hint under
 ``spyrejax.jit``: the op producing ``x`` is divided with those splits (validated against
-its iteration space when the program is planned).
+its iteration space when the program is planned). This module owns which op a hint
+goes to: the walk (:func:`hinted_op`) and the node scopes (:func:`node_scope`,
+:func:`take_hint`) through which the per-core emulation and the walk's own trace give
+the hints of loop bodies' and branches' nodes to their ops.
 """
 
 from __future__ import annotations
