@@ -98,6 +98,8 @@ def test_a_scan_nested_in_a_while_counts_its_trips_once_per_while_run():
     assert tanh.region.trips == 4 and tanh.region.parent.trips is None
     assert tanh.repeat == tanh.runs == 4
     assert tanh.region.describe() == "while (>=1) x4"
+    scan_line, while_line = (int(g.source.split(":")[1]) for g in tanh.region.chain()[::-1])
+    assert scan_line == while_line - 3  # each region names its own loop's line
     assert r.device.lower_bound
 
 

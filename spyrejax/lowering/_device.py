@@ -435,8 +435,9 @@ def _bound_in(jaxprs: list[Any], bound: Mapping[int, _Bound]) -> Iterator[_Bound
     """The recorded primitives of ``jaxprs`` and of the jaxprs inside them."""
     for jaxpr in jaxprs:
         for eqn in jaxpr.eqns:
-            b = bound.get(id(eqn.params.get("_prim")))
-            if b is not None:
+            prim = eqn.params.get("_prim")
+            b = bound.get(id(prim))
+            if b is not None and b.prim is prim:
                 yield b
             yield from _bound_in(inner_jaxprs(eqn), bound)
 
