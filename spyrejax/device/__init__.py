@@ -20,7 +20,7 @@ from ._division import (
 from ._lx import Buffer, LXPlan, Stream, place, stream
 from ._machine import Machine, default_machine
 from ._percore import core_dci
-from ._program import DeviceOp, DeviceProgram, OpDesc, divide_op, plan_program
+from ._program import DeviceOp, DeviceProgram, OpDesc, Region, divide_op, plan_program
 
 __all__ = [
     "Buffer",
@@ -33,6 +33,7 @@ __all__ = [
     "OpDesc",
     "OpSpace",
     "Operand",
+    "Region",
     "Stream",
     "TensorSpec",
     "WorkDivision",

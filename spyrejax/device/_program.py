@@ -20,7 +20,48 @@ from ._division import OpSpace, TensorSpec, WorkDivision, divide
 from ._lx import INPLACE_OPS, Buffer, LXPlan, Stream, place, stream
 from ._machine import Machine
 
-__all__ = ["DeviceOp", "DeviceProgram", "OpDesc", "divide_op", "plan_program"]
+__all__ = ["DeviceOp", "DeviceProgram", "OpDesc", "Region", "divide_op", "plan_program"]
+
+
+@dataclass(frozen=True)
+class Region:
+    """The body of a loop, or one branch of a ``cond``, that ops of a program belong to.
+
+    Attributes:
+        index: which loop or ``cond`` of the program (the branches of one ``cond``
+            share it), in program order.
+        kind: ``"scan"``, ``"while"`` or ``"cond"``.
+        source: the user's source line of the loop or ``cond``.
+        trips: a ``scan``'s trip count; None for a ``while`` (unknown at trace time,
+            counted once: a lower bound) and a ``cond``.
+        branch: a ``cond``'s branch (0-based), else None.
+        branches: how many branches the ``cond`` has, else None.
+        parent: the region around this one, None at the top level.
+    """
+
+    index: int
+    kind: str
+    source: str
+    trips: int | None = None
+    branch: int | None = None
+    branches: int | None = None
+    parent: Region | None = None
+
+    def chain(self) -> tuple[Region, ...]:
+        """The regions from the outermost to this one."""
+        return (*(self.parent.chain() if self.parent else ()), self)
+
+    def describe(self) -> str:
+        """``x12`` (a scan), ``while (>=1)``, ``cond branch 1 of 2``; nested ones outer first."""
+        parts = []
+        for r in self.chain():
+            if r.kind == "scan":
+                parts.append(f"x{r.trips}")
+            elif r.kind == "while":
+                parts.append("while (>=1)")
+            else:
+                parts.append(f"cond branch {r.branch} of {r.branches}")
+        return " ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -37,7 +78,8 @@ class OpDesc:
         space: the iteration space of a compute op.
         hint: splits the user fixed with ``with_division``.
         repeat: how many times it runs: the trip counts of the ``scan`` loops around
-            it (1 outside loops). Its cost counts every run.
+            it (1 outside loops; a ``while`` loop counts once). Its cost counts every run.
+        region: the innermost loop body or branch it belongs to (None: top level).
     """
 
     opfunc: str
@@ -48,6 +90,7 @@ class OpDesc:
     space: OpSpace | None = None
     hint: Mapping[str, int] | None = None
     repeat: int = 1
+    region: Region | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +107,8 @@ class DeviceOp:
         streams: per input/output operand index, the streaming loop of a per-core
             slice too large for LX (only operands that need one).
         lx_peak: LX bytes per core live while the op runs (intermediates placed in LX).
+        runs: how many times it counts in the program's totals: ``repeat``, or 0 for
+            an op of a ``cond`` branch that is not the costliest.
     """
 
     index: int
@@ -74,6 +119,7 @@ class DeviceOp:
     lx_output: bool = False
     streams: tuple[tuple[int, Stream], ...] = ()
     lx_peak: int = 0
+    runs: int = 1
 
     @property
     def opfunc(self) -> str:
@@ -89,6 +135,11 @@ class DeviceOp:
     def repeat(self) -> int:
         """How many times it runs (the trip counts of the loops around it)."""
         return self.desc.repeat
+
+    @property
+    def region(self) -> Region | None:
+        """The innermost loop body or ``cond`` branch it belongs to (None: top level)."""
+        return self.desc.region
 
     @property
     def read_bytes(self) -> int:
@@ -127,6 +178,12 @@ class DeviceOp:
 class DeviceProgram:
     """A program planned for a machine.
 
+    The ops of loop bodies and ``cond`` branches are listed too (``op.region`` says
+    where). The totals (:attr:`time_s`, :attr:`macs`, :attr:`read_bytes`,
+    :attr:`write_bytes`) sum the :attr:`counted` ops: a ``scan`` body's ops count every
+    run, a ``while`` body (and its predicate) once, as a lower bound (:attr:`lower_bound`),
+    and of a ``cond``'s branches only the costliest (by predicted time).
+
     Attributes:
         ops: the ops in program order.
         machine: the machine profile.
@@ -138,9 +195,34 @@ class DeviceProgram:
     lx: LXPlan
 
     @property
+    def counted(self) -> tuple[DeviceOp, ...]:
+        """The ops the totals count (all but those of the cheaper ``cond`` branches)."""
+        return tuple(op for op in self.ops if op.runs)
+
+    @property
+    def lower_bound(self) -> bool:
+        """Whether the totals are a lower bound: a ``while`` body counts once."""
+        return any(r.kind == "while" for op in self.ops if op.region for r in op.region.chain())
+
+    @property
     def time_s(self) -> float:
-        """Predicted seconds: the sum of the ops' times."""
-        return sum(op.time_s for op in self.ops)
+        """Predicted seconds: the sum of the counted ops' times."""
+        return sum(op.time_s for op in self.counted)
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates of the counted ops."""
+        return sum(op.macs for op in self.counted)
+
+    @property
+    def read_bytes(self) -> int:
+        """DDR bytes the counted ops read."""
+        return sum(op.read_bytes for op in self.counted)
+
+    @property
+    def write_bytes(self) -> int:
+        """DDR bytes the counted ops write."""
+        return sum(op.write_bytes for op in self.counted)
 
     @property
     def compute_ops(self) -> tuple[DeviceOp, ...]:
@@ -189,6 +271,7 @@ class DeviceProgram:
                 "lx_peak": op.lx_peak,
                 "time_us": op.time_s * 1e6,
                 "bound": op.bound,
+                "loop": _where(op),
             }
             for op in self.ops
             if op.desc.kind != "view"
@@ -202,9 +285,44 @@ class DeviceProgram:
                 f"  {r['op']:<16} {r['division']:<40} read {r['read_bytes']:>10} B  write "
                 f"{r['write_bytes']:>10} B  MACs {r['macs']:>12}  LX {r['lx_peak']:>8} B  "
                 f"{r['time_us']:10.3f} us  {r['bound']}  [{r['source']}]"
+                + (f"  {r['loop']}" if r["loop"] else "")
             )
-        out.append(f"  predicted time: {self.time_s * 1e6:.3f} us")
+        bound = " (a lower bound: while loops counted once)" if self.lower_bound else ""
+        out.append(f"  predicted time: {self.time_s * 1e6:.3f} us{bound}")
         return "\n".join(out)
+
+
+def _where(op: DeviceOp) -> str:
+    """The loops and branches around an op, and whether the totals leave it out."""
+    if op.region is None:
+        return ""
+    return op.region.describe() + ("" if op.runs else " (not counted: a cheaper branch)")
+
+
+def _counted(descs: Sequence[OpDesc], times: Sequence[float]) -> list[bool]:
+    """Which ops the totals count: of each ``cond``, the costliest branch's only.
+
+    Inner ``cond``s are decided first, so a branch's cost is what it counts itself.
+    """
+    chains = [d.region.chain() if d.region else () for d in descs]
+    conds: dict[int, tuple[int, dict[int, Region]]] = {}  # index -> (depth, branches)
+    for chain in chains:
+        for depth, r in enumerate(chain):
+            if r.kind == "cond" and r.branch is not None:
+                conds.setdefault(r.index, (depth, {}))[1][r.branch] = r
+    dropped: set[Region] = set()
+    for _, branches in sorted(conds.values(), key=lambda c: -c[0]):
+
+        def cost(r: Region) -> float:
+            return sum(
+                t
+                for t, chain in zip(times, chains, strict=True)
+                if r in chain and not dropped.intersection(chain)
+            )
+
+        best = max(sorted(branches.values(), key=lambda r: r.branch or 0), key=cost)
+        dropped.update(r for r in branches.values() if r != best)
+    return [not dropped.intersection(chain) for chain in chains]
 
 
 def _same_slices(prod: WorkDivision, p_op: int, cons: WorkDivision, c_op: int) -> bool:
@@ -216,17 +334,30 @@ def _same_slices(prod: WorkDivision, p_op: int, cons: WorkDivision, c_op: int) -
 def _buffers(
     descs: Sequence[OpDesc], divisions: list[WorkDivision | None], keep: set[str]
 ) -> list[Buffer]:
-    """Per-core buffers of the intermediates that may live in LX."""
+    """Per-core buffers of the intermediates that may live in LX.
+
+    A value written or read in more than one loop body or branch (``OpDesc.region``:
+    a loop's operand, carry or result, a branch's result) lives in DDR: it cannot stay
+    in one op's LX from one iteration (or branch) to the next. So does a value two ops
+    write (the branches of a ``cond`` writing its result).
+    """
     producer = {d.output[0]: i for i, d in enumerate(descs)}
+    regions: dict[str, set[Region | None]] = {}
+    writes: dict[str, int] = {}
     readers: dict[str, list[tuple[int, int]]] = {}
     for i, d in enumerate(descs):
+        writes[d.output[0]] = writes.get(d.output[0], 0) + 1
+        regions.setdefault(d.output[0], set()).add(d.region)
         for k, (name, _) in enumerate(d.inputs):
             readers.setdefault(name, []).append((i, k))
+            regions.setdefault(name, set()).add(d.region)
     out = []
     for name, i in producer.items():
         div, uses = divisions[i], readers.get(name, [])
         if name in keep or div is None or not uses:
             continue
+        if writes[name] > 1 or len(regions[name]) > 1:
+            continue  # crosses a loop body's or branch's boundary: DDR
         n_out = len(div.space.operands) - 1
         ok = all(
             divisions[j] is not None and _same_slices(div, n_out, divisions[j], k) for j, k in uses
@@ -280,6 +411,9 @@ def plan_program(
 ) -> DeviceProgram:
     """Divide, place and cost a program's ops.
 
+    A value written or read in more than one region (``OpDesc.region``) lives in DDR;
+    of each ``cond``, the ops of the branches other than the costliest get ``runs=0``.
+
     Args:
         descs: the ops in program order.
         machine: the machine profile.
@@ -314,7 +448,9 @@ def plan_program(
             cost = transfer_cost(machine, read, write, pattern)
             streams = ()
         cost = cost.repeated(d.repeat)
-        ops.append(DeviceOp(i, d, div, cost, lx_in, lx_out, streams, peaks[i]))
+        ops.append(DeviceOp(i, d, div, cost, lx_in, lx_out, streams, peaks[i], d.repeat))
+    counted = _counted(descs, [op.time_s for op in ops])
+    ops = [op if c else replace(op, runs=0) for op, c in zip(ops, counted, strict=True)]
     return DeviceProgram(tuple(ops), machine, lx)
 
 

@@ -19,7 +19,8 @@ exactly once shows up as NaN, never as a plausible number.
 
 Each op is divided exactly as the device model (``explain``, ``export``) divides it:
 the same machine (:func:`spyrejax.device.default_machine`) and the same
-``with_division`` hint, given to the same op (:func:`node_scope`). Ops the device model
+``with_division`` hint, given to the same op (:func:`spyrejax.lowering._device.node_scope`,
+loop bodies and branches included). Ops the device model
 does not divide run as in the default mode: only compute ops get a division
 (spyre-device spec section 2), so views, restickifies, copies, ``iota`` and host
 fallbacks run their whole-image kernels.
@@ -44,10 +45,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._errors import DeviceError, SpyreInternalError, SpyreUnsupportedError
-from ..device import Machine, OpDesc, TensorSpec, WorkDivision, core_dci, default_machine, divide_op
+from .._errors import SpyreInternalError, SpyreUnsupportedError
+from ..device import Machine, WorkDivision, core_dci, default_machine, divide_op
 from ..layout._segments import row_major_strides
-from ..primitives._array import PadFill, SpyreType
+from ..primitives._array import PadFill
 from ..primitives._astype import Astype
 from ..primitives._base import image, wrap
 from ..primitives._elementwise import Elementwise
@@ -55,19 +56,17 @@ from ..primitives._masks import masked, poison
 from ..primitives._matmul import Matmul
 from ..primitives._reduce import Reduce
 from ..primitives._values import accumulator
-from ._device import _space, _spec
+from ._device import current_line, divided_space, take_hint
 
-__all__ = ["CoreCheck", "CoreExecutor", "Mismatch", "checking_cores", "core_check", "node_scope"]
-
-_DIVIDED = (Elementwise, Astype, Reduce, Matmul)
+__all__ = ["CoreCheck", "CoreExecutor", "Mismatch", "checking_cores", "core_check"]
 
 
 class CoreExecutor:
     """Runs divided primitives core by core (vectorised); see the module docstring.
 
     Installed with ``spyrejax.primitives.executing`` by the interpreter, which opens a
-    :func:`node_scope` around each node it lowers: the scope says which of the node's
-    divided ops gets the node's ``with_division`` hint.
+    :func:`spyrejax.lowering._device.node_scope` around each node it lowers: the scope
+    says which of the node's divided ops gets the node's ``with_division`` hint.
 
     Attributes:
         machine: the machine whose cores the ops are divided over (the device model's
@@ -83,11 +82,11 @@ class CoreExecutor:
 
     def __call__(self, prim: Any, args: tuple[Any, ...]) -> Any:
         """The result of ``prim`` on ``args`` computed per core, or None (run it as usual)."""
-        found = _op_space(prim)
+        found = divided_space(prim)
         if found is None:
             return None  # the device model does not divide it
         space, specs = found
-        hint = _take_hint(prim, specs)  # counted even if skipped below, as the walk counts it
+        hint = take_hint(prim, specs)  # counted even if skipped below, as the walk counts it
         if any(math.prod(t.shape) == 0 for t in (*prim.in_avals, prim.out_aval)):
             return None
         div = divide_op(space, self.machine, hint)
@@ -110,21 +109,6 @@ class CoreExecutor:
         return prim(*args)  # the program goes on as in the default mode, barrier-free
 
 
-def _op_space(prim: Any) -> tuple[Any, list[TensorSpec]] | None:
-    """The iteration space of a primitive the device model divides, and its operands' specs."""
-    if not isinstance(prim, _DIVIDED) or not isinstance(prim.out_aval, SpyreType):
-        return None
-    if not all(isinstance(t, SpyreType) for t in prim.in_avals):
-        return None
-    specs = [_spec(t, f"in{k}") for k, t in enumerate(prim.in_avals)]
-    specs.append(_spec(prim.out_aval, "out"))
-    try:
-        kind, _, space = _space(prim, specs[:-1], specs[-1])
-    except DeviceError:
-        return None
-    return (space, specs) if kind == "compute" else None
-
-
 def _per_core(prim: Any, div: WorkDivision, imgs: list[jax.Array]) -> jax.Array:
     """The image of ``prim``'s result computed core by core (padding as its type says)."""
     starts = _starts(div)
@@ -134,77 +118,6 @@ def _per_core(prim: Any, div: WorkDivision, imgs: list[jax.Array]) -> jax.Array:
     img = _store(div, out, _from_space(div, out, result, starts, div.cores_used))
     t = prim.out_aval
     return masked(img, t, 0 if t.pad is PadFill.ZERO else poison(t.dtype))
-
-
-# --- which op a node's hint goes to --------------------------------------------------------
-
-
-@dataclass
-class _Scope:
-    """The node being lowered: its source line, its hinted op, the divided ops seen so far."""
-
-    line: str
-    hinted: tuple[int, OpDesc] | None
-    seen: int = 0
-    used: bool = False
-
-
-_SCOPE: ContextVar[_Scope | None] = ContextVar("spyrejax_core_scope", default=None)
-
-
-@contextlib.contextmanager
-def node_scope(line: str, hinted: tuple[int, OpDesc] | None = None) -> Iterator[None]:
-    """The divided ops run inside belong to the node at ``line``.
-
-    Args:
-        line: the node's source line (for the check mode's reports).
-        hinted: ``(position, op)`` from :func:`spyrejax.lowering._device.hinted_op`: the
-            node's divided op at that position (binding order) gets ``op.hint``.
-
-    Raises:
-        SpyreInternalError: if the hinted op did not run inside (the lowering bound its
-            ops otherwise than the device model's walk lists them).
-    """
-    scope = _Scope(line, hinted)
-    token = _SCOPE.set(scope)
-    try:
-        yield
-    finally:
-        _SCOPE.reset(token)
-    if hinted is not None and not scope.used:
-        raise SpyreInternalError(
-            f"internal error: the with_division hint at {line} did not reach its op "
-            f"({hinted[1].opfunc}) under per-core execution; please report it"
-        )
-
-
-def _shape(s: TensorSpec) -> tuple[Any, ...]:
-    return (s.shape, s.layout, s.dims)
-
-
-def _take_hint(prim: Any, specs: list[TensorSpec]) -> dict[str, int] | None:
-    """Count a divided op of the current node; its hint if it is the hinted one.
-
-    Raises:
-        SpyreInternalError: if the op at the hinted position is not the op the device
-            model gave the hint to.
-    """
-    scope = _SCOPE.get()
-    if scope is None or scope.hinted is None:
-        return None
-    k, scope.seen = scope.seen, scope.seen + 1
-    pos, desc = scope.hinted
-    if k != pos:
-        return None
-    listed = [_shape(t) for _, t in (*desc.inputs, desc.output)]
-    if listed != [_shape(t) for t in specs]:
-        raise SpyreInternalError(
-            f"internal error: the with_division hint at {scope.line} is for "
-            f"{desc.opfunc}, but the op at its place under per-core execution is "
-            f"{type(prim).__name__}; please report it"
-        )
-    scope.used = True
-    return dict(desc.hint or {})
 
 
 # --- the check mode --------------------------------------------------------------------------
@@ -283,12 +196,11 @@ class CoreCheck:
     ) -> None:
         """Compare ``got`` (per core) with ``want`` (whole image) when the program runs."""
         self.checked[div.space.opfunc] += 1
-        scope = _SCOPE.get()
         info = (
             div.space.opfunc,
             tuple(sorted(div.splits.items())),
             div.cores_used,
-            scope.line if scope is not None else "",
+            current_line(),
         )
         t = prim.out_aval
         # Poison padding is undefined (either kernel may leave anything there).

@@ -3,27 +3,38 @@
 :func:`device_program` lists the Spyre primitives a planned program runs (each node's
 lowering traced on its planned types, so every op keeps its source line), turns them
 into :class:`spyrejax.device.OpDesc` values and plans them with
-:func:`spyrejax.device.plan_program`: work division, LX residency and cost.
+:func:`spyrejax.device.plan_program`: work division, LX residency and cost. The ops of
+loop bodies and ``cond`` branches are listed too, each with its
+:class:`spyrejax.device.Region`.
 
 ``with_division(x, **splits)`` is the identity under plain JAX and a hint under
 ``spyrejax.jit``: the op producing ``x`` is divided with those splits (validated against
-its iteration space when the program is planned).
+its iteration space when the program is planned). This module owns which op a hint
+goes to: the walk (:func:`hinted_op`) and the node scopes (:func:`node_scope`,
+:func:`take_hint`) through which the per-core emulation and the walk's own trace give
+the hints of loop bodies' and branches' nodes to their ops.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import contextlib
+import itertools
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jax
 
 from .. import primitives as sp
-from .._errors import DeviceError
+from .._errors import DeviceError, SpyreInternalError
 from .._jax import Primitive, Var, ad, batching, mlir
 from ..device import (
     DeviceProgram,
     Machine,
     OpDesc,
+    OpSpace,
+    Region,
     TensorSpec,
     default_machine,
     elementwise_space,
@@ -42,11 +53,17 @@ from ._planner import Plan, _signature, node_key
 from ._rules import Mode, Rule, _carried_modes, _register, rule_for
 
 __all__ = [
+    "Hint",
     "ProgramOps",
+    "current_line",
     "device_program",
+    "divided_space",
     "hinted_op",
+    "inner_jaxprs",
     "node_hints",
+    "node_scope",
     "program_ops",
+    "take_hint",
     "with_division",
     "with_division_p",
 ]
@@ -109,11 +126,15 @@ _register(_WithDivision(), with_division_p.name)
 
 
 class _Names:
-    """Names of (value, type) pairs: a value moved into another type is another buffer."""
+    """Names of (value, type) pairs: a value moved into another type is another buffer.
+
+    It also numbers the program's loops and ``cond``s (``Region.index``).
+    """
 
     def __init__(self) -> None:
         self.names: dict[tuple[Value, SpyreType], str] = {}
         self.count: dict[Value, int] = {}
+        self.regions = itertools.count()
 
     def __call__(self, v: Value, t: SpyreType) -> str:
         key = (v, t)
@@ -147,33 +168,165 @@ def _space(prim: Any, ins: list[TensorSpec], out: TensorSpec) -> Any:
     return kind, type(prim).__name__.lower(), None
 
 
+_DIVIDED = (Elementwise, Astype, Reduce, Matmul)
+
+
+def divided_space(prim: Any) -> tuple[OpSpace, list[TensorSpec]] | None:
+    """The iteration space of a primitive the device model divides, and its operands' specs.
+
+    None for a primitive it does not divide (only compute ops on Spyre operands are).
+    """
+    if not isinstance(prim, _DIVIDED) or not isinstance(prim.out_aval, SpyreType):
+        return None
+    if not all(isinstance(t, SpyreType) for t in prim.in_avals):
+        return None
+    specs = [_spec(t, f"in{k}") for k, t in enumerate(prim.in_avals)]
+    specs.append(_spec(prim.out_aval, "out"))
+    try:
+        kind, _, space = _space(prim, specs[:-1], specs[-1])
+    except DeviceError:
+        return None
+    return (space, specs) if kind == "compute" else None
+
+
+# --- which op a node's hint goes to ---------------------------------------------------------
+
+
+@dataclass
+class _Scope:
+    """A node being lowered: its line, its hinted op, the divided ops bound so far inside."""
+
+    line: str
+    source: str
+    hinted: tuple[int, OpDesc] | None
+    seen: int = 0
+    used: bool = False
+
+
+_SCOPES: ContextVar[tuple[_Scope, ...]] = ContextVar("spyrejax_node_scopes", default=())
+
+
+@contextlib.contextmanager
+def node_scope(
+    line: str, hinted: tuple[int, OpDesc] | None = None, source: str | None = None
+) -> Iterator[None]:
+    """The divided ops bound inside belong to the node at ``line`` (scopes nest).
+
+    The interpreter opens one around each node it lowers while an executor runs the
+    primitives (``emulate="cores"``, and the device model's own trace): a loop body's
+    nodes open theirs inside the loop's. Every scope counts the divided ops bound
+    inside it, its inner scopes' too, in binding order (the order :func:`_walk` lists
+    them).
+
+    Args:
+        line: the node's source line (messages).
+        hinted: ``(position, op)`` from :func:`hinted_op`: the node's divided op at
+            that position gets ``op.hint``.
+        source: the node's source (``Node.source``; default ``line``).
+
+    Raises:
+        SpyreInternalError: if the hinted op was not bound inside (the lowering bound its
+            ops otherwise than the device model's walk lists them).
+    """
+    scope = _Scope(line, source or line, hinted)
+    token = _SCOPES.set((*_SCOPES.get(), scope))
+    try:
+        yield
+    finally:
+        _SCOPES.reset(token)
+    if hinted is not None and not scope.used:
+        raise SpyreInternalError(
+            f"internal error: the with_division hint at {line} did not reach its op "
+            f"({hinted[1].opfunc}); please report it"
+        )
+
+
+def current_line() -> str:
+    """The source line of the innermost node being lowered ("" outside any)."""
+    scopes = _SCOPES.get()
+    return scopes[-1].line if scopes else ""
+
+
+def _shape(s: TensorSpec) -> tuple[Any, ...]:
+    return (s.shape, s.layout, s.dims)
+
+
+def take_hint(prim: Any, specs: list[TensorSpec]) -> dict[str, int] | None:
+    """Count a divided op in every open scope; its hint if it is a scope's hinted one.
+
+    Raises:
+        SpyreInternalError: if the op at a hinted position is not the op the device
+            model gave the hint to.
+    """
+    hint = None
+    for scope in _SCOPES.get():
+        k, scope.seen = scope.seen, scope.seen + 1
+        if scope.hinted is None or k != scope.hinted[0]:
+            continue
+        desc = scope.hinted[1]
+        listed = [_shape(t) for _, t in (*desc.inputs, desc.output)]
+        if listed != [_shape(t) for t in specs]:
+            raise SpyreInternalError(
+                f"internal error: the with_division hint at {scope.line} is for "
+                f"{desc.opfunc}, but the op at its place is {type(prim).__name__}; "
+                "please report it"
+            )
+        scope.used = True
+        hint = dict(desc.hint or {})
+    return hint
+
+
+@dataclass(frozen=True)
+class _Bound:
+    """A divided primitive bound inside a body node's scope: its hint, the scopes' sources."""
+
+    prim: Any
+    hint: dict[str, int] | None
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Hint:
+    """A node's ``with_division`` hint: which of its results, and the splits."""
+
+    out: int
+    splits: dict[str, int]
+
+
+# --- a program's ops ------------------------------------------------------------------
+
+
 def _node_descs(
     node: Node,
     option: Any,
     names: _Names,
-    hint: dict[str, int] | None,
+    hint: Hint | None,
     lowerings: list[tuple[Any, dict[Any, str]]],
     traced: dict[Any, Any],
+    claimed: list[int] | None = None,
 ) -> list[OpDesc]:
     """The ops a node's planned option runs, its lowering traced on the planned types.
 
     A ``shard_map``'s body is one card's program: its ops are listed once (the cards run
     them at once), on the per-card blocks of the buffers; its collectives are not device
-    ops (``explain`` times them at the card-to-card bandwidth). The traced lowering and
-    the names of its variables are appended to ``lowerings``.
+    ops (``explain`` times them at the card-to-card bandwidth). Loop bodies and
+    ``cond`` branches are listed too (see :func:`_walk`). The traced lowering and the
+    names of its variables are appended to ``lowerings``.
 
     ``traced`` keeps the traced lowerings by the planner's evaluation signature and the
     source line: repeated layers are traced once (tracing is most of the cost of a big
-    program's device model).
+    program's device model). ``claimed``, if given, receives the position of the op
+    that gets the node's own hint.
     """
     spyre = [(u, t) for u, t in zip(node.ins, option.ins, strict=True) if t is not None]
     key = _signature(node_key(node), option.mode, option.ins)
     key = None if key is None else (key, node.source)
-    closed = traced.get(key) if key is not None else None
-    if closed is None:
-        closed = _trace(node, option, [t for _, t in spyre])
+    found = traced.get(key) if key is not None else None
+    if found is None:
+        found = _trace(node, option, [t for _, t in spyre])
         if key is not None:
-            traced[key] = closed
+            traced[key] = found
+    closed, bound = found
     env = {var: names(u, t) for var, (u, t) in zip(closed.jaxpr.invars, spyre, strict=True)}
     finals: dict[Any, str] = {}
     for var, v, t in zip(closed.jaxpr.outvars, node.outs, option.outs, strict=True):
@@ -185,37 +338,123 @@ def _node_descs(
             finals[var] = names(v, t)
     if not finals:
         return []
+    target = None
+    if hint is not None:
+        out = closed.jaxpr.outvars[hint.out]
+        target = finals.get(out) if isinstance(out, Var) else None
+    op = _Op(node.source, next(iter(finals.values())), target, hint, bound, names)
+    op = replace(op, claimed=[] if claimed is None else claimed)
     descs: list[OpDesc] = []
-    _walk(closed.jaxpr, env, finals, _Op(node, next(iter(finals.values())), hint), descs)
+    _walk(closed.jaxpr, env, finals, op, descs)
     lowerings.append((closed.jaxpr, {**env, **finals}))
     return descs
 
 
-def _trace(node: Node, option: Any, types: list[SpyreType]) -> Any:
-    """The closed jaxpr of a node's lowering on its planned Spyre input types."""
+def _trace(node: Node, option: Any, types: list[SpyreType]) -> tuple[Any, dict[int, _Bound]]:
+    """The closed jaxpr of a node's lowering on its planned Spyre input types.
+
+    Also, per divided primitive bound in the scope of a body node (the nodes of its
+    loops' bodies and branches, which the interpreter lowers inside), that node's hint
+    for it and the scopes' sources, by ``id`` of the primitive.
+    """
+    bound: dict[int, _Bound] = {}
+
+    def record(prim: Any, args: Any) -> None:
+        scopes = _SCOPES.get()
+        if scopes:
+            found = divided_space(prim)
+            hint = take_hint(prim, found[1]) if found is not None else None
+            bound[id(prim)] = _Bound(prim, hint, tuple(s.source for s in scopes))
+        return None
 
     def run(*xs: Any) -> Any:
         it = iter(xs)
         args = [u if isinstance(u, Scalar) else next(it) for u in node.ins]
         return rule_for(node, fallback=True).lower(node, args, option.mode)
 
-    return jax.make_jaxpr(run)(*(sp.abstract(t) for t in types))
+    token = _SCOPES.set(())  # the node's own ops: no scope (its hint is the walk's)
+    try:
+        with sp.executing(record):
+            closed = jax.make_jaxpr(run)(*(sp.abstract(t) for t in types))
+    finally:
+        _SCOPES.reset(token)
+    return closed, bound
 
 
+@dataclass(frozen=True)
 class _Op:
-    """The node whose lowering is walked: its line, its first result's name, its hint."""
+    """The node whose lowering is walked, and where the walk is.
 
-    def __init__(self, node: Node, first: str, hint: dict[str, int] | None) -> None:
-        self.source = node.source
-        self.first = first
-        self.hint = hint
+    Attributes:
+        source: the node's source line.
+        first: its first result's name (the ops inside are named after it).
+        target: the name of its hinted result (None: no hint).
+        hint: its hint.
+        bound: the divided primitives its body nodes bound (from :func:`_trace`).
+        names: the program's names (and loop numbers).
+        region: the loop body or branch being walked.
+        depth: how many bodies (loops, branches, ``shard_map``) the walk is inside.
+        claimed: receives the position of the op that gets the node's own hint.
+    """
 
-    @classmethod
-    def unhinted(cls, op: _Op) -> _Op:
-        """The same node's walk without its hint (for loop bodies)."""
-        out = cls.__new__(cls)
-        out.source, out.first, out.hint = op.source, op.first, None
-        return out
+    source: str
+    first: str
+    target: str | None
+    hint: Hint | None
+    bound: Mapping[int, _Bound]
+    names: _Names
+    region: Region | None = None
+    depth: int = 0
+    claimed: list[int] = field(default_factory=list)
+
+    def enter(self, eqn: Any, kind: str, bodies: list[Any], **fields: Any) -> _Op:
+        """The walk inside a body of ``eqn`` (a loop, a branch: a new region)."""
+        source = self._source(eqn, bodies)
+        index = fields.pop("index", None)
+        if index is None:
+            index = next(self.names.regions)
+        region = Region(index, kind, source, parent=self.region, **fields)
+        return replace(self, region=region, depth=self.depth + 1)
+
+    def _source(self, eqn: Any, bodies: list[Any]) -> str:
+        """The source of the node whose lowering bound the loop ``eqn``.
+
+        The node's own when the walk is in no body; else that of the body node whose
+        scope the loop's ops were bound in (every body the walk enters is one level of
+        node scopes).
+        """
+        if self.depth == 0:
+            return self.source
+        for b in _bound_in(bodies, self.bound):
+            if len(b.sources) >= self.depth:
+                return b.sources[self.depth - 1]
+        return self.source
+
+
+def _bound_in(jaxprs: list[Any], bound: Mapping[int, _Bound]) -> Iterator[_Bound]:
+    """The recorded primitives of ``jaxprs`` and of the jaxprs inside them."""
+    for jaxpr in jaxprs:
+        for eqn in jaxpr.eqns:
+            prim = eqn.params.get("_prim")
+            b = bound.get(id(prim))
+            if b is not None and b.prim is prim:
+                yield b
+            yield from _bound_in(inner_jaxprs(eqn), bound)
+
+
+def inner_jaxprs(eqn: Any) -> list[Any]:
+    """The bodies of a loop, branch or ``shard_map`` equation the walk enters (else none)."""
+    p = eqn.params
+    name = eqn.primitive.name
+    if name == "scan":
+        return [p["jaxpr"].jaxpr]
+    if name == "while":
+        return [p["cond_jaxpr"].jaxpr, p["body_jaxpr"].jaxpr]
+    if name == "cond":
+        return [b.jaxpr for b in p["branches"]]
+    if name == "shard_map":
+        return [p["jaxpr"]]
+    return []
 
 
 def _walk(
@@ -223,21 +462,27 @@ def _walk(
 ) -> None:
     """Append the ops of ``jaxpr`` to ``descs``.
 
-    ``shard_map`` bodies are one card's ops. A ``scan`` body's ops are listed once, each
-    with the trip count as its ``repeat`` (nested scans multiply): the body reads the
-    loop's operands by their outer names and writes the loop's results under theirs.
-    ``while`` and ``cond`` bodies are not listed (``explain`` names them).
+    ``shard_map`` bodies are one card's ops. The ops of a ``scan`` body are listed once,
+    each with the trip count as its ``repeat`` (nested scans multiply); those of a
+    ``while`` body and predicate once (the trip count is unknown at trace time); those
+    of every ``cond`` branch (the program's totals count the costliest). Each body op
+    has its region. A body reads the loop's operands by their outer names and writes
+    the loop's results under theirs.
+
+    A hint goes to the op that gives the hinted result of the node (:func:`_own_hint`);
+    a body node's hint to the op its scope gave it when traced (:func:`take_hint`).
     """
     for eqn in jaxpr.eqns:
         prim = eqn.params.get("_prim")
-        if prim is None and eqn.primitive.name == "scan":
-            _walk_scan(eqn, env, finals, op, descs)
+        if prim is None and eqn.primitive.name in _LOOPS:
+            _LOOPS[eqn.primitive.name](eqn, env, finals, op, descs)
             continue
         if prim is None and eqn.primitive.name == "shard_map":
             body = eqn.params["jaxpr"]
             inner = {b: env[o] for b, o in zip(body.invars, eqn.invars, strict=True) if o in env}
             outs = zip(body.outvars, eqn.outvars, strict=True)
-            _walk(body, inner, {b: finals[o] for b, o in outs if o in finals}, op, descs)
+            named = {b: finals[o] for b, o in outs if o in finals}
+            _walk(body, inner, named, replace(op, depth=op.depth + 1), descs)
             env.update(inner)  # the body's variables are distinct: their names join env
             continue
         outs = [v for v in eqn.outvars if isinstance(v.aval, SpyreType)]
@@ -254,42 +499,134 @@ def _walk(
             kind, opfunc, space = _space(prim, in_specs, out_spec)
         except DeviceError:
             kind, opfunc, space = "copy", type(prim).__name__.lower(), None
-        mine = op.hint if env[out] == op.first and kind == "compute" else None
+        mine, source = None, op.source
+        b = op.bound.get(id(prim))
+        if b is not None and b.prim is prim:  # bound by a body node: its hint, its line
+            mine, source = b.hint, b.sources[-1]
+        if op.hint is not None and env[out] == op.target and kind == "compute":
+            _own_hint(op, mine, descs)
+            mine = dict(op.hint.splits)
         descs.append(
             OpDesc(
                 opfunc,
                 kind,
-                op.source,
+                source,
                 tuple((s.name, s) for s in in_specs),
                 (out_spec.name, out_spec),
                 space,
-                mine,
+                mine if kind == "compute" else None,
+                region=op.region,
             )
         )
+
+
+def _own_hint(op: _Op, inner: dict[str, int] | None, descs: list[OpDesc]) -> None:
+    """The node's hint goes to the op giving its hinted result (see :func:`_walk`).
+
+    That op may be in a ``shard_map`` body (one card's program), not in a loop body
+    or branch (it runs many times, or in one branch of several).
+
+    Raises:
+        DeviceError: if the op is in a loop body or branch, or a hint inside the body
+            divides it too.
+    """
+    if op.region is not None:
+        raise DeviceError(
+            f"with_division: the hinted value at {op.source} comes from the "
+            f"{op.region.kind} at {op.region.source}: hint the value inside its body"
+        )
+    if inner is not None:
+        raise DeviceError(
+            f"with_division: two hints for one op at {op.source} (on a shard_map's "
+            "result and on the value inside its body): keep one"
+        )
+    op.claimed.append(len(descs))
+
+
+def _body_names(
+    body: Any, ins: list[Any], outs: list[Any], env: dict[Any, str], finals: dict[Any, str]
+) -> tuple[dict[Any, str], dict[Any, str]]:
+    """A body's inputs named as the loop's operands, its results as the loop's results.
+
+    ``outs`` are the loop's results the body's first results give (a scan's carries).
+    """
+    inner = {b: env[o] for b, o in zip(body.invars, ins, strict=True) if o in env}
+    named: dict[Any, str] = {}
+    for b, o in zip(body.outvars[: len(outs)], outs, strict=True):
+        if isinstance(b, Var) and b not in inner and b not in named and o in finals:
+            named[b] = finals[o]
+    return inner, named
+
+
+def _results(body: Any, outs: list[Any], inner: dict[Any, str], env: dict[Any, str]) -> None:
+    """The loop's results take the names the body gave its results."""
+    env.update(inner)  # the body's variables are distinct: their names join env
+    for b, o in zip(body.outvars[: len(outs)], outs, strict=True):
+        if isinstance(b, Var) and b in inner:
+            env[o] = inner[b]
 
 
 def _walk_scan(
     eqn: Any, env: dict[Any, str], finals: dict[Any, str], op: _Op, descs: list[OpDesc]
 ) -> None:
-    """The ops of a ``scan`` body, each run ``length`` times (see :func:`_walk`).
-
-    Hints do not reach body ops (``emulate="cores"`` does not apply them there either).
-    """
+    """The ops of a ``scan`` body, each run ``length`` times (see :func:`_walk`)."""
     body = eqn.params["jaxpr"].jaxpr
-    inner = {b: env[o] for b, o in zip(body.invars, eqn.invars, strict=True) if o in env}
-    carry = _num_carry(eqn)
-    named = {}
-    for b, o in zip(body.outvars[:carry], eqn.outvars[:carry], strict=True):
-        if isinstance(b, Var) and b not in inner and b not in named and o in finals:
-            named[b] = finals[o]
-    start = len(descs)
-    _walk(body, inner, named, _Op.unhinted(op), descs)
     n = eqn.params["length"]
+    carry = _num_carry(eqn)
+    outs = list(eqn.outvars[:carry])
+    inner, named = _body_names(body, list(eqn.invars), outs, env, finals)
+    start = len(descs)
+    _walk(body, inner, named, op.enter(eqn, "scan", [body], trips=n), descs)
     descs[start:] = [replace(d, repeat=d.repeat * n) for d in descs[start:]]
-    env.update(inner)  # the body's variables are distinct: their names join env
-    for b, o in zip(body.outvars[:carry], eqn.outvars[:carry], strict=True):
-        if isinstance(b, Var) and b in inner:
-            env[o] = inner[b]
+    _results(body, outs, inner, env)
+
+
+def _walk_while(
+    eqn: Any, env: dict[Any, str], finals: dict[Any, str], op: _Op, descs: list[OpDesc]
+) -> None:
+    """The ops of a ``while`` predicate and body, counted once (see :func:`_walk`)."""
+    p = eqn.params
+    cn, bn = p["cond_nconsts"], p["body_nconsts"]
+    test, body = p["cond_jaxpr"].jaxpr, p["body_jaxpr"].jaxpr
+    ins, outs = list(eqn.invars), list(eqn.outvars)
+    inside = op.enter(eqn, "while", [test, body])
+    tenv = {
+        b: env[o]
+        for b, o in zip(test.invars, [*ins[:cn], *ins[cn + bn :]], strict=True)
+        if o in env
+    }
+    _walk(test, tenv, {}, inside, descs)
+    env.update(tenv)
+    benv, named = _body_names(body, ins[cn:], outs, env, finals)
+    _walk(body, benv, named, inside, descs)
+    _results(body, outs, benv, env)
+
+
+def _walk_cond(
+    eqn: Any, env: dict[Any, str], finals: dict[Any, str], op: _Op, descs: list[OpDesc]
+) -> None:
+    """The ops of every branch of a ``cond`` (see :func:`_walk`).
+
+    Every branch writes the ``cond``'s results under the same names.
+    """
+    branches = [b.jaxpr for b in eqn.params["branches"]]
+    ins, outs = list(eqn.invars[1:]), list(eqn.outvars)
+    index = next(op.names.regions)
+    shared = {
+        o: finals.get(o) or f"{op.first}.cond{index}.{k}"
+        for k, o in enumerate(outs)
+        if isinstance(o, Var)
+    }
+    for k, body in enumerate(branches):
+        inner, named = _body_names(body, ins, outs, env, shared)
+        inside = op.enter(eqn, "cond", branches, index=index, branch=k, branches=len(branches))
+        _walk(body, inner, named, inside, descs)
+        env.update(inner)
+    for o, name in shared.items():
+        env[o] = name
+
+
+_LOOPS = {"scan": _walk_scan, "while": _walk_while, "cond": _walk_cond}
 
 
 def _num_carry(eqn: Any) -> int:
@@ -316,29 +653,45 @@ def _move_descs(plan: Plan, v: Value, names: _Names) -> list[OpDesc]:
     return out
 
 
-def node_hints(graph: Graph) -> dict[Node, dict[str, int]]:
-    """The ``with_division`` splits per node whose first result the user hinted."""
+def node_hints(graph: Graph) -> dict[Node, Hint]:
+    """The ``with_division`` hint of each node whose result the user hinted.
+
+    Raises:
+        DeviceError: for hints on two results of one node (one op per node is hinted).
+    """
     hinted = {
         node.ins[0]: dict(node.params["splits"])
         for node in graph.nodes
         if node.prim == with_division_p.name and isinstance(node.ins[0], Value)
     }
-    return {
-        node: hinted[node.outs[0]] for node in graph.nodes if node.outs and node.outs[0] in hinted
-    }
+    out = {}
+    for node in graph.nodes:
+        mine = [k for k, v in enumerate(node.outs) if v in hinted]
+        if len(mine) > 1:
+            raise DeviceError(
+                f"with_division: hints on {len(mine)} results of {node.describe()}; "
+                "one node's results come from one division: hint one of them"
+            )
+        if mine:
+            out[node] = Hint(mine[0], hinted[node.outs[mine[0]]])
+    return out
 
 
-def hinted_op(node: Node, option: Any, hint: dict[str, int]) -> tuple[int, OpDesc] | None:
+def hinted_op(node: Node, option: Any, hint: Hint) -> tuple[int, OpDesc] | None:
     """Which compute op of a node's planned option gets the node's hint, as listed here.
 
     Returns:
         Its position among the node's compute ops in binding order (as
-        :func:`_node_descs` lists them, the walk that owns the rule) and its
-        description; None if no op gets it (the hinted result comes from no compute op).
+        :func:`_node_descs` lists them, the walk that owns the rule, loop bodies
+        included) and its description; None if no op gets it (the hinted result
+        comes from no compute op of the node's own).
     """
-    descs = _node_descs(node, option, _Names(), hint, [], {})
-    compute = [d for d in descs if d.kind == "compute"]
-    return next(((k, d) for k, d in enumerate(compute) if d.hint is not None), None)
+    claimed: list[int] = []
+    descs = _node_descs(node, option, _Names(), hint, [], {}, claimed)
+    if not claimed:
+        return None
+    compute = [k for k, d in enumerate(descs) if d.kind == "compute"]
+    return compute.index(claimed[0]), descs[claimed[0]]
 
 
 @dataclass(frozen=True)

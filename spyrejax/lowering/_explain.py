@@ -17,7 +17,7 @@ from ..primitives._array import SpyreType
 from ._collectives import collective_records
 from ._control import HostCharge
 from ._gc import gc_paused
-from ._graph import Node
+from ._graph import Node, source_line
 from ._interpret import Record, records
 from ._jit import SpyreJit
 from ._planner import Move, Plan
@@ -228,10 +228,6 @@ class Report:
         collective_cost: elements all the cards send each other (the plan's cost of
             the collectives: every card counts, as restickify_cost counts every card's
             restickifies inside a ``shard_map``).
-        unmodelled: the ``while`` loops and ``cond`` branches (at their source lines)
-            whose bodies the device model does not list: ``time_s`` and ``ops`` leave
-            their work out, and the text says so (``scan`` bodies are listed, each op
-            with the trip count as its ``repeat``).
     """
 
     jaxpr: str
@@ -258,7 +254,6 @@ class Report:
 
     collectives: tuple[tuple[str, int], ...] = ()
     collective_cost: int = 0
-    unmodelled: tuple[str, ...] = ()
 
     def residency(self, name: str) -> Residency:
         """Where the value of jaxpr variable ``name`` (as :attr:`jaxpr` prints it) lives.
@@ -326,21 +321,7 @@ class Report:
         if self.collectives:
             out.append(f"collectives between cards: {self._collectives_line()}")
         if self.device is not None:
-            m, ops = self.device.machine, self.device.ops
-            bound = {
-                b: sum(op.time_s for op in ops if op.bound == b) for b in ("compute", "memory")
-            }
-            out.append(
-                f"predicted time on {m.name} ({m.cores} cores): {self.time_s * 1e6:.3f} us "
-                f"({bound['compute'] * 1e6:.3f} us in compute-bound ops, "
-                f"{bound['memory'] * 1e6:.3f} us memory-bound; report.ops per op)"
-            )
-            if self.unmodelled:
-                out.append(
-                    f"  not counted: the bodies of {len(self.unmodelled)} while loops/branches, "
-                    "which the device model does not list yet (report.unmodelled): "
-                    + ", ".join(self.unmodelled)
-                )
+            out.extend(_device_lines(self.device))
         return out
 
     def _collectives_line(self) -> str:
@@ -500,6 +481,36 @@ class Report:
         return "".join(parts)
 
 
+def _device_lines(program: DeviceProgram) -> list[str]:
+    """The predicted time, and what the loops and branches count, for the summary."""
+    m, ops = program.machine, program.counted
+    bound = {b: sum(op.time_s for op in ops if op.bound == b) for b in ("compute", "memory")}
+    out = [
+        f"predicted time on {m.name} ({m.cores} cores): {program.time_s * 1e6:.3f} us "
+        f"({bound['compute'] * 1e6:.3f} us in compute-bound ops, "
+        f"{bound['memory'] * 1e6:.3f} us memory-bound; report.ops per op)"
+    ]
+    regions: dict[Any, list[DeviceOp]] = {}
+    for op in program.ops:
+        if op.region is not None:
+            regions.setdefault(op.region, []).append(op)
+    if not regions:
+        return out
+    parts = []
+    for region, inside in regions.items():
+        what = ("scan " if region.kind == "scan" else "") + region.describe()
+        left = "" if any(op.runs for op in inside) else ", not counted: a cheaper branch"
+        at = _short(source_line(region.source))
+        parts.append(f"{what} at {at} ({len(inside)} ops{left})")
+    out.append("  in loops and branches: " + "; ".join(parts))
+    if program.lower_bound:
+        out.append(
+            "  a lower bound: each while loop's body counts once (its trip count is unknown "
+            "at trace time)"
+        )
+    return out
+
+
 _DEVICE_COLUMNS = (
     ("op", "op"),
     ("division", "division"),
@@ -510,6 +521,7 @@ _DEVICE_COLUMNS = (
     ("time_us", "predicted us"),
     ("bound", "bound"),
     ("source", "source"),
+    ("loop", "loop / branch"),
 )
 
 
@@ -526,9 +538,10 @@ def _device_html(program: DeviceProgram) -> str:
             cells.append(f"<td>{e(text)}</td>")
         rows.append(f"<tr>{''.join(cells)}</tr>")
     m = program.machine
+    lower = " (a lower bound: while loops counted once)" if program.lower_bound else ""
     return (
         f"<p><b>device model</b> ({e(m.name)}, {m.cores} cores): predicted "
-        f"{program.time_s * 1e6:.3f} us, LX peak {program.lx_peak} B per core</p>"
+        f"{program.time_s * 1e6:.3f} us{lower}, LX peak {program.lx_peak} B per core</p>"
         f"<table><tr>{head}</tr>{''.join(rows)}</table>"
     )
 
@@ -628,12 +641,7 @@ def explain(
         program,
         collective_records(closed),
         plan.collective_cost,
-        tuple(f"{n.prim} at {n.line}" for n in lowering.graph.nodes if n.prim in _BODIES),
     )
-
-
-_BODIES = frozenset({"while", "cond"})
-"""Graph primitives whose bodies the device model does not list (Report.unmodelled)."""
 
 
 def _ops(plan: Plan) -> tuple[OpInfo, ...]:

@@ -21,8 +21,8 @@ from .._errors import DeviceError, SpyreInternalError
 from ..device import Machine, OpDesc, default_machine, validate_hint
 from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import SpyreType
-from ._cores import CoreCheck, CoreExecutor, node_scope
-from ._device import hinted_op, node_hints
+from ._cores import CoreCheck, CoreExecutor
+from ._device import hinted_op, node_hints, node_scope
 from ._graph import Graph, Node, Scalar, Value
 from ._planner import Move, Plan
 from ._rules import rule_for
@@ -167,7 +167,11 @@ class Interpreter:
         hinted = self.hinted_ops()  # traced before an executor is installed
         executor = self._executor()
         if executor is None:
-            return self._run(env, args, None)
+            # A body (loop, branch, shard_map) inside a program an executor runs (per
+            # core, or the device model's trace) opens its nodes' scopes: its hints
+            # reach its ops there too.
+            inside = sp.current_executor() is not None
+            return self._run(env, args, hinted if inside else None)
         with sp.executing(executor):
             return self._run(env, args, hinted)
 
@@ -200,13 +204,15 @@ class Interpreter:
                 every mode, so a program that runs by default also explains and exports).
         """
         if self._hinted is None:
-            self._hinted = {}
+            hinted = {}  # kept once complete: a refused hint raises at every call
             for node, hint in node_hints(self.graph).items():
                 for i, option in enumerate(self.plan.runs.get(node, [])):
                     found = hinted_op(node, option, hint)
                     if found is not None:
-                        validate_hint(found[1].space, hint, default_machine(self.machine).cores)
-                        self._hinted[node, i] = found
+                        cores = default_machine(self.machine).cores
+                        validate_hint(found[1].space, hint.splits, cores)
+                        hinted[node, i] = found
+            self._hinted = hinted
         return self._hinted
 
     def _run(
@@ -232,7 +238,7 @@ class Interpreter:
                 scope = (
                     contextlib.nullcontext()
                     if hinted is None
-                    else node_scope(node.line, hinted.get((node, i)))
+                    else node_scope(node.line, hinted.get((node, i)), node.source)
                 )
                 # The planner refused host fallbacks where they are not allowed.
                 with scope:

@@ -9,8 +9,9 @@ interpreter's trace says which jaxpr variable holds each pair, and a value insid
 node's lowering is found by matching that lowering's own jaxpr, equation by equation
 from its results back, against the program's.
 
-A ``shard_map`` body (one card's program) is annotated too; the bodies of loops and
-branches are not (the device model does not list their ops).
+A ``shard_map`` body (one card's program) is annotated too, and so are the bodies of
+loops and branches (a value crossing their boundary lives in DDR: only the values one
+iteration or branch makes and reads can be in LX).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 from .._jax import ClosedJaxpr, Var
 from ..device import DeviceProgram, Machine, plan_program
 from ..primitives._array import SpyreType
-from ._device import ProgramOps, program_ops
+from ._device import ProgramOps, inner_jaxprs, program_ops
 from ._graph import Graph, Value
 from ._planner import Plan
 
@@ -96,8 +97,7 @@ def _match(local: Any, known: dict[Any, Any], producer: dict[Any, Any]) -> dict[
         for a, b in zip(eqn.invars, twin.invars, strict=True):
             if isinstance(a, Var) and isinstance(b, Var):
                 pairs.setdefault(a, b)
-        if eqn.primitive.name == "shard_map":
-            body, twin_body = eqn.params["jaxpr"], twin.params["jaxpr"]
+        for body, twin_body in zip(inner_jaxprs(eqn), inner_jaxprs(twin), strict=True):
             ends = [
                 *zip(body.invars, twin_body.invars, strict=True),
                 *zip(body.outvars, twin_body.outvars, strict=True),
@@ -124,12 +124,17 @@ def _same_op(a: Any, b: Any) -> bool:
 def _retyped(jaxpr: Any, types: dict[Any, SpyreType]) -> Any:
     """``jaxpr`` with the variables of ``types`` replaced by variables of those types.
 
-    ``shard_map`` bodies are rebuilt too; other inner jaxprs are left as they are.
+    ``shard_map``, loop and branch bodies are rebuilt too; other inner jaxprs are left
+    as they are.
     """
     if not types:
         return jaxpr
     new = {v: Var(t) for v, t in types.items()}
     return _substituted(jaxpr, new)
+
+
+def _closed(closed: ClosedJaxpr, new: dict[Any, Any]) -> ClosedJaxpr:
+    return ClosedJaxpr(_substituted(closed.jaxpr, new), closed.consts)
 
 
 def _substituted(jaxpr: Any, new: dict[Any, Any]) -> Any:
@@ -141,6 +146,16 @@ def _substituted(jaxpr: Any, new: dict[Any, Any]) -> Any:
         params = e.params
         if e.primitive.name == "shard_map":
             params = {**params, "jaxpr": _substituted(params["jaxpr"], new)}
+        elif e.primitive.name == "scan":
+            params = {**params, "jaxpr": _closed(params["jaxpr"], new)}
+        elif e.primitive.name == "while":
+            params = {
+                **params,
+                "cond_jaxpr": _closed(params["cond_jaxpr"], new),
+                "body_jaxpr": _closed(params["body_jaxpr"], new),
+            }
+        elif e.primitive.name == "cond":
+            params = {**params, "branches": tuple(_closed(b, new) for b in params["branches"])}
         eqns.append(e.replace(invars=sub(e.invars), outvars=sub(e.outvars), params=params))
     changes: dict[str, Any] = {"eqns": eqns}
     for field in ("invars", "outvars"):  # replaced only if changed (keeps debug names)
