@@ -231,3 +231,28 @@ def test_a_hint_on_a_loops_result_asks_for_the_hint_inside_its_body():
 
     with pytest.raises(sj.DeviceError, match=r"comes from the scan at .*hint the value inside"):
         sj.explain(f, rand((100, 150)))
+
+
+def test_a_scans_slices_and_stacked_results_move_no_data_of_their_own():
+    """The body reads its slice of the stacked operand in place and writes its stacked
+    result itself: the ``wrap``s that relabel them are views, so each iteration reads
+    one slice and the program writes each result once."""
+
+    def f(c, xs):
+        def body(c, x):
+            y = jnp.tanh(c * x)
+            return c + y, y * 2
+
+        return jax.lax.scan(body, c, xs)
+
+    n, slice_bytes = 10, 64 * 128 * 2
+    r = sj.explain(f, X, S((n, 64, 128), F16))
+    wraps = [o for o in r.ops if o.opfunc == "wrap"]
+    assert wraps and all(o.desc.kind == "view" and o.time_s == 0 for o in wraps)
+    reads_slice = [o for o in r.ops if any(w.desc.output[0] in dict(o.desc.inputs) for w in wraps)]
+    assert [o.opfunc for o in reads_slice] == ["mul"]  # c * x, every iteration
+    (mul,) = reads_slice
+    assert mul.repeat == n and mul.read_bytes == n * 2 * slice_bytes  # c and one slice
+    writers = [o for o in r.ops if o.write_bytes]
+    assert r.device.write_bytes == sum(o.write_bytes for o in writers)
+    assert all(o.opfunc != "wrap" for o in writers)

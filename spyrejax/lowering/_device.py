@@ -45,6 +45,7 @@ from ..device import (
 from ..device._division import _MATMUL_NAMES, _OTHER_NAMES
 from ..primitives._array import SpyreType
 from ..primitives._astype import Astype
+from ..primitives._base import Image, Wrap
 from ..primitives._elementwise import Elementwise
 from ..primitives._matmul import Matmul
 from ..primitives._reduce import Reduce
@@ -472,6 +473,7 @@ def _walk(
     A hint goes to the op that gives the hinted result of the node (:func:`_own_hint`);
     a body node's hint to the op its scope gave it when traced (:func:`take_hint`).
     """
+    made = {v: e for e in jaxpr.eqns for v in e.outvars}
     for eqn in jaxpr.eqns:
         prim = eqn.params.get("_prim")
         if prim is None and eqn.primitive.name in _LOOPS:
@@ -499,6 +501,8 @@ def _walk(
             kind, opfunc, space = _space(prim, in_specs, out_spec)
         except DeviceError:
             kind, opfunc, space = "copy", type(prim).__name__.lower(), None
+        if isinstance(prim, Wrap) and _relabels(eqn.invars[0], made):
+            kind = "view"
         mine, source = None, op.source
         b = op.bound.get(id(prim))
         if b is not None and b.prim is prim:  # bound by a body node: its hint, its line
@@ -518,6 +522,21 @@ def _walk(
                 region=op.region,
             )
         )
+
+
+def _relabels(image: Any, made: Mapping[Any, Any]) -> bool:
+    """Whether a ``Wrap`` of ``image`` moves no data: the image is an array's own.
+
+    So are a ``scan`` body's slice of a stacked operand (the body's ops read it in
+    place), a loop's stacked results (the body's ops wrote them) and a carry that
+    forgets its zero padding (``image`` then ``wrap``). An image computed by other
+    operations is a new array (a copy, as the device model counts it).
+    """
+    eqn = made.get(image)
+    if eqn is None:  # the jaxpr's own input: a loop body's slice
+        return True
+    prim = eqn.params.get("_prim")
+    return isinstance(prim, Image) or (prim is None and eqn.primitive.name in _LOOPS)
 
 
 def _own_hint(op: _Op, inner: dict[str, int] | None, descs: list[OpDesc]) -> None:
