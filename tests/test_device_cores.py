@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import spyrejax as sj
-from spyrejax.device import Machine, divide_op
+from spyrejax.device import Machine, WorkDivision, divide_op
 from spyrejax.lowering import _cores, checking_cores
 from spyrejax.lowering._cores import _load, _store
 from spyrejax.lowering._device import _space, _spec
@@ -307,12 +307,97 @@ def test_a_split_sum_within_rounding_passes_and_a_lost_slice_does_not(monkeypatc
     assert m.op == "sum" and dict(m.splits)["mb"] == 32  # the reduced (stick) dim split
 
 
-def test_an_op_that_cannot_run_per_core_falls_back_visibly_in_the_check_mode():
+# -- device dims folding several logical dims (views that run a dim past its end) ----------
+
+# Each program reads (or writes) a view whose device dim folds several logical dims: the
+# folded variables are never split, so every core walks the whole folded range.
+FOLDED = {
+    # f32 sticks of 32 lanes over a transposed view's rows of 32: (out, x) folded.
+    "transpose_reshape": (lambda x: x.T.reshape(4, 16, 32) * 2, lambda: (rand((32, 64)),), 0),
+    # One stick spans two rows after the reshape (f32: 32 lanes, rows of 16).
+    "split_stick_f32": (lambda x: x.reshape(8, 8, 16) * 2, lambda: (rand((8, 128)),), 0),
+    # Then transposed: the stick folds logical dims 0 and 2, not adjacent.
+    "split_stick_transposed": (
+        lambda x: x.reshape(8, 8, 32).transpose(1, 0, 2) + 1,
+        lambda: (rand((8, 256), F16),),
+        0,
+    ),
+    # A stick over three logical dims (radix 4 x 5 x 16).
+    "fold_of_three": (lambda x: x.reshape(6, 4, 5, 16) - 1, lambda: (rand((6, 320)),), 0),
+    # Rows of 60 in two sticks (4 padding lanes) cut into 3 x 20: partial sticks.
+    "partial_sticks": (lambda x: x.reshape(4, 3, 20) * 2, lambda: (rand((4, 60)),), 0),
+    # A broadcast operand next to the folded one.
+    "broadcast": (
+        lambda x, b: x.reshape(8, 8, 32) * b,
+        lambda: (rand((8, 256), F16), rand((8, 1, 1), F16, seed=1)),
+        0,
+    ),
+    "int": (
+        lambda x: x.reshape(6, 8, 16) * 3 + 1,
+        lambda: (jnp.arange(768, dtype=jnp.int32).reshape(6, 128),),
+        0,
+    ),
+    "astype": (
+        lambda x: x.reshape(8, 8, 32).astype(jnp.float32),
+        lambda: (rand((8, 256), F16),),
+        0,
+    ),
+    "astype_transposed": (
+        lambda x: x.T.reshape(4, 16, 32).astype(F16),
+        lambda: (rand((32, 64)),),
+        0,
+    ),
+    # Reductions over the folded dims.
+    "max_over_fold": (lambda x: x.reshape(8, 8, 32).max((1, 2)), lambda: (rand((8, 256), F16),), 0),
+    "sum_over_fold": (lambda x: x.reshape(8, 8, 16).sum((1, 2)), lambda: (rand((8, 128)),), 128),
+    # The matmul primitive takes no folded operand (a reshape copy comes first): its
+    # operand here is the folded result of a per-core op, viewed back unfolded.
+    "matmul_of_folded": (
+        lambda x, w: (x.reshape(8, 8, 16) * 2).reshape(8, 128) @ w,
+        lambda: (rand((8, 128)), rand((128, 24), seed=1)),
+        128,
+    ),
+}
+
+
+def folded_ops(f, *args):
+    """The divided ops of ``f`` that read or write a folded device dim."""
+    return [
+        op.division.space.opfunc
+        for op in sj.explain(f, *args).ops
+        if op.division is not None
+        and any(fold is not None for o in op.division.space.operands for fold in o.folds)
+    ]
+
+
+@pytest.mark.parametrize("name", FOLDED)
+def test_folded_device_dims_run_per_core(name):
+    f, make, reduce_len = FOLDED[name]
+    args = make()
+    assert folded_ops(f, *args)
+    got, want = both(f, *args)
+    if reduce_len:
+        assert_close(got, want, reduce_len=reduce_len)
+    else:
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    with checking_cores() as check:
+        sj.to_host(sj.jit(f)(*args))
+        jax.effects_barrier()
+    assert check.take() == [] and not check.fallbacks and check.checked
+
+
+def test_a_division_that_splits_a_folded_variable_falls_back_visibly(monkeypatch):
     def f(x):
-        return x.T.reshape(4, 16, 32) * 2  # a device dim folding two logical dims
+        return x.T.reshape(4, 16, 32) * 2  # device dims folding logical dims 0 and 1
 
     x = rand((32, 64))
-    with pytest.raises(sj.SpyreUnsupportedError, match="folds logical dims"):
+
+    def split_out(space, machine, hint=None):
+        splits = {n: 1 for n in space.names} | {"out": 2}
+        return WorkDivision(space, splits, machine.cores, space.names)
+
+    monkeypatch.setattr(_cores, "divide_op", split_out)
+    with pytest.raises(sj.SpyreUnsupportedError, match=r"splits out, which .* folded"):
         sj.jit(f, emulate="cores")(x)
     with checking_cores() as check:
         got = sj.to_host(sj.jit(f)(x))

@@ -538,3 +538,27 @@ def test_property_tiled_layouts_follow_the_rule(case, data):
             broadcast = [m == 0 for m in layout.stride_map]
             want = tuple(0 if b else int(c) for b, c in zip(broadcast, coord, strict=True))
             assert layout.device_coord(index, shape) == want
+
+
+@pytest.mark.parametrize(
+    ("device_size", "stride_map", "shape"),
+    [
+        ([38, 64], [64, 1], (38, 2, 32)),  # host dims 1 and 2 folded under one stick dim
+        ([2, 64], [64, 1], (3, 40)),  # rows of 40 run on in sticks of 64: two dims walk it
+    ],
+)
+def test_fold_index_is_the_host_mappings_index_map(device_size, stride_map, shape):
+    from spyrejax.layout._devdims import device_dims, fold_index
+
+    layout = sj.SpyreTensorLayout.from_stride_map(device_size, stride_map, np.float16)
+    strides = tuple(int(s) for s in np.cumprod((1, *shape[:0:-1]))[::-1])
+    folds = fold_index(layout, shape, shape, strides)
+    tags = device_dims(layout, shape, shape, strides)
+    assert any(f is not None for f in folds)
+    coords = layout.for_host(shape).device_coords()
+    index = np.indices(shape)
+    for j, (f, d) in enumerate(zip(folds, tags, strict=True)):
+        assert (f is not None) == (len(d.dims) > 1)
+        if f is not None:
+            assert (f.dims, f.ratio) == (d.dims, d.ratio)
+            np.testing.assert_array_equal(f.coord([index[k] for k in f.dims]), coords[..., j])

@@ -123,3 +123,38 @@ def test_reshape_splits_a_device_dim_that_covers_whole_dims():
     assert all(len(d.dims) == 1 for d in r.type.dims if d.is_data)
     np.testing.assert_array_equal(np.asarray(r), x.reshape(64, 4, 32))
     np.testing.assert_array_equal(np.asarray(r.sum(1)), x.reshape(64, 4, 32).sum(1))
+
+
+@pytest.mark.parametrize(
+    ("make", "view"),
+    [
+        (lambda: rand((8, 256), jnp.float16), lambda a: a.reshape(8, 8, 32)),
+        (lambda: rand((8, 256), jnp.float16), lambda a: a.reshape(8, 8, 32).transpose(1, 0, 2)),
+        (lambda: rand((32, 64)), lambda a: a.T.reshape(4, 16, 32)),
+        (lambda: rand((6, 320)), lambda a: a.reshape(6, 4, 5, 16)),
+        (lambda: rand((4, 60)), lambda a: a.reshape(4, 3, 20)),
+        (lambda: rand((5, 100, 150)), lambda a: a.transpose(0, 2, 1)),
+    ],
+)
+def test_the_per_core_lx_index_of_a_view_is_the_layouts_index_map(make, view):
+    """Brute force: every point core 0 reads sits where the base's own index map puts it."""
+    from spyrejax.device import default_machine, divide_op, elementwise_space
+    from spyrejax.lowering._cores import _lx_index
+    from spyrejax.lowering._device import _spec
+
+    t = view(sj.to_device(make())).type
+    spec = _spec(t, "x")
+    div = divide_op(elementwise_space("neg", spec, [spec]), default_machine())
+    got = np.asarray(_lx_index(div, 0))  # iteration order: the last logical dim first
+    box = div.box(0, 0)
+    mapping = t.layout.for_host(t.base_shape)
+    n = len(t.shape)
+    chunks = [min(div.chunk(name), t.shape[n - 1 - a]) for a, name in enumerate(div.space.names)]
+    for point in np.ndindex(*chunks):
+        index = point[::-1]  # logical index
+        offset = sum(i * s for i, s in zip(index, t.strides, strict=True))
+        coord = mapping.device_coord(np.unravel_index(offset, t.base_shape))
+        local = [c - a for c, (a, _) in zip(coord, box, strict=True)]
+        assert all(0 <= c < b - a for c, (a, b) in zip(coord, box, strict=True))
+        want = np.ravel_multi_index(local, [b - a for a, b in box])
+        assert got[point] == want, (index, coord)

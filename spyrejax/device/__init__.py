@@ -6,6 +6,7 @@ Pure Python/NumPy planning on layout types (spyre-device spec); the integration 
 
 from ._cost import OpCost, op_cost, transfer_cost
 from ._division import (
+    Fold,
     IterDim,
     Operand,
     OpSpace,
@@ -26,6 +27,7 @@ __all__ = [
     "Buffer",
     "DeviceOp",
     "DeviceProgram",
+    "Fold",
     "IterDim",
     "LXPlan",
     "Machine",

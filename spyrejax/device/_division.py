@@ -21,13 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import DeviceError
-from ..layout._devdims import DevDim, device_dims
+from ..layout._devdims import DevDim, FoldIndex, device_dims, fold_index
 from ..layout._dtypes import BYTES_PER_STICK
 from ..layout._layout import SpyreTensorLayout
 from ..layout._segments import row_major_strides
 from ._machine import Machine
 
 __all__ = [
+    "Fold",
     "IterDim",
     "OpSpace",
     "Operand",
@@ -53,12 +54,17 @@ class TensorSpec:
         layout: the device layout of its image.
         dims: per device dim, the logical dims it walks (:class:`DevDim`).
         name: a name for reports.
+        base_shape: for a view, the contiguous host tensor the layout was built for
+            (None: ``shape`` itself).
+        strides: for a view, its strides over ``base_shape`` (None: row-major).
     """
 
     shape: tuple[int, ...]
     layout: SpyreTensorLayout
     dims: tuple[DevDim, ...]
     name: str = ""
+    base_shape: tuple[int, ...] | None = None
+    strides: tuple[int, ...] | None = None
 
     @classmethod
     def of(
@@ -74,7 +80,27 @@ class TensorSpec:
         shape = tuple(int(n) for n in shape)
         base = tuple(base_shape) if base_shape is not None else shape
         strides = tuple(strides) if strides is not None else row_major_strides(shape)
-        return cls(shape, layout, device_dims(layout, base, shape, tuple(strides)), name)
+        dims = device_dims(layout, base, shape, tuple(strides))
+        return cls(shape, layout, dims, name, base, tuple(strides))
+
+    @functools.cached_property
+    def folds(self) -> tuple[FoldIndex | None, ...]:
+        """Per device dim, how it indexes the logical dims it folds (None if it folds none).
+
+        Raises:
+            DeviceError: if the view (``base_shape``, ``strides``) does not give
+                :attr:`dims` (a spec built without its view).
+        """
+        base = self.shape if self.base_shape is None else self.base_shape
+        strides = row_major_strides(self.shape) if self.strides is None else self.strides
+        folds = fold_index(self.layout, base, self.shape, strides)
+        for d, f in zip(self.dims, folds, strict=True):
+            if len(d.dims) > 1 and (f is None or (f.dims, f.ratio) != (d.dims, d.ratio)):
+                raise DeviceError(
+                    f"{self.name or 'a tensor'}: its device dims {self.dims} are not those of "
+                    f"the view {self.shape} with strides {strides} over {base}"
+                )
+        return folds
 
     @property
     def itemsize(self) -> int:
@@ -114,19 +140,42 @@ class IterDim:
 
 
 @dataclass(frozen=True)
+class Fold:
+    """A device dim of an operand that folds several logical dims: the variables it walks.
+
+    Its variables are pinned (never split): every core walks the whole folded range.
+
+    Attributes:
+        vars: the iteration variable of each folded logical dim, outermost first (None
+            for a logical dim no variable indexes: it is walked at 0).
+        index: how the device coordinate follows from theirs (the radix rule).
+    """
+
+    vars: tuple[str | None, ...]
+    index: FoldIndex
+
+
+@dataclass(frozen=True)
 class Operand:
     """One operand of an op, with the iteration variable each device dim walks.
 
     Attributes:
         tensor: the tensor.
         role: ``"input"`` or ``"output"``.
-        walks: per device dim, ``(variable name, ratio)`` or None (synthetic, size-1
-            or broadcast dims).
+        walks: per device dim, ``(variable name, ratio)`` or None (synthetic, size-1,
+            broadcast or folded dims).
+        folds: per device dim, the :class:`Fold` of a dim that folds several logical
+            dims, else None (empty: none given).
     """
 
     tensor: TensorSpec
     role: str
     walks: tuple[tuple[str, int] | None, ...]
+    folds: tuple[Fold | None, ...] = ()
+
+    def fold(self, j: int) -> Fold | None:
+        """The :class:`Fold` of device dim ``j``, or None."""
+        return self.folds[j] if self.folds else None
 
 
 @dataclass(frozen=True)
@@ -179,7 +228,8 @@ class OpSpace:
         Two ops of one geometry (a repeated layer's) divide alike, into the same boxes.
         """
         operands = tuple(
-            (o.role, o.walks, o.tensor.shape, o.tensor.layout, o.tensor.dims) for o in self.operands
+            (o.role, o.walks, o.folds, o.tensor.shape, o.tensor.layout, o.tensor.dims)
+            for o in self.operands
         )
         return (self.opfunc, self.kind, self.dims, operands, self.macs, self.broadcast)
 
@@ -203,6 +253,7 @@ def _space(
     broadcast = False
     for tensor, role, var_of in operands:
         walks: list[tuple[str, int] | None] = []
+        folds: list[Fold | None] = [None] * len(tensor.dims)
         for j, d in enumerate(tensor.dims):
             if not d.is_data:
                 walks.append(None)
@@ -211,6 +262,9 @@ def _space(
             if len(d.dims) != 1 or vars_[0] is None:
                 pinned.update(v for v in vars_ if v is not None)
                 walks.append(None)
+                index = tensor.folds[j] if len(d.dims) > 1 else None
+                if index is not None:
+                    folds[j] = Fold(tuple(vars_), index)
                 continue
             var = vars_[0]
             walks.append((var, d.ratio))
@@ -221,7 +275,7 @@ def _space(
             n not in seen and e > 1 for n, e, r in zip(names, extents, reduced, strict=True)
         ):
             broadcast = broadcast or kind == "elementwise"
-        ops.append(Operand(tensor, role, tuple(walks)))
+        ops.append(Operand(tensor, role, tuple(walks), tuple(folds)))
     for op in ops:
         for var in {w[0] for w in op.walks if w is not None}:
             if not _follows(op, var, stick[var]):

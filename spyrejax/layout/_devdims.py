@@ -17,17 +17,20 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .._errors import LayoutError
 from ._dtypes import DataFormats
 from ._layout import HostMapping, SpyreTensorLayout
-from ._segments import Segmentation, row_major_strides, segment_axes
+from ._segments import Segmentation, axis_coord, row_major_strides, segment_axes
 
 __all__ = [
     "AlignPlan",
     "DevDim",
+    "FoldIndex",
     "align",
     "device_dims",
+    "fold_index",
     "layout_from_dims",
     "padded_base_dims",
     "stick_dim",
@@ -77,25 +80,83 @@ def device_dims(
     Raises:
         LayoutError: if the view cannot be expressed over the layout's device dims.
     """
-    mapping = layout.for_host(base_shape)
-    axes = tuple(zip(layout.device_size, layout.stride_map, strict=True))
-    what = f"view {list(shape)} with strides {list(strides)} over {layout}"
-    if shape == base_shape and is_contiguous(shape, strides):
-        seg = mapping.segmentation
-    else:
-        extents = _padded_extents(mapping)
-        live = []
-        for n, s in zip(shape, strides, strict=True):
-            live.append(1 if s == 0 else extents.get((s, n), n))
-        seg = segment_axes(
-            tuple(live), tuple(max(s, 1) for s in strides), axes, what=what, fold_overflow=True
-        )
-        _check_radix(seg, layout, what)
+    seg, _ = _view_segmentation(layout, base_shape, shape, strides)
     tags = [DevDim((), 1, n) for n in layout.device_size]
     for segment in seg.segments:
         for j, ratio in segment.axes:
             tags[j] = DevDim(segment.host_dims, ratio, layout.device_size[j])
     return tuple(tags)
+
+
+@dataclass(frozen=True)
+class FoldIndex:
+    """How a device dim that folds several logical dims indexes them (the radix rule).
+
+    Attributes:
+        dims: the logical dims it walks, outermost first.
+        sizes: their sizes in the mixed radix (a view's padded extents where
+            :func:`device_dims` counts them): ``x = x * size + coord``.
+        ratio: logical elements (in that radix) per step of the device dim.
+        outer: the ratios of the device dims walking the same dims outside this one,
+            largest first (``x %= r`` for each before ``x // ratio``).
+    """
+
+    dims: tuple[int, ...]
+    sizes: tuple[int, ...]
+    ratio: int
+    outer: tuple[int, ...] = ()
+
+    def coord(self, coords: Sequence[Any]) -> Any:
+        """The device coordinate of the logical coordinates of :attr:`dims` (ints or arrays)."""
+        return axis_coord(coords, self.sizes, self.ratio, self.outer)
+
+
+@functools.lru_cache(maxsize=8192)
+def fold_index(
+    layout: SpyreTensorLayout,
+    base_shape: tuple[int, ...],
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+) -> tuple[FoldIndex | None, ...]:
+    """Per device dim of a view (as :func:`device_dims`), its :class:`FoldIndex` if it folds.
+
+    A device dim walking one logical dim (or none) gets None.
+
+    Raises:
+        LayoutError: if the view cannot be expressed over the layout's device dims.
+    """
+    seg, live = _view_segmentation(layout, base_shape, shape, strides)
+    out: list[FoldIndex | None] = [None] * layout.device_rank
+    for segment in seg.segments:
+        if len(segment.host_dims) < 2:
+            continue
+        sizes = tuple(live[d] for d in segment.host_dims)
+        ratios = [r for _, r in segment.axes]
+        for k, (j, ratio) in enumerate(segment.axes):
+            out[j] = FoldIndex(segment.host_dims, sizes, ratio, tuple(ratios[:k]))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=8192)
+def _view_segmentation(
+    layout: SpyreTensorLayout,
+    base_shape: tuple[int, ...],
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+) -> tuple[Segmentation, tuple[int, ...]]:
+    """The segmentation of a view over the layout's device dims, and each dim's radix size."""
+    mapping = layout.for_host(base_shape)
+    if shape == base_shape and is_contiguous(shape, strides):
+        return mapping.segmentation, shape
+    axes = tuple(zip(layout.device_size, layout.stride_map, strict=True))
+    what = f"view {list(shape)} with strides {list(strides)} over {layout}"
+    extents = _padded_extents(mapping)
+    live = tuple(
+        1 if s == 0 else extents.get((s, n), n) for n, s in zip(shape, strides, strict=True)
+    )
+    seg = segment_axes(live, tuple(max(s, 1) for s in strides), axes, what=what, fold_overflow=True)
+    _check_radix(seg, layout, what)
+    return seg, live
 
 
 def _padded_extents(mapping: HostMapping) -> dict[tuple[int, int], int]:

@@ -23,7 +23,7 @@ import numpy as np
 
 from .._errors import LayoutError
 from ._dtypes import DataFormats, DTypeLike, format_for_dtype
-from ._segments import Segmentation, row_major_strides, segment_axes
+from ._segments import Segmentation, axis_coord, row_major_strides, segment_axes
 
 __all__ = ["HostMapping", "SpyreTensorLayout"]
 
@@ -577,9 +577,8 @@ class HostMapping:
         idx = _check_index(index, self.shape)
         out = [0] * self.layout.device_rank
         for segment in self.segmentation.segments:
-            rest = self._segment_linear(segment.host_dims, idx)
-            for j, ratio in segment.axes:
-                out[j], rest = divmod(rest, ratio)
+            for j, c in self._segment_coords(segment, idx):
+                out[j] = int(c)
         return tuple(out)
 
     def device_coords(self) -> np.ndarray:
@@ -605,10 +604,8 @@ class HostMapping:
         index = np.moveaxis(idx, -1, 0) if idx.ndim else idx
         out = np.zeros((*idx.shape[:-1], self.layout.device_rank), dtype=np.int64)
         for segment in self.segmentation.segments:
-            rest = self._segment_linear(segment.host_dims, index)
-            for j, ratio in segment.axes:
-                out[..., j] = rest // ratio
-                rest = rest % ratio
+            for j, c in self._segment_coords(segment, index):
+                out[..., j] = c
         return out
 
     def host_index(self, coord: Sequence[int]) -> tuple[int, ...] | None:
@@ -775,12 +772,14 @@ class HostMapping:
         segment = self.segmentation.segments[found[0]]
         return segment.host_dims[0] if len(segment.host_dims) == 1 and found[1] == 1 else None
 
-    def _segment_linear(self, dims: tuple[int, ...], index: Any) -> Any:
-        """Linear position inside a (folded) segment of the host coordinates ``index``."""
-        x = 0
-        for d in dims:
-            x = x * self.shape[d] + index[d]
-        return x
+    def _segment_coords(self, segment: Any, index: Any) -> list[tuple[int, Any]]:
+        """``(device dim, coordinate)`` of each axis of a segment at host index ``index``."""
+        coords = [index[d] for d in segment.host_dims]
+        sizes = [self.shape[d] for d in segment.host_dims]
+        ratios = [r for _, r in segment.axes]
+        return [
+            (j, axis_coord(coords, sizes, r, ratios[:k])) for k, (j, r) in enumerate(segment.axes)
+        ]
 
     def _dividing_dim(self, stride: int) -> int:
         """Host dim (size > 1) with the largest stride that divides ``stride``, else -1."""

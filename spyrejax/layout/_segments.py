@@ -21,10 +21,11 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .._errors import LayoutError
 
-__all__ = ["Segment", "Segmentation", "row_major_strides", "segment_axes"]
+__all__ = ["Segment", "Segmentation", "axis_coord", "row_major_strides", "segment_axes"]
 
 
 def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -35,6 +36,36 @@ def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
         strides.append(acc)
         acc *= max(n, 1)  # as PyTorch: a size-0 dim does not zero the outer strides
     return tuple(reversed(strides))
+
+
+def axis_coord(
+    coords: Sequence[Any], sizes: Sequence[int], ratio: int, outer: Sequence[int] = ()
+) -> Any:
+    """The coordinate along one axis of a segment, from the coordinates of its host dims.
+
+    The segment's position is the mixed-radix number of its host dims' coordinates
+    (``x = x * size + coord``, outermost first; the outermost size never matters), and
+    the axes take it from the largest ratio down by quotients and remainders: an axis
+    stepping ``ratio`` gets ``x // ratio`` after ``x %= r`` for every outer axis ratio
+    ``r`` (largest first).
+
+    Args:
+        coords: the coordinate of each host dim of the segment, outermost first: ints
+            or integer arrays of any array library (only ``*``, ``+``, ``//`` and ``%``
+            are used; arrays broadcast).
+        sizes: the sizes of those dims (a view's padded extents where it counts them).
+        ratio: the axis's step in segment elements.
+        outer: the ratios of the segment's axes outside this one, largest first.
+
+    Returns:
+        The axis coordinate (an int, or an array like ``coords``).
+    """
+    x: Any = 0
+    for c, n in zip(coords, sizes, strict=True):
+        x = x * n + c
+    for r in outer:
+        x = x % r
+    return x // ratio
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ import numpy as np
 
 from .._errors import SpyreInternalError, SpyreUnsupportedError
 from ..device import Machine, WorkDivision, core_dci, default_machine, divide_op
-from ..layout._segments import row_major_strides
+from ..layout._segments import axis_coord, row_major_strides
 from ..primitives._array import PadFill
 from ..primitives._astype import Astype
 from ..primitives._base import image, wrap
@@ -170,8 +170,9 @@ class CoreCheck:
 
     Attributes:
         checked: ops traced both ways, per op name.
-        fallbacks: ops that cannot run per core (a device dim folding several logical
-            dims), per op name and reason: they ran the whole-image kernel only.
+        fallbacks: ops that cannot run per core (a division splitting a variable that
+            a folded device dim walks), per op name and reason: they ran the whole-image
+            kernel only.
         mismatches: what the comparisons found (:meth:`take` empties it).
     """
 
@@ -379,19 +380,34 @@ def checking_cores(check: CoreCheck | None = None) -> Iterator[CoreCheck]:
 
 
 def _check_supported(div: WorkDivision) -> None:
-    """Every data device dim of every operand walks one iteration variable.
+    """Every data device dim of every operand walks one variable, or folds unsplit ones.
+
+    A device dim folding several logical dims (:class:`spyrejax.device.Fold`) is read
+    whole by every core: the division must not split the variables it walks (the
+    planner pins them; a hand-built division may not).
 
     Raises:
-        SpyreUnsupportedError: for a device dim that folds several logical dims.
+        SpyreUnsupportedError: for a folded device dim whose variable is split, or a
+            data device dim that walks no variable.
     """
     for op in div.space.operands:
         for j, d in enumerate(op.tensor.dims):
-            if d.is_data and op.walks[j] is None:
+            if not d.is_data or op.walks[j] is not None:
+                continue
+            fold = op.fold(j)
+            if fold is None:
                 raise SpyreUnsupportedError(
                     f'emulate="cores": {div.space.opfunc} reads {op.tensor.name} whose device '
-                    f"dim {j} folds logical dims {d.dims}; per-core execution needs each "
-                    "device dim to walk one logical dim (restickify first, or use the "
-                    "default mode)"
+                    f"dim {j} walks logical dims {d.dims} with no iteration variable; "
+                    "use the default mode"
+                )
+            split = [v for v in fold.vars if v is not None and div.splits[v] > 1]
+            if split:
+                raise SpyreUnsupportedError(
+                    f'emulate="cores": {div.space.opfunc} splits {split[0]}, which '
+                    f"{op.tensor.name}'s device dim {j} walks folded with other logical dims "
+                    f"{d.dims}; per-core execution reads a folded device dim whole (do not "
+                    "split it, restickify first, or use the default mode)"
                 )
 
 
@@ -515,30 +531,59 @@ def _starts(div: WorkDivision) -> dict[str, np.ndarray]:
     return {n: np.asarray([s[n] * div.chunk(n) for s in slices], np.int32) for n in div.space.names}
 
 
+def _walked(div: WorkDivision, operand: int) -> list[str]:
+    """The variables an operand walks (by a device dim of its own or folded), in order."""
+    op = div.space.operands[operand]
+    names = {w[0] for w in op.walks if w is not None}
+    for j in range(len(op.walks)):
+        fold = op.fold(j)
+        if fold is not None:
+            names.update(v for v in fold.vars if v is not None)
+    return [n for n in div.space.names if n in names]
+
+
 def _local_shape(div: WorkDivision, operand: int) -> tuple[int, ...]:
     """The operand's axes over the iteration space: a variable's chunk, 1 if not walked."""
-    walked = {w[0] for w in div.space.operands[operand].walks if w is not None}
+    walked = _walked(div, operand)
     return tuple(div.chunk(n) if n in walked else 1 for n in div.space.names)
 
 
 def _lx_index(div: WorkDivision, operand: int) -> jax.Array:
     """For each local iteration point, its position in the core's LX box (same on every core).
 
-    A device dim walking variable ``v`` with ratio ``r`` holds the point at
-    ``(v // r) % box size``: boxes start on whole slices, so local counts work.
+    A device dim walking variable ``v`` with ratio ``r`` holds the point at its
+    coordinate by the radix rule (:func:`~spyrejax.layout._segments.axis_coord`: ``v``'s
+    remainder by the ratios of the dims walking ``v`` outside it, divided by ``r``),
+    counted from the box: boxes start on whole slices, so local counts work. A device
+    dim folding several logical dims (its variables never split, so local counts are
+    global) holds it at the coordinate its :class:`~spyrejax.device.Fold` gives. Points
+    outside the extents wrap into the box (they are never stored).
     """
     op = div.space.operands[operand]
     shape = _local_shape(div, operand)
     box = div.box_shape(operand, 0)
     strides = row_major_strides(box)
+
+    def iota(var: str | None) -> Any:
+        if var is None:
+            return 0
+        return jax.lax.broadcasted_iota(np.int32, shape, div.space.names.index(var))
+
     idx = jnp.zeros(shape, np.int32)
     for j, w in enumerate(op.walks):
-        if w is None:
+        fold = op.fold(j)
+        if w is not None:
+            var, ratio = w
+            outer = sorted(
+                (u[1] for u in op.walks if u is not None and u[0] == var and u[1] > ratio),
+                reverse=True,
+            )
+            c = axis_coord([iota(var)], [1], ratio, outer)
+        elif fold is not None:
+            c = fold.index.coord([iota(v) for v in fold.vars])
+        else:
             continue
-        var, ratio = w
-        axis = div.space.names.index(var)
-        v = jax.lax.broadcasted_iota(np.int32, shape, axis)
-        idx = idx + (v // ratio) % box[j] * strides[j]
+        idx = idx + c % box[j] * strides[j]
     return idx
 
 
@@ -571,12 +616,10 @@ def _from_space(
     Only points inside the logical extents are written (padding points would wrap onto
     data positions of a narrower-stick operand); the rest of the box stays poison.
     """
-    op = div.space.operands[operand]
     shape = _local_shape(div, operand)
     n = math.prod(div.box_shape(operand, 0))
     idx = jnp.broadcast_to(_lx_index(div, operand)[None], (cores, *shape))
-    walked = [w[0] for w in op.walks if w is not None]
-    ok = _valid(div, walked, shape, starts)
+    ok = _valid(div, _walked(div, operand), shape, starts)
     if ok is not None:
         idx = jnp.where(ok, idx, n)  # out of range: dropped
     result = jnp.broadcast_to(result, (cores, *shape))

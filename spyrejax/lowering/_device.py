@@ -147,7 +147,7 @@ class _Names:
 
 
 def _spec(t: SpyreType, name: str) -> TensorSpec:
-    return TensorSpec(t.shape, t.layout, t.dims, name)
+    return TensorSpec(t.shape, t.layout, t.dims, name, t.base_shape, t.strides)
 
 
 def _space(prim: Any, ins: list[TensorSpec], out: TensorSpec) -> Any:
