@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import html
 import math
 from collections.abc import Callable
@@ -230,10 +231,9 @@ class Report:
             restickifies inside a ``shard_map``).
     """
 
-    jaxpr: str
+    _closed: Any  # the Spyre-level ClosedJaxpr: jaxpr and tensors come from it on demand
     restickifies: tuple[Record, ...]
     restickify_cost: int
-    tensors: tuple[TensorInfo, ...]
     input_dcis: tuple[tuple[str, DCI], ...]
     output_dcis: tuple[tuple[str, DCI], ...]
     copies: tuple[tuple[str, int], ...] = ()
@@ -241,6 +241,19 @@ class Report:
     fallbacks: tuple[Fallback, ...] = ()
     source_bytes: int = 0
     device: DeviceProgram | None = None
+
+    @functools.cached_property
+    def jaxpr(self) -> str:
+        """The Spyre-level jaxpr as text, printed when first asked for.
+
+        A large program's text costs a good part of ``explain``'s time.
+        """
+        return self._closed.pretty_print(use_color=False)  # plain text in notebooks too
+
+    @functools.cached_property
+    def tensors(self) -> tuple[TensorInfo, ...]:
+        """Device bytes and padding overhead of every value (made when first asked for)."""
+        return _tensors(self._closed)
 
     @property
     def ops(self) -> tuple[DeviceOp, ...]:
@@ -628,10 +641,9 @@ def explain(
     )
     ops = _ops(plan)
     return Report(
-        closed.pretty_print(use_color=False),  # plain text in notebooks too
+        closed,
         restickifies,
         sum(r.cost for r in restickifies),
-        _tensors(closed),
         tuple(inputs),
         tuple(outputs),
         copies,
