@@ -89,3 +89,24 @@ def padding_is_poison(a):
         return bool((pad == poison).all())
     bits = np.dtype(f"uint{8 * t.dtype.itemsize}")
     return bool((pad.view(bits) == poison.view(bits)).all())
+
+
+def spy_divisions(monkeypatch):
+    """The divisions emulate="cores" uses, in call order (``divide_op`` spied on)."""
+    from spyrejax.device import divide_op
+    from spyrejax.lowering import _cores
+
+    seen = []
+
+    def spy(space, machine, hint=None):
+        div = divide_op(space, machine, hint)
+        seen.append(div)
+        return div
+
+    monkeypatch.setattr(_cores, "divide_op", spy)
+    return seen
+
+
+def division_key(div):
+    """What tells two divisions apart in a comparison: op, splits, cores used."""
+    return div.space.opfunc, dict(div.splits), div.cores_used

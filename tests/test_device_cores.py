@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_close, rand
+from helpers import assert_close, division_key, rand, spy_divisions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -170,23 +170,6 @@ HINTED = {
 }
 
 
-def spy_divisions(monkeypatch):
-    """The divisions emulate="cores" uses, in call order."""
-    seen = []
-
-    def spy(space, machine, hint=None):
-        div = divide_op(space, machine, hint)
-        seen.append(div)
-        return div
-
-    monkeypatch.setattr(_cores, "divide_op", spy)
-    return seen
-
-
-def key(div):
-    return div.space.opfunc, dict(div.splits), div.cores_used
-
-
 @pytest.mark.parametrize("name", sorted(HINTED))
 def test_hinted_ops_are_divided_per_core_as_the_device_model_divides_them(name, monkeypatch):
     program, args, n, hint = HINTED[name]
@@ -195,10 +178,10 @@ def test_hinted_ops_are_divided_per_core_as_the_device_model_divides_them(name, 
     got = sj.to_host(sj.jit(f, emulate="cores")(*args))
     seen = list(seen)  # (under --emulate-check the default mode divides too)
     want = sj.to_host(sj.jit(f)(*args))
-    assert [key(d) for d in seen] == [key(d) for d in divisions(f, *args)]
-    default = [key(d) for d in divisions(program(lambda y: y), *args)]
+    assert [division_key(d) for d in seen] == [division_key(d) for d in divisions(f, *args)]
+    default = [division_key(d) for d in divisions(program(lambda y: y), *args)]
     (hinted,) = [d for d in seen if all(d.splits[k] == v for k, v in hint.items())]
-    assert key(hinted) not in default  # the hint changed the division per core
+    assert division_key(hinted) not in default  # the hint changed the division per core
     if n:
         assert_close(got, want, reduce_len=n)
     else:
@@ -235,8 +218,8 @@ def test_a_hint_on_a_shard_map_reaches_the_body_op_that_gives_its_result(monkeyp
     seen = spy_divisions(monkeypatch)
     got = sj.to_host(sj.jit(f, emulate="cores")(x))
     seen = list(seen)
-    ops = [key(d) for d in divisions(f, x)]
-    assert [key(d) for d in seen] == ops
+    ops = [division_key(d) for d in divisions(f, x)]
+    assert [division_key(d) for d in seen] == ops
     assert [o[0] for o in ops] == ["tanh", "mul", "add"] and ops[2][1]["out"] == 2
     np.testing.assert_array_equal(np.asarray(got), np.asarray(sj.to_host(sj.jit(f)(x))))
 

@@ -10,12 +10,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import rand
+from helpers import division_key, rand, spy_divisions
 
 import spyrejax as sj
-from spyrejax.device import Region, divide_op
+from spyrejax.device import Region
 from spyrejax.device._superdsc import validate_superdsc
-from spyrejax.lowering import _cores
 
 F16 = np.float16
 S = jax.ShapeDtypeStruct
@@ -149,22 +148,6 @@ def test_a_cond_result_written_by_every_branch_lives_in_ddr():
     assert all(o.lx_output for o in d.ops if o.opfunc in ("exp", "tanh"))
 
 
-def _spy(monkeypatch):
-    seen = []
-
-    def spy(space, machine, hint=None):
-        div = divide_op(space, machine, hint)
-        seen.append(div)
-        return div
-
-    monkeypatch.setattr(_cores, "divide_op", spy)
-    return seen
-
-
-def _key(div):
-    return div.space.opfunc, dict(div.splits), div.cores_used
-
-
 HINT = {"out": 4}
 BODIES = {
     "scan": lambda h: (
@@ -194,11 +177,11 @@ def test_a_hint_in_a_body_divides_its_op_alike_in_explain_export_and_cores(kind,
     assert len(e.superdsc) == len(ops)
     for doc in e.superdsc:
         validate_superdsc(doc)
-    seen = _spy(monkeypatch)
+    seen = spy_divisions(monkeypatch)
     got = sj.to_host(sj.jit(f, emulate="cores")(a))
     seen = list(seen)
     want = sj.to_host(sj.jit(f)(a))
-    assert [_key(d) for d in seen] == [_key(o.division) for o in ops]
+    assert [division_key(d) for d in seen] == [division_key(o.division) for o in ops]
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
