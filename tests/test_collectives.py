@@ -320,3 +320,35 @@ def test_a_replicated_table_gathered_by_per_card_indices_equals_jax_jit():
     table, ids = rand((64, 32)), jnp.asarray(np.arange(128).reshape(16, 8) * 3 % 64, jnp.int32)
     f = plain_shard_map(lambda t, i: t[i], (PS(), PS("x")), PS("x"))
     np.testing.assert_array_equal(sj.to_host(sj.jit(f)(table, ids)), jax.jit(f)(table, ids))
+
+
+# -- collectives over jax.vmap's own axis are reductions (issue 28) ---------------------
+
+
+def test_collectives_over_a_vmapped_axis_are_reductions_as_under_jax_jit():
+    """``pmean``/``pmax``/``pmin`` over vmap's axis name are positional-axis collectives in
+    the jaxpr: reductions of the mapped dim, whatever the user called them."""
+
+    def f(x):
+        def row(r):
+            centred = r - jax.lax.pmean(r, "b")
+            return centred, jax.lax.pmax(r, "b") - jax.lax.pmin(r, "b")
+
+        return jax.vmap(row, axis_name="b")(x)
+
+    xh = rand((8, 256))
+    got = jax.tree.map(sj.to_host, sj.jit(f)(xh))
+    assert_close(got, jax.jit(f)(xh), reduce_len=8, ops=3, scale=4)
+    # Its gradient: the transpose of a vmapped psum is a psum over no axes (the identity).
+    centre = jax.vmap(lambda r: r - jax.lax.pmean(r, "b"), axis_name="b")
+    g = lambda x: jnp.sum(centre(x) ** 2)  # noqa: E731
+    assert_close(sj.to_host(sj.jit(jax.grad(g))(xh)), jax.jit(jax.grad(g))(xh), reduce_len=8, ops=6)
+
+
+def test_a_vmapped_psum_inside_shard_map_reduces_the_mapped_dim_then_sums_the_cards():
+    def body(a):  # psum over ("b", "x"): the mapped dim (positional), then the cards
+        return jax.vmap(lambda r: jax.lax.psum(r, ("b", "x")), axis_name="b")(a)
+
+    f = plain_shard_map(body, PS("x"), PS(), check_vma=False)
+    xh = rand((8, 256))
+    assert_close(sj.to_host(sj.jit(f)(xh)), jax.jit(f)(xh), reduce_len=8, ops=3, scale=8)

@@ -163,3 +163,51 @@ def test_bad_arguments_are_named_by_their_path():
     # donate modes are accepted (the emulator does not reuse the buffers)
     got = sj.filter_jit(donate="all")(_forward)(model, x)
     assert_close(sj.to_host(got), _forward(model, x), reduce_len=150 * 3, ops=6)
+
+
+class _BatchNormNet(eqx.Module):
+    """Linear, BatchNorm over vmap's axis "batch" (a stateful layer), ReLU, Linear."""
+
+    l1: eqx.nn.Linear
+    bn: eqx.nn.BatchNorm
+    l2: eqx.nn.Linear
+
+    def __init__(self, key):
+        k1, k2 = jax.random.split(key)
+        self.l1 = eqx.nn.Linear(6, 16, key=k1)
+        self.bn = eqx.nn.BatchNorm(16, axis_name="batch", momentum=0.9, mode="batch")
+        self.l2 = eqx.nn.Linear(16, 2, key=k2)
+
+    def __call__(self, x, state):
+        h, state = self.bn(self.l1(x), state)
+        return self.l2(jax.nn.relu(h)), state
+
+
+def _bn_loss(model, state, x, y):
+    batched = jax.vmap(model, axis_name="batch", in_axes=(0, None), out_axes=(0, None))
+    out, state = batched(x, state)
+    return jnp.mean((out - y) ** 2), state
+
+
+def _bn_step(model, state, opt_state, x, y):
+    (loss, state), grads = eqx.filter_value_and_grad(_bn_loss, has_aux=True)(model, state, x, y)
+    updates, opt_state = _OPT.update(grads, opt_state, eqx.filter(model, eqx.is_array))
+    return loss, eqx.apply_updates(model, updates), state, opt_state
+
+
+def test_a_batchnorm_model_trains_as_under_eqx_filter_jit():
+    """BatchNorm's batch statistics are ``pmean`` over vmap's axis: reductions (issue 28)."""
+    model, state = eqx.nn.make_with_state(_BatchNormNet)(jax.random.key(0))
+    x, y = rand((8, 6), jnp.float32), rand((8, 2), jnp.float32, 1, low=-1, high=1)
+    opt_state = _OPT.init(eqx.filter(model, eqx.is_array))
+    ours, theirs = (model, state, opt_state), (model, state, opt_state)
+    for _ in range(3):
+        loss, *ours = sj.filter_jit(_bn_step)(*ours, x, y)
+        want, *theirs = eqx.filter_jit(_bn_step)(*theirs, x, y)
+        # Means over 8 rows of two layers of 16 terms; then the updates' gradients.
+        assert_close(sj.to_host(loss), want, reduce_len=8 * 16 * 2, ops=12)
+    # The weights and BatchNorm's running statistics (its eqx.nn.State) match.
+    got = [sj.to_host(a) for a in jax.tree.leaves(ours[:2]) if isinstance(a, sj.SpyreArray)]
+    want = [a for a in jax.tree.leaves(theirs[:2]) if eqx.is_array(a)]
+    assert len(got) == len(want) > 6
+    assert_close(got, want, reduce_len=8 * 16 * 2, ops=24)

@@ -229,6 +229,8 @@ class _Builder:
             elif name in _IDENTITIES:
                 for out, x in zip(eqn.outvars, ins, strict=True):
                     env[out] = x
+            elif _expansions.positional_axes(eqn) is not None:
+                self._positional(eqn, ins, env, source)
             elif _keys.needs_expansion(eqn):
                 self._keys(eqn, ins, env, source)
             elif _expansions.needs_expansion(eqn):
@@ -278,6 +280,33 @@ class _Builder:
         self.inline(jaxpr, sub, source, internal=internal)
         for out, inner in zip(eqn.outvars, jaxpr.outvars, strict=True):
             env[out] = _read(sub, inner)
+
+    def _positional(self, eqn: Any, ins: list[Any], env: dict[Any, Any], source: str) -> None:
+        """A collective over vmap's positional axes: a reduction of each operand over them.
+
+        One over no axes at all (the transpose of a vmapped ``psum``) is the identity.
+
+        What remains over named (mesh) axes, inside a ``shard_map``, is the same
+        collective over those axes alone, on the reduced operand.
+        """
+        pos, named = _expansions.positional_axes(eqn)
+        name = eqn.primitive.name
+        for x, var in zip(ins, eqn.outvars, strict=True):
+            if isinstance(x, Scalar) and pos:
+                raise SpyreUnsupportedError(f"{name} at {source}: a positional axis of a scalar")
+            y = x
+            if pos:
+                body = _expansions.positional_reduction(name, x.shape, x.dtype, pos)
+                sub: dict[Any, Any] = {body.jaxpr.invars[0]: x}
+                self.inline(body.jaxpr, sub, source, internal=True)
+                y = _read(sub, body.jaxpr.outvars[0])
+            if not named:
+                env[var] = y
+                continue
+            params = {**eqn.params, "axes": named}
+            out = self.value(var.aval, "node", origin=f"{name} at {source}")
+            env[var] = out
+            self.graph.nodes.append(Node(name, params, [y], [out], source, eqn.primitive))
 
     def _fold(self, eqn: Any, ins: list[Scalar], env: dict[Any, Any]) -> None:
         name = eqn.primitive.name
