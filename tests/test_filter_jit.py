@@ -211,3 +211,46 @@ def test_a_batchnorm_model_trains_as_under_eqx_filter_jit():
     want = [a for a in jax.tree.leaves(theirs[:2]) if eqx.is_array(a)]
     assert len(got) == len(want) > 6
     assert_close(got, want, reduce_len=8 * 16 * 2, ops=24)
+
+
+class _Scaled(eqx.Module):
+    """A module with Python float and bool fields: static under filter_jit."""
+
+    lin: eqx.nn.Linear
+    scale: float
+    relu: bool
+
+    def __init__(self, relu=True):
+        self.lin, self.scale, self.relu = eqx.nn.Linear(8, 4, key=jax.random.key(0)), 2.0, relu
+
+    def __call__(self, x):
+        y = self.lin(x) * self.scale
+        return jax.nn.relu(y) if self.relu else y  # Python control flow on a field
+
+
+def _apply(m, x):
+    return m(x)
+
+
+def test_explain_export_and_stages_take_filter_jit_functions_and_modules():
+    """A module's bool field is static, as for eqx.filter_jit (traced, ``if`` would fail)."""
+    model, x = _Scaled(), rand((8,), jnp.float32)
+    want = eqx.filter_jit(_apply)(model, x)
+    structs = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    for fun, args in (
+        (sj.filter_jit(_apply), (model, x)),
+        (_apply, (model, structs)),  # a function given a module: planned as filter_jit
+        (model, (x,)),  # the module itself
+    ):
+        report = sj.explain(fun, *args)
+        assert {o.prim for o in report.nodes} >= {"dot_general", "max"}, report
+        exported = sj.export(fun, *args)
+        assert exported.superdsc and exported.program.ops == report.device.ops
+    jitted = sj.filter_jit(_apply)
+    assert "dot_general" in str(jitted.trace(model, x).jaxpr)
+    lowered = jitted.lower(model, x)
+    assert "ToDevice" in lowered.as_text() and lowered.plan.cost == report.restickify_cost
+    # compile() is called as the function is, and gives what a call gives.
+    assert_close(sj.to_host(lowered.compile()(model, x)), want, reduce_len=8, ops=3)
+    cores = sj.filter_jit(_apply, emulate="cores")(model, x)
+    assert_close(sj.to_host(cores), want, reduce_len=8, ops=3)

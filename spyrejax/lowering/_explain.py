@@ -17,6 +17,7 @@ from ..layout._residency import DDR, Residency
 from ..primitives._array import SpyreType
 from ._collectives import collective_records
 from ._control import HostCharge
+from ._filter_jit import FilterJit, staged
 from ._gc import gc_paused
 from ._graph import Node, source_line
 from ._interpret import Record, records
@@ -594,7 +595,7 @@ def _tensors(closed: Any) -> tuple[TensorInfo, ...]:
 
 @gc_paused
 def explain(
-    fun: Callable[..., Any] | SpyreJit,
+    fun: Callable[..., Any] | SpyreJit | FilterJit,
     *args: Any,
     machine: Machine | None = None,
     **kwargs: Any,
@@ -602,7 +603,9 @@ def explain(
     """What :func:`spyrejax.jit` does with ``fun`` on these arguments.
 
     Args:
-        fun: a plain JAX function or a :class:`SpyreJit`.
+        fun: a plain JAX function, a :class:`SpyreJit` or a :class:`FilterJit`; an
+            equinox module, or a function given modules, is planned as ``filter_jit``
+            runs it (a module's Python bool and float fields static).
         *args: its arguments (host arrays and Spyre arrays, as for the jitted call, or
             ``jax.ShapeDtypeStruct`` values: plan and cost without data).
         machine: the machine profile of the device model (default ``Machine.spyre()``):
@@ -613,7 +616,7 @@ def explain(
     Returns:
         A :class:`Report`: ``str()`` is a text report, and notebooks render it as HTML.
     """
-    jitted = fun if isinstance(fun, SpyreJit) else SpyreJit(fun)
+    jitted = staged(fun, args, kwargs)
     lowering, _ = jitted._lowering(*args, **kwargs)
     plan = lowering.plan
     closed, program = lowering.residency_jaxpr(machine)

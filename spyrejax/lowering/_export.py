@@ -17,6 +17,7 @@ from ..device import DeviceProgram, Machine, default_machine, plan_program
 from ..device._superdsc import launch_spec, program_superdsc
 from ..primitives._array import SpyreType
 from ._device import program_ops
+from ._filter_jit import FilterJit, staged
 from ._gc import gc_paused
 from ._jit import SpyreJit
 from ._planner import host_input_type
@@ -66,7 +67,7 @@ def _ddr_bases(names: list[str], sizes: dict[str, int], align: int) -> dict[str,
 
 @gc_paused
 def export(
-    fun: Callable[..., Any] | SpyreJit,
+    fun: Callable[..., Any] | SpyreJit | FilterJit,
     *args: Any,
     machine: Machine | None = None,
     **kwargs: Any,
@@ -74,12 +75,14 @@ def export(
     """The SuperDSC documents, launch spec and DCI JSON of ``fun`` on these arguments.
 
     Args:
-        fun: a plain JAX function or a :class:`SpyreJit`.
+        fun: a plain JAX function, a :class:`SpyreJit` or a :class:`FilterJit`; an
+            equinox module, or a function given modules, is planned as ``filter_jit``
+            runs it (a module's Python bool and float fields static).
         *args: its arguments (arrays, Spyre arrays or ``jax.ShapeDtypeStruct``).
         machine: the machine profile (default ``Machine.spyre()``).
         **kwargs: its keyword arguments.
     """
-    jitted = fun if isinstance(fun, SpyreJit) else SpyreJit(fun)
+    jitted = staged(fun, args, kwargs)
     lowering, _ = jitted._lowering(*args, **kwargs)
     machine = default_machine(machine)
     ops = program_ops(lowering.graph, lowering.plan)

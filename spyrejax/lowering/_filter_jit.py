@@ -9,7 +9,10 @@ Static leaves are compared with their types too (``1`` and ``1.0`` compile apart
 where ``eqx.filter_jit`` would share one trace between them).
 
 Array leaves of the output come back as SpyreArrays; every other leaf is returned as
-the function gave it when it was traced.
+the function gave it when it was traced. ``trace``/``lower``/``compile`` stage it as
+``jax.jit``'s do, and :func:`staged` is what ``explain`` and ``export`` plan: a
+``filter_jit`` function, an equinox module, or a function given modules all with these
+semantics (a module's Python bool and float fields static).
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ from .._errors import LayoutError, SpyreTypeError
 from .._jax import fun_signature
 from ..primitives._array import SpyreArray
 from ._arguments import check_formats, leaf_aval
-from ._jit import SpyreJit
+from ._jit import Compiled, Lowered, SpyreJit, Traced
 
-__all__ = ["FilterJit", "filter_jit", "is_array"]
+__all__ = ["FilterJit", "filter_jit", "is_array", "staged"]
 
 _DONATE = ("none", "all", "all-except-first", "warn", "warn-except-first")
 
@@ -37,11 +40,16 @@ def is_array(x: Any) -> bool:
     return isinstance(x, SpyreArray) or eqx.is_array(x)
 
 
+def _traced(x: Any) -> bool:
+    """An array leaf, or a ``jax.ShapeDtypeStruct`` standing for one (``explain``)."""
+    return is_array(x) or isinstance(x, jax.ShapeDtypeStruct)
+
+
 def _partition(tree: Any) -> tuple[tuple[Any, ...], tuple[tuple[Any, ...], Any]]:
     """Array leaves (None elsewhere), and the rest: ``(type, value)`` leaves and treedef."""
     leaves, treedef = jax.tree.flatten(tree)
-    dynamic = tuple(x if is_array(x) else None for x in leaves)
-    static = tuple(None if is_array(x) else (type(x), x) for x in leaves)
+    dynamic = tuple(x if _traced(x) else None for x in leaves)
+    static = tuple(None if _traced(x) else (type(x), x) for x in leaves)
     return dynamic, (static, treedef)
 
 
@@ -72,7 +80,13 @@ class FilterJit:
         donate: the ``donate`` mode it was given (accepted; buffers are not reused).
     """
 
-    def __init__(self, fun: Callable[..., Any], donate: str = "none") -> None:
+    def __init__(
+        self,
+        fun: Callable[..., Any],
+        donate: str = "none",
+        fallback: str = "warn",
+        emulate: str | None = None,
+    ) -> None:
         if not callable(fun):
             raise SpyreTypeError(f"spyrejax.filter_jit needs a callable, got {fun!r}")
         if donate not in _DONATE:
@@ -85,7 +99,14 @@ class FilterJit:
         # A plain function is a leaf: the cache is keyed (weakly) by it, not held in it.
         self._fun_static = _SELF if len(leaves) == 1 and leaves[0] is fun else fun_static
         self._fun_dynamic = fun_dynamic
-        self._jit = SpyreJit(self._call, static_argnums=1, cache_key=(fun, "filter_jit"))
+        self._jit = SpyreJit(
+            self._call,
+            static_argnums=1,
+            fallback=fallback,
+            emulate=emulate,
+            cache_key=(fun, ("filter_jit", fallback, emulate)),
+        )
+        self.fallback, self.emulate = fallback, self._jit.emulate
         functools.update_wrapper(self, fun, updated=())
 
     def _call(self, dynamic: Any, static: Any) -> Any:
@@ -102,7 +123,8 @@ class FilterJit:
         bound = self._signature.bind(*args, **kwargs)
         return bound.args, bound.kwargs
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def _split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:
+        """``(call, dynamic part, static key)``: what the inner SpyreJit is called with."""
         call = self._bind(args, kwargs)
         dynamic, static = _partition(call)
         static_key = (self._fun_static, static)
@@ -110,16 +132,93 @@ class FilterJit:
             hash(static_key)
         except TypeError:
             raise _unhashable(call) from None
+        return call, (self._fun_dynamic, dynamic), static_key
+
+    def _staging(self, stage: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        call, dynamic, static_key = self._split(args, kwargs)
         try:
-            out_dynamic, out_static = self._jit((self._fun_dynamic, dynamic), static_key)
+            return stage(dynamic, static_key)
         except LayoutError:
             _check_dtypes(call)  # name the argument in the user's terms
             raise
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        out_dynamic, out_static = self._staging(self._jit, args, kwargs)
         return _combine(out_dynamic, out_static.value)
+
+    def _lowering(self, *args: Any, **kwargs: Any) -> Any:
+        """The inner lowering for these arguments (what ``explain`` and ``export`` read)."""
+        return self._staging(self._jit._lowering, args, kwargs)
+
+    def trace(self, *args: Any, **kwargs: Any) -> FilterTraced:
+        """Trace for these arguments, as ``eqx.filter_jit``'s ``jax.jit`` would."""
+        return FilterTraced(self._staging(self._jit.trace, args, kwargs), self)
+
+    def lower(self, *args: Any, **kwargs: Any) -> FilterLowered:
+        """Trace and plan for these arguments: ``self.trace(...).lower()``."""
+        return self.trace(*args, **kwargs).lower()
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         """As a method: the instance is the first argument (traced where it has arrays)."""
         return self if instance is None else functools.partial(self, instance)
+
+
+class _FilterStage:
+    """A stage of the inner :class:`SpyreJit`, read through (its jaxpr, plan, types)."""
+
+    def __init__(self, inner: Any, jitted: FilterJit) -> None:
+        self._inner = inner
+        self._jitted = jitted
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class FilterTraced(_FilterStage):
+    """A :class:`Traced` of a ``filter_jit`` function; its ``lower()`` plans it."""
+
+    _inner: Traced
+
+    def lower(self) -> FilterLowered:
+        """Plan the layouts: a :class:`FilterLowered`."""
+        return FilterLowered(self._inner.lower(), self._jitted)
+
+
+class FilterLowered(_FilterStage):
+    """A :class:`Lowered` of a ``filter_jit`` function (``as_text``, ``plan``...)."""
+
+    _inner: Lowered
+
+    def compile(self) -> FilterCompiled:
+        """Compile ahead of time: called with the same arguments as the function."""
+        return FilterCompiled(self._inner.compile(), self._jitted)
+
+
+class FilterCompiled(_FilterStage):
+    """A :class:`Compiled` of a ``filter_jit`` function, called as the function is."""
+
+    _inner: Compiled
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        _, dynamic, _ = self._jitted._split(args, kwargs)
+        out_dynamic, out_static = self._inner(dynamic)
+        return _combine(out_dynamic, out_static.value)
+
+
+def staged(fun: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SpyreJit | FilterJit:
+    """What ``explain`` and ``export`` plan for ``fun`` on these arguments.
+
+    A :class:`SpyreJit` or :class:`FilterJit` as it is; an equinox module, or a function
+    given equinox modules among its arguments, as :func:`filter_jit` runs it (a
+    module's Python bool and float fields static, as ``eqx.filter_jit`` has them);
+    any other function as :func:`spyrejax.jit` runs it.
+    """
+    if isinstance(fun, SpyreJit | FilterJit):
+        return fun
+    modules = jax.tree.leaves((args, kwargs), is_leaf=lambda x: isinstance(x, eqx.Module))
+    if isinstance(fun, eqx.Module) or any(isinstance(x, eqx.Module) for x in modules):
+        return FilterJit(fun)
+    return SpyreJit(fun)
 
 
 def _paths(call: Any) -> list[tuple[str, Any]]:
@@ -156,7 +255,13 @@ def _check_dtypes(call: Any) -> None:
     check_formats(avals, lambda i: arrays[i][0], "spyrejax.filter_jit")
 
 
-def filter_jit(fun: Callable[..., Any] | None = None, *, donate: str = "none") -> Any:
+def filter_jit(
+    fun: Callable[..., Any] | None = None,
+    *,
+    donate: str = "none",
+    fallback: str = "warn",
+    emulate: str | None = None,
+) -> Any:
     """Compile a function for the Spyre emulator, tracing its array leaves only.
 
     ``eqx.filter_jit``'s semantics: every JAX or NumPy array (or scalar) and every
@@ -171,9 +276,13 @@ def filter_jit(fun: Callable[..., Any] | None = None, *, donate: str = "none") -
         donate: as ``eqx.filter_jit``'s (``"none"``, ``"all"``,
             ``"all-except-first"``, ``"warn"``, ``"warn-except-first"``); accepted and
             validated, but the emulator does not reuse the donated buffers.
+        fallback: as :func:`spyrejax.jit`'s (``"warn"`` or ``"error"``).
+        emulate: as :func:`spyrejax.jit`'s (None, or ``"cores"``: ops run per core).
 
     Returns:
-        A :class:`FilterJit`, called like ``fun``.
+        A :class:`FilterJit`, called like ``fun``; its ``trace``, ``lower`` and
+        ``lower(...).compile()`` stage it, and ``spyrejax.explain`` and
+        ``spyrejax.export`` take it.
 
     Raises:
         SpyreTypeError: (when called) naming a static leaf that is not hashable.
@@ -186,5 +295,5 @@ def filter_jit(fun: Callable[..., Any] | None = None, *, donate: str = "none") -
         >>> out = filter_jit(lambda m, x: jax.vmap(m)(x))
     """
     if fun is None:
-        return functools.partial(filter_jit, donate=donate)
-    return FilterJit(fun, donate)
+        return functools.partial(filter_jit, donate=donate, fallback=fallback, emulate=emulate)
+    return FilterJit(fun, donate, fallback, emulate)
