@@ -12,7 +12,7 @@ def test_spyre_profile_holds_the_spec_constants():
     m = Machine.spyre()
     assert (m.cores, m.corelets, m.clock_hz) == (32, 2, 1.5e9)
     assert m.peak_macs_per_cycle * m.clock_hz * 2 * 32 == pytest.approx(98.304e12)
-    assert m.lx_usable == 1_677_721 and m.lx_alignment == 128
+    assert m.lx_usable == 419_430 and m.lx_alignment == 128  # lx_fraction 0.2
     assert m.span_limit == 256 * 2**20
     assert m.ring_bw == 128 * 1.5e9
     assert m.matmul_macs_per_ns == 1140 and m.bmm_tiled_macs_per_ns == 160

@@ -1,6 +1,6 @@
 """Predicted time of ops and programs (spyre-device spec section 4), from a Machine only.
 
-Per op, torch-spyre's form: ``time = max(compute, memory)`` (plus ring time), with
+Per op, torch-spyre's form: ``time = max(compute, memory, lx) + ring + launch``, with
 
 - memory = ``(read + write) / bandwidth + turnaround x min(read, write)``; the bandwidth
   is the access pattern's (DDR streams, restickify, cross-row reduce, broadcast operand)
@@ -8,11 +8,16 @@ Per op, torch-spyre's form: ``time = max(compute, memory)`` (plus ring time), wi
 - compute = ``MACs / cores / rate`` for matmuls (the rate depends on the operands'
   order); elementwise ops are memory-bound on Spyre (a machine with vector lanes, such
   as ktir-cpu's, charges them ``elements / lanes / clock``, transcendentals more);
-- ring = bytes over the ring (a K split's partial sums) / ring bandwidth.
+- lx = the bytes an elementwise op or reduction moves through its cores' LX ports (every
+  operand, in LX or not: the vector units read and write LX) / (port bandwidth x cores);
+  zero on a machine whose LX is free (ktir-cpu);
+- ring = bytes over the ring (a K split's partial sums) / ring bandwidth;
+- launch = the machine's per-kernel device cost, once per kernel (views are none).
 
 Bytes are device bytes, stick-granular; a value living in LX costs no DDR traffic; an
-operand read twice by one op (``x + x``) or broadcast is read once. Nothing here is
-fitted: every rate is a :class:`Machine` constant.
+operand read twice by one op (``x + x``) or broadcast is read once; a constant fill
+(``OpDesc`` of a ``full``) is one stick, read once. Nothing here is fitted: every rate
+is a :class:`Machine` constant.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from ._machine import Machine
 if TYPE_CHECKING:
     from ._division import OpSpace, WorkDivision
 
-__all__ = ["OpCost", "memory_seconds", "op_cost", "transfer_cost"]
+__all__ = ["OpCost", "lx_seconds", "memory_seconds", "op_cost", "transfer_cost"]
 
 # Ops the vector units run as transcendentals (ktir-cpu charges them 4x).
 TRANSCENDENTAL = frozenset(
@@ -48,9 +53,11 @@ class OpCost:
         compute_s: compute time.
         memory_s: DDR time.
         ring_s: ring time.
-        time_s: predicted time, ``max(compute, memory) + ring``.
+        time_s: predicted time, ``max(compute, memory, lx) + ring + launch``.
         bound: ``"compute"`` or ``"memory"``.
         pattern: the access pattern whose bandwidth was used.
+        lx_s: time of the bytes through the cores' LX ports.
+        launch_s: the kernel's launch cost (0 for a view).
     """
 
     read_bytes: int
@@ -64,6 +71,8 @@ class OpCost:
     time_s: float
     bound: str
     pattern: str
+    lx_s: float = 0.0
+    launch_s: float = 0.0
 
     def repeated(self, n: int) -> OpCost:
         """The cost of ``n`` runs of the op (bytes, MACs, sticks and times times ``n``)."""
@@ -80,6 +89,8 @@ class OpCost:
             memory_s=self.memory_s * n,
             ring_s=self.ring_s * n,
             time_s=self.time_s * n,
+            lx_s=self.lx_s * n,
+            launch_s=self.launch_s * n,
         )
 
     @property
@@ -114,15 +125,25 @@ def _finish(
     compute: float,
     cores: int,
     pattern: str,
+    lx: float = 0.0,
+    kernel: bool = True,
 ) -> OpCost:
     memory = memory_seconds(machine, read, write, cores, pattern) if read + write else 0.0
     ring_s = ring / machine.ring_bw
-    bound = "compute" if compute > memory else "memory"
+    bound = "compute" if compute > max(memory, lx) else "memory"
     sticks = (read + write) // machine.stick_bytes
+    launch = machine.launch_s if kernel else 0.0
     return OpCost(
         read, write, ring, macs, sticks, compute, memory, ring_s,
-        max(compute, memory) + ring_s, bound, pattern,
+        max(compute, memory, lx) + ring_s + launch, bound, pattern, lx, launch,
     )  # fmt: skip
+
+
+def lx_seconds(machine: Machine, moved: int, cores: int) -> float:
+    """Time of ``moved`` bytes through the LX ports of ``cores`` cores (0 if LX is free)."""
+    if machine.lx_free or not moved:
+        return 0.0
+    return moved / (machine.lx_bw * max(cores, 1))
 
 
 def _matmul_rate(machine: Machine, space: OpSpace) -> float:
@@ -150,22 +171,37 @@ def _pattern(space: OpSpace) -> str:
 
 
 def op_cost(
-    division: WorkDivision, machine: Machine, in_lx: frozenset[int] = frozenset()
+    division: WorkDivision,
+    machine: Machine,
+    in_lx: frozenset[int] = frozenset(),
+    fills: frozenset[int] = frozenset(),
 ) -> OpCost:
-    """The cost of a divided op; operands whose index is in ``in_lx`` live in LX."""
+    """The cost of a divided op.
+
+    Args:
+        division: the op's division.
+        machine: the machine profile.
+        in_lx: indices of the operands (inputs, then the output) living in LX.
+        fills: indices of the inputs that are constant fills: one stick, read once.
+    """
     space = division.space
     cores = division.cores_used
-    read, seen = 0, set()
+    read, moved, seen = 0, 0, set()
     for i, op in enumerate(space.operands[:-1]):
         key = op.tensor.name or i  # one value read twice (x + x) is read once
-        if i in in_lx or key in seen:
+        if key in seen:
             continue
         seen.add(key)
-        read += op.tensor.nbytes
+        size = machine.stick_bytes if i in fills else op.tensor.nbytes
+        moved += size
+        if i not in in_lx:
+            read += size
     out = len(space.operands) - 1
     write = 0 if out in in_lx else space.output.tensor.nbytes
+    moved += space.output.tensor.nbytes
     ring = 0
     compute = 0.0
+    lx = 0.0
     if space.kind == "matmul":
         k = division.splits[space.names[-1]]
         ring = (k - 1) * space.output.tensor.nbytes  # partial sums to a K partner
@@ -176,9 +212,17 @@ def op_cost(
             elements *= n
         factor = machine.transcendental_factor if space.opfunc in TRANSCENDENTAL else 1.0
         compute = elements * factor / cores / machine.vector_lanes_per_cycle / machine.clock_hz
-    return _finish(machine, read, write, ring, space.macs, compute, cores, _pattern(space))
+    if space.kind != "matmul":
+        lx = lx_seconds(machine, moved, cores)
+    pattern = _pattern(space)
+    return _finish(machine, read, write, ring, space.macs, compute, cores, pattern, lx)
 
 
-def transfer_cost(machine: Machine, read: int, write: int, pattern: str = "ddr") -> OpCost:
-    """The cost of a device-to-device copy (a restickify or a program's own copy)."""
-    return _finish(machine, read, write, 0, 0, 0.0, machine.cores, pattern)
+def transfer_cost(
+    machine: Machine, read: int, write: int, pattern: str = "ddr", kernel: bool = True
+) -> OpCost:
+    """The cost of a device-to-device copy (a restickify or a program's own copy).
+
+    ``kernel=False``: no kernel runs (a view, or a fill its readers broadcast): no launch.
+    """
+    return _finish(machine, read, write, 0, 0, 0.0, machine.cores, pattern, kernel=kernel)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -99,18 +100,29 @@ class LXPlan:
         return first <= t <= last
 
     def live_bytes(self, steps: int) -> list[int]:
-        """LX bytes of the buffers live at each time point ``0..steps-1``.
+        """LX bytes in use at each time point ``0..steps-1``.
 
-        ``live_bytes(n)[t] == sum(sizes[b] for b in live_at(t))``, in one sweep over the
-        buffers rather than one per time point.
+        The bytes of the buffers live at ``t`` (:meth:`live_at`), an in-place handover
+        counted once: where a buffer takes its parent's space at the op that last reads
+        the parent, the two share those bytes (a placed buffer's bytes never overlap
+        another's otherwise). So no entry exceeds :attr:`peak`, nor the budget. One sweep
+        over the buffers rather than one per time point.
         """
         change = [0] * (steps + 1)
+        at: dict[int, list[tuple[int, int, int]]] = {}  # address -> (first, last, size)
         for n, a in self.address.items():
             first, last = self.lifetimes[n]
             if a is None or first >= steps or last < first:
                 continue
             change[max(first, 0)] += self.sizes[n]
             change[min(last + 1, steps)] -= self.sizes[n]
+            at.setdefault(a, []).append((first, last, self.sizes[n]))
+        for same in at.values():  # handovers: one dies where the next at its address starts
+            same.sort()
+            for (_, last, size), (first, _, nxt) in itertools.pairwise(same):
+                if first == last and 0 <= first < steps:
+                    change[first] -= min(size, nxt)
+                    change[first + 1] += min(size, nxt)
         out, live = [], 0
         for delta in change[:steps]:
             live += delta

@@ -46,7 +46,9 @@ class Machine:
         projection_small_macs_per_ns: a 3-D by 2-D projection with batch <= 4.
         projection_macs_per_ns: a 3-D by 2-D projection with a larger batch.
         lx_bytes: scratchpad per core.
-        lx_reserved: fraction of the scratchpad reserved by the compiler.
+        lx_fraction: the fraction of the scratchpad the backend may use for a program's
+            buffers (torch-spyre's ``DXP_LX_FRAC_AVAIL``; its default 0.2). It changes
+            what stays in LX and so the time: every prediction records it.
         lx_alignment: byte alignment of scratchpad buffers.
         span_limit: bytes a core can address in DDR from one base (per operand).
         ring_bytes_per_cycle: ring bandwidth between cores, each way.
@@ -68,7 +70,13 @@ class Machine:
         vector_lanes_per_cycle: elementwise lanes per cycle per core, or 0 when
             elementwise ops are modelled memory-bound (the spyre profile).
         transcendental_factor: cost of a transcendental over a plain vector op.
-        lx_free: whether LX accesses cost nothing (both profiles: yes).
+        lx_port_bytes_per_cycle: bytes per cycle one core's LX port moves (its vector
+            units read and write operands through it).
+        launch_s: device time a kernel costs beyond its traffic (launch and setup),
+            charged once per kernel (a divided op, a copy, a restickify).
+        host_call_s: host wall time of one compiled call from Python, whatever its
+            size. Host overhead, never added to a predicted device time.
+        lx_free: whether LX accesses cost nothing (ktir-cpu: yes; spyre: the LX port).
         stick_granular_ddr: whether DDR traffic is charged per unique stick touched.
         origins: where each constant comes from, by field name.
     """
@@ -85,7 +93,7 @@ class Machine:
     projection_small_macs_per_ns: float
     projection_macs_per_ns: float
     lx_bytes: int
-    lx_reserved: float
+    lx_fraction: float
     lx_alignment: int
     span_limit: int
     ring_bytes_per_cycle: int
@@ -104,6 +112,9 @@ class Machine:
     stick_bytes: int
     vector_lanes_per_cycle: int
     transcendental_factor: float
+    lx_port_bytes_per_cycle: int
+    launch_s: float
+    host_call_s: float
     lx_free: bool
     stick_granular_ddr: bool
     origins: tuple[tuple[str, str], ...] = ()
@@ -114,13 +125,23 @@ class Machine:
                 f"Machine {self.name!r}: cores must be an int in 1..{self.max_cores}, "
                 f"got {self.cores!r}"
             )
+        frac = self.lx_fraction
+        if isinstance(frac, bool) or not isinstance(frac, int | float) or not 0 < frac <= 1:
+            raise DeviceError(
+                f"Machine {self.name!r}: lx_fraction must be a number in (0, 1], got {frac!r}"
+            )
 
     # -- derived ------------------------------------------------------------------
 
     @property
     def lx_usable(self) -> int:
-        """Usable scratchpad bytes per core (derived: the unreserved part, rounded down)."""
-        return int(self.lx_bytes * (1 - self.lx_reserved))
+        """Usable scratchpad bytes per core (derived: ``lx_fraction`` of it, rounded down)."""
+        return int(self.lx_bytes * self.lx_fraction)
+
+    @property
+    def lx_bw(self) -> float:
+        """One core's LX port bandwidth, bytes per second (derived)."""
+        return self.lx_port_bytes_per_cycle * self.clock_hz
 
     @property
     def ring_bw(self) -> float:
@@ -147,13 +168,17 @@ class Machine:
         own = dict(self.origins)
         if name in own:
             return own[name]
-        if name in ("lx_usable", "ring_bw", "peak_macs_per_s"):
+        if name in ("lx_usable", "lx_bw", "ring_bw", "peak_macs_per_s"):
             return "derived"
         raise DeviceError(f"Machine has no constant {name!r}")
 
     def with_cores(self, cores: int) -> Machine:
         """The same machine, with ``cores`` cores per op (a compiler setting)."""
         return replace(self, cores=cores)
+
+    def with_lx_fraction(self, lx_fraction: float) -> Machine:
+        """The same machine, the backend allowed ``lx_fraction`` of LX (a backend setting)."""
+        return replace(self, lx_fraction=lx_fraction)
 
     def table(self) -> list[tuple[str, Any, str]]:
         """Every constant as ``(name, value, origin)`` rows."""
@@ -167,8 +192,14 @@ class Machine:
     # -- profiles -------------------------------------------------------------------
 
     @classmethod
-    def spyre(cls, cores: int = 32) -> Machine:
-        """The Spyre card (spyre-device spec section 1)."""
+    def spyre(cls, cores: int = 32, lx_fraction: float = 0.2) -> Machine:
+        """The Spyre card (spyre-device spec sections 1 and 8).
+
+        Args:
+            cores: cores per op (a compiler setting, 1..32).
+            lx_fraction: the backend's scratchpad budget (torch-spyre's default 0.2; the
+                12 Granite matmul latencies the model was first checked on ran at ~0.8).
+        """
         d, f, v = "datasheet", "fitted", "derived"
         origins = {
             "cores": "datasheet (a compiler setting of 1..32)",
@@ -182,7 +213,7 @@ class Machine:
             "projection_small_macs_per_ns": f,
             "projection_macs_per_ns": f,
             "lx_bytes": d,
-            "lx_reserved": d,
+            "lx_fraction": "torch-spyre's default DXP_LX_FRAC_AVAIL (spec section 8)",
             "lx_alignment": d,
             "span_limit": d,
             "ring_bytes_per_cycle": d,
@@ -201,7 +232,13 @@ class Machine:
             "stick_bytes": d,
             "vector_lanes_per_cycle": "model: elementwise ops are memory-bound (fitted)",
             "transcendental_factor": f"{f} (gelu and exp cost what neg costs)",
-            "lx_free": "model",
+            "lx_port_bytes_per_cycle": "issue 25 (128 B/cycle/core)",
+            "launch_s": (
+                "fitted: spec section 8 tiny add [4, 1, 4096] fp16 (1 us of device time) less "
+                "the model's DDR time of it (0.84 us); the x*2 sweep's 2-32 MB intercept is ~0"
+            ),
+            "host_call_s": "measured: spec section 8 (wall time of a compiled call from Python)",
+            "lx_free": "model (LX accesses cost the LX port's time)",
             "stick_granular_ddr": "spec section 4 (device bytes, stick-granular)",
         }
         return cls(
@@ -217,7 +254,7 @@ class Machine:
             projection_small_macs_per_ns=705.0,
             projection_macs_per_ns=470.0,
             lx_bytes=2 * _MIB,
-            lx_reserved=0.2,
+            lx_fraction=lx_fraction,
             lx_alignment=128,
             span_limit=256 * _MIB,
             ring_bytes_per_cycle=128,
@@ -236,21 +273,24 @@ class Machine:
             stick_bytes=BYTES_PER_STICK,
             vector_lanes_per_cycle=0,
             transcendental_factor=1.0,
-            lx_free=True,
+            lx_port_bytes_per_cycle=128,
+            launch_s=0.15e-6,
+            host_call_s=2.9e-3,
+            lx_free=False,
             stick_granular_ddr=True,
             origins=tuple(origins.items()),
         )
 
     @classmethod
-    def ktir_cpu(cls, cores: int = 32) -> Machine:
+    def ktir_cpu(cls, cores: int = 32, lx_fraction: float = 0.2) -> Machine:
         """ktir-cpu's latency-model defaults (spyre-device spec section 1).
 
         Its card geometry (cores, scratchpad, spans) is the Spyre card's; its rates are
         its own: 1 GHz, 0.128 TB/s DDR, 0.064 TB/s ring, 64 fp16 lanes per cycle, 8
         systolic rows (512 MACs per cycle per core), transcendentals 4x, DDR charged
-        per unique stick touched, LX free. It has no fitted derates.
+        per unique stick touched, LX free, no launch cost. It has no fitted derates.
         """
-        base = cls.spyre(cores)
+        base = cls.spyre(cores, lx_fraction)
         k = "ktir-cpu"
         rates = {
             "clock_hz": 1e9,
@@ -270,6 +310,8 @@ class Machine:
             "broadcast_bw": 0.128e12,
             "vector_lanes_per_cycle": 64,
             "transcendental_factor": 4.0,
+            "launch_s": 0.0,
+            "lx_free": True,
         }
         origins = dict(base.origins)
         origins.update({name: k for name in rates})

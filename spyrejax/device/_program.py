@@ -9,6 +9,7 @@ intermediates live in LX (spyre-device spec section 3), and costs every op.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -20,7 +21,15 @@ from ._division import OpSpace, TensorSpec, WorkDivision, divide
 from ._lx import INPLACE_OPS, Buffer, LXPlan, Stream, place, stream
 from ._machine import Machine
 
-__all__ = ["DeviceOp", "DeviceProgram", "OpDesc", "Region", "divide_op", "plan_program"]
+__all__ = [
+    "DeviceOp",
+    "DeviceProgram",
+    "OpDesc",
+    "Region",
+    "divide_op",
+    "is_fill",
+    "plan_program",
+]
 
 
 @dataclass(frozen=True)
@@ -231,8 +240,22 @@ class DeviceProgram:
 
     @property
     def lx_peak(self) -> int:
-        """The most LX bytes per core live at once."""
-        return max((op.lx_peak for op in self.ops), default=0)
+        """The LX bytes per core the program needs: the highest byte the LX plan places.
+
+        Never above :attr:`lx_budget`; every op's ``lx_peak`` (the bytes in use while it
+        runs) is at most this.
+        """
+        return self.lx.peak
+
+    @property
+    def lx_budget(self) -> int:
+        """The usable LX bytes per core (``machine.lx_usable``)."""
+        return self.machine.lx_usable
+
+    @property
+    def lx_fraction(self) -> float:
+        """The backend's scratchpad budget the prediction was made with."""
+        return self.machine.lx_fraction
 
     def residency(self, name: str) -> Residency:
         """Where the value ``name`` (an op's input or output) lives.
@@ -279,7 +302,8 @@ class DeviceProgram:
 
     def __str__(self) -> str:
         rows = self.table()
-        out = [f"device model ({self.machine.name}, {self.machine.cores} cores):"]
+        m = self.machine
+        out = [f"device model ({m.name}, {m.cores} cores, LX fraction {m.lx_fraction:g}):"]
         for r in rows:
             out.append(
                 f"  {r['op']:<16} {r['division']:<40} read {r['read_bytes']:>10} B  write "
@@ -432,6 +456,7 @@ def plan_program(
     lx = place(buffers, machine, strategy)
     ops = []
     peaks = lx.live_bytes(len(descs))
+    fills = {d.output[0] for d in descs if is_fill(d)} - set(keep_in_ddr)
     for i, (d, div) in enumerate(zip(descs, divisions, strict=True)):
         lx_in = tuple(n for n, _ in d.inputs if lx.in_lx(n))
         lx_out = lx.in_lx(d.output[0])
@@ -439,19 +464,54 @@ def plan_program(
             in_lx = {k for k, (n, _) in enumerate(d.inputs) if lx.in_lx(n)}
             if lx_out:
                 in_lx.add(len(d.inputs))
-            cost = op_cost(div, machine, frozenset(in_lx))
+            filled = frozenset(k for k, (n, _) in enumerate(d.inputs) if n in fills)
+            cost = op_cost(div, machine, frozenset(in_lx), filled)
             streams = _streams(div, machine)
         else:
-            read = sum(t.nbytes for _, t in d.inputs) if d.kind != "view" else 0
-            write = d.output[1].nbytes if d.kind != "view" else 0
-            pattern = "restickify" if d.kind == "restickify" else "ddr"
-            cost = transfer_cost(machine, read, write, pattern)
+            cost = _transfer(d, machine, fills)
             streams = ()
         cost = cost.repeated(d.repeat)
         ops.append(DeviceOp(i, d, div, cost, lx_in, lx_out, streams, peaks[i], d.repeat))
     counted = _counted(descs, [op.time_s for op in ops])
     ops = [op if c else replace(op, runs=0) for op, c in zip(ops, counted, strict=True)]
     return DeviceProgram(tuple(ops), machine, lx)
+
+
+FILL_OPS = frozenset({"full"})
+
+
+def is_fill(desc: OpDesc) -> bool:
+    """Whether an op is a constant fill (a ``full``: a scalar the card broadcasts).
+
+    Unless it is a program output, a fill is not written at full size: its readers
+    read its one stick, once (:func:`plan_program`).
+    """
+    return desc.kind == "copy" and desc.opfunc in FILL_OPS and not desc.inputs
+
+
+def _transfer(d: OpDesc, machine: Machine, fills: set[str]) -> OpCost:
+    """The cost of an op that is not divided: a view, a fill, a copy or a restickify.
+
+    A view moves nothing and runs no kernel; a fill that is no program output is one
+    stick, written with no kernel of its own. A copy reads of each input what its
+    result needs: the part of the input's image its result's elements are (a slice
+    ``x[:4]`` reads 4 rows, a pad or a concatenate whole inputs).
+    """
+    if d.kind == "view":
+        return transfer_cost(machine, 0, 0, kernel=False)
+    if d.output[0] in fills:
+        return transfer_cost(machine, 0, machine.stick_bytes, kernel=False)
+    out = d.output[1]
+    read = 0
+    for name, t in d.inputs:
+        if name in fills:
+            read += machine.stick_bytes
+        elif d.kind == "copy" and math.prod(t.shape) > math.prod(out.shape):
+            read += -(-t.nbytes * math.prod(out.shape) // math.prod(t.shape))
+        else:
+            read += t.nbytes
+    pattern = "restickify" if d.kind == "restickify" else "ddr"
+    return transfer_cost(machine, read, out.nbytes, pattern)
 
 
 def _streams(div: WorkDivision, machine: Machine) -> tuple[tuple[int, Stream], ...]:

@@ -82,7 +82,7 @@ batching.primitive_batchers[with_division_p] = lambda args, dims, **params: (
 )
 
 
-def with_division(x: Any, **splits: int) -> Any:
+def with_division(x: Any, /, **splits: int) -> Any:
     """Fix how the op producing ``x`` is divided over the cores (a hint).
 
     Args:

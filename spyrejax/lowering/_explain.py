@@ -263,8 +263,16 @@ class Report:
 
     @property
     def time_s(self) -> float:
-        """The program's predicted time on the machine, in seconds."""
+        """The program's predicted device time on the machine, in seconds.
+
+        Host overhead per call (``machine.host_call_s``) is not in it.
+        """
         return self.device.time_s if self.device is not None else 0.0
+
+    @property
+    def lx_fraction(self) -> float | None:
+        """The scratchpad budget the prediction was made with (None: no device model)."""
+        return self.device.lx_fraction if self.device is not None else None
 
     collectives: tuple[tuple[str, int], ...] = ()
     collective_cost: int = 0
@@ -500,9 +508,13 @@ def _device_lines(program: DeviceProgram) -> list[str]:
     m, ops = program.machine, program.counted
     bound = {b: sum(op.time_s for op in ops if op.bound == b) for b in ("compute", "memory")}
     out = [
-        f"predicted time on {m.name} ({m.cores} cores): {program.time_s * 1e6:.3f} us "
+        f"predicted time on {m.name} ({m.cores} cores, LX fraction {m.lx_fraction:g}): "
+        f"{program.time_s * 1e6:.3f} us of device time "
         f"({bound['compute'] * 1e6:.3f} us in compute-bound ops, "
-        f"{bound['memory'] * 1e6:.3f} us memory-bound; report.ops per op)"
+        f"{bound['memory'] * 1e6:.3f} us memory-bound; report.ops per op); "
+        f"LX peak {program.lx_peak} of {program.lx_budget} B per core",
+        f"  host overhead per call: {m.host_call_s * 1e3:g} ms of wall time, not in the "
+        "device time",
     ]
     regions: dict[Any, list[DeviceOp]] = {}
     for op in program.ops:
@@ -554,8 +566,10 @@ def _device_html(program: DeviceProgram) -> str:
     m = program.machine
     lower = " (a lower bound: while loops counted once)" if program.lower_bound else ""
     return (
-        f"<p><b>device model</b> ({e(m.name)}, {m.cores} cores): predicted "
-        f"{program.time_s * 1e6:.3f} us{lower}, LX peak {program.lx_peak} B per core</p>"
+        f"<p><b>device model</b> ({e(m.name)}, {m.cores} cores, LX fraction "
+        f"{m.lx_fraction:g}): predicted {program.time_s * 1e6:.3f} us{lower} of device "
+        f"time (host overhead per call {m.host_call_s * 1e3:g} ms wall, not in it), "
+        f"LX peak {program.lx_peak} of {program.lx_budget} B per core</p>"
         f"<table><tr>{head}</tr>{''.join(rows)}</table>"
     )
 
