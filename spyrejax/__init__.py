@@ -18,7 +18,7 @@ from ._errors import (
     SpyreTypeError,
     SpyreUnsupportedError,
 )
-from ._jax import poison_padding
+from ._jax import float64_mode, poison_padding
 from .device import Machine
 from .dma import *  # noqa: F403  (each layer's package lists its public names)
 from .dma import __all__ as _DMA
@@ -103,6 +103,7 @@ __all__ = [
     "explain",
     "export",
     "filter_jit",
+    "float64_mode",
     "image",
     "jit",
     "layout",

@@ -6,7 +6,7 @@ spyrejax imports public JAX (``jax``, ``jax.numpy``, ``jax.lax``) or these names
 
 from jax._src.api_util import fun_signature, resolve_argnums
 from jax._src.array import ArrayImpl
-from jax._src.config import bool_state, trace_context
+from jax._src.config import bool_state, enum_state, trace_context
 from jax._src.hijax import call_hi_primitive_p
 from jax._src.interpreters.ad import LinearizeTracer
 from jax._src.random.prng import (
@@ -52,6 +52,7 @@ __all__ = [
     "aval_property",
     "batching",
     "expand_hi_primitive",
+    "float64_mode",
     "fun_signature",
     "jaxpr_as_fun",
     "key_impl",
@@ -82,6 +83,19 @@ poison_padding = bool_state(
     include_in_trace_context=True,
 )
 """``jax.config`` option ``spyrejax_poison_padding`` (env ``SPYREJAX_POISON_PADDING``)."""
+
+float64_mode = enum_state(
+    "spyrejax_float64",
+    ["error", "float32"],
+    default="error",
+    help=(
+        "In x64 mode, what spyrejax.jit does with float64 values (Spyre has no 64-bit "
+        "format): 'error' raises naming the argument or source line; 'float32' computes "
+        "them in float32."
+    ),
+    include_in_trace_context=True,
+)
+"""``jax.config`` option ``spyrejax_float64`` (env ``SPYREJAX_FLOAT64``): see ``_x64``."""
 
 AD_TRACERS = (ad.JVPTracer, LinearizeTracer)
 """The tracers of forward and reverse mode autodiff (``jax.jvp``, ``jax.grad``)."""

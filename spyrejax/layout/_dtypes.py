@@ -22,6 +22,7 @@ __all__ = [
     "format_for_dtype",
     "host_dtype",
     "host_format",
+    "narrow_int64",
     "poison_value",
 ]
 
@@ -169,6 +170,34 @@ def host_dtype(dtype: DTypeLike) -> np.dtype:
         hint = " (cast it to int32: torch-spyre narrows int64 to int32)" if dt == np.int64 else ""
         raise LayoutError(f"host dtype {dt} has no Spyre data format{hint}; supported: {names}")
     return dt
+
+
+NARROWED = {np.dtype(np.int64): np.dtype(np.int32), np.dtype(np.uint64): np.dtype(np.uint32)}
+"""64-bit integer dtypes (JAX's in x64 mode) and the 32-bit dtype the device holds them in."""
+
+
+def narrow_int64(x: np.ndarray, what: str) -> np.ndarray:
+    """A 64-bit integer host array as the 32-bit one the device holds, as torch-spyre does.
+
+    Args:
+        x: an int64 or uint64 host array.
+        what: the value, for the error (``"argument args[0] (parameter 'i')"``).
+
+    Raises:
+        LayoutError: naming ``what`` and the first value that 32 bits cannot hold.
+    """
+    x = np.asarray(x)
+    narrow = NARROWED[x.dtype]
+    info = np.iinfo(narrow)
+    bad = (x < info.min) | (x > info.max)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise LayoutError(
+            f"{what} is {x.dtype}{list(x.shape)}, held as {narrow} on the device (Spyre has "
+            f"no 64-bit integer format), but its value {x[where]} at {list(where)} does not "
+            f"fit in {narrow} [{info.min}, {info.max}]"
+        )
+    return x.astype(narrow)
 
 
 def format_for_dtype(dtype: DTypeLike) -> DataFormats:

@@ -21,6 +21,7 @@ the same arguments.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from .._jax import AD_TRACERS, ArrayImpl, ClosedJaxpr, Var, trace_context
 from ..device import DeviceProgram, Machine, default_machine
 from ..primitives import abstract, image, to_host, wrap
 from ..primitives._array import SpyreArray, SpyreType
+from . import _x64
 from ._arguments import ArgNums, Call, HostAval, check_formats, leaf_aval, leaf_avals, split_call
 from ._cache import Lru, signature_cache
 from ._cores import CoreCheck, core_check
@@ -514,17 +516,23 @@ class SpyreJit:
         # Shared by every SpyreJit of this function object (as jax.jit shares its traces).
         owner, config = cache_key or (fun, (self.argnums, fallback, self.emulate))
         self._cache: Lru[_Signature, Lowering] = signature_cache(owner, config)
+        self._x64_dtypes: dict[Hashable, tuple[Any, ...]] = {}  # x64 mode: results' dtypes
         # Name and docstring only: ``updated=()`` keeps ``fun.__dict__`` (``jax.grad``
         # sets a ``fun`` attribute there) from overwriting this object's own fields.
         functools.update_wrapper(self, fun, updated=())
 
     def _signature(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], narrow: bool = False
     ) -> tuple[_Signature, list[Any], Call]:
-        """The signature of a call, its flat dynamic inputs and the call itself."""
+        """The signature of a call, its flat dynamic inputs and the call itself.
+
+        With ``narrow`` (x64 mode), 64-bit leaves are first held in 32 bits (``_x64``).
+        """
         static, call = split_call(self.argnums, args, kwargs)
         leaves, treedef = jax.tree.flatten(call.dynamic())
         leaves, keys = unwrap_keys(leaves)  # PRNG keys travel as their key data
+        if narrow:
+            leaves = _x64.narrow_leaves(leaves, call.path)
         avals = leaf_avals(leaves, call)
         sig = _Signature(static, treedef, avals, trace_context(), keys, core_check())
         return sig, leaves, call
@@ -540,11 +548,37 @@ class SpyreJit:
 
     def _lowering(self, *args: Any, **kwargs: Any) -> tuple[Lowering, list[Any]]:
         """The lowering for these arguments (cached per signature) and the flat inputs."""
+        if _x64.active():
+            lowering, leaves, _ = self._x64_lowering(args, kwargs)
+            return lowering, leaves
         sig, leaves, call = self._signature(args, kwargs)
         lowering = self._cached(sig)
         if lowering is None:
             lowering = self._lower(sig, *self._trace(sig, call))
         return lowering, leaves
+
+    def _x64_lowering(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[Lowering, list[Any], tuple[Any, ...]]:
+        """In x64 mode: the 32-bit lowering, the narrowed inputs, the results' x64 dtypes.
+
+        The function is traced, planned and run with x64 off on its arguments held in
+        32 bits; ``jax.jit``'s own x64 trace (once per signature) gives the dtypes of
+        the results and shows where the function computes float64 (see ``_x64``).
+        """
+        sig64, _, _ = self._signature(args, kwargs)
+        with _x64.off():
+            sig, leaves, call = self._signature(args, kwargs, narrow=True)
+            lowering = self._cached(sig)
+            if lowering is None:
+                lowering = self._lower(sig, *self._trace(sig, call))
+        # The Spyre arrays' x64 dtypes are no part of type equality: key on them too.
+        key = (sig64, tuple(getattr(a, "x64_dtype", None) for a in sig64.in_avals))
+        wide = self._x64_dtypes.get(key)
+        if wide is None:
+            wide = _x64.out_dtypes(self._make_jaxpr(sig64, x64=True)[0])
+            self._x64_dtypes[key] = wide
+        return lowering, leaves, wide
 
     def _trace(self, sig: _Signature, call: Call) -> tuple[ClosedJaxpr, Any]:
         """The function traced with plain JAX on the signature's shapes, and its out tree.
@@ -553,6 +587,14 @@ class SpyreJit:
             LayoutError: naming an argument whose dtype has no Spyre data format.
         """
         check_formats(sig.in_avals, call.path)
+        return self._make_jaxpr(sig)
+
+    def _make_jaxpr(self, sig: _Signature, x64: bool = False) -> tuple[ClosedJaxpr, Any]:
+        """``jax.make_jaxpr`` of the function on the signature's shapes, and its out tree.
+
+        With ``x64``, a Spyre array holding an int64 value (``x64_dtype``) is traced as
+        the int64 value ``jax.jit`` would see.
+        """
         positional = sorted((k, v) for k, _, v in sig.static if isinstance(k, int))
         keywords = {k: v for k, _, v in sig.static if isinstance(k, str)}
 
@@ -564,7 +606,9 @@ class SpyreJit:
             return key_data_outputs(self.fun(*full, **dyn_kwargs, **keywords))
 
         structs = [
-            a.struct() if isinstance(a, HostAval) else jax.ShapeDtypeStruct(a.shape, a.dtype)
+            a.struct()
+            if isinstance(a, HostAval)
+            else jax.ShapeDtypeStruct(a.shape, (x64 and a.x64_dtype) or a.dtype)
             for a in sig.in_avals
         ]
         closed, out_shape = jax.make_jaxpr(flat_fun, return_shape=True)(*structs)
@@ -607,14 +651,20 @@ class SpyreJit:
 
         Its ``jaxpr`` is the function in plain JAX; its ``lower()`` plans the layouts.
         """
-        sig, _, call = self._signature(args, kwargs)
-        lowering = self._cached(sig)
-        if lowering is not None:
-            closed, out_tree = lowering.jaxpr, lowering.out_tree
-        else:
-            closed, out_tree = self._trace(sig, call)
+        x64 = _x64.active()  # traced and planned with x64 off, as calls are (see _x64)
+        with _x64.off() if x64 else contextlib.nullcontext():
+            sig, _, call = self._signature(args, kwargs, narrow=x64)
+            lowering = self._cached(sig)
+            if lowering is not None:
+                closed, out_tree = lowering.jaxpr, lowering.out_tree
+            else:
+                closed, out_tree = self._trace(sig, call)
         name = getattr(self.fun, "__name__", type(self.fun).__name__)
-        lower = functools.partial(self._lower, sig, closed, out_tree)
+
+        def lower() -> Lowering:
+            with _x64.off() if x64 else contextlib.nullcontext():
+                return self._lower(sig, closed, out_tree)
+
         return Traced(closed, name, sig, out_tree, lower)
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
@@ -626,6 +676,8 @@ class SpyreJit:
         return self.trace(*args, **kwargs).lower()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if _x64.active():
+            return self._x64_call(args, kwargs)
         fast = None if kwargs or self.static_argnums else _fast_key(args)
         if fast is not None:
             key, leaves = fast
@@ -636,6 +688,15 @@ class SpyreJit:
             if lowering is not None:
                 return lowering.call_concrete(leaves)
         return self._call(args, kwargs, fast)
+
+    @gc_paused
+    def _x64_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A call in x64 mode: run with x64 off, results with ``jax.jit``'s dtypes."""
+        lowering, leaves, wide = self._x64_lowering(args, kwargs)
+        with _x64.off():
+            outs = lowering.call(leaves)
+        flat = _x64.widen(lowering.out_tree.flatten_up_to(outs), wide)
+        return jax.tree.unflatten(lowering.out_tree, flat)
 
     @gc_paused  # the first call traces, plans, lowers and compiles
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any], fast: Any) -> Any:

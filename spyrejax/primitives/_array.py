@@ -83,6 +83,9 @@ class SpyreType(HiType):
         residency: where the value lives (:class:`spyrejax.Residency`): DDR unless the
             device model keeps it in the LX of some cores. Metadata, not part of type
             equality: only the jaxprs ``explain`` and ``Lowered.as_text`` show carry it.
+        x64_dtype: in x64 mode, the 64-bit integer dtype ``jax.jit`` gives the value,
+            held on the device in ``dtype`` (int64 as int32, as torch-spyre does):
+            ``to_host`` returns it. Metadata, not part of type equality.
     """
 
     shape: tuple[int, ...]
@@ -93,6 +96,7 @@ class SpyreType(HiType):
     pad: PadFill = PadFill.POISON
     vma: frozenset[str] = field(default=frozenset(), compare=False)
     residency: Residency = field(default=DDR, compare=False)
+    x64_dtype: np.dtype | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "vma", frozenset(self.vma))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import jax
@@ -15,7 +16,7 @@ from ..dma._dma import (
     dma_h2d,
     h2d_values,
 )
-from ..layout._dtypes import host_dtype
+from ..layout._dtypes import NARROWED, host_dtype, narrow_int64
 from ..layout._layout import SpyreTensorLayout
 from ._array import PadFill, SpyreArray, SpyreType, batched_layout
 from ._base import SpyrePrim, target_layout
@@ -66,7 +67,9 @@ def to_device(
     """Move a host array to (emulated) Spyre device memory.
 
     Args:
-        x: a host array (NumPy or JAX, traced or not) of a supported dtype.
+        x: a host array (NumPy or JAX, traced or not) of a supported dtype. In x64
+            mode a concrete int64 (uint64) array is held as int32 (uint32), as
+            torch-spyre holds it, and ``to_host`` gives it back as int64.
         layout: the device layout; defaults to the default layout of ``x.shape``.
         dim_order: with no ``layout``, the dim order of the default layout (the last
             entry is the stick dim; a trailing -1 makes it sparse).
@@ -77,7 +80,8 @@ def to_device(
         A :class:`SpyreArray` whose image was written by the layout's DMA descriptors.
 
     Raises:
-        LayoutError: if the layout cannot hold ``x`` or its format does not match.
+        LayoutError: if the layout cannot hold ``x`` or its format does not match,
+            or (x64 mode) a value of an int64 ``x`` does not fit in int32.
         SpyreTypeError: if ``x`` is already a Spyre array.
     """
     if isinstance(x, SpyreArray | jax.core.Tracer) and isinstance(jax.typeof(x), SpyreType):
@@ -85,13 +89,19 @@ def to_device(
             "to_device got an array already on the device; use spyrejax.restickify to "
             "change its layout"
         )
+    wide = np.dtype(_dtype_of(x))
+    if wide in NARROWED and jax.config.jax_enable_x64 and not isinstance(x, jax.core.Tracer):
+        x = narrow_int64(np.asarray(x), "to_device's array")  # x64 mode: int64 in int32
     dtype = host_dtype(_dtype_of(x))  # before asarray could narrow float64
     if not isinstance(x, jax.Array) and not (isinstance(x, np.ndarray) and x.dtype == dtype):
         x = jnp.asarray(x, dtype=dtype)  # NumPy arrays of the right dtype go to the DMA as is
     layout = target_layout("to_device", x.shape, dtype, layout, dim_order)
     if pad_value is not None:
         pad_value = np.asarray(pad_value, dtype=dtype).item()
-    return ToDevice(jax.typeof(x), layout=layout, pad_value=pad_value)(x)
+    out = ToDevice(jax.typeof(x), layout=layout, pad_value=pad_value)(x)
+    if wide in NARROWED and dtype != wide:
+        return SpyreArray.of_checked(out.image, replace(out.type, x64_dtype=wide))
+    return out
 
 
 # --- to_host --------------------------------------------------------------------------
@@ -131,4 +141,7 @@ def to_host(a: SpyreArray | jax.Array) -> jax.Array:
         return a
     if not isinstance(aval, SpyreType):
         raise SpyreTypeError(f"to_host needs a SpyreArray, got {aval}")
-    return ToHost(aval)(a)
+    out = ToHost(aval)(a)
+    if aval.x64_dtype is not None and jax.config.jax_enable_x64:
+        return out.astype(aval.x64_dtype)  # int64 held as int32: jax.jit's dtype back
+    return out
