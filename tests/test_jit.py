@@ -5,6 +5,7 @@ import re
 import weakref
 
 import chex
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -533,6 +534,47 @@ def test_unsupported_primitive_names_it_and_the_source_line():
     ):
         sj.jit(lambda x: jax.lax.igamma(x, x), fallback="error")(x)
     assert issubclass(sj.SpyreUnsupportedError, NotImplementedError)
+    # Short (the details are in explain's report), even for a long host region.
+    f = lambda x: jnp.fft.fft(x).real * jax.lax.igamma(x, x)  # noqa: E731
+    with pytest.raises(sj.SpyreUnsupportedError) as err:
+        sj.jit(f, fallback="error")(x)
+    assert len(str(err.value)) < 300 and "explain" in str(err.value), str(err.value)
+    with pytest.warns(sj.SpyreFallbackWarning):
+        prims = {fb.prim for fb in sj.explain(f, x).fallbacks}
+    assert "igamma" in prims and any("fft" in p for p in prims), prims
+
+
+def _branchy(p, x):
+    if p["flag"]:  # a traced bool: an error in the user's terms
+        return x * 2
+    return x
+
+
+class _Signed(eqx.Module):
+    w: jax.Array
+
+    def __call__(self, x):
+        return x if self.w.sum() > 0 else -x
+
+
+def test_tracing_errors_name_the_users_function_and_argument_paths():
+    x = rand((4, 8), jnp.float32)
+    cases = [
+        (
+            lambda: sj.jit(_branchy)({"flag": True}, x),
+            r"_branchy at .*test_jit.py:\d+",
+            "args[0]['flag'] (parameter 'p')",
+        ),
+        (lambda: sj.filter_jit(_branchy)({"flag": x[0, 0] > 0}, x), "_branchy", "args[0]['flag']"),
+        (lambda: sj.filter_jit(_Signed(x))(x), "_Signed", "_Signed.w"),
+        (lambda: sj.jit(lambda x, n: jnp.zeros(n))(x, 3), ".*<lambda>", "args[1] (parameter 'n')"),
+    ]
+    for call, fun, path in cases:
+        with pytest.raises(TypeError) as err:
+            call()
+        msg = str(err.value)
+        assert re.search(f"the function {fun}", msg) and f"argument {path}" in msg, msg
+        assert "flat_fun" not in msg and "leaves[" not in msg, msg
 
 
 def test_bad_arguments():

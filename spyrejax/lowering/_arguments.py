@@ -15,6 +15,8 @@ Errors name the argument's path in the call, ``args[1]['w']`` or ``kwargs['scale
 
 from __future__ import annotations
 
+import inspect
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -27,7 +29,15 @@ from .._jax import fun_signature, resolve_argnums
 from ..layout._dtypes import host_dtype
 from ..primitives._array import SpyreArray, SpyreType
 
-__all__ = ["ArgNums", "Call", "HostAval", "check_formats", "leaf_aval", "split_call"]
+__all__ = [
+    "ArgNums",
+    "Call",
+    "HostAval",
+    "check_formats",
+    "in_user_terms",
+    "leaf_aval",
+    "split_call",
+]
 
 
 @dataclass(frozen=True)
@@ -238,3 +248,30 @@ def check_formats(
                 f"{err}. Cast it before the call (x.astype(jnp.float32), or "
                 "x.astype(jnp.int32) for integers)"
             ) from None
+
+
+# What JAX's tracing errors say of spyrejax's wrapper, and the user's terms for it.
+_FLAT_FUN = re.compile(r"the function flat_fun at \S+ for \w+")
+_LEAF = re.compile(r"\bleaves\[(\d+)\]")
+
+
+def describe_fun(fun: Any) -> str:
+    """A function (or callable object) as the user wrote it: ``name at file:line``."""
+    name = getattr(fun, "__qualname__", None) or type(fun).__name__
+    target = fun if inspect.isfunction(fun) or inspect.ismethod(fun) else type(fun).__call__
+    code = getattr(inspect.unwrap(target), "__code__", None)
+    return f"{name} at {code.co_filename}:{code.co_firstlineno}" if code else name
+
+
+def in_user_terms(err: BaseException, fun: Any, path: Callable[[int], str]) -> None:
+    """Rewrite, in place, a JAX tracing error's names for spyrejax's wrapper.
+
+    JAX names the function it traced (spyrejax's ``flat_fun``) and its flat arguments
+    (``leaves[1]``): they become the user's function, with its file and line, and the
+    argument's path in the call (``args[0]['flag']``).
+    """
+    if not err.args or not isinstance(err.args[0], str):
+        return
+    msg = _FLAT_FUN.sub(lambda m: f"the function {describe_fun(fun)}", err.args[0])
+    msg = _LEAF.sub(lambda m: path(int(m.group(1))), msg)
+    err.args = (msg, *err.args[1:])

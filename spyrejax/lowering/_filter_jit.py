@@ -27,7 +27,7 @@ import jax
 from .._errors import LayoutError, SpyreTypeError
 from .._jax import fun_signature
 from ..primitives._array import SpyreArray
-from ._arguments import check_formats, leaf_aval
+from ._arguments import Call, check_formats, leaf_aval
 from ._jit import Compiled, Lowered, SpyreJit, Traced
 
 __all__ = ["FilterJit", "filter_jit", "is_array", "staged"]
@@ -105,6 +105,8 @@ class FilterJit:
             fallback=fallback,
             emulate=emulate,
             cache_key=(fun, ("filter_jit", fallback, emulate)),
+            user_fun=fun,
+            leaf_path=self._leaf_path,
         )
         self.fallback, self.emulate = fallback, self._jit.emulate
         functools.update_wrapper(self, fun, updated=())
@@ -116,6 +118,19 @@ class FilterJit:
         out = fun(*args, **kwargs)
         out_dynamic, out_static = _partition(out)
         return out_dynamic, _Static(out_static)
+
+    def _leaf_path(self, inner: Call, i: int) -> str:
+        """The user's path of the inner call's leaf ``i`` (``args[0].lin.weight``).
+
+        The inner call is ``((function leaves, argument leaves), static key)``.
+        """
+        keys = jax.tree_util.tree_flatten_with_path(inner.dynamic())[0][i][0]
+        which, j = keys[2].idx, keys[3].idx
+        if which == 0:
+            path = jax.tree_util.tree_flatten_with_path(self.fun)[0][j][0]
+            return f"{type(self.fun).__name__}{jax.tree_util.keystr(path)}"
+        _, treedef = inner.args[1][1]
+        return _paths(jax.tree.unflatten(treedef, range(treedef.num_leaves)))[j][0]
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if self._signature is None:

@@ -36,7 +36,16 @@ from ..device import DeviceProgram, Machine, default_machine
 from ..primitives import abstract, image, to_host, wrap
 from ..primitives._array import SpyreArray, SpyreType
 from . import _x64
-from ._arguments import ArgNums, Call, HostAval, check_formats, leaf_aval, leaf_avals, split_call
+from ._arguments import (
+    ArgNums,
+    Call,
+    HostAval,
+    check_formats,
+    in_user_terms,
+    leaf_aval,
+    leaf_avals,
+    split_call,
+)
 from ._cache import Lru, signature_cache
 from ._cores import CoreCheck, core_check
 from ._gc import gc_paused
@@ -496,6 +505,8 @@ class SpyreJit:
         donate_argnames: str | Sequence[str] | None = None,
         *,
         cache_key: tuple[Callable[..., Any], Hashable] | None = None,
+        user_fun: Any = None,
+        leaf_path: Callable[[Call, int], str] | None = None,
     ) -> None:
         if not callable(fun):
             raise SpyreTypeError(f"spyrejax.jit needs a callable, got {fun!r}")
@@ -505,6 +516,9 @@ class SpyreJit:
             )
         self.fallback = fallback
         self.fun = fun
+        # Errors name the user's function and argument paths (a wrapper gives its own).
+        self.user_fun = fun if user_fun is None else user_fun
+        self._leaf_path = leaf_path or Call.path
         self.argnums = ArgNums.resolve(
             fun, static_argnums, static_argnames, donate_argnums, donate_argnames
         )
@@ -566,7 +580,7 @@ class SpyreJit:
         32 bits; ``jax.jit``'s own x64 trace (once per signature) gives the dtypes of
         the results and shows where the function computes float64 (see ``_x64``).
         """
-        sig64, _, _ = self._signature(args, kwargs)
+        sig64, _, call64 = self._signature(args, kwargs)
         with _x64.off():
             sig, leaves, call = self._signature(args, kwargs, narrow=True)
             lowering = self._cached(sig)
@@ -576,7 +590,7 @@ class SpyreJit:
         key = (sig64, tuple(getattr(a, "x64_dtype", None) for a in sig64.in_avals))
         wide = self._x64_dtypes.get(key)
         if wide is None:
-            wide = _x64.out_dtypes(self._make_jaxpr(sig64, x64=True)[0])
+            wide = _x64.out_dtypes(self._make_jaxpr(sig64, call64, x64=True)[0])
             self._x64_dtypes[key] = wide
         return lowering, leaves, wide
 
@@ -587,9 +601,11 @@ class SpyreJit:
             LayoutError: naming an argument whose dtype has no Spyre data format.
         """
         check_formats(sig.in_avals, call.path)
-        return self._make_jaxpr(sig)
+        return self._make_jaxpr(sig, call)
 
-    def _make_jaxpr(self, sig: _Signature, x64: bool = False) -> tuple[ClosedJaxpr, Any]:
+    def _make_jaxpr(
+        self, sig: _Signature, call: Call, x64: bool = False
+    ) -> tuple[ClosedJaxpr, Any]:
         """``jax.make_jaxpr`` of the function on the signature's shapes, and its out tree.
 
         With ``x64``, a Spyre array holding an int64 value (``x64_dtype``) is traced as
@@ -611,7 +627,11 @@ class SpyreJit:
             else jax.ShapeDtypeStruct(a.shape, (x64 and a.x64_dtype) or a.dtype)
             for a in sig.in_avals
         ]
-        closed, out_shape = jax.make_jaxpr(flat_fun, return_shape=True)(*structs)
+        try:
+            closed, out_shape = jax.make_jaxpr(flat_fun, return_shape=True)(*structs)
+        except (TypeError, IndexError) as err:  # JAX's tracer errors among them
+            in_user_terms(err, self.user_fun, lambda i: self._leaf_path(call, i))
+            raise
         return closed, jax.tree.structure(out_shape)
 
     @gc_paused

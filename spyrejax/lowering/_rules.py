@@ -98,10 +98,25 @@ def rule_for(node: Node, *, fallback: bool = False) -> Rule:
         return HOST_FALLBACK
     if rule is None:
         raise SpyreUnsupportedError(
-            f"unsupported primitive {node.prim} at {node.source}: spyrejax.jit lowers "
-            f"{', '.join(sorted(RULES))}"
+            f"unsupported primitive {_clip(node.prim, 60)} at {_where(node.line)}: no Spyre "
+            "device rule (fallback='warn' runs it on the host; "
+            "spyrejax.explain(f, ...).fallbacks lists each with its bytes)"
         )
     return rule
+
+
+def _where(line: str) -> str:
+    """A source line ``file:line (function)`` in at most 110 characters, the line kept."""
+    file, sep, rest = line.partition(" (")
+    text = f"{file} ({_clip(rest.rstrip(')'), 40)})" if sep else file
+    return _clip(text, 110, left=True)
+
+
+def _clip(text: str, n: int, *, left: bool = False) -> str:
+    """At most ``n`` characters (an error stays short): the end elided, or the start."""
+    if len(text) <= n:
+        return text
+    return "..." + text[3 - n :] if left else text[: n - 3] + "..."
 
 
 def is_host_fallback(node: Node) -> bool:
