@@ -1,10 +1,12 @@
 # spyrejax developer entry points. `make test` and `make demo` are all a fresh clone needs.
+# `make docs` builds the site of docs/ into build/site (warnings are errors); `make lab`
+# opens the notebooks in JupyterLab; `make code-map` regenerates docs/code-map.md.
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LINTED := spyrejax tests tools benchmarks setup.py
 
-.PHONY: test test-slow test-cores demo lint format bench notebooks clean
+.PHONY: test test-slow test-cores demo docs lab code-map lint format bench notebooks clean
 
 $(PY):
 	@py=$$(tools/find-python) || exit 1; \
@@ -13,24 +15,34 @@ $(PY):
 
 $(STAMP): $(PY) pyproject.toml setup.py spyrejax/dma/_transpose.c
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,notebook]'
+	$(PY) -m pip install --quiet -e '.[test,notebook,docs]'
 	@touch $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check $(LINTED)
 	$(PY) -m ruff format --check $(LINTED)
 	$(PY) -m pytest -q -m "not slow"
+	$(MAKE) --no-print-directory docs
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
 # Every spyrejax.jit program of the suite with each divided op run per core as well, compared
-# with the default mode (README, "The device model"). Slow: about twice `make test`.
+# with the default mode (docs/device-model.md). Slow: about twice `make test`.
 test-cores: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" --emulate-check
 
 demo: $(STAMP)
 	$(PY) -m spyrejax
+
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab notebooks
+
+code-map: $(STAMP)
+	$(PY) tools/code_map.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench.py $(if $(QUICK),--quick,) $(BENCH_ARGS)

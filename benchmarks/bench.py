@@ -624,7 +624,7 @@ def _ratio_table(title: str, target: float, rows: list[dict[str, Any]], unit: st
 
 
 def markdown(results: dict[str, Any]) -> str:
-    """The results as Markdown tables (what the README's Performance section shows).
+    """The results as Markdown tables (what benchmarks/README.md keeps).
 
     The targets in the headings are issue 18's.
     """

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, settings  # noqa: E402  (after the device co
 import spyrejax  # noqa: E402, F401  (registers the spyrejax_poison_padding option)
 
 # Kernels write poison (NaN) into the padding of every result, even where its content is
-# undefined and production runs leave it (see README, "Padding"): a kernel that reads
+# undefined and production runs leave it (see docs/dma.md): a kernel that reads
 # padding without masking it then gives NaN, which every comparison with jax.jit catches.
 jax.config.update("spyrejax_poison_padding", True)
 

@@ -108,6 +108,6 @@ def test_jax_reshard_of_a_spyre_array_points_to_spyrejax_device_put():
 
 def test_jax_device_put_of_a_spyre_array_is_refused_by_jax_before_any_hook():
     """JAX 0.12 refuses every hijax value in jax.device_put before asking its type, so
-    spyrejax cannot answer it (README "Many cards"); a JAX with a hook fails this test."""
+    spyrejax cannot answer it (docs/many-cards.md); a JAX with a hook fails this test."""
     with pytest.raises(NotImplementedError, match="hijax type SpyreType"):
         jax.device_put(sj.to_device(rand((8, 256))), sharding("x"))

@@ -1,6 +1,6 @@
 """Random programs through ``spyrejax.jit``, compared with ``jax.jit`` (a differential test).
 
-A Hypothesis strategy draws random DAGs over the ops the README's "Coverage" list names
+A Hypothesis strategy draws random DAGs over the ops the "Coverage" list of docs/jit.md names
 (elementwise math and comparisons, where/select_n, integer_pow, convert_element_type,
 dot_general and einsum forms, reductions, broadcasts, views, iota masks,
 slice/concatenate/pad, softmax/gelu/silu/relu, custom_jvp and custom_vjp functions,

@@ -1,15 +1,38 @@
+"""The README and every docs/ page as a reader follows them: each python block runs as written.
+
+A page's blocks run in order in one namespace of their own (a page may build on its own
+earlier blocks, never on another page's). A page that sets ``jax_num_cpu_devices`` (the many
+cards page) runs in a fresh Python process, since JAX takes that setting only before its
+first use, as a reader pasting the page would.
+"""
+
+import os
 import pathlib
 import re
+import subprocess
+import sys
 
-README = pathlib.Path(__file__).parents[1] / "README.md"
+import pytest
+
+ROOT = pathlib.Path(__file__).parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+PAGES = sorted(DOCS.glob("*.md"))
+
+
+def python_blocks(path: pathlib.Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
+
+
+def run_blocks(path: pathlib.Path) -> None:
+    namespace: dict = {}
+    for block in python_blocks(path):
+        exec(compile(block, str(path), "exec"), namespace)
 
 
 def test_readme_python_examples_run():
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    assert blocks
-    namespace: dict = {}
-    for block in blocks:
-        exec(compile(block, str(README), "exec"), namespace)
+    assert python_blocks(README)
+    run_blocks(README)
 
 
 def test_readme_gives_the_two_commands_first():
@@ -17,3 +40,43 @@ def test_readme_gives_the_two_commands_first():
     first_block = re.search(r"```sh\n(.*?)```", text, flags=re.S).group(1)
     assert first_block.splitlines()[0].startswith("make demo")
     assert first_block.splitlines()[1].startswith("make test")
+
+
+def test_readme_is_short():
+    assert len(README.read_text().splitlines()) <= 300
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_docs_page_examples_run(page):
+    if "jax_num_cpu_devices" not in page.read_text():
+        run_blocks(page)
+        return
+    script = "\n".join(python_blocks(page))
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_docs_pages_are_in_the_site_and_link_each_other():
+    """Every page and every notebook has its place in mkdocs.yml's nav."""
+    nav = (ROOT / "mkdocs.yml").read_text()
+    for page in PAGES:
+        assert f": {page.name}" in nav, page.name
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        assert f"notebooks/{notebook.stem}.md" in nav, notebook.name
+
+
+def test_code_map_is_current():
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "code_map.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout
