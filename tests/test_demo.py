@@ -1,12 +1,23 @@
+import contextlib
+import io
 import subprocess
 import sys
+
+import pytest
 
 from spyrejax._demo import main
 
 
-def test_demo_prints_the_seed_examples(capsys):
-    main()
-    out = capsys.readouterr().out
+@pytest.fixture(scope="module")
+def out():
+    """What the demo prints, run once for the module's tests."""
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        main()
+    return text.getvalue()
+
+
+def test_demo_prints_the_seed_examples(out):
     assert "device[i0*65536 + i1*64 + i2] = host[i0*64 + i1*256 + i2]" in out
     assert "size=[22, 5, 1, 100]" in out and "offsets=(128, 640)" in out
     assert "stride_map =[15000, 64, 150, 1]" in out
@@ -18,6 +29,13 @@ def test_demo_prints_the_seed_examples(capsys):
     assert "a @ (b + c.T)  restickify_cost =  16384" in out
     assert "(a @ b) @ c    restickify_cost =      0" in out
     assert "causal attention: f32[64,64]" in out
+
+
+def test_demo_ends_with_a_model_checked_against_jax_jit_and_its_predicted_time(out):
+    model = out[out.index("== a model") :]
+    assert "spyrejax.jit matches jax.jit: True" in model
+    assert "spyrejax.explain:" in model and "predicted time on spyre (32 cores" in model
+    assert float(model.split("predicted time on the card: ")[1].split(" us")[0]) > 0
 
 
 def test_python_dash_m_runs_the_demo():
