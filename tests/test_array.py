@@ -1,4 +1,5 @@
 import pickle
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -174,3 +175,17 @@ def test_results_convert_to_host_values_like_jax_arrays():
         len(zero)
     with pytest.raises(TypeError, match="integer arrays"):
         [1, 2][zero]
+
+
+def test_plain_jax_jit_of_a_jnp_function_on_spyre_arrays_warns_it_runs_on_the_host():
+    """Operators are Spyre primitives; jnp functions read the host values: warned."""
+    x = jnp.asarray(np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8))
+    a = sj.to_device(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        on_device = jax.jit(lambda a: (a + 1).sum(0))(a)  # operators and methods: no warning
+    assert isinstance(on_device, sj.SpyreArray)
+    f = jax.jit(lambda a: jnp.sin(a) * 2)
+    with pytest.warns(sj.SpyreFallbackWarning, match=r"test_array.py:\d+ .* runs on the host"):
+        got = f(a)
+    np.testing.assert_allclose(got, jax.jit(lambda x: jnp.sin(x) * 2)(x), rtol=1e-6)

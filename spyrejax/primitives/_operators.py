@@ -7,12 +7,16 @@ A tracer forwards ``x + y`` to ``aval._add(x, y)`` and ``x.sum()`` to the aval's
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import numpy as np
 
+from .._errors import SpyreFallbackWarning
 from .._jax import aval_method, aval_property
 from ._array import SpyreArray, SpyreType
 from ._astype import astype
@@ -110,6 +114,45 @@ def _host(self: SpyreArray) -> jax.Array:
     return to_host(self)
 
 
+_LIBRARIES = tuple(
+    os.path.dirname(m.__file__) + os.sep for m in (jax, np, sys.modules[__name__.split(".")[0]])
+)
+_WARNED: dict[Any, Any] = {}  # the warnings registry: once per user line
+
+
+def _traced_by_jax(frame: Any) -> bool:
+    """Whether JAX (``jax.jit``, ``grad``...) called the user's code at ``frame``."""
+    frame = frame.f_back
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(_LIBRARIES[0]):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _traced_host(self: SpyreArray) -> jax.Array:
+    """A traced Spyre array's host values for a JAX function: a visible host fallback.
+
+    Under a plain ``jax.jit`` (or ``grad``...), a Spyre array's operators and methods
+    are Spyre primitives, but a ``jnp``/``lax`` function reads the array's values to
+    the host and runs there: :class:`SpyreFallbackWarning` once per user source line.
+    """
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARIES):
+        frame = frame.f_back
+    if frame is None or not _traced_by_jax(frame):  # eager jnp on an array: as asked
+        return to_host(self)
+    file, line = frame.f_code.co_filename, frame.f_lineno
+    warning = SpyreFallbackWarning(
+        f"a JAX function at {file}:{line} was given a traced Spyre array: it reads the "
+        "array's values to the host (a device -> host DMA) and runs on the host. Under a "
+        "plain jax.jit, Spyre arrays' operators and methods (+, @, .sum()) run on the "
+        "device and jnp/lax functions on the host; spyrejax.jit(f) runs all of f there"
+    )
+    warnings.warn_explicit(warning, None, file, line, registry=_WARNED)
+    return to_host(self)
+
+
 def _scalar(convert: Callable[[Any], Any]) -> Callable[[SpyreArray], Any]:
     def method(self: SpyreArray) -> Any:
         if self.size != 1:
@@ -163,7 +206,7 @@ def install() -> None:
     for name, fn in _HOST_METHODS.items():
         setattr(SpyreArray, name, fn)
     # jnp functions on a Spyre array (or a traced one) read its host values.
-    SpyreType.__jax_array__ = aval_method(_host)  # type: ignore[attr-defined]
+    SpyreType.__jax_array__ = aval_method(_traced_host)  # type: ignore[attr-defined]
     for name, fn in _OPERATORS.items():
         setattr(SpyreType, f"_{name}", staticmethod(fn))
         setattr(SpyreArray, f"__{name}__", fn)
