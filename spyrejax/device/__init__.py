@@ -18,16 +18,27 @@ from ._division import (
     reduce_space,
     validate_hint,
 )
+from ._fusion import Fusion, find_fusions
 from ._lx import Buffer, LXPlan, Stream, place, stream
 from ._machine import Machine, default_machine
 from ._percore import core_dci
-from ._program import DeviceOp, DeviceProgram, OpDesc, Region, divide_op, plan_program
+from ._program import (
+    DeviceOp,
+    DeviceProgram,
+    FusedGroup,
+    OpDesc,
+    Region,
+    divide_op,
+    plan_program,
+)
 
 __all__ = [
     "Buffer",
     "DeviceOp",
     "DeviceProgram",
     "Fold",
+    "FusedGroup",
+    "Fusion",
     "IterDim",
     "LXPlan",
     "Machine",
@@ -44,6 +55,7 @@ __all__ = [
     "divide",
     "divide_op",
     "elementwise_space",
+    "find_fusions",
     "matmul_space",
     "op_cost",
     "place",

@@ -30,7 +30,14 @@ from ._machine import Machine
 if TYPE_CHECKING:
     from ._division import OpSpace, WorkDivision
 
-__all__ = ["OpCost", "lx_seconds", "memory_seconds", "op_cost", "transfer_cost"]
+__all__ = [
+    "OpCost",
+    "lx_seconds",
+    "memory_seconds",
+    "op_cost",
+    "relayout_cost",
+    "transfer_cost",
+]
 
 # Ops the vector units run as transcendentals (ktir-cpu charges them 4x).
 TRANSCENDENTAL = frozenset(
@@ -175,6 +182,7 @@ def op_cost(
     machine: Machine,
     in_lx: frozenset[int] = frozenset(),
     fills: frozenset[int] = frozenset(),
+    launch: bool = True,
 ) -> OpCost:
     """The cost of a divided op.
 
@@ -183,6 +191,8 @@ def op_cost(
         machine: the machine profile.
         in_lx: indices of the operands (inputs, then the output) living in LX.
         fills: indices of the inputs that are constant fills: one stick, read once.
+        launch: whether it launches a kernel (not an op inside a fused kernel but its
+            first).
     """
     space = division.space
     cores = division.cores_used
@@ -215,7 +225,19 @@ def op_cost(
     if space.kind != "matmul":
         lx = lx_seconds(machine, moved, cores)
     pattern = _pattern(space)
-    return _finish(machine, read, write, ring, space.macs, compute, cores, pattern, lx)
+    return _finish(
+        machine, read, write, ring, space.macs, compute, cores, pattern, lx, kernel=launch
+    )
+
+
+def relayout_cost(machine: Machine, nbytes: int, launch: bool = False) -> OpCost:
+    """A restickify of ``nbytes`` inside a fused kernel: each core relays its own tile.
+
+    The kernel runs its ops on one division, so the tile stays on its core: it is
+    read and written through the core's LX port, not moved over DDR or the ring.
+    """
+    lx = lx_seconds(machine, 2 * nbytes, machine.cores)
+    return _finish(machine, 0, 0, 0, 0, 0.0, machine.cores, "ddr", lx, kernel=launch)
 
 
 def transfer_cost(

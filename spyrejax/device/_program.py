@@ -16,14 +16,16 @@ from typing import Any
 
 from .._errors import DeviceError
 from ..layout._residency import DDR, Residency
-from ._cost import OpCost, op_cost, transfer_cost
+from ._cost import OpCost, op_cost, relayout_cost, transfer_cost
 from ._division import OpSpace, TensorSpec, WorkDivision, divide
+from ._fusion import Fusion, find_fusions, is_fill, is_relayout
 from ._lx import INPLACE_OPS, Buffer, LXPlan, Stream, place, stream
 from ._machine import Machine
 
 __all__ = [
     "DeviceOp",
     "DeviceProgram",
+    "FusedGroup",
     "OpDesc",
     "Region",
     "divide_op",
@@ -118,6 +120,9 @@ class DeviceOp:
         lx_peak: LX bytes per core live while the op runs (intermediates placed in LX).
         runs: how many times it counts in the program's totals: ``repeat``, or 0 for
             an op of a ``cond`` branch that is not the costliest.
+        group: the index of the fused kernel it runs in (``DeviceProgram.groups``), or
+            None: its own kernel. Its cost is then its part of that kernel (no launch but
+            the first op's, no DDR traffic for the values kept in LX).
     """
 
     index: int
@@ -129,6 +134,7 @@ class DeviceOp:
     streams: tuple[tuple[int, Stream], ...] = ()
     lx_peak: int = 0
     runs: int = 1
+    group: int | None = None
 
     @property
     def opfunc(self) -> str:
@@ -184,6 +190,38 @@ class DeviceOp:
 
 
 @dataclass(frozen=True)
+class FusedGroup:
+    """A chain of ops the program runs as one kernel (found by ``device._fusion``).
+
+    Attributes:
+        index: its position in ``DeviceProgram.groups``.
+        family: ``softmax``, ``layer_norm``, ``rms_norm``, ``attention`` or
+            ``matmul_epilogue``.
+        ops: the indices of its ops in the program (views between them included).
+        source: the user's source line of its first op.
+        internal: the values made and read only inside it.
+        in_lx: whether they stay in LX: a row of each (the last dim, one core's
+            smallest tile) fits the LX budget together. If not, they go through DDR.
+        time_s: the kernel's predicted seconds (the sum of its ops' parts), every run.
+        unfused_s: what its ops cost as kernels of their own.
+    """
+
+    index: int
+    family: str
+    ops: tuple[int, ...]
+    source: str
+    internal: frozenset[str]
+    in_lx: bool
+    time_s: float
+    unfused_s: float
+
+    def describe(self) -> str:
+        """``softmax (8 ops, intermediates in LX)``."""
+        where = "intermediates in LX" if self.in_lx else "intermediates through DDR"
+        return f"{self.family} ({len(self.ops)} ops, {where})"
+
+
+@dataclass(frozen=True)
 class DeviceProgram:
     """A program planned for a machine.
 
@@ -197,11 +235,13 @@ class DeviceProgram:
         ops: the ops in program order.
         machine: the machine profile.
         lx: the LX placement of the intermediates.
+        groups: the fused kernels (each op's ``group`` points here).
     """
 
     ops: tuple[DeviceOp, ...]
     machine: Machine
     lx: LXPlan
+    groups: tuple[FusedGroup, ...] = ()
 
     @property
     def counted(self) -> tuple[DeviceOp, ...]:
@@ -294,6 +334,7 @@ class DeviceProgram:
                 "lx_peak": op.lx_peak,
                 "time_us": op.time_s * 1e6,
                 "bound": op.bound,
+                "kernel": "" if op.group is None else f"#{op.group} {self.groups[op.group].family}",
                 "loop": _where(op),
             }
             for op in self.ops
@@ -309,7 +350,13 @@ class DeviceProgram:
                 f"  {r['op']:<16} {r['division']:<40} read {r['read_bytes']:>10} B  write "
                 f"{r['write_bytes']:>10} B  MACs {r['macs']:>12}  LX {r['lx_peak']:>8} B  "
                 f"{r['time_us']:10.3f} us  {r['bound']}  [{r['source']}]"
+                + (f"  fused {r['kernel']}" if r["kernel"] else "")
                 + (f"  {r['loop']}" if r["loop"] else "")
+            )
+        for g in self.groups:
+            out.append(
+                f"  fused kernel #{g.index}: {g.describe()} {g.time_s * 1e6:.3f} us "
+                f"(as separate kernels {g.unfused_s * 1e6:.3f} us)  [{g.source}]"
             )
         bound = " (a lower bound: while loops counted once)" if self.lower_bound else ""
         out.append(f"  predicted time: {self.time_s * 1e6:.3f} us{bound}")
@@ -432,11 +479,14 @@ def plan_program(
     machine: Machine,
     keep_in_ddr: Sequence[str] = (),
     strategy: str = "greedy",
+    fuse: bool = True,
 ) -> DeviceProgram:
     """Divide, place and cost a program's ops.
 
     A value written or read in more than one region (``OpDesc.region``) lives in DDR;
     of each ``cond``, the ops of the branches other than the costliest get ``runs=0``.
+    The chains torch-spyre runs as one kernel (``device._fusion``) are costed as one:
+    one launch, and no DDR traffic for the values they keep in LX.
 
     Args:
         descs: the ops in program order.
@@ -444,6 +494,7 @@ def plan_program(
         keep_in_ddr: value names that live in DDR whatever happens (graph inputs and
             outputs).
         strategy: the LX placer (``greedy``, ``first_fit``, ``best_fit``).
+        fuse: whether to find fused kernels (False: every op is its own kernel).
     """
     divisions: list[WorkDivision | None] = []
     alike: dict[Any, WorkDivision] = {}  # by geometry and hint: repeated layers divide once
@@ -457,36 +508,85 @@ def plan_program(
     ops = []
     peaks = lx.live_bytes(len(descs))
     fills = {d.output[0] for d in descs if is_fill(d)} - set(keep_in_ddr)
+    fusions = find_fusions(descs, frozenset(keep_in_ddr)) if fuse else []
+    member = {i: k for k, f in enumerate(fusions) for i in f.ops}
+    made = {d.output[0]: d.output[1] for d in descs}
+    fits = [_fits(f, made, machine) for f in fusions]
+    unfused: list[float] = []
     for i, (d, div) in enumerate(zip(descs, divisions, strict=True)):
         lx_in = tuple(n for n, _ in d.inputs if lx.in_lx(n))
         lx_out = lx.in_lx(d.output[0])
-        if div is not None:
-            in_lx = {k for k, (n, _) in enumerate(d.inputs) if lx.in_lx(n)}
-            if lx_out:
-                in_lx.add(len(d.inputs))
-            filled = frozenset(k for k, (n, _) in enumerate(d.inputs) if n in fills)
-            cost = op_cost(div, machine, frozenset(in_lx), filled)
-            streams = _streams(div, machine)
+        own = _own_cost(d, div, machine, fills, lx.in_lx)
+        unfused.append(own.repeated(d.repeat).time_s)
+        k = member.get(i)
+        if k is None:
+            cost = own
         else:
-            cost = _transfer(d, machine, fills)
-            streams = ()
+            kept = fusions[k].internal if fits[k] else frozenset()
+            first = i == next(j for j in fusions[k].ops if descs[j].kind != "view")
+            in_lx = lambda n, kept=kept: n in kept or lx.in_lx(n)  # noqa: E731
+            cost = _own_cost(d, div, machine, fills, in_lx, fused=(kept, first))
+        streams = _streams(div, machine) if div is not None else ()
         cost = cost.repeated(d.repeat)
-        ops.append(DeviceOp(i, d, div, cost, lx_in, lx_out, streams, peaks[i], d.repeat))
+        ops.append(DeviceOp(i, d, div, cost, lx_in, lx_out, streams, peaks[i], d.repeat, k))
     counted = _counted(descs, [op.time_s for op in ops])
     ops = [op if c else replace(op, runs=0) for op, c in zip(ops, counted, strict=True)]
-    return DeviceProgram(tuple(ops), machine, lx)
+    groups = tuple(
+        FusedGroup(
+            k,
+            f.family,
+            f.ops,
+            descs[f.first].source,
+            f.internal,
+            fits[k],
+            sum(ops[i].time_s for i in f.ops),
+            sum(unfused[i] for i in f.ops),
+        )
+        for k, f in enumerate(fusions)
+    )
+    return DeviceProgram(tuple(ops), machine, lx, groups)
 
 
-FILL_OPS = frozenset({"full"})
+def _own_cost(
+    d: OpDesc,
+    div: WorkDivision | None,
+    machine: Machine,
+    fills: set[str],
+    in_lx: Any,
+    fused: tuple[frozenset[str], bool] | None = None,
+) -> OpCost:
+    """An op's cost, the values ``in_lx(name)`` says in LX; ``fused``: (kept, first).
 
-
-def is_fill(desc: OpDesc) -> bool:
-    """Whether an op is a constant fill (a ``full``: a scalar the card broadcasts).
-
-    Unless it is a program output, a fill is not written at full size: its readers
-    read its one stick, once (:func:`plan_program`).
+    An op inside a fused kernel launches none unless it is the kernel's first, and a
+    restickify between two of its values kept in LX is a relayout over the ring.
     """
-    return desc.kind == "copy" and desc.opfunc in FILL_OPS and not desc.inputs
+    launch = fused is None or fused[1]
+    if div is not None:
+        where = {k for k, (n, _) in enumerate(d.inputs) if in_lx(n)}
+        if in_lx(d.output[0]):
+            where.add(len(d.inputs))
+        filled = frozenset(k for k, (n, _) in enumerate(d.inputs) if n in fills)
+        return op_cost(div, machine, frozenset(where), filled, launch)
+    if fused is not None and is_relayout(d):
+        kept = fused[0]
+        if d.output[0] in kept and all(n in kept for n, _ in d.inputs):
+            return relayout_cost(machine, d.output[1].nbytes, launch)
+    cost = _transfer(d, machine, fills)
+    return cost if launch or d.kind == "view" else _no_launch(cost)
+
+
+def _no_launch(cost: OpCost) -> OpCost:
+    return replace(cost, time_s=cost.time_s - cost.launch_s, launch_s=0.0)
+
+
+def _fits(f: Fusion, made: Mapping[str, TensorSpec], machine: Machine) -> bool:
+    """Whether a row (last dim) of each of a fused kernel's internal values fits LX."""
+    need = 0
+    for name in f.internal:
+        t = made[name]
+        rows = math.prod(t.shape[:-1]) if len(t.shape) > 1 else 1
+        need += -(-t.nbytes // max(rows, 1))
+    return need <= machine.lx_usable
 
 
 def _transfer(d: OpDesc, machine: Machine, fills: set[str]) -> OpCost:

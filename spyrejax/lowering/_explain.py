@@ -126,6 +126,8 @@ class LineInfo:
             its ops' fields.
         to_host_bytes: bytes its host fallbacks move device -> host.
         to_device_bytes: bytes they move back.
+        device_s: the predicted device time of its device ops (those the program's
+            totals count; a fused kernel's ops each bring their part of it).
     """
 
     line: str
@@ -137,10 +139,11 @@ class LineInfo:
     copy_cost: int = 0
     to_host_bytes: int = 0
     to_device_bytes: int = 0
+    device_s: float = 0.0
 
     @classmethod
-    def of(cls, line: str, ops: tuple[OpInfo, ...]) -> LineInfo:
-        """The row of ``ops`` (all of ``line``)."""
+    def of(cls, line: str, ops: tuple[OpInfo, ...], device_s: float = 0.0) -> LineInfo:
+        """The row of ``ops`` (all of ``line``), its device ops taking ``device_s``."""
         sums = {f: sum(getattr(o, f) for o in ops) for f in _SUMMED}
         falls = [f for o in ops for f in o.fallbacks]
         return cls(
@@ -149,6 +152,7 @@ class LineInfo:
             **sums,
             to_host_bytes=sum(f.to_host_bytes for f in falls),
             to_device_bytes=sum(f.to_device_bytes for f in falls),
+            device_s=device_s,
         )
 
     @property
@@ -189,10 +193,11 @@ _COLUMNS: tuple[tuple[str, Callable[[LineInfo], str]], ...] = (
     ("copy (n)", lambda r: _count(r.copy_cost, r.copies)),
     ("host B out/in", _host),
     ("device B", lambda r: str(r.device_bytes)),
+    ("device us", lambda r: f"{r.device_s * 1e6:.1f}" if r.device_s else "-"),
     ("ops", lambda r: r.prims),
 )
-_MAX_ROWS = 20  # costly lines shown in the summary; report.lines has them all
-_MIN_ROWS = 8  # rows shown when fewer lines move data (the next by device bytes)
+_MAX_ROWS = 20  # lines shown in the summary (moving data or taking device time)
+_MIN_ROWS = 8  # rows shown when fewer lines do (the next by device bytes)
 _MAX_CELL = 48
 
 
@@ -301,12 +306,30 @@ class Report:
 
     @property
     def lines(self) -> tuple[LineInfo, ...]:
-        """One row per source line, the costliest first (elements moved, then bytes)."""
+        """One row per source line, the costliest first (device time, elements moved, bytes)."""
         by_line: dict[str, list[OpInfo]] = {}
         for op in self.nodes:
             by_line.setdefault(op.line, []).append(op)
-        rows = [LineInfo.of(line, tuple(ops)) for line, ops in by_line.items()]
-        return tuple(sorted(rows, key=lambda r: (-r.moved, -r.to_host_bytes, -r.device_bytes)))
+        times = self.line_times
+        rows = [
+            LineInfo.of(line, tuple(ops), times.get(line, 0.0)) for line, ops in by_line.items()
+        ]
+        return tuple(
+            sorted(rows, key=lambda r: (-r.device_s, -r.moved, -r.to_host_bytes, -r.device_bytes))
+        )
+
+    @functools.cached_property
+    def line_times(self) -> dict[str, float]:
+        """Predicted device seconds per source line (of the ops the totals count).
+
+        A restickify the plan makes for a node counts on that node's line.
+        """
+        out: dict[str, float] = {}
+        for op in self.device.counted if self.device is not None else ():
+            source = op.source.split(" at ", 1)[-1]
+            line = source_line(source)
+            out[line] = out.get(line, 0.0) + op.time_s
+        return out
 
     @property
     def device_bytes(self) -> int:
@@ -316,8 +339,9 @@ class Report:
     def _rows(self) -> tuple[list[LineInfo], list[LineInfo]]:
         """The lines shown (the costly ones first, then by device bytes), and the rest."""
         lines = self.lines
-        shown = [r for r in lines if r.costly][:_MAX_ROWS]
-        shown += [r for r in lines if not r.costly][: max(0, _MIN_ROWS - len(shown))]
+        busy = [r for r in lines if r.costly or r.device_s]
+        shown = busy[:_MAX_ROWS]
+        shown += [r for r in lines if r not in busy][: max(0, _MIN_ROWS - len(shown))]
         return shown, [r for r in lines if r not in shown]
 
     def _totals(self) -> list[str]:
@@ -516,6 +540,7 @@ def _device_lines(program: DeviceProgram) -> list[str]:
         f"  host overhead per call: {m.host_call_s * 1e3:g} ms of wall time, not in the "
         "device time",
     ]
+    out.extend(_fused_lines(program))
     regions: dict[Any, list[DeviceOp]] = {}
     for op in program.ops:
         if op.region is not None:
@@ -537,6 +562,22 @@ def _device_lines(program: DeviceProgram) -> list[str]:
     return out
 
 
+def _fused_lines(program: DeviceProgram) -> list[str]:
+    """The fused kernels, those of one family on one line together (repeated layers)."""
+    if not program.groups:
+        return []
+    by: dict[tuple[str, str], list[Any]] = {}
+    for g in program.groups:
+        if any(program.ops[i].runs for i in g.ops):
+            by.setdefault((g.family, _short(source_line(g.source))), []).append(g)
+    parts = []
+    for (family, line), gs in sorted(by.items(), key=lambda kv: -sum(g.time_s for g in kv[1])):
+        n = f"{len(gs)}x " if len(gs) > 1 else ""
+        fused, apart = sum(g.time_s for g in gs) * 1e6, sum(g.unfused_s for g in gs) * 1e6
+        parts.append(f"{n}{family} at {line} {fused:.1f} us (as separate kernels {apart:.1f})")
+    return [f"  fused kernels ({len(program.groups)}): " + "; ".join(parts)]
+
+
 _DEVICE_COLUMNS = (
     ("op", "op"),
     ("division", "division"),
@@ -546,6 +587,7 @@ _DEVICE_COLUMNS = (
     ("lx_peak", "LX peak B"),
     ("time_us", "predicted us"),
     ("bound", "bound"),
+    ("kernel", "fused kernel"),
     ("source", "source"),
     ("loop", "loop / branch"),
 )
