@@ -12,8 +12,9 @@ small size, plan time at 8 layers only (under a minute on two cores).
 
 Sections: compute cases (aligned and padded), whole programs (a GPT training step, a
 Llama-style block, a scan over 8 layers), DMA throughput, compile time, plan time
-against layer count, dispatch of a tiny program, and the spyrejax side of the
-comparison with ktir-cpu (its figures quoted from issue 18).
+against layer count, ``explain`` of a Granite-3.3-8B decoder layer (prefill and decode,
+from shapes), dispatch of a tiny program, and the spyrejax side of the comparison with
+ktir-cpu (its figures quoted from issue 18).
 """
 
 from __future__ import annotations
@@ -523,6 +524,55 @@ def bench_plan_scale(layer_counts: Sequence[int], only: list[str]) -> list[dict[
     return rows
 
 
+# --- explain of a Granite-3.3-8B decoder layer -----------------------------------------
+
+
+def granite_cases() -> dict[str, tuple[Callable[..., Any], tuple[Any, ...]]]:
+    """A Granite-3.3-8B layer (fp16) as prefill and decode, from shapes alone."""
+    weights = models.granite_structs()
+    tokens = jax.ShapeDtypeStruct((512, models.GRANITE["d"]), jnp.float16)
+    return {
+        "Granite-3.3-8B layer, prefill (batch 1, 512 tokens)": (
+            models.granite_prefill,
+            (weights, tokens),
+        ),
+        "Granite-3.3-8B layer, decode (batch 4, one token, KV cache 4096)": (
+            models.granite_decode,
+            (weights, *models.granite_decode_structs()),
+        ),
+    }
+
+
+def bench_granite(only: list[str]) -> list[dict[str, Any]]:
+    """``spyrejax.explain`` of a Granite layer: seconds from a fresh function (trace,
+    plan, device model with fused kernels, report), one run each; and what it predicts."""
+    rows = []
+    for name, (fn, args) in granite_cases().items():
+        if only and not any(o in name for o in only):
+            continue
+        fresh = functools.wraps(fn)(lambda *a, fn=fn: fn(*a))  # nothing cached for it
+        t0 = time.perf_counter()
+        report = sj.explain(fresh, *args)
+        seconds = time.perf_counter() - t0
+        groups = report.device.groups
+        row = {
+            "case": name,
+            "explain_s": seconds,
+            "device_ops": len(report.ops),
+            "predicted_us": report.time_s * 1e6,
+            "fused_kernels": len(groups),
+            "families": sorted({g.family for g in groups}),
+            "lx_fraction": report.lx_fraction,
+        }
+        rows.append(row)
+        print(
+            f"  {name}: explain {seconds:.2f} s, {row['device_ops']} device ops,"
+            f" {len(groups)} fused kernels, predicted {row['predicted_us']:.0f} us",
+            flush=True,
+        )
+    return rows
+
+
 # --- dispatch --------------------------------------------------------------------------
 
 
@@ -664,6 +714,19 @@ def markdown(results: dict[str, Any]) -> str:
                 f" | {r['trace_s']:.2f} s | {r['plan_s']:.2f} s | {r['explain_s']:.2f} s"
                 f" | {r['total_s']:.2f} s | {r['ms_per_equation']:.2f} ms |"
             )
+    if results.get("granite"):
+        lines += [
+            "",
+            "| `explain` from shapes (target < 2 s) | explain | device ops | fused kernels"
+            " | predicted device time (LX fraction) |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for r in results["granite"]:
+            lines.append(
+                f"| {r['case']} | {r['explain_s']:.2f} s | {r['device_ops']}"
+                f" | {r['fused_kernels']} ({', '.join(r['families'])})"
+                f" | {r['predicted_us']:.0f} us ({r['lx_fraction']:g}) |"
+            )
     if results.get("dispatch"):
         lines += _ratio_table("dispatch (per call)", 1.5, results["dispatch"], "us")
     if results.get("ktir"):
@@ -736,6 +799,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results["plan_scale"] = bench_plan_scale(
         PLAN_LAYERS[:1] if args.quick else PLAN_LAYERS, args.only
     )
+    print("explain of a Granite-3.3-8B layer:", flush=True)
+    results["granite"] = bench_granite(args.only)
     print("dispatch:", flush=True)
     results["dispatch"] = bench_dispatch(args.only)
     print("against ktir-cpu (its figures quoted from issue 18):", flush=True)

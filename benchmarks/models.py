@@ -199,3 +199,66 @@ def llama_params(
 def llama_layers(stacked: dict[str, Any], x: Any, heads: int = 4, kv_heads: int = 2) -> Any:
     """``lax.scan`` over stacked decoder layers."""
     return jax.lax.scan(lambda h, p: (llama_block(p, h, heads, kv_heads), None), x, stacked)[0]
+
+
+# --- a Granite-3.3-8B decoder layer, from shapes alone ---------------------------------
+
+# Granite-3.3-8B: hidden 4096, 32 heads, 8 KV heads, head dim 128, MLP 12800.
+GRANITE = {"d": 4096, "heads": 32, "kv_heads": 8, "ff": 12800}
+
+
+def granite_structs(dtype: Any = jnp.float16) -> dict[str, Any]:
+    """One Granite-3.3-8B layer's weights as ``jax.ShapeDtypeStruct`` values (no data)."""
+    d, heads, kv, ff = GRANITE["d"], GRANITE["heads"], GRANITE["kv_heads"], GRANITE["ff"]
+    hd = d // heads
+    shapes = {
+        "g1": (d,),
+        "wq": (d, heads * hd),
+        "wk": (d, kv * hd),
+        "wv": (d, kv * hd),
+        "wo": (heads * hd, d),
+        "g2": (d,),
+        "w1": (d, ff),
+        "w3": (d, ff),
+        "w2": (ff, d),
+    }
+    return {k: jax.ShapeDtypeStruct(s, dtype) for k, s in shapes.items()}
+
+
+def granite_prefill(p: dict[str, Any], x: Any) -> Any:
+    """The layer on one sequence ``x[tokens, d]`` (causal, positions ``0..tokens-1``)."""
+    return llama_block(p, x, GRANITE["heads"], GRANITE["kv_heads"])
+
+
+def _decode_one(p: dict[str, Any], x: Any, k_cache: Any, v_cache: Any, pos: Any) -> Any:
+    """One sequence's next token ``x[1, d]`` against its cache ``[T, kv, hd]`` at ``pos``.
+
+    Returns the layer's output and the token's key and value (the caller writes them
+    into its cache at ``pos``: the cache already holds them, so the token attends to
+    positions ``<= pos``).
+    """
+    heads, kv = GRANITE["heads"], GRANITE["kv_heads"]
+    q, k, v = projections(p, rms_norm(x, p["g1"]), pos[None], heads, kv)
+    mask = jnp.arange(k_cache.shape[0])[None, :] <= pos
+    x = x + gqa_attention(q, k_cache, v_cache, mask).reshape(1, -1) @ p["wo"]
+    return x + swiglu(p, x), k, v
+
+
+def granite_decode(p: dict[str, Any], x: Any, k_cache: Any, v_cache: Any, pos: Any) -> Any:
+    """A batch's next tokens ``x[b, 1, d]`` against caches ``[b, T, kv, hd]`` at ``pos[b]``."""
+    return jax.vmap(_decode_one, in_axes=(None, 0, 0, 0, 0))(p, x, k_cache, v_cache, pos)
+
+
+def granite_decode_structs(
+    batch: int = 4, cache: int = 4096, dtype: Any = jnp.float16
+) -> tuple[Any, ...]:
+    """``granite_decode``'s arguments after the weights, as ``jax.ShapeDtypeStruct``s."""
+    d, kv = GRANITE["d"], GRANITE["kv_heads"]
+    hd = d // GRANITE["heads"]
+    cache_shape = jax.ShapeDtypeStruct((batch, cache, kv, hd), dtype)
+    return (
+        jax.ShapeDtypeStruct((batch, 1, d), dtype),
+        cache_shape,
+        cache_shape,
+        jax.ShapeDtypeStruct((batch,), jnp.int32),
+    )

@@ -87,3 +87,10 @@ def test_whole_programs_plan_scale_dispatch_and_ktir_rows():
     text = bench.markdown(results)
     for heading in ("whole program", "`explain` of a GPT", "dispatch (per call)", "ktir-cpu"):
         assert heading in text
+
+
+def test_granite_rows_time_explain_of_a_whole_layer():
+    (row,) = bench.bench_granite(["decode"])
+    assert row["case"].startswith("Granite-3.3-8B layer, decode") and row["explain_s"] > 0
+    assert row["fused_kernels"] >= 4 and "attention" in row["families"]
+    assert row["lx_fraction"] == 0.2 and row["predicted_us"] > 0

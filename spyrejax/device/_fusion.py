@@ -39,6 +39,7 @@ class OpDesc(Protocol):
     space: Any
     region: Any
 
+
 __all__ = [
     "FAMILIES",
     "FILL_OPS",
@@ -81,11 +82,14 @@ class Fusion:
             included), in program order.
         internal: the values made and read only inside it (not program outputs): the
             kernel keeps them in LX when they fit.
+        anchor: the op that names it (its source line is the kernel's): the first
+            matmul of an attention or an epilogue, else the chain's first reduction.
     """
 
     family: str
     ops: tuple[int, ...]
     internal: frozenset[str]
+    anchor: int
 
     @property
     def first(self) -> int:
@@ -105,37 +109,51 @@ def _fusible(d: OpDesc) -> bool:
 
 
 def _chains(descs: Sequence[OpDesc]) -> list[list[int]]:
-    """Runs of fusible kernels, each reading a value made earlier in the run."""
-    chains: list[list[int]] = []
-    run: list[int] = []
-    made: set[str] = set()
+    """Chains of fusible kernels, each reading a value made earlier in its chain.
 
-    def close() -> None:
-        while run and (is_relayout(descs[run[-1]]) or descs[run[-1]].kind == "view"):
-            made.discard(descs[run.pop()].output[0])
-        if run:
-            chains.append(list(run))
-        run.clear()
-        made.clear()
+    Several chains may be open at once (independent ops interleave in program order);
+    an op reading two of them joins them; a kernel that reads a chain's values but
+    cannot join it (a matmul) ends that chain. A chain's trailing views and relayouts
+    are left out (they feed the ops after it).
+    """
+    chains: list[list[int]] = []  # by id; an open chain's values map to it in ``owner``
+    closed: set[int] = set()
+    owner: dict[str, int] = {}
+
+    def close(c: int) -> None:
+        closed.add(c)
+        ops = chains[c]
+        while ops and (is_relayout(descs[ops[-1]]) or descs[ops[-1]].kind == "view"):
+            ops.pop()
 
     for i, d in enumerate(descs):
-        reads = {n for n, _ in d.inputs}
-        linked = bool(run) and bool(reads & made) and d.region == descs[run[0]].region
-        if not _is_kernel(d):
-            if d.kind == "view" and linked:
-                run.append(i)
-                made.add(d.output[0])
-            continue
-        if _fusible(d) and linked:
-            run.append(i)
-            made.add(d.output[0])
-            continue
-        close()
-        if _fusible(d) and d.kind == "compute":
-            run.append(i)
-            made.add(d.output[0])
-    close()
-    return chains
+        mine = sorted({owner[n] for n, _ in d.inputs if owner.get(n, -1) >= 0} - closed)
+        mine = [c for c in mine if d.region == descs[chains[c][0]].region]
+        if mine and (d.kind == "view" or (_is_kernel(d) and _fusible(d))):
+            c = mine[0]
+            for other in mine[1:]:  # the op joins two chains
+                chains[c].extend(chains[other])
+                chains[other] = []
+                closed.add(other)
+                for n in [n for n, k in owner.items() if k == other]:
+                    owner[n] = c
+            chains[c].sort()
+            chains[c].append(i)
+            owner[d.output[0]] = c
+        elif _is_kernel(d):
+            for c in mine:
+                close(c)
+            if _fusible(d) and d.kind == "compute":
+                owner[d.output[0]] = len(chains)
+                chains.append([i])
+    for c in range(len(chains)):
+        if c not in closed:
+            close(c)
+    return sorted(c for c in chains if c)
+
+
+def _is_reduction(d: OpDesc) -> bool:
+    return d.kind == "compute" and d.space is not None and d.space.kind == "reduce"
 
 
 def _family(descs: Sequence[OpDesc], chain: list[int]) -> str | None:
@@ -153,9 +171,9 @@ def _family(descs: Sequence[OpDesc], chain: list[int]) -> str | None:
 
 
 def _producer(descs: Sequence[OpDesc], writers: dict[str, int], name: str) -> int | None:
-    """The op making ``name``, looking through views."""
+    """The op making ``name``, looking through views and relayouts."""
     i = writers.get(name)
-    while i is not None and descs[i].kind == "view" and descs[i].inputs:
+    while i is not None and (descs[i].kind == "view" or is_relayout(descs[i])) and descs[i].inputs:
         i = writers.get(descs[i].inputs[0][0])
     return i
 
@@ -163,15 +181,13 @@ def _producer(descs: Sequence[OpDesc], writers: dict[str, int], name: str) -> in
 def _readers_through_views(
     descs: Sequence[OpDesc], readers: dict[str, list[int]], name: str
 ) -> list[int]:
-    """The ops reading ``name``, and those reading the views of it, not the views."""
+    """The ops reading ``name`` or its views, the views included."""
     out, todo = [], [name]
     while todo:
         for j in readers.get(todo.pop(), []):
             if descs[j].kind == "view":
                 todo.append(descs[j].output[0])
-                out.append(j)
-            else:
-                out.append(j)
+            out.append(j)
     return out
 
 
@@ -190,27 +206,85 @@ def find_fusions(descs: Sequence[OpDesc], keep: frozenset[str] = frozenset()) ->
     out = []
     taken: set[int] = set()
     for chain in _chains(descs):
-        family = _family(descs, chain)
-        if family is None:
+        found = None
+        for end in _ends(descs, chain):
+            found = _grow(descs, writers, readers, chain[:end], taken)
+            if found is not None:
+                break
+        if found is None:
             continue
-        ops = list(chain)
-        before = _feeding_matmul(descs, writers, readers, ops)
-        if family == "softmax" and before is not None:
-            after = _reading_matmul(descs, readers, ops)
-            if after is not None:
-                ops = [*_between(descs, before, ops[0]), *ops, *_between(descs, ops[-1], after)]
-                family = "attention"
-        elif family == "elementwise":
-            if before is None or before in taken:
-                continue
-            ops = [*_between(descs, before, ops[0]), *ops]
-            family = "matmul_epilogue"
-        ops = sorted(set(ops))
-        if len([i for i in ops if descs[i].kind != "view"]) < 2:
-            continue
+        family, ops = found
         taken.update(ops)
-        out.append(Fusion(family, tuple(ops), _internal(descs, readers, ops, keep)))
+        anchor = next(
+            (i for i in ops if descs[i].opfunc in _MATMULS or _is_reduction(descs[i])), ops[0]
+        )
+        out.append(Fusion(family, tuple(ops), _internal(descs, readers, ops, keep), anchor))
     return out
+
+
+_MAX_CUTS = 16  # shorter chains tried when a chain cannot run as one kernel
+
+
+def _ends(descs: Sequence[OpDesc], chain: list[int]) -> list[int]:
+    """Where to cut a chain: whole first, then before each of its last kernels.
+
+    A chain may reach ops that run much later (a training step's backward ops reading
+    the forward's values); the longest part that can run as one kernel is kept.
+    """
+    cuts = [k + 1 for k in range(len(chain) - 2, 0, -1) if descs[chain[k]].kind == "compute"]
+    return [len(chain), *cuts[:_MAX_CUTS]]
+
+
+def _grow(
+    descs: Sequence[OpDesc],
+    writers: dict[str, int],
+    readers: dict[str, list[int]],
+    chain: list[int],
+    taken: set[int],
+) -> tuple[str, list[int]] | None:
+    """A chain's family and ops, with the matmuls around it that join its kernel."""
+    family = _family(descs, chain)
+    if family is None:
+        return None
+    before = _feeding_matmul(descs, writers, readers, chain)
+    if before in taken:
+        before = None
+    candidates = []
+    if family == "softmax" and before is not None:
+        after = _reading_matmul(descs, readers, chain)
+        if after is not None:
+            ops = [*_path(descs, before, chain[-1]), *chain, *_path(descs, chain[-1], after)]
+            candidates.append(("attention", ops))
+    if family == "elementwise":
+        if before is None:
+            return None
+        candidates.append(("matmul_epilogue", [*_path(descs, before, chain[-1]), *chain]))
+    else:
+        candidates.append((family, chain))
+    for name, ops in candidates:
+        ops = sorted(set(ops))
+        kernels = [i for i in ops if descs[i].kind != "view"]
+        if len(kernels) >= 2 and _one_kernel(descs, ops):
+            return name, ops
+    return None
+
+
+def _one_kernel(descs: Sequence[OpDesc], ops: list[int]) -> bool:
+    """Whether ``ops`` can run as one kernel where the last of them runs.
+
+    No op between the first and the last reads a value they make (or a view of one):
+    the ops outside run before the kernel, and its inputs are ready when it runs.
+    """
+    inside = set(ops)
+    made: set[str] = set()
+    for k in range(ops[0], ops[-1] + 1):
+        d = descs[k]
+        reads = any(n in made for n, _ in d.inputs)
+        if k in inside or (d.kind == "view" and reads):
+            made.add(d.output[0])
+        elif reads:
+            return False
+    return True
 
 
 def _feeding_matmul(
@@ -227,19 +301,24 @@ def _feeding_matmul(
             p = _producer(descs, writers, name)
             if p is None or p in inside or descs[p].opfunc not in _MATMULS:
                 continue
-            uses = _readers_through_views(descs, readers, descs[p].output[0])
-            alone = all(j in inside or descs[j].kind == "view" for j in uses)
+            uses, todo = [], [descs[p].output[0]]
+            while todo:  # its readers, through views and relayouts
+                for j in _readers_through_views(descs, readers, todo.pop()):
+                    uses.append(j)
+                    if is_relayout(descs[j]):
+                        todo.append(descs[j].output[0])
+            alone = all(
+                j in inside or descs[j].kind == "view" or is_relayout(descs[j]) for j in uses
+            )
             if alone and descs[p].region == descs[chain[0]].region and (found is None or p > found):
                 found = p
-    if found is not None and any(_is_kernel(descs[j]) for j in range(found + 1, chain[0])):
-        return None  # another kernel runs between them: not one run
     return found
 
 
 def _reading_matmul(
     descs: Sequence[OpDesc], readers: dict[str, list[int]], chain: list[int]
 ) -> int | None:
-    """The matmul reading the chain's last result (through views and a relayout), next."""
+    """The matmul reading the chain's last result (through views and relayouts)."""
     name = descs[chain[-1]].output[0]
     while True:
         uses = [j for j in _readers_through_views(descs, readers, name) if descs[j].kind != "view"]
@@ -249,13 +328,11 @@ def _reading_matmul(
     if len(uses) != 1 or descs[uses[0]].opfunc not in _MATMULS:
         return None
     j = uses[0]
-    if any(_is_kernel(descs[k]) and not is_relayout(descs[k]) for k in range(chain[-1] + 1, j)):
-        return None
     return j if descs[j].region == descs[chain[0]].region else None
 
 
-def _between(descs: Sequence[OpDesc], a: int, b: int) -> list[int]:
-    """``a``, ``b`` and the views and relayouts between them linked to ``a``."""
+def _path(descs: Sequence[OpDesc], a: int, b: int) -> list[int]:
+    """``a``, ``b`` and the views and relayouts between them that carry ``a``'s value."""
     out, made = [a], {descs[a].output[0]}
     for k in range(a + 1, b):
         d = descs[k]

@@ -198,7 +198,7 @@ class FusedGroup:
         family: ``softmax``, ``layer_norm``, ``rms_norm``, ``attention`` or
             ``matmul_epilogue``.
         ops: the indices of its ops in the program (views between them included).
-        source: the user's source line of its first op.
+        source: the user's source line of the op naming it (``Fusion.anchor``).
         internal: the values made and read only inside it.
         in_lx: whether they stay in LX: a row of each (the last dim, one core's
             smallest tile) fits the LX budget together. If not, they go through DDR.
@@ -513,6 +513,7 @@ def plan_program(
     made = {d.output[0]: d.output[1] for d in descs}
     fits = [_fits(f, made, machine) for f in fusions]
     unfused: list[float] = []
+    loaded: list[frozenset[str]] = [frozenset()] * len(fusions)  # inputs a kernel has read
     for i, (d, div) in enumerate(zip(descs, divisions, strict=True)):
         lx_in = tuple(n for n, _ in d.inputs if lx.in_lx(n))
         lx_out = lx.in_lx(d.output[0])
@@ -522,10 +523,11 @@ def plan_program(
         if k is None:
             cost = own
         else:
-            kept = fusions[k].internal if fits[k] else frozenset()
+            kept = fusions[k].internal | loaded[k] if fits[k] else frozenset()
             first = i == next(j for j in fusions[k].ops if descs[j].kind != "view")
             in_lx = lambda n, kept=kept: n in kept or lx.in_lx(n)  # noqa: E731
             cost = _own_cost(d, div, machine, fills, in_lx, fused=(kept, first))
+            loaded[k] = loaded[k] | {n for n, _ in d.inputs}  # its tile stays for the next
         streams = _streams(div, machine) if div is not None else ()
         cost = cost.repeated(d.repeat)
         ops.append(DeviceOp(i, d, div, cost, lx_in, lx_out, streams, peaks[i], d.repeat, k))
@@ -536,7 +538,7 @@ def plan_program(
             k,
             f.family,
             f.ops,
-            descs[f.first].source,
+            descs[f.anchor].source,
             f.internal,
             fits[k],
             sum(ops[i].time_s for i in f.ops),

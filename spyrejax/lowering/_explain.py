@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import html
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -326,8 +327,9 @@ class Report:
         """
         out: dict[str, float] = {}
         for op in self.device.counted if self.device is not None else ():
-            source = op.source.split(" at ", 1)[-1]
-            line = source_line(source)
+            source = op.source.split(" at ", 1)[-1]  # a move's reason: "prim at <source> ..."
+            found = re.match(r".*?:\d+(?::\d+)?(?: \([^)]*\))?(?= |$)", source)
+            line = source_line(found.group(0) if found else source)
             out[line] = out.get(line, 0.0) + op.time_s
         return out
 

@@ -1,0 +1,150 @@
+"""Fused kernels: the chains torch-spyre runs as one kernel, found over the listed ops and
+costed as one (one launch, DDR traffic only for the kernel's inputs and outputs); and
+``explain`` of a whole Granite-3.3-8B decoder layer from shapes alone."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import models
+import numpy as np
+import pytest
+
+import spyrejax as sj
+from spyrejax.device import Machine
+
+S = jax.ShapeDtypeStruct
+F16 = np.float16
+
+
+def layer_norm(x, w, b):
+    m = x.mean(-1, keepdims=True)
+    v = ((x - m) ** 2).mean(-1, keepdims=True)
+    return (x - m) * jax.lax.rsqrt(v + 1e-5) * w + b
+
+
+def einsum_attention(q, k, v):
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(q.shape[-1]).astype(F16)
+    return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, -1), v)
+
+
+QKV = [S((1, 128, 4, 64), F16)] * 3
+FAMILIES = {
+    "softmax": (lambda s: jax.nn.softmax(s, -1), [S((8, 256, 512), F16)]),
+    "layer_norm": (layer_norm, [S((64, 512), F16), S((512,), F16), S((512,), F16)]),
+    "rms_norm": (models.rms_norm, [S((64, 512), F16), S((512,), F16)]),
+    "attention": (jax.nn.dot_product_attention, QKV),
+    "attention (einsum)": (einsum_attention, QKV),
+    "matmul_epilogue": (
+        lambda x, w, b: jax.nn.gelu(x @ w + b),
+        [S((64, 512), F16), S((512, 256), F16), S((256,), F16)],
+    ),
+    "matmul_epilogue (silu)": (
+        lambda x, w: jax.nn.silu(x @ w),
+        [S((64, 512), F16), S((512, 256), F16)],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_each_family_is_one_fused_kernel(name):
+    f, args = FAMILIES[name]
+    with jax.numpy_dtype_promotion("standard"):  # jax.nn's attention scales by a float32
+        d = sj.explain(f, *args).device
+    (g,) = d.groups
+    assert g.family == name.split()[0] and g.in_lx
+    kernels = [d.ops[i] for i in g.ops if d.ops[i].desc.kind != "view"]
+    assert len(kernels) >= 2 and all(op.group == g.index for op in kernels)
+    assert sum(op.cost.launch_s for op in kernels) == pytest.approx(d.machine.launch_s)
+    assert g.time_s == pytest.approx(sum(op.time_s for op in kernels))
+    assert g.time_s < g.unfused_s
+    if "matmul" in name or "attention" in name:
+        assert any(op.opfunc in ("matmul", "batchmatmul") for op in kernels)
+
+
+def test_a_fused_softmax_reads_its_input_and_writes_its_output_once():
+    n = 8 * 256 * 512 * 2
+    d = sj.explain(lambda s: jax.nn.softmax(s, -1), S((8, 256, 512), F16)).device
+    (g,) = d.groups
+    kernels = [d.ops[i] for i in g.ops]
+    assert sum(op.read_bytes for op in kernels) == n
+    assert sum(op.write_bytes for op in kernels) == n
+    assert d.time_s == pytest.approx(g.time_s) and g.time_s < g.unfused_s
+    scale = sj.explain(lambda s: s * 2, S((8, 256, 512), F16)).time_s  # the same traffic
+    assert g.time_s == pytest.approx(scale, rel=0.25)
+
+
+def test_intermediates_too_large_for_lx_go_through_ddr():
+    wide = S((2, 1 << 20), F16)  # one row of each intermediate is 2 MiB or more
+    d = sj.explain(lambda s: jax.nn.softmax(s, -1), wide).device
+    (g,) = d.groups
+    assert not g.in_lx and "through DDR" in g.describe()
+    assert sum(d.ops[i].write_bytes for i in g.ops) > 2 * (1 << 20) * 2
+
+
+def test_chains_of_no_family_are_not_fused():
+    r = sj.explain(lambda a, b: jnp.tanh(a * b + 1), S((64, 512), F16), S((64, 512), F16))
+    assert r.device.groups == ()
+    assert all(op.group is None for op in r.ops)
+
+
+def test_a_value_read_after_the_kernel_is_written_out():
+    def f(s):
+        e = jnp.exp(s - s.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True), e  # e leaves the kernel
+
+    d = sj.explain(f, S((64, 512), F16)).device
+    (g,) = d.groups
+    exp = next(d.ops[i] for i in g.ops if d.ops[i].opfunc == "exp")
+    assert exp.desc.output[0] not in g.internal and exp.write_bytes == 64 * 512 * 2
+
+
+def test_explain_names_the_fused_kernels_and_times_each_line():
+    r = sj.explain(FAMILIES["layer_norm"][0], *FAMILIES["layer_norm"][1])
+    text = str(r)
+    assert re.search(r"fused kernels \(1\): layer_norm at test_device_fusion\.py:\d+", text)
+    assert "device us" in text and "fused #0 layer_norm" in str(r.device)
+    assert sum(r.line_times.values()) == pytest.approx(r.time_s)
+
+
+# --- a whole Granite-3.3-8B decoder layer -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def granite():
+    weights = models.granite_structs()
+    prefill = sj.explain(models.granite_prefill, weights, S((512, 4096), F16))
+    decode = sj.explain(models.granite_decode, weights, *models.granite_decode_structs())
+    return prefill, decode
+
+
+@pytest.mark.parametrize("which", ["prefill", "decode"])
+def test_a_granite_layer_is_explained_from_shapes_with_its_fused_kernels(granite, which):
+    r = granite[which == "decode"]
+    families = sorted(g.family for g in r.device.groups)
+    assert families.count("rms_norm") == 2 and "attention" in families
+    assert "matmul_epilogue" in families
+    assert r.time_s > 0 and r.device.lx_peak <= r.device.lx_budget
+    times = [row.device_s for row in r.lines]
+    assert times == sorted(times, reverse=True)  # the summary's rows: costliest first
+    assert sum(times) == pytest.approx(r.time_s)
+    assert "fused kernels" in str(r) and "attention at models.py" in str(r)
+
+
+def test_granite_decode_streams_its_weights_near_the_measured_rate(granite):
+    _, decode = granite
+    mlp = [g for g in decode.device.groups if g.family == "matmul_epilogue"]
+    weights = 3 * 4096 * 12800 * 2  # w1, w3, w2: the MLP's weights, read once
+    mlp_s = sum(decode.line_times[line] for line in decode.line_times if "swiglu" in line)
+    assert mlp and 120e9 < weights / mlp_s < 180e9  # spec section 8: 145-157 GB/s
+
+
+def test_the_budget_is_recorded_with_the_layer(granite):
+    prefill, _ = granite
+    wide = sj.explain(
+        models.granite_prefill,
+        models.granite_structs(),
+        S((512, 4096), F16),
+        machine=Machine.spyre(lx_fraction=0.8),
+    )
+    assert prefill.lx_fraction == 0.2 and wide.lx_fraction == 0.8
