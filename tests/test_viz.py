@@ -15,6 +15,7 @@ import pytest
 from cases import MORE_EXPLICIT, SPEC_EXPLICIT, SPEC_VECTORS
 from matplotlib.collections import LineCollection
 from matplotlib.colors import to_rgb
+from matplotlib.text import Text
 from scipy import ndimage
 
 import spyrejax as sj
@@ -394,3 +395,89 @@ def test_pictures_of_equal_strides_and_empty_tensors():
         for draw in (viz.device_memory, viz.logical_view, viz.host_memory):
             pic = draw(shape, dtype=F16)
             assert pic.text.size == 0 and pic._repr_html_()
+
+
+# --- pictures of the device model -----------------------------------------------------------
+
+
+def _rgb_distance(a: str, b: str) -> float:
+    return float(np.linalg.norm(np.subtract(to_rgb(a), to_rgb(b))))
+
+
+@pytest.mark.parametrize("n", [1, 2, 12, 13, 32])
+def test_core_colours_are_distinct_and_readable(n):
+    colours = viz.core_colours(n)
+    assert len(colours) == n
+    for a, b in itertools.combinations(colours, 2):
+        assert _rgb_distance(a, b) > 0.1, (a, b)
+    for c in colours:  # black text stays readable: no dark fills (luma above 0.25)
+        assert 0.299 * to_rgb(c)[0] + 0.587 * to_rgb(c)[1] + 0.114 * to_rgb(c)[2] > 0.25
+
+
+def test_core_ownership_of_32_cores_has_a_colour_and_a_legend_entry_per_core():
+    r = sj.explain(
+        lambda a, b: a + b,
+        jax_struct((2048, 512), F16),
+        jax_struct((2048, 512), F16),
+    )
+    pic = viz.core_ownership(r.ops[0].division)
+    assert pic.cores() == tuple(range(32))
+    colours = pic.colours()
+    assert len(set(colours.values())) == 32
+    fig = pic.figure()
+    ax = fig.axes[0]
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == [f"core {c}" for c in range(32)]
+    image = ax.images[0].get_array()
+    grid = pic.rows()
+    for c in (0, 17, 31):  # every stick a core owns is drawn in that core's colour
+        rows, cols = np.nonzero(grid == c)
+        np.testing.assert_allclose(image[rows, cols], np.tile(to_rgb(colours[c]), (len(rows), 1)))
+    page = pic._repr_html_()
+    assert all(f"core {c}</span>" in page for c in range(32))
+    plt.close(fig)
+
+
+def test_core_labels_sit_on_a_stick_of_their_own_core():
+    owner = np.repeat(np.arange(24), 4).reshape(8, 12)
+    owner[0, 0] = -1
+    pic = viz.CoreMap(owner, (owner >= 0).astype(int), "toy")
+    fig = pic.figure()
+    ax = fig.axes[0]
+    texts = {t.get_text(): t.get_position() for t in ax.texts}
+    assert set(texts) == {str(c) for c in range(24)}
+    for c, (x, y) in texts.items():
+        assert owner[round(y), round(x)] == int(c)
+    np.testing.assert_array_equal(ax.images[0].get_array()[0, 0], (1.0, 1.0, 1.0))
+    plt.close(fig)
+
+
+def _overlaps(boxes):
+    return [
+        (i, j) for (i, a), (j, b) in itertools.combinations(enumerate(boxes), 2) if a.overlaps(b)
+    ]
+
+
+@pytest.mark.parametrize("count", [3, 40])
+def test_roofline_labels_never_overlap(count):
+    # Points on top of each other: every label would be drawn at the same place.
+    names = tuple(f"{k}_matmul" for k in range(count))
+    intensity = np.full(count, 50.0) * (1 + 1e-3 * np.arange(count))
+    achieved = np.full(count, 1e12) * (1 + 1e-3 * np.arange(count))
+    roof = viz.Roofline(names, intensity, achieved, peak=2e13, bandwidth=2e11)
+    fig = roof.figure()
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    labels = [t for t in ax.texts if t.get_text() in names]
+    assert sorted(t.get_text() for t in labels) == sorted(names)
+    # The texts themselves (an Annotation's own extent includes its leader line).
+    boxes = [Text.get_window_extent(t, renderer) for t in labels]
+    assert not _overlaps(boxes)
+    plt.close(fig)
+
+
+def jax_struct(shape, dtype):
+    import jax
+
+    return jax.ShapeDtypeStruct(shape, dtype)

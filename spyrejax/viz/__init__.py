@@ -3,7 +3,7 @@
 from typing import Any
 
 from ..layout._layout import SpyreTensorLayout
-from ._device import CoreMap, Roofline, core_ownership, roofline
+from ._device import CoreMap, Roofline, core_colours, core_ownership, roofline
 from ._pictures import (
     PALETTE,
     Picture,
@@ -20,6 +20,7 @@ __all__ = [
     "CoreMap",
     "Picture",
     "Roofline",
+    "core_colours",
     "core_ownership",
     "device_memory",
     "figure",
