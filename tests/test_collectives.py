@@ -352,3 +352,26 @@ def test_a_vmapped_psum_inside_shard_map_reduces_the_mapped_dim_then_sums_the_ca
     f = plain_shard_map(body, PS("x"), PS(), check_vma=False)
     xh = rand((8, 256))
     assert_close(sj.to_host(sj.jit(f)(xh)), jax.jit(f)(xh), reduce_len=8, ops=3, scale=8)
+
+
+# -- meshes with Explicit axes (jax.make_mesh's default) -------------------------------
+
+
+def test_shard_map_on_an_explicit_mesh_takes_named_sharding_inputs_as_jax_jit_does():
+    """The input's sharding is part of its type: kept on the way in (issue 28)."""
+    mesh = jax.make_mesh((4,), ("d",))
+    assert mesh.explicit_axes == ("d",)
+    f = jax.shard_map(
+        lambda x: jax.lax.psum(x.sum(0, keepdims=True), "d"),
+        mesh=mesh,
+        in_specs=PS("d"),
+        out_specs=PS(),
+    )
+    sharding = jax.sharding.NamedSharding(mesh, PS("d"))
+    x = jax.device_put(rand((8, 256)), sharding)
+    want = jax.jit(f)(x)
+    for _ in range(2):  # the second call takes the dispatch path of a cached lowering
+        assert_close(sj.to_host(sj.jit(f)(x)), want, reduce_len=8, scale=8)
+    # An unsharded array of the same shape is another signature (jax.jit refuses it too).
+    with pytest.raises(ValueError, match="does not match the specs of the input"):
+        sj.jit(f)(rand((8, 256)))

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 import jax
 import numpy as np
+from jax.sharding import NamedSharding
 
 from .._errors import LayoutError, SpyreTypeError
 from .._jax import fun_signature, resolve_argnums
@@ -169,16 +170,29 @@ class HostAval(NamedTuple):
     """A host leaf's abstract value: what ``jax.jit`` would trace it with.
 
     A ``NamedTuple``: cheap to build and hash on every call (a ``ShapeDtypeStruct`` is
-    built for the stages' ``in_avals`` only).
+    built for the stages' ``in_avals`` only). ``sharding`` is the type's sharding of
+    an array on a mesh with Explicit axes (``jax.make_mesh``'s default), which is part
+    of its type for ``jax.jit`` (a ``shard_map`` checks its in specs against it);
+    None for others.
     """
 
     shape: tuple[int, ...]
     dtype: np.dtype
     weak_type: bool = False
+    sharding: Any = None
 
     def struct(self) -> jax.ShapeDtypeStruct:
         """As a ``jax.ShapeDtypeStruct``."""
-        return jax.ShapeDtypeStruct(self.shape, self.dtype, weak_type=self.weak_type)
+        return jax.ShapeDtypeStruct(
+            self.shape, self.dtype, weak_type=self.weak_type, sharding=self.sharding
+        )
+
+
+def explicit_sharding(aval: Any) -> Any:
+    """An abstract value's sharding if its mesh has Explicit axes, else None."""
+    sharding = getattr(aval, "sharding", None)
+    mesh = getattr(sharding, "mesh", None)
+    return sharding if getattr(mesh, "explicit_axes", ()) else None
 
 
 def leaf_aval(x: Any) -> SpyreType | HostAval:
@@ -193,14 +207,15 @@ def leaf_aval(x: Any) -> SpyreType | HostAval:
     if isinstance(x, SpyreArray):
         return x.type
     if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
-        return HostAval(x.shape, x.dtype, x.weak_type)
+        explicit = explicit_sharding(x.aval) if isinstance(x.sharding, NamedSharding) else None
+        return HostAval(x.shape, x.dtype, x.weak_type, explicit)
     if isinstance(x, jax.ShapeDtypeStruct):  # plan and cost without data (explain, export)
         dtype = jax.dtypes.canonicalize_dtype(x.dtype)
         return HostAval(tuple(x.shape), np.dtype(dtype), bool(x.weak_type))
     aval = jax.typeof(x)
     if isinstance(aval, SpyreType):
         return aval
-    return HostAval(aval.shape, np.dtype(aval.dtype), aval.weak_type)
+    return HostAval(aval.shape, np.dtype(aval.dtype), aval.weak_type, explicit_sharding(aval))
 
 
 def leaf_avals(leaves: Sequence[Any], call: Call) -> tuple[SpyreType | HostAval, ...]:

@@ -248,13 +248,26 @@ class _ShardMap(Rule):
             return [sp.abstract(t) for _, t in joined]
         f = jax.shard_map(
             body,
-            mesh=mesh,
+            mesh=_auto(mesh),
             in_specs=tuple(P(*spec) for spec in params["in_specs"]),
             out_specs=tuple(P(*spec) for spec in params["out_specs"]),
             axis_names=set(manual),
             check_vma=params["check_vma"],
         )
         return list(f(*args))
+
+
+def _auto(mesh: Any) -> Any:
+    """The mesh with Auto axes: Spyre types carry no sharding for Explicit axes to check.
+
+    (``jax.make_mesh`` gives Explicit axes; the user's ``shard_map`` was checked
+    against its inputs' shardings when it was traced.)
+    """
+    if not getattr(mesh, "explicit_axes", ()):
+        return mesh
+    return jax.sharding.Mesh(
+        mesh.devices, mesh.axis_names, axis_types=(jax.sharding.AxisType.Auto,) * mesh.devices.ndim
+    )
 
 
 RULES["shard_map"] = _ShardMap()

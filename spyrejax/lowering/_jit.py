@@ -29,6 +29,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.sharding import NamedSharding
 
 from .._errors import SpyreTypeError
 from .._jax import AD_TRACERS, ArrayImpl, ClosedJaxpr, Var, trace_context
@@ -249,6 +250,8 @@ def _fast_key(args: tuple[Any, ...]) -> tuple[Hashable, Sequence[Any]] | None:
         if cls is SpyreArray:
             key.append(x.type)
         elif cls is ArrayImpl and isinstance(x.dtype, np.dtype):
+            if isinstance(x.sharding, NamedSharding):  # maybe Explicit: in its type
+                return None
             key.append((x.shape, x.dtype, x.weak_type))
         else:
             return None
