@@ -10,12 +10,34 @@ from spyrejax.device import Machine
 
 def test_spyre_profile_holds_the_spec_constants():
     m = Machine.spyre()
-    assert (m.cores, m.corelets, m.clock_hz) == (32, 2, 1.5e9)
-    assert m.peak_macs_per_cycle * m.clock_hz * 2 * 32 == pytest.approx(98.304e12)
+    assert (m.cores, m.corelets, m.clock_hz, m.pt_clock_hz) == (32, 2, 1.5e9, 1.1e9)
+    # Section 8: 32,768 fp16 MAC/cycle per card at 1.1 GHz, 72.1 TFLOP/s.
+    assert m.peak_macs_per_cycle * 32 == 32_768
+    assert m.peak_macs_per_s * 2 * 32 == pytest.approx(72.09e12, rel=1e-3)
     assert m.lx_usable == 419_430 and m.lx_alignment == 128  # lx_fraction 0.2
     assert m.span_limit == 256 * 2**20
     assert m.ring_bw == 128 * 1.5e9
-    assert m.matmul_macs_per_ns == 1140 and m.bmm_tiled_macs_per_ns == 160
+    assert m.matmul_macs_per_ns == pytest.approx(1126.4)  # torch-spyre's "1,140" is the peak
+    assert m.matmul_model == "calibrated"
+
+
+def test_pt_rates_per_format_are_those_of_section_8():
+    rates = dict(Machine.spyre().pt_dtype_rates)
+    assert rates["SEN169_FP16"] == rates["BFLOAT16"] == 1.0
+    assert rates["SEN143_FP8"] == rates["SEN152_FP8"] == rates["SENINT8"] == 2.0
+    assert rates["SENINT4"] == 4.0
+    assert rates["IEEE_FP32"] == 0.25  # an assumption, stated in its origin
+    assert "assumption" in Machine.spyre().origin("pt_dtype_rates")
+
+
+def test_section_8_origins_and_fitted_constants_name_their_data():
+    m = Machine.spyre()
+    assert "1.1 GHz" in m.origin("pt_clock_hz") and "section 8" in m.origin("pt_clock_hz")
+    assert "32,768" in m.origin("peak_macs_per_cycle")
+    for name in ("mm_stream_penalty", "mm_multicast_sync_s", "mm_run_s", "mm_partial_sum_bw"):
+        assert m.origin(name).startswith("fitted")
+        assert "granite_splits_lx0.2.txt" in m.origin(name)
+    assert Machine.ktir_cpu().matmul_model == "roofline"
 
 
 def test_one_read_and_one_write_stream_run_at_about_105_gb_per_s():

@@ -4,6 +4,7 @@ Pure Python/NumPy planning on layout types (spyre-device spec); the integration 
 ``spyrejax.jit`` programs lives in :mod:`spyrejax.lowering`.
 """
 
+from ._calibrate import Calibration, calibrate
 from ._cost import OpCost, op_cost, transfer_cost
 from ._division import (
     Fold,
@@ -21,6 +22,7 @@ from ._division import (
 from ._fusion import Fusion, find_fusions
 from ._lx import Buffer, LXPlan, Stream, place, stream
 from ._machine import Machine, default_machine
+from ._matmul_cost import MatmulTime, matmul_time
 from ._percore import core_dci
 from ._program import (
     DeviceOp,
@@ -34,6 +36,7 @@ from ._program import (
 
 __all__ = [
     "Buffer",
+    "Calibration",
     "DeviceOp",
     "DeviceProgram",
     "Fold",
@@ -42,6 +45,7 @@ __all__ = [
     "IterDim",
     "LXPlan",
     "Machine",
+    "MatmulTime",
     "OpCost",
     "OpDesc",
     "OpSpace",
@@ -50,6 +54,7 @@ __all__ = [
     "Stream",
     "TensorSpec",
     "WorkDivision",
+    "calibrate",
     "core_dci",
     "default_machine",
     "divide",
@@ -57,6 +62,7 @@ __all__ = [
     "elementwise_space",
     "find_fusions",
     "matmul_space",
+    "matmul_time",
     "op_cost",
     "place",
     "plan_program",

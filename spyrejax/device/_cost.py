@@ -5,9 +5,12 @@ Per op, torch-spyre's form: ``time = max(compute, memory, lx) + ring + launch``,
 - memory = ``(read + write) / bandwidth + turnaround x min(read, write)``; the bandwidth
   is the access pattern's (DDR streams, restickify, cross-row reduce, broadcast operand)
   derated by the cores the op keeps active;
-- compute = ``MACs / cores / rate`` for matmuls (the rate depends on the operands'
-  order); elementwise ops are memory-bound on Spyre (a machine with vector lanes, such
-  as ktir-cpu's, charges them ``elements / lanes / clock``, transcendentals more);
+- compute = ``MACs / cores / rate`` for matmuls on a ``roofline`` profile (ktir-cpu;
+  the rate scaled by the operand format's PT rate); elementwise ops are memory-bound on
+  Spyre (a machine with vector lanes, such as ktir-cpu's, charges them
+  ``elements / lanes / clock``, transcendentals more);
+- a matmul on a ``calibrated`` profile (spyre) is costed by :mod:`._matmul_cost`
+  (section 8's measured structure: multicast, DDR streams, LX re-reads, DMA runs);
 - lx = the bytes an elementwise op or reduction moves through its cores' LX ports (every
   operand, in LX or not: the vector units read and write LX) / (port bandwidth x cores);
   zero on a machine whose LX is free (ktir-cpu);
@@ -26,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ._machine import Machine
+from ._matmul_cost import matmul_time, pt_rate
 
 if TYPE_CHECKING:
     from ._division import OpSpace, WorkDivision
@@ -153,20 +157,19 @@ def lx_seconds(machine: Machine, moved: int, cores: int) -> float:
     return moved / (machine.lx_bw * max(cores, 1))
 
 
-def _matmul_rate(machine: Machine, space: OpSpace) -> float:
-    """MACs per ns per core for a matmul, by the operands' order (spec section 1)."""
-    _, b, out = (o.tensor for o in space.operands)
-    if len(out.shape) == 2:
-        return machine.matmul_macs_per_ns
-    batch = 1
-    for n in out.shape[:-2]:
-        batch *= n
-    if len(b.shape) == 2:  # a 3-D by 2-D projection
-        small = batch <= 4
-        return machine.projection_small_macs_per_ns if small else machine.projection_macs_per_ns
-    first = out.dims[0]
-    outer = first.is_data and first.dims[0] < len(out.shape) - 2
-    return machine.bmm_batch_outer_macs_per_ns if outer else machine.bmm_tiled_macs_per_ns
+def _matmul_cost(division: WorkDivision, machine: Machine, in_lx: frozenset[int]) -> OpCost:
+    """A calibrated profile's matmul (:mod:`._matmul_cost`), as an :class:`OpCost`."""
+    t = matmul_time(division, machine, in_lx)
+    out = division.space.output.tensor
+    sk = division.splits[division.space.names[-1]]
+    ring = (sk - 1) * out.nbytes  # partial sums handed to K partners
+    bound = "compute" if t.pt_s > t.memory_s else "memory"
+    sticks = (t.read_bytes + t.write_bytes) // machine.stick_bytes
+    launch = machine.launch_s
+    return OpCost(
+        t.read_bytes, t.write_bytes, ring, division.space.macs, sticks, t.pt_s, t.memory_s,
+        t.reduce_s, t.time_s + launch, bound, "ddr", 0.0, launch,
+    )  # fmt: skip
 
 
 def _pattern(space: OpSpace) -> str:
@@ -213,9 +216,13 @@ def op_cost(
     compute = 0.0
     lx = 0.0
     if space.kind == "matmul":
+        if machine.matmul_model == "calibrated":
+            return _matmul_cost(division, machine, in_lx)
         k = division.splits[space.names[-1]]
         ring = (k - 1) * space.output.tensor.nbytes  # partial sums to a K partner
-        compute = space.macs / cores / _matmul_rate(machine, space) * 1e-9
+        fmt = space.operands[0].tensor.layout.device_dtype.name
+        rate = machine.matmul_macs_per_ns * pt_rate(machine, fmt)
+        compute = space.macs / cores / rate * 1e-9
     elif machine.vector_lanes_per_cycle:
         elements = 1
         for n in space.output.tensor.shape:

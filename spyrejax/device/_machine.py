@@ -18,12 +18,27 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from .._errors import DeviceError
-from ..layout._dtypes import BYTES_PER_STICK
+from ..layout._dtypes import _NO_STICK_GEOMETRY, BYTES_PER_STICK, DataFormats
 
 __all__ = ["Machine", "default_machine"]
 
 _MIB = 1 << 20
 _GIB = 1 << 30
+
+_FIT = (
+    "fitted (least squares on log time, all 235 rows of "
+    "../shared/data/spyre/granite_splits_lx0.2.txt below 100 ms at lx_fraction 0.2, "
+    "with section 8's four lx 0.8 points)"
+)
+# The PT's MAC rate per operand format, relative to fp16 (Machine.pt_dtype_rates): by
+# element bits, as section 8 gives fp8 and int8 2x and int4 4x; 32-bit formats 1/4 (an
+# assumption: the spec gives the PT no 32-bit rate).
+_RATE_BY_BITS = {2: 8.0, 4: 4.0, 8: 2.0, 16: 1.0, 32: 0.25}
+_PT_RATES = tuple(
+    (f.name, _RATE_BY_BITS[f.bits])
+    for f in DataFormats
+    if f not in _NO_STICK_GEOMETRY and f.bits in _RATE_BY_BITS
+)
 
 
 @dataclass(frozen=True)
@@ -38,13 +53,28 @@ class Machine:
         max_cores: cores on the card.
         corelets: corelets per core.
         clock_hz: core clock.
-        peak_macs_per_cycle: fp16 MACs per cycle per core at peak.
-        matmul_macs_per_ns: sustained fp16 matmul MACs per ns per core.
-        bmm_tiled_macs_per_ns: batched matmul, both operands in the default (tiled) order.
-        bmm_batch_outer_macs_per_ns: batched matmul, batch-outermost order (the low end
-            of the fitted 460-490 range, so predictions are not optimistic).
-        projection_small_macs_per_ns: a 3-D by 2-D projection with batch <= 4.
-        projection_macs_per_ns: a 3-D by 2-D projection with a larger batch.
+        peak_macs_per_cycle: fp16 MACs per cycle per core at peak (the PT array).
+        pt_clock_hz: the PT (matmul) array's clock.
+        matmul_macs_per_ns: fp16 matmul MACs per ns per core (a ``roofline`` profile's
+            matmul rate).
+        pt_dtype_rates: the PT's MAC rate per operand device format, relative to fp16,
+            as ``((format name, factor), ...)``.
+        matmul_model: ``"calibrated"`` (matmuls costed by ``device._matmul_cost``, the
+            terms fitted on section 8's sweep) or ``"roofline"`` (``max(MACs / rate,
+            bytes / bandwidth)``).
+        matmul_efficiency: the fraction of the PT peak a matmul's PT term runs at.
+        mm_accumulator_bytes: bytes of one PT accumulator (partial sums are fp32).
+        mm_stream_sharers: cores sharing an operand's tiles from which the DDR runs at
+            full speed; with fewer, too many distinct streams (bank conflicts).
+        mm_stream_penalty: the DDR cost factor's growth below ``mm_stream_sharers``:
+            ``1 + penalty x log2(mm_stream_sharers / sharers)^2``.
+        mm_multicast_sharers: cores one multicast serves without a barrier.
+        mm_multicast_sync_s: the barrier per LX chunk (a third of ``lx_usable``) of a
+            tile multicast to more cores, per multiple of ``mm_multicast_sharers``.
+        mm_run_s: DMA setup of one contiguous run of a core's box in DDR.
+        mm_run_bytes: run length that hides its setup (shorter runs hide a part).
+        mm_partial_sum_bw: bytes per second one core combines fp32 partial sums of a K
+            split at.
         lx_bytes: scratchpad per core.
         lx_fraction: the fraction of the scratchpad the backend may use for a program's
             buffers (torch-spyre's ``DXP_LX_FRAC_AVAIL``; its default 0.2). It changes
@@ -87,11 +117,19 @@ class Machine:
     corelets: int
     clock_hz: float
     peak_macs_per_cycle: int
+    pt_clock_hz: float
     matmul_macs_per_ns: float
-    bmm_tiled_macs_per_ns: float
-    bmm_batch_outer_macs_per_ns: float
-    projection_small_macs_per_ns: float
-    projection_macs_per_ns: float
+    pt_dtype_rates: tuple[tuple[str, float], ...]
+    matmul_model: str
+    matmul_efficiency: float
+    mm_accumulator_bytes: int
+    mm_stream_sharers: int
+    mm_stream_penalty: float
+    mm_multicast_sharers: int
+    mm_multicast_sync_s: float
+    mm_run_s: float
+    mm_run_bytes: int
+    mm_partial_sum_bw: float
     lx_bytes: int
     lx_fraction: float
     lx_alignment: int
@@ -150,8 +188,8 @@ class Machine:
 
     @property
     def peak_macs_per_s(self) -> float:
-        """Peak MACs per second per core (derived)."""
-        return self.peak_macs_per_cycle * self.clock_hz
+        """Peak fp16 MACs per second per core (derived: the PT's MACs per cycle x its clock)."""
+        return self.peak_macs_per_cycle * self.pt_clock_hz
 
     def bandwidth_fraction(self, active: int) -> float:
         """Fraction of the full DDR bandwidth that ``active`` cores reach."""
@@ -205,13 +243,45 @@ class Machine:
             "cores": "datasheet (a compiler setting of 1..32)",
             "max_cores": d,
             "corelets": d,
-            "clock_hz": d,
-            "peak_macs_per_cycle": f"{v} (98.304 TFLOP/s / 32 cores / 2 / 1.5 GHz)",
-            "matmul_macs_per_ns": f"{f} (the datasheet 1,536 is ~33% optimistic)",
-            "bmm_tiled_macs_per_ns": f,
-            "bmm_batch_outer_macs_per_ns": f"{f} (low end of 460-490)",
-            "projection_small_macs_per_ns": f,
-            "projection_macs_per_ns": f,
+            "clock_hz": f"{d} (section 1; the ring and LX ports run at it)",
+            "peak_macs_per_cycle": (
+                f"{v} (section 8: the card's 32,768 fp16 MAC/cycle / 32 cores; x 2 x 1.1 GHz "
+                "x 32 = 72.1 TFLOP/s)"
+            ),
+            "pt_clock_hz": (
+                "measured (section 8: the profiler's PT utilisation equals "
+                "B*M*N*K / 32768 cycles / 1.1 GHz / time on every measured matmul)"
+            ),
+            "matmul_macs_per_ns": (
+                f"{v} (the PT peak, 1,024 x 1.1 GHz; section 8: torch-spyre's sustained "
+                "1,140 MAC/ns/core is this peak)"
+            ),
+            "pt_dtype_rates": (
+                "section 8 by element bits (fp8 and int8 2x fp16, int4 4x); 32-bit formats "
+                "(float32, int32) 1/4: an assumption, the spec gives the PT no 32-bit rate "
+                "(operands of 2x the bits of fp16 on both sides)"
+            ),
+            "matmul_model": "model (spyrejax/device/_matmul_cost.py)",
+            "matmul_efficiency": (
+                "chosen: the sweep's compute-bound best divisions ran at 0.73-0.83 of the "
+                "PT peak (M=512 shapes, 4_8 splits), section 8's prefill projections 0.73-0.74"
+            ),
+            "mm_accumulator_bytes": "model (fp32 partial sums)",
+            "mm_stream_sharers": (
+                "structural, chosen on the sweep (splits sharing each tile among 4-8 cores "
+                "are the fastest of every Granite shape)"
+            ),
+            "mm_stream_penalty": _FIT,
+            "mm_multicast_sharers": (
+                "structural, chosen on the sweep (leave-one-shape-out: 4 ranks better than 8)"
+            ),
+            "mm_multicast_sync_s": _FIT + "; the 0.2-vs-0.8 pairs of section 8 with it",
+            "mm_run_s": _FIT,
+            "mm_run_bytes": (
+                "structural, chosen on the sweep (4 KB; 8 and 16 KB rank and predict worse "
+                "out of sample)"
+            ),
+            "mm_partial_sum_bw": _FIT + " (~ a core's share of DDR: 150 GB/s / 32 = 4.7)",
             "lx_bytes": d,
             "lx_fraction": "torch-spyre's default DXP_LX_FRAC_AVAIL (spec section 8)",
             "lx_alignment": d,
@@ -248,11 +318,19 @@ class Machine:
             corelets=2,
             clock_hz=1.5e9,
             peak_macs_per_cycle=1024,
-            matmul_macs_per_ns=1140.0,
-            bmm_tiled_macs_per_ns=160.0,
-            bmm_batch_outer_macs_per_ns=460.0,
-            projection_small_macs_per_ns=705.0,
-            projection_macs_per_ns=470.0,
+            pt_clock_hz=1.1e9,
+            matmul_macs_per_ns=1024 * 1.1,
+            pt_dtype_rates=_PT_RATES,
+            matmul_model="calibrated",
+            matmul_efficiency=0.85,
+            mm_accumulator_bytes=4,
+            mm_stream_sharers=4,
+            mm_stream_penalty=0.0677,
+            mm_multicast_sharers=4,
+            mm_multicast_sync_s=0.548e-6,
+            mm_run_s=0.189e-6,
+            mm_run_bytes=4096,
+            mm_partial_sum_bw=4.20e9,
             lx_bytes=2 * _MIB,
             lx_fraction=lx_fraction,
             lx_alignment=128,
@@ -294,12 +372,10 @@ class Machine:
         k = "ktir-cpu"
         rates = {
             "clock_hz": 1e9,
+            "pt_clock_hz": 1e9,
             "peak_macs_per_cycle": 512,
             "matmul_macs_per_ns": 512.0,
-            "bmm_tiled_macs_per_ns": 512.0,
-            "bmm_batch_outer_macs_per_ns": 512.0,
-            "projection_small_macs_per_ns": 512.0,
-            "projection_macs_per_ns": 512.0,
+            "matmul_model": "roofline",
             "ring_bytes_per_cycle": 64,
             "ddr_peak_bw": 0.128e12,
             "ddr_bw": 0.128e12,
@@ -316,6 +392,7 @@ class Machine:
         origins = dict(base.origins)
         origins.update({name: k for name in rates})
         origins["matmul_macs_per_ns"] = f"{k} (8 systolic rows x 64 lanes at 1 GHz)"
+        origins["matmul_model"] = f"{k} (a roofline: max(MACs / rate, bytes / bandwidth))"
         origins["ring_bytes_per_cycle"] = f"{k} (0.064 TB/s at 1 GHz)"
         return replace(base, name="ktir-cpu", origins=tuple(origins.items()), **rates)
 

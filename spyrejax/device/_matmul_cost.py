@@ -1,0 +1,205 @@
+"""Predicted time of a divided matmul on the Spyre card (spyre-device spec section 8).
+
+The card runs every core's slice of a matmul as one kernel: the PT array computes, the
+cores' DMA engines bring each core's box of A and B from DDR into LX, partial sums of a
+K split are combined, the result is stored. The measured sweep of every 32-core division
+of 12 Granite shapes (``../shared/data/spyre/granite_splits_lx0.2.txt``) shows that the
+bytes a division must read explain little of its time; what does (section 8):
+
+- **PT**: ``MACs per core / (MACs per cycle x dtype rate x 1.1 GHz x efficiency)``.
+- **DDR**: each tile of an operand that ``g`` cores share (the splits of the variables
+  it does not walk) is read once and multicast, so the DDR reads the operand's unique
+  bytes, times its LX re-reads (below). With fewer than ``stream_sharers`` sharers the
+  cores drive too many distinct streams at once (bank conflicts): the operand's bytes
+  cost ``1 + penalty x log2(stream_sharers / g)^2`` times more.
+- **LX re-reads**: a core keeps an output block in fp32 accumulators in its share of LX
+  (``lx_usable``, set by ``lx_fraction``) with a double-buffered K step of A and B
+  beside it; the block of least traffic that fits gives how many times A and B pass.
+- **DMA runs**: every contiguous run of a core's box in DDR (from the operand's device
+  layout) costs a setup that a run of ``mm_run_bytes`` or more hides behind its own
+  transfer: boxes cut across the batch or stick tiles into short runs run slowly.
+- **Multicast sync**: a tile shared by more than ``multicast_sharers`` cores is handed
+  out in LX-sized chunks, each a barrier of its sharers that grows with their number.
+- **K-split**: fp32 partial sums of each core's output block, combined by its partners.
+
+``time = max(PT, max(DDR, runs) + sync) + K-split``. The fitted constants are
+:class:`Machine` fields with their origin. Pure Python; nothing here reads JAX.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ._machine import Machine
+
+if TYPE_CHECKING:
+    from ._division import WorkDivision
+
+__all__ = ["MatmulTime", "block_passes", "matmul_time", "pt_rate"]
+
+
+@dataclass(frozen=True)
+class MatmulTime:
+    """The terms of a divided matmul's predicted time (seconds) and its DDR bytes.
+
+    Attributes:
+        pt_s: the PT array's time.
+        ddr_s: DDR time of the bytes read (with re-reads and the stream factor) and
+            written.
+        runs_s: DMA setups of core 0's contiguous runs not hidden by their transfer.
+        sync_s: barriers of tiles multicast to more cores than a cohort serves.
+        reduce_s: combining a K split's fp32 partial sums.
+        read_bytes: DDR bytes read (unique bytes times LX re-reads).
+        write_bytes: DDR bytes written.
+        passes: how many times A and B pass through LX (1: no re-read).
+    """
+
+    pt_s: float
+    ddr_s: float
+    runs_s: float
+    sync_s: float
+    reduce_s: float
+    read_bytes: int
+    write_bytes: int
+    passes: tuple[int, int]
+
+    @property
+    def memory_s(self) -> float:
+        """The data side: ``max(ddr, runs) + sync``."""
+        return max(self.ddr_s, self.runs_s) + self.sync_s
+
+    @property
+    def time_s(self) -> float:
+        """``max(pt, memory) + reduce``."""
+        return max(self.pt_s, self.memory_s) + self.reduce_s
+
+
+def pt_rate(machine: Machine, device_format: str) -> float:
+    """The PT's MAC rate for an operand format, relative to fp16 (``pt_dtype_rates``).
+
+    Raises:
+        DeviceError: for a format the machine gives no rate.
+    """
+    rates = dict(machine.pt_dtype_rates)
+    if device_format not in rates:
+        from .._errors import DeviceError
+
+        raise DeviceError(
+            f"Machine {machine.name!r} has no PT rate for {device_format}; it has {sorted(rates)}"
+        )
+    return rates[device_format]
+
+
+@functools.lru_cache(maxsize=4096)
+def block_passes(m: int, n: int, k: int, lx: int, itemsize: int, acc: int) -> tuple[int, int]:
+    """How many times a core's A and B pass through LX for an ``m x n x k`` slice.
+
+    The core keeps an output block of ``tm x tn`` accumulators (``acc`` bytes each) in
+    ``lx`` bytes beside a double-buffered K step (one stick of K) of A and B, and reads
+    A once per column block and B once per row block. Blocks are powers of two (``tn``
+    in whole sticks); the one of least traffic wins. If none fits, one row by one
+    stick.
+    """
+    step = min(k, 128 // itemsize)
+    eps = 128 // itemsize
+    best: tuple[int, int, int] | None = None
+    tms = sorted({min(m, 1 << i) for i in range(m.bit_length() + 1)})
+    tns = sorted({min(n, eps << i) for i in range(max(1, n // eps).bit_length() + 1)})
+    for tm in tms:
+        for tn in tns:
+            if tm * tn * acc + 2 * (tm + tn) * step * itemsize > lx:
+                continue
+            pa, pb = -(-n // tn), -(-m // tm)
+            traffic = m * k * pa + k * n * pb
+            if best is None or traffic < best[0]:
+                best = (traffic, pa, pb)
+    if best is None:
+        return -(-n // eps), m
+    return best[1], best[2]
+
+
+def _runs(size: tuple[int, ...], box: tuple[int, ...]) -> tuple[int, int]:
+    """The contiguous runs of a box of a row-major device array: ``(count, elements)``."""
+    run, i = 1, len(size) - 1
+    while i >= 0 and box[i] == size[i]:
+        run *= size[i]
+        i -= 1
+    if i >= 0:
+        run *= box[i]
+    return (math.prod(box) // run, run) if run else (0, 0)
+
+
+def _sharers(division: WorkDivision, operand: int) -> int:
+    """Cores sharing each of the operand's tiles: the splits of variables it does not walk."""
+    space = division.space
+    op = space.operands[operand]
+    walked = {w[0] for w in op.walks if w is not None}
+    for f in op.folds:
+        if f is not None:
+            walked.update(v for v in f.vars if v is not None)
+    return math.prod(division.splits[n] for n in space.names if n not in walked)
+
+
+def matmul_time(
+    division: WorkDivision, machine: Machine, in_lx: frozenset[int] = frozenset()
+) -> MatmulTime:
+    """The terms of a divided matmul's time on ``machine`` (a ``calibrated`` profile).
+
+    Args:
+        division: the matmul's division (iteration space ``batch..., M, N, K``).
+        machine: the machine profile (its PT, DDR and matmul constants, ``lx_usable``).
+        in_lx: indices of the operands (A, B, then the output) living in LX: they cost
+            no DDR bytes, runs or re-reads.
+    """
+    space = division.space
+    names = space.names
+    m_name, n_name, k_name = names[-3], names[-2], names[-1]
+    cores = division.cores_used
+    a, _, out = space.operands
+    itemsize = a.tensor.itemsize
+    batch = math.prod(division.chunk(n) for n in names[:-3])
+    m, n, k = (division.chunk(x) for x in (m_name, n_name, k_name))
+    rate = pt_rate(machine, a.tensor.layout.device_dtype.name)
+    pt = batch * m * n * k / (machine.peak_macs_per_cycle * rate * machine.pt_clock_hz)
+    pt /= machine.matmul_efficiency
+    passes = block_passes(m, n, k, machine.lx_usable, itemsize, machine.mm_accumulator_bytes)
+    read = 0.0
+    read_bytes = 0
+    runs = 0.0
+    sync = 0.0
+    chunk = machine.lx_usable / 3
+    for i, p in ((0, passes[0]), (1, passes[1])):
+        if i in in_lx:
+            continue
+        g = _sharers(division, i)
+        per_core = division.core_bytes(i)
+        unique = per_core * cores // g * p
+        read_bytes += unique
+        few = max(0.0, math.log2(machine.mm_stream_sharers / g))
+        read += unique * (1 + machine.mm_stream_penalty * few * few)
+        runs += _core_runs(division, i, machine) * p
+        over = max(0.0, g / machine.mm_multicast_sharers - 1)
+        sync += math.ceil(per_core * p / chunk) * over * machine.mm_multicast_sync_s
+    write = 0 if 2 in in_lx else out.tensor.nbytes
+    if 2 not in in_lx:
+        runs += _core_runs(division, 2, machine)
+    bw = machine.ddr_bw * machine.bandwidth_fraction(cores)
+    ddr = (read + write) / bw
+    sk = division.splits[k_name]
+    partial = division.core_bytes(2) * machine.mm_accumulator_bytes // out.tensor.itemsize
+    reduce = (sk - 1) / sk * partial / machine.mm_partial_sum_bw
+    return MatmulTime(pt, ddr, runs * machine.mm_run_s, sync, reduce, read_bytes, write, passes)
+
+
+def _core_runs(division: WorkDivision, operand: int, machine: Machine) -> float:
+    """Setups of core 0's runs of an operand not hidden by their own transfer.
+
+    A run costs ``mm_run_s``; one of ``mm_run_bytes`` or more hides it, a shorter one
+    hides the fraction its bytes make of ``mm_run_bytes``.
+    """
+    tensor = division.space.operands[operand].tensor
+    count, run = _runs(tuple(tensor.layout.device_size), division.box_shape(operand, 0))
+    return count * max(0.0, 1 - run * tensor.itemsize / machine.mm_run_bytes)
