@@ -157,7 +157,9 @@ def lx_seconds(machine: Machine, moved: int, cores: int) -> float:
     return moved / (machine.lx_bw * max(cores, 1))
 
 
-def _matmul_cost(division: WorkDivision, machine: Machine, in_lx: frozenset[int]) -> OpCost:
+def _matmul_cost(
+    division: WorkDivision, machine: Machine, in_lx: frozenset[int], kernel: bool
+) -> OpCost:
     """A calibrated profile's matmul (:mod:`._matmul_cost`), as an :class:`OpCost`."""
     t = matmul_time(division, machine, in_lx)
     out = division.space.output.tensor
@@ -165,7 +167,7 @@ def _matmul_cost(division: WorkDivision, machine: Machine, in_lx: frozenset[int]
     ring = (sk - 1) * out.nbytes  # partial sums handed to K partners
     bound = "compute" if t.pt_s > t.memory_s else "memory"
     sticks = (t.read_bytes + t.write_bytes) // machine.stick_bytes
-    launch = machine.launch_s
+    launch = machine.launch_s if kernel else 0.0
     return OpCost(
         t.read_bytes, t.write_bytes, ring, division.space.macs, sticks, t.pt_s, t.memory_s,
         t.reduce_s, t.time_s + launch, bound, "ddr", 0.0, launch,
@@ -217,7 +219,7 @@ def op_cost(
     lx = 0.0
     if space.kind == "matmul":
         if machine.matmul_model == "calibrated":
-            return _matmul_cost(division, machine, in_lx)
+            return _matmul_cost(division, machine, in_lx, launch)
         k = division.splits[space.names[-1]]
         ring = (k - 1) * space.output.tensor.nbytes  # partial sums to a K partner
         fmt = space.operands[0].tensor.layout.device_dtype.name
