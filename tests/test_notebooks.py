@@ -22,6 +22,14 @@ def test_the_four_notebooks_exist():
     ]
 
 
+def test_the_environment_opens_and_converts_notebooks():
+    """`make lab` (JupyterLab) and nbconvert come with the notebook extra the Makefile installs."""
+    for module in ("jupyterlab", "nbconvert", "ipykernel"):
+        assert importlib.util.find_spec(module) is not None, module
+    makefile = (ROOT / "Makefile").read_text()
+    assert "jupyter lab notebooks" in makefile and "[test,notebook,docs]" in makefile
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_fresh_without_errors(path):
     nb = run_notebooks.execute(path)  # raises CellExecutionError on any failing cell
