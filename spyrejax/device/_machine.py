@@ -291,8 +291,11 @@ class Machine:
             "ddr_usable_bytes": d,
             "ddr_segment_bytes": d,
             "ddr_peak_bw": d,
-            "ddr_bw": f,
-            "turnaround_ns_per_byte": f,
+            "ddr_bw": f"{f} (torch-spyre; spec section 8's decode weight streaming, 145-157 GB/s)",
+            "turnaround_ns_per_byte": (
+                f"{f} (torch-spyre); with ddr_bw it gives spec section 8's x*2 sweep "
+                "(2-32 MB, ~100 GB/s of read+write) within 6%"
+            ),
             "cores_derate": f"{f} (on reductions)",
             "restickify_bw": f,
             "reduce_bw": f,
