@@ -195,15 +195,16 @@ _COLUMNS: tuple[tuple[str, Callable[[LineInfo], str]], ...] = (
     ("host B out/in", _host),
     ("device B", lambda r: str(r.device_bytes)),
     ("device us", lambda r: f"{r.device_s * 1e6:.1f}" if r.device_s else "-"),
-    ("ops", lambda r: r.prims),
+    ("ops", lambda r: _clip(r.prims, _OPS_CELL)),
 )
 _MAX_ROWS = 20  # lines shown in the summary (moving data or taking device time)
 _MIN_ROWS = 8  # rows shown when fewer lines do (the next by device bytes)
 _MAX_CELL = 48
+_OPS_CELL = 32  # the primitives of a line: report.lines has them all
 
 
-def _clip(text: str) -> str:
-    return text if len(text) <= _MAX_CELL else text[: _MAX_CELL - 3] + "..."
+def _clip(text: str, width: int = _MAX_CELL) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 @dataclass(frozen=True, repr=False)
@@ -535,12 +536,10 @@ def _device_lines(program: DeviceProgram) -> list[str]:
     bound = {b: sum(op.time_s for op in ops if op.bound == b) for b in ("compute", "memory")}
     out = [
         f"predicted time on {m.name} ({m.cores} cores, LX fraction {m.lx_fraction:g}): "
-        f"{program.time_s * 1e6:.3f} us of device time "
-        f"({bound['compute'] * 1e6:.3f} us in compute-bound ops, "
-        f"{bound['memory'] * 1e6:.3f} us memory-bound; report.ops per op); "
-        f"LX peak {program.lx_peak} of {program.lx_budget} B per core",
-        f"  host overhead per call: {m.host_call_s * 1e3:g} ms of wall time, not in the "
-        "device time",
+        f"{program.time_s * 1e6:.3f} us of device time ({bound['compute'] * 1e6:.3f} us "
+        f"compute-bound, {bound['memory'] * 1e6:.3f} us memory-bound; report.ops per op)",
+        f"  LX peak {program.lx_peak} of {program.lx_budget} B per core; host overhead "
+        f"per call {m.host_call_s * 1e3:g} ms wall, not in the device time",
     ]
     out.extend(_fused_lines(program))
     regions: dict[Any, list[DeviceOp]] = {}
@@ -564,6 +563,9 @@ def _device_lines(program: DeviceProgram) -> list[str]:
     return out
 
 
+_MAX_FUSED = 3  # kernel families named in the summary; report.device.groups has them all
+
+
 def _fused_lines(program: DeviceProgram) -> list[str]:
     """The fused kernels, those of one family on one line together (repeated layers)."""
     if not program.groups:
@@ -571,13 +573,16 @@ def _fused_lines(program: DeviceProgram) -> list[str]:
     by: dict[tuple[str, str], list[Any]] = {}
     for g in program.groups:
         if any(program.ops[i].runs for i in g.ops):
-            by.setdefault((g.family, _short(source_line(g.source))), []).append(g)
+            line = _short(source_line(g.source)).split(" (", 1)[0]  # file:line
+            by.setdefault((g.family, line), []).append(g)
+    ranked = sorted(by.items(), key=lambda kv: -sum(g.time_s for g in kv[1]))
     parts = []
-    for (family, line), gs in sorted(by.items(), key=lambda kv: -sum(g.time_s for g in kv[1])):
+    for (family, line), gs in ranked[:_MAX_FUSED]:
         n = f"{len(gs)}x " if len(gs) > 1 else ""
         fused, apart = sum(g.time_s for g in gs) * 1e6, sum(g.unfused_s for g in gs) * 1e6
-        parts.append(f"{n}{family} at {line} {fused:.1f} us (as separate kernels {apart:.1f})")
-    return [f"  fused kernels ({len(program.groups)}): " + "; ".join(parts)]
+        parts.append(f"{n}{family} at {line} {fused:.1f} us ({apart:.1f} apart)")
+    more = f"; {len(ranked) - _MAX_FUSED} more" if len(ranked) > _MAX_FUSED else ""
+    return [f"  fused kernels ({len(program.groups)}): " + "; ".join(parts) + more]
 
 
 _DEVICE_COLUMNS = (
