@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "DeviceError",
+    "LayoutConversionError",
     "LayoutError",
     "SpyreError",
     "SpyreFallbackWarning",
@@ -23,6 +24,14 @@ class SpyreError(Exception):
 
 class LayoutError(SpyreError, ValueError):
     """A layout, shape, dtype or dim order that is not valid for the requested operation."""
+
+
+class LayoutConversionError(LayoutError):
+    """A layout another notation cannot express (CuTe, XLA, Morello, tt-mlir): a named refusal.
+
+    Raised by the layout algebra and the converters of :mod:`spyrejax.layout` instead of
+    an approximate layout: the message names what the target notation lacks.
+    """
 
 
 class SpyreUnsupportedError(SpyreError, NotImplementedError):
