@@ -11,6 +11,7 @@ that compute on their device images (:func:`to_device`, :func:`matmul`, ...).
 from . import device, dma, layout, lowering, primitives
 from ._errors import (
     DeviceError,
+    LayoutConversionError,
     LayoutError,
     SpyreError,
     SpyreFallbackWarning,
@@ -76,6 +77,7 @@ __all__ = [
     "DeviceError",
     "Export",
     "FilterJit",
+    "LayoutConversionError",
     "LayoutError",
     "Lowered",
     "Machine",

@@ -157,6 +157,9 @@ def _parse_tuple(text: str, whole: str) -> IntTuple:
         pos += 1
         if tok != "(":
             return int(tok)
+        if tokens[pos] == ")":  # (): the empty shape of a rank-0 tensor
+            pos += 1
+            return ()
         items = []
         while True:
             items.append(parse())
@@ -169,7 +172,7 @@ def _parse_tuple(text: str, whole: str) -> IntTuple:
 
     try:
         out = parse()
-    except IndexError:
+    except (IndexError, ValueError):
         raise LayoutConversionError(f"not a CuTe layout 'shape:stride': {whole!r}") from None
     if pos != len(tokens):
         raise LayoutConversionError(f"not a CuTe layout 'shape:stride': {whole!r}")
