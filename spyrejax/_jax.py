@@ -9,6 +9,7 @@ from jax._src.array import ArrayImpl
 from jax._src.config import bool_state, enum_state, trace_context
 from jax._src.hijax import call_hi_primitive_p
 from jax._src.interpreters.ad import LinearizeTracer
+from jax._src.interpreters.partial_eval import DynamicJaxprTracer
 from jax._src.random.prng import (
     random_bits_impl_base,
     random_fold_in_impl_base,
@@ -68,6 +69,7 @@ __all__ = [
     "summarize_source",
     "threefry2x32_rounds",
     "trace_context",
+    "tracer_var",
     "vjp_from_jvp",
 ]
 
@@ -109,3 +111,9 @@ def key_impl(dtype: object) -> object:
 def expand_hi_primitive(prim: HiPrim, *args: object) -> list[object]:
     """A hijax primitive's application in the primitives it expands to (its ``expand``)."""
     return call_hi_primitive_p.to_lojax(*args, _prim=prim)
+
+
+def tracer_var(x: object) -> Var | None:
+    """The jaxpr variable a value traced by ``jax.make_jaxpr`` is (None for other values)."""
+    var = getattr(x, "val", None) if isinstance(x, DynamicJaxprTracer) else None
+    return var if isinstance(var, Var) else None

@@ -7,6 +7,8 @@ and its training step is handed to ``spyrejax.jit`` as it is handed to ``jax.jit
 Both trajectories run side by side; the losses must agree at every step.
 """
 
+from collections import Counter
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -16,6 +18,8 @@ from helpers import assert_close
 from models import GPT, gpt_setup, gpt_train_step, loss_fn
 
 import spyrejax as sj
+from spyrejax import primitives as sp
+from spyrejax.lowering._graph import Scalar
 
 
 @pytest.fixture(autouse=True)
@@ -115,6 +119,41 @@ def test_explain_of_a_gpt_step_leads_with_a_short_summary():
     assert report.fallbacks == ()
     for line in report.lines[:3]:  # the costliest lines, each shown once (file:line (fn))
         assert summary.count(line.line.rsplit("/", 1)[-1][:40]) == 1
+
+
+def test_explain_of_a_training_step_evaluates_each_lowering_once(monkeypatch):
+    """The planner evaluates each lowering once per input types, the trace once per run.
+
+    ``explain`` plans the step (each rule's lowering evaluated on types, once per node
+    signature, mode and input types: a second layer like the first costs nothing),
+    then traces the program once; the device model, the residencies and the report
+    read that one trace's record (before: up to four more traces of each lowering).
+    """
+    planned, traced, active = Counter(), Counter(), set()
+
+    def counting(lower):
+        def run(self, node, args, mode):
+            if id(node) in active:  # a rule lowering through another rule (select_n)
+                return lower(self, node, args, mode)
+            types = tuple(None if isinstance(a, Scalar) else jax.typeof(a) for a in args)
+            key = (id(node), mode, types)
+            (planned if sp.abstract_calls() is not None else traced)[key] += 1
+            active.add(id(node))
+            try:
+                return lower(self, node, args, mode)
+            finally:
+                active.discard(id(node))
+
+        return run
+
+    for cls in {type(rule) for rule in sj.lowering.RULES.values()}:
+        monkeypatch.setattr(cls, "lower", counting(cls.lower))
+    params, static, ids, labels = _setup(SHAPES["unpadded"], layers=2)
+    opt = optax.adam(1e-2)
+    report = sj.explain(gpt_train_step(static, opt), params, opt.init(params), ids, labels)
+    assert report.ops and report.time_s > 0
+    assert traced and set(traced.values()) == {1}  # each node run traced once
+    assert set(planned.values()) == {1}  # each evaluation on types once
 
 
 def test_data_parallel_step_over_8_cards_equals_the_single_card_step():

@@ -8,10 +8,11 @@ from . import (
     _random,  # noqa: F401  (registers the random family's rules)
 )
 from ._cores import CoreCheck, Mismatch, checking_cores
-from ._device import device_program, with_division
+from ._device import with_division
 from ._explain import Report, explain
 from ._export import Export, export
 from ._filter_jit import FilterJit, filter_jit
+from ._interpret import device_program
 from ._jit import Compiled, Lowered, SpyreJit, Traced, jit
 from ._rules import RULES
 from ._with_layout import with_layout

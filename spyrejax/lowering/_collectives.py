@@ -47,6 +47,7 @@ from ..primitives._collectives import (
 )
 from ..primitives._shard import P, shard_type, unshard_type
 from ..primitives._stick import canon, default_type, restickify_cost, stick_of, stick_options
+from . import _record as record
 from ._control import Charge, HostCharge, plan_charges
 from ._graph import Graph, Node, Scalar, Value, build_graph
 from ._interpret import Interpreter
@@ -233,14 +234,19 @@ class _ShardMap(Rule):
             for t, spec in zip(_local_out(graph, plan), out_specs, strict=True)
         ]
         run = Interpreter(graph, plan).run
+        loop = record.loop("shard_map")
 
         def body(*xs: Any) -> Any:
-            with _mesh_axes(mesh):
-                outs = run(*xs)
-            return tuple(
-                o if jax.typeof(o) == want else sp.restickify(o, layout=want.layout)
-                for o, (want, _) in zip(outs, joined, strict=True)
-            )
+            with record.body(loop, "body", list(xs), list(args)) as b:
+                with _mesh_axes(mesh):
+                    outs = run(*xs)
+                outs = tuple(
+                    o if jax.typeof(o) == want else sp.restickify(o, layout=want.layout)
+                    for o, (want, _) in zip(outs, joined, strict=True)
+                )
+                if b is not None:
+                    b.outs = list(outs)
+                return outs
 
         called = sp.abstract_calls()
         if called is not None:
@@ -254,7 +260,9 @@ class _ShardMap(Rule):
             axis_names=set(manual),
             check_vma=params["check_vma"],
         )
-        return list(f(*args))
+        results = list(f(*args))
+        record.finish(loop, results)
+        return results
 
 
 def _auto(mesh: Any) -> Any:

@@ -56,6 +56,7 @@ from ..primitives._stick import (
     stick_of,
     stick_options,
 )
+from . import _record as record
 from ._graph import Graph, Node, Scalar, Value, build_graph
 from ._interpret import Interpreter
 from ._planner import Plan, host_input_type, plan_graph
@@ -526,19 +527,25 @@ class _Scan(_ControlRule):
         x_types = [t.dec_rank(length, 0) for t in stacked]
         y_types = [batched_type(t, length) for t in body.outs[nk:]]
 
+        images = [sp.image(x) for x in xs]
+        loop = record.loop("scan", length)
+
         # Stacked operands go through the loop as device images (sliced and stacked
         # along the image's dim 0, the logical dim 0 of a stacked layout); carries as
         # Spyre arrays.
         def step(c: list[Any], x: list[Any]) -> tuple[list[Any], list[Any]]:
-            x = [sp.wrap(i, t) for i, t in zip(x, x_types, strict=True)]
-            outs = body.run(*consts, *c, *x)
-            c = [_into(o, t) for o, t in zip(outs[:nk], carry, strict=True)]
-            return c, [sp.image(y) for y in outs[nk:]]
+            with record.body(loop, "body", list(c), list(init), images=list(x)) as b:
+                x = [sp.wrap(i, t) for i, t in zip(x, x_types, strict=True)]
+                outs = body.run(*consts, *c, *x)
+                c = [_into(o, t) for o, t in zip(outs[:nk], carry, strict=True)]
+                if b is not None:
+                    b.outs = c
+                return c, [sp.image(y) for y in outs[nk:]]
 
-        images = [sp.image(x) for x in xs]
         c_out, ys = jax.lax.scan(
             step, init, images, length=length, reverse=p["reverse"], unroll=p["unroll"]
         )
+        record.finish(loop, c_out, images=ys)
         return [*c_out, *(sp.wrap(y, t) for y, t in zip(ys, y_types, strict=True))]
 
 
@@ -645,14 +652,23 @@ class _While(_ControlRule):
             _emit(called, _fix_charges(body, carry, 1, context))
             return [sp.abstract(t) for t in carry]
 
+        loop = record.loop("while")
+
         def test(c: tuple[Any, ...]) -> Any:
-            return sp.to_host(cond.run(*cconsts, *c)[0])
+            with record.body(loop, "test", list(c), init):
+                return sp.to_host(cond.run(*cconsts, *c)[0])
 
         def step(c: tuple[Any, ...]) -> tuple[Any, ...]:
-            outs = body.run(*bconsts, *c)
-            return tuple(_into(o, t) for o, t in zip(outs, carry, strict=True))
+            with record.body(loop, "body", list(c), init) as b:
+                outs = body.run(*bconsts, *c)
+                new = tuple(_into(o, t) for o, t in zip(outs, carry, strict=True))
+                if b is not None:
+                    b.outs = list(new)
+                return new
 
-        return list(jax.lax.while_loop(test, step, tuple(init)))
+        results = list(jax.lax.while_loop(test, step, tuple(init)))
+        record.finish(loop, results)
+        return results
 
 
 _register(_While(), "while")
@@ -697,17 +713,25 @@ class _Cond(_ControlRule):
                 _emit(called, _fix_charges(b, d.outs, 1, context, "output"))
             return [sp.abstract(t) for t in d.outs]
 
-        def branch(b: _Body) -> Any:
+        if isinstance(index, Scalar):  # known at trace time: that branch alone
+            k = min(max(int(index.value), 0), len(d.bodies) - 1)
+            return [_into_out(o, t) for o, t in zip(d.bodies[k].run(*ops), d.outs, strict=True)]
+        loop = record.loop("cond")
+
+        def branch(k: int, b: _Body) -> Any:
             def run(*xs: Any) -> list[Any]:
-                return [_into_out(o, t) for o, t in zip(b.run(*xs), d.outs, strict=True)]
+                with record.body(loop, k, list(xs), ops) as rb:
+                    outs = [_into_out(o, t) for o, t in zip(b.run(*xs), d.outs, strict=True)]
+                    if rb is not None:
+                        rb.outs = outs
+                    return outs
 
             return run
 
-        fns = [branch(b) for b in d.bodies]
-        if isinstance(index, Scalar):  # known at trace time: that branch alone
-            k = min(max(int(index.value), 0), len(fns) - 1)
-            return fns[k](*ops)
-        return list(jax.lax.switch(sp.to_host(index), fns, *ops))
+        fns = [branch(k, b) for k, b in enumerate(d.bodies)]
+        results = list(jax.lax.switch(sp.to_host(index), fns, *ops))
+        record.finish(loop, results)
+        return results
 
 
 def _into_out(x: Any, want: SpyreType) -> Any:

@@ -1,66 +1,60 @@
 """The device model applied to a ``spyrejax.jit`` program, and the ``with_division`` hint.
 
-:func:`device_program` lists the Spyre primitives a planned program runs (each node's
-lowering traced on its planned types, so every op keeps its source line), turns them
-into :class:`spyrejax.device.OpDesc` values and plans them with
-:func:`spyrejax.device.plan_program`: work division, LX residency and cost. The ops of
+:func:`program_ops` lists the Spyre primitives a planned program runs, from the record
+of its one trace (:mod:`spyrejax.lowering._record`: every op keeps its node's source
+line), as :class:`spyrejax.device.OpDesc` values for
+:func:`spyrejax.device.plan_program` (work division, LX residency and cost). The ops of
 loop bodies and ``cond`` branches are listed too, each with its
 :class:`spyrejax.device.Region`.
 
 ``with_division(x, **splits)`` is the identity under plain JAX and a hint under
 ``spyrejax.jit``: the op producing ``x`` is divided with those splits (validated against
 its iteration space when the program is planned). This module owns which op a hint
-goes to: the walk (:func:`hinted_op`) and the node scopes (:func:`node_scope`,
-:func:`take_hint`) through which the per-core emulation and the walk's own trace give
-the hints of loop bodies' and branches' nodes to their ops.
+goes to: the op whose result is the hinted value, in the record (:func:`hinted_op`),
+and the node scopes (:func:`node_scope`, :func:`take_hint`) through which the per-core
+emulation gives each hint to that op.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
 
-from .. import primitives as sp
 from .._errors import DeviceError, SpyreInternalError
-from .._jax import Primitive, Var, ad, batching, mlir
+from .._jax import Primitive, ad, batching, mlir
 from ..device import (
-    DeviceProgram,
-    Machine,
     OpDesc,
     OpSpace,
     Region,
     TensorSpec,
-    default_machine,
     elementwise_space,
     matmul_space,
-    plan_program,
     reduce_space,
 )
 from ..device._division import _MATMUL_NAMES, _OTHER_NAMES
 from ..primitives._array import SpyreType
 from ..primitives._astype import Astype
-from ..primitives._base import Image, Wrap
+from ..primitives._base import Wrap
 from ..primitives._elementwise import Elementwise
 from ..primitives._matmul import Matmul
 from ..primitives._reduce import Reduce
-from ._graph import Graph, Node, Scalar, Value
-from ._planner import Plan, _signature, node_key
-from ._rules import Mode, Rule, _carried_modes, _register, rule_for
+from ._graph import Graph, Node, Value
+from ._planner import Plan
+from ._record import Body, Call, Loop, NodeRun, Recorder
+from ._rules import Mode, Rule, _carried_modes, _register
 
 __all__ = [
     "Hint",
     "ProgramOps",
     "current_line",
-    "device_program",
     "divided_space",
     "hinted_op",
-    "inner_jaxprs",
     "node_hints",
     "node_scope",
     "program_ops",
@@ -214,10 +208,9 @@ def node_scope(
     """The divided ops bound inside belong to the node at ``line`` (scopes nest).
 
     The interpreter opens one around each node it lowers while an executor runs the
-    primitives (``emulate="cores"``, and the device model's own trace): a loop body's
-    nodes open theirs inside the loop's. Every scope counts the divided ops bound
-    inside it, its inner scopes' too, in binding order (the order :func:`_walk` lists
-    them).
+    primitives (``emulate="cores"``): a loop body's nodes open theirs inside the loop's.
+    Every scope counts the divided ops bound inside it, its inner scopes' too, in
+    binding order (the order the record lists them).
 
     Args:
         line: the node's source line (messages).
@@ -227,7 +220,7 @@ def node_scope(
 
     Raises:
         SpyreInternalError: if the hinted op was not bound inside (the lowering bound its
-            ops otherwise than the device model's walk lists them).
+            ops otherwise than when the record was traced).
     """
     scope = _Scope(line, source or line, hinted)
     token = _SCOPES.set((*_SCOPES.get(), scope))
@@ -278,15 +271,6 @@ def take_hint(prim: Any, specs: list[TensorSpec]) -> dict[str, int] | None:
 
 
 @dataclass(frozen=True)
-class _Bound:
-    """A divided primitive bound inside a body node's scope: its hint, the scopes' sources."""
-
-    prim: Any
-    hint: dict[str, int] | None
-    sources: tuple[str, ...]
-
-
-@dataclass(frozen=True)
 class Hint:
     """A node's ``with_division`` hint: which of its results, and the splits."""
 
@@ -294,223 +278,122 @@ class Hint:
     splits: dict[str, int]
 
 
-# --- a program's ops ------------------------------------------------------------------
+# --- a program's ops, from its record ------------------------------------------------------
 
 
-def _node_descs(
-    node: Node,
-    option: Any,
-    names: _Names,
-    hint: Hint | None,
-    lowerings: list[tuple[Any, dict[Any, str]]],
-    traced: dict[Any, Any],
-    claimed: list[int] | None = None,
-) -> list[OpDesc]:
-    """The ops a node's planned option runs, its lowering traced on the planned types.
+@dataclass
+class _Claim:
+    """A node run whose hint is not placed yet: the op giving ``target`` gets it."""
 
-    A ``shard_map``'s body is one card's program: its ops are listed once (the cards run
-    them at once), on the per-card blocks of the buffers; its collectives are not device
-    ops (``explain`` times them at the card-to-card bandwidth). Loop bodies and
-    ``cond`` branches are listed too (see :func:`_walk`). The traced lowering and the
-    names of its variables are appended to ``lowerings``.
-
-    ``traced`` keeps the traced lowerings by the planner's evaluation signature and the
-    source line: repeated layers are traced once (tracing is most of the cost of a big
-    program's device model). ``claimed``, if given, receives the position of the op
-    that gets the node's own hint.
-    """
-    spyre = [(u, t) for u, t in zip(node.ins, option.ins, strict=True) if t is not None]
-    key = _signature(node_key(node), option.mode, option.ins)
-    key = None if key is None else (key, node.source)
-    found = traced.get(key) if key is not None else None
-    if found is None:
-        found = _trace(node, option, [t for _, t in spyre])
-        if key is not None:
-            traced[key] = found
-    closed, bound = found
-    env = {var: names(u, t) for var, (u, t) in zip(closed.jaxpr.invars, spyre, strict=True)}
-    finals: dict[Any, str] = {}
-    for var, v, t in zip(closed.jaxpr.outvars, node.outs, option.outs, strict=True):
-        if not isinstance(var, Var) or var in finals:
-            continue
-        if var in env:  # a result that only forwards an input
-            names.names[v, t] = env[var]
-        else:
-            finals[var] = names(v, t)
-    if not finals:
-        return []
-    target = None
-    if hint is not None:
-        out = closed.jaxpr.outvars[hint.out]
-        target = finals.get(out) if isinstance(out, Var) else None
-    op = _Op(node.source, next(iter(finals.values())), target, hint, bound, names)
-    op = replace(op, claimed=[] if claimed is None else claimed)
-    descs: list[OpDesc] = []
-    _walk(closed.jaxpr, env, finals, op, descs)
-    lowerings.append((closed.jaxpr, {**env, **finals}))
-    return descs
+    run: NodeRun
+    target: Any  # the name (top-level run) or the value (a body's node run) it hints
+    region: Region | None
 
 
-def _trace(node: Node, option: Any, types: list[SpyreType]) -> tuple[Any, dict[int, _Bound]]:
-    """The closed jaxpr of a node's lowering on its planned Spyre input types.
+class _Walk:
+    """The ops one top-level node run binds, named and placed in regions.
 
-    Also, per divided primitive bound in the scope of a body node (the nodes of its
-    loops' bodies and branches, which the interpreter lowers inside), that node's hint
-    for it and the scopes' sources, by ``id`` of the primitive.
-    """
-    bound: dict[int, _Bound] = {}
-
-    def record(prim: Any, args: Any) -> None:
-        scopes = _SCOPES.get()
-        if scopes:
-            found = divided_space(prim)
-            hint = take_hint(prim, found[1]) if found is not None else None
-            bound[id(prim)] = _Bound(prim, hint, tuple(s.source for s in scopes))
-        return None
-
-    def run(*xs: Any) -> Any:
-        it = iter(xs)
-        args = [u if isinstance(u, Scalar) else next(it) for u in node.ins]
-        return rule_for(node, fallback=True).lower(node, args, option.mode)
-
-    token = _SCOPES.set(())  # the node's own ops: no scope (its hint is the walk's)
-    try:
-        with sp.executing(record):
-            closed = jax.make_jaxpr(run)(*(sp.abstract(t) for t in types))
-    finally:
-        _SCOPES.reset(token)
-    return closed, bound
-
-
-@dataclass(frozen=True)
-class _Op:
-    """The node whose lowering is walked, and where the walk is.
-
-    Attributes:
-        source: the node's source line.
-        first: its first result's name (the ops inside are named after it).
-        target: the name of its hinted result (None: no hint).
-        hint: its hint.
-        bound: the divided primitives its body nodes bound (from :func:`_trace`).
-        names: the program's names (and loop numbers).
-        region: the loop body or branch being walked.
-        depth: how many bodies (loops, branches, ``shard_map``) the walk is inside.
-        claimed: receives the position of the op that gets the node's own hint.
+    A value inside the lowering is named ``<first result>.<k>`` (``k``: the ops listed
+    before it), a result by its (value, type) pair. A body's inputs take the names of
+    the loop's operands, and the body's results that are the node's results take theirs;
+    a loop's results take the names the body gave. ``shard_map`` bodies are one card's
+    ops (no region); ``scan`` bodies' ops are listed once with the trip count as their
+    ``repeat`` (nested scans multiply), ``while`` bodies and predicates once, every
+    ``cond`` branch's ops (the program's totals count the costliest). Collectives are
+    named but no device op (``explain`` times them at the card-to-card bandwidth).
     """
 
-    source: str
-    first: str
-    target: str | None
-    hint: Hint | None
-    bound: Mapping[int, _Bound]
-    names: _Names
-    region: Region | None = None
-    depth: int = 0
-    claimed: list[int] = field(default_factory=list)
+    def __init__(self, run: NodeRun, names: _Names, images: set[int]) -> None:
+        self.names = names
+        self.images = images
+        self.env: dict[int, str] = {}
+        self.objects: dict[int, Any] = {}
+        self.descs: list[OpDesc] = []
+        self.claims: list[tuple[NodeRun, int, OpDesc]] = []  # placed hints: position, op
+        self.divided = 0  # divided ops bound so far (the per-core executor counts them)
+        self.top = run
+        self.top_claim: _Claim | None = None
+        self.first = ""
+        self._regions: dict[int, Region] = {}
+        self._shared: dict[int, list[str | None]] = {}
 
-    def enter(self, eqn: Any, kind: str, bodies: list[Any], **fields: Any) -> _Op:
-        """The walk inside a body of ``eqn`` (a loop, a branch: a new region)."""
-        source = self._source(eqn, bodies)
-        index = fields.pop("index", None)
-        if index is None:
-            index = next(self.names.regions)
-        region = Region(index, kind, source, parent=self.region, **fields)
-        return replace(self, region=region, depth=self.depth + 1)
+    def name(self, x: Any, name: str) -> None:
+        self.env[id(x)] = name
+        self.objects[id(x)] = x
 
-    def _source(self, eqn: Any, bodies: list[Any]) -> str:
-        """The source of the node whose lowering bound the loop ``eqn``.
+    def start(self) -> dict[int, str] | None:
+        """The run's operands and results named; its finals (None: it gives nothing new)."""
+        run = self.top
+        spyre = zip(run.ins, run.node.ins, run.option.ins, strict=True)
+        for x, u, t in spyre:
+            if t is not None:
+                self.name(x, self.names(u, t))
+        finals: dict[int, str] = {}
+        for x, v, t in zip(run.outs, run.node.outs, run.option.outs, strict=True):
+            if not _traced(x) or id(x) in finals:
+                continue
+            if id(x) in self.env:  # a result that only forwards an operand
+                self.names.names[v, t] = self.env[id(x)]
+            else:
+                finals[id(x)] = self.names(v, t)
+        if not finals:
+            return None
+        self.first = next(iter(finals.values()))
+        if run.hint is not None and not _forwards(run, run.hint.out):
+            target = finals.get(id(run.outs[run.hint.out]))
+            self.top_claim = None if target is None else _Claim(run, target, None)
+        return finals
 
-        The node's own when the walk is in no body; else that of the body node whose
-        scope the loop's ops were bound in (every body the walk enters is one level of
-        node scopes).
-        """
-        if self.depth == 0:
-            return self.source
-        for b in _bound_in(bodies, self.bound):
-            if len(b.sources) >= self.depth:
-                return b.sources[self.depth - 1]
-        return self.source
+    def walk(
+        self,
+        entries: list[Any],
+        finals: dict[int, str],
+        region: Region | None,
+        claims: list[_Claim],
+        source: str,
+    ) -> None:
+        for e in entries:
+            if isinstance(e, NodeRun):  # a body's node: its hint is its own
+                inner = list(claims)
+                if e.hint is not None and not _forwards(e, e.hint.out):
+                    inner.append(_Claim(e, e.outs[e.hint.out], region))
+                self.walk(e.entries, finals, region, inner, e.node.source)
+            elif isinstance(e, Body):
+                self._body(e, finals, region, claims, source)
+            else:
+                self._call(e, finals, region, claims, source)
 
-
-def _bound_in(jaxprs: list[Any], bound: Mapping[int, _Bound]) -> Iterator[_Bound]:
-    """The recorded primitives of ``jaxprs`` and of the jaxprs inside them."""
-    for jaxpr in jaxprs:
-        for eqn in jaxpr.eqns:
-            prim = eqn.params.get("_prim")
-            b = bound.get(id(prim))
-            if b is not None and b.prim is prim:
-                yield b
-            yield from _bound_in(inner_jaxprs(eqn), bound)
-
-
-def inner_jaxprs(eqn: Any) -> list[Any]:
-    """The bodies of a loop, branch or ``shard_map`` equation the walk enters (else none)."""
-    p = eqn.params
-    name = eqn.primitive.name
-    if name == "scan":
-        return [p["jaxpr"].jaxpr]
-    if name == "while":
-        return [p["cond_jaxpr"].jaxpr, p["body_jaxpr"].jaxpr]
-    if name == "cond":
-        return [b.jaxpr for b in p["branches"]]
-    if name == "shard_map":
-        return [p["jaxpr"]]
-    return []
-
-
-def _walk(
-    jaxpr: Any, env: dict[Any, str], finals: dict[Any, str], op: _Op, descs: list[OpDesc]
-) -> None:
-    """Append the ops of ``jaxpr`` to ``descs``.
-
-    ``shard_map`` bodies are one card's ops. The ops of a ``scan`` body are listed once,
-    each with the trip count as its ``repeat`` (nested scans multiply); those of a
-    ``while`` body and predicate once (the trip count is unknown at trace time); those
-    of every ``cond`` branch (the program's totals count the costliest). Each body op
-    has its region. A body reads the loop's operands by their outer names and writes
-    the loop's results under theirs.
-
-    A hint goes to the op that gives the hinted result of the node (:func:`_own_hint`);
-    a body node's hint to the op its scope gave it when traced (:func:`take_hint`).
-    """
-    made = {v: e for e in jaxpr.eqns for v in e.outvars}
-    for eqn in jaxpr.eqns:
-        prim = eqn.params.get("_prim")
-        if prim is None and eqn.primitive.name in _LOOPS:
-            _LOOPS[eqn.primitive.name](eqn, env, finals, op, descs)
-            continue
-        if prim is None and eqn.primitive.name == "shard_map":
-            body = eqn.params["jaxpr"]
-            inner = {b: env[o] for b, o in zip(body.invars, eqn.invars, strict=True) if o in env}
-            outs = zip(body.outvars, eqn.outvars, strict=True)
-            named = {b: finals[o] for b, o in outs if o in finals}
-            _walk(body, inner, named, replace(op, depth=op.depth + 1), descs)
-            env.update(inner)  # the body's variables are distinct: their names join env
-            continue
-        outs = [v for v in eqn.outvars if isinstance(v.aval, SpyreType)]
-        if prim is None or len(outs) != 1:
-            continue
+    def _call(
+        self,
+        call: Call,
+        finals: dict[int, str],
+        region: Region | None,
+        claims: list[_Claim],
+        source: str,
+    ) -> None:
+        if divided_space(call.prim) is not None:
+            self.divided += 1
+        outs = [o for o in call.outs if isinstance(jax.typeof(o), SpyreType)]
+        if len(outs) != 1:
+            return
         (out,) = outs
-        env[out] = finals.get(out) or f"{op.first}.{len(descs)}"
+        self.name(out, finals.get(id(out)) or f"{self.first}.{len(self.descs)}")
+        prim = call.prim
         if getattr(prim, "role", "") == "collective":
-            continue  # between cards: timed at the card link, not a device op
-        ins = [(env[v], v.aval) for v in eqn.invars if isinstance(v, Var) and v in env]
+            return  # between cards: timed at the card link, not a device op
+        ins = [(self.env[id(a)], jax.typeof(a)) for a in call.args if id(a) in self.env]
         in_specs = [_spec(t, n) for n, t in ins]
-        out_spec = _spec(out.aval, env[out])
+        out_spec = _spec(jax.typeof(out), self.env[id(out)])
         try:
             kind, opfunc, space = _space(prim, in_specs, out_spec)
         except DeviceError:
             kind, opfunc, space = "copy", type(prim).__name__.lower(), None
-        if isinstance(prim, Wrap) and _relabels(eqn.invars[0], made):
+        if isinstance(prim, Wrap) and id(call.args[0]) in self.images:
             kind = "view"
-        mine, source = None, op.source
-        b = op.bound.get(id(prim))
-        if b is not None and b.prim is prim:  # bound by a body node: its hint, its line
-            mine, source = b.hint, b.sources[-1]
-        if op.hint is not None and env[out] == op.target and kind == "compute":
-            _own_hint(op, mine, descs)
-            mine = dict(op.hint.splits)
-        descs.append(
+        hint, placed = None, []
+        if kind == "compute":
+            hint, placed = self._hint(out, region, claims)
+        self.descs.append(
             OpDesc(
                 opfunc,
                 kind,
@@ -518,142 +401,180 @@ def _walk(
                 tuple((s.name, s) for s in in_specs),
                 (out_spec.name, out_spec),
                 space,
-                mine if kind == "compute" else None,
-                region=op.region,
+                hint,
+                region=region,
             )
         )
+        self.claims.extend((run, self.divided - 1, self.descs[-1]) for run in placed)
+
+    def _hint(
+        self, out: Any, region: Region | None, claims: list[_Claim]
+    ) -> tuple[dict[str, int] | None, list[NodeRun]]:
+        """The hint of the op giving ``out``: the innermost node run's whose result it is.
+
+        Raises:
+            DeviceError: if that op is in a loop body or branch of the hinted node, or
+                two hints divide it (a ``shard_map``'s result and a value in its body).
+        """
+        hint, placed = None, []
+        for claim in reversed([self.top_claim, *claims]):
+            if claim is None:
+                continue
+            if claim.run is self.top:
+                gives = self.env[id(out)] == claim.target
+            else:
+                gives = out is claim.target
+            if not gives:
+                continue
+            node = claim.run.node
+            if region is not claim.region:
+                raise DeviceError(
+                    f"with_division: the hinted value at {node.source} comes from the "
+                    f"{region.kind} at {region.source}: hint the value inside its body"
+                )
+            if hint is not None:
+                raise DeviceError(
+                    f"with_division: two hints for one op at {node.source} (on a shard_map's "
+                    "result and on the value inside its body): keep one"
+                )
+            hint = dict(claim.run.hint.splits)
+            placed.append(claim.run)
+        return hint, placed
+
+    def _body(
+        self,
+        b: Body,
+        finals: dict[int, str],
+        region: Region | None,
+        claims: list[_Claim],
+        source: str,
+    ) -> None:
+        loop = b.loop
+        inside = region if loop.kind == "shard_map" else self._region(loop, b, region, source)
+        for x, o in b.ins:
+            if id(o) in self.env:
+                self.name(x, self.env[id(o)])
+        named: dict[int, str] = {}
+        for x, o in zip(b.outs, self._results(loop, finals), strict=False):
+            if _traced(x) and id(x) not in self.env and id(x) not in named and o is not None:
+                named[id(x)] = o
+        start = len(self.descs)
+        self.walk(b.entries, named, inside, claims, source)
+        if loop.kind == "scan":
+            n = loop.trips or 1
+            self.descs[start:] = [replace(d, repeat=d.repeat * n) for d in self.descs[start:]]
+        if loop.kind == "cond":
+            return  # its results are named once, for every branch (see _results)
+        if loop.kind != "shard_map" and b.role == "body":
+            for x, o in zip(b.outs, loop.results, strict=False):
+                if id(x) in self.env:
+                    self.name(o, self.env[id(x)])
+
+    def _results(self, loop: Loop, finals: dict[int, str]) -> list[str | None]:
+        """The names a body's results take: the loop's results' (a ``cond``'s, shared)."""
+        if loop.kind != "cond":
+            return [finals.get(id(o)) for o in loop.results]
+        shared = self._shared.get(id(loop))
+        if shared is None:
+            index = self._regions[id(loop)].index
+            shared = [
+                finals.get(id(o)) or f"{self.first}.cond{index}.{k}"
+                for k, o in enumerate(loop.results)
+            ]
+            self._shared[id(loop)] = shared
+            for o, name in zip(loop.results, shared, strict=True):
+                self.name(o, name)
+        return shared
+
+    def _region(self, loop: Loop, b: Body, parent: Region | None, source: str) -> Region:
+        """The region of a body: one per loop (a ``while``'s test and body share it)."""
+        found = self._regions.get(id(loop))
+        if found is None:
+            found = Region(next(self.names.regions), loop.kind, source, loop.trips, parent=parent)
+            self._regions[id(loop)] = found
+        if loop.kind == "cond":
+            return replace(found, branch=b.role, branches=len(loop.bodies))
+        return found
 
 
-def _relabels(image: Any, made: Mapping[Any, Any]) -> bool:
-    """Whether a ``Wrap`` of ``image`` moves no data: the image is an array's own.
+def _traced(x: Any) -> bool:
+    """Whether a lowering's result is a value it computed (not a constant it gave)."""
+    return isinstance(x, jax.core.Tracer)
 
-    So are a ``scan`` body's slice of a stacked operand (the body's ops read it in
-    place), a loop's stacked results (the body's ops wrote them) and a carry that
-    forgets its zero padding (``image`` then ``wrap``). An image computed by other
-    operations is a new array (a copy, as the device model counts it).
+
+def _forwards(run: NodeRun, out: int) -> bool:
+    """Whether a run's result ``out`` is one of its operands (no op of its own gives it)."""
+    x = run.outs[out]
+    return not _traced(x) or any(x is y for y in run.ins)
+
+
+def _node_descs(run: NodeRun, names: _Names, images: set[int]) -> _Walk:
+    """The walk of one top-level node run (its ops in ``descs``)."""
+    w = _Walk(run, names, images)
+    finals = w.start()
+    if finals is not None:
+        w.walk(run.entries, finals, None, [], run.node.source)
+    return w
+
+
+def hinted_op(record: Recorder, node: Node, index: int) -> tuple[int, OpDesc] | None:
+    """Which divided op of a node's planned option ``index`` gets the node's hint.
+
+    Returns:
+        Its position among the divided ops the option binds (loop bodies included), in
+        binding order, as the per-core executor counts them (:func:`take_hint`), and its
+        description; None if no op of the node's own gives the hinted result.
     """
-    eqn = made.get(image)
-    if eqn is None:  # the jaxpr's own input: a loop body's slice
-        return True
-    prim = eqn.params.get("_prim")
-    return isinstance(prim, Image) or (prim is None and eqn.primitive.name in _LOOPS)
+    for run in record.runs:
+        if run.node is node and run.index == index:
+            w = _node_descs(run, _Names(), record.images)
+            return next(((k, d) for r, k, d in w.claims if r is run), None)
+    return None
 
 
-def _own_hint(op: _Op, inner: dict[str, int] | None, descs: list[OpDesc]) -> None:
-    """The node's hint goes to the op giving its hinted result (see :func:`_walk`).
+@dataclass(frozen=True)
+class ProgramOps:
+    """A planned graph's device ops and the names of its values.
 
-    That op may be in a ``shard_map`` body (one card's program), not in a loop body
-    or branch (it runs many times, or in one branch of several).
-
-    Raises:
-        DeviceError: if the op is in a loop body or branch, or a hint inside the body
-            divides it too.
+    Attributes:
+        descs: the ops in program order.
+        ddr: the names that live in DDR whatever the LX plan (graph inputs, outputs).
+        names: the buffer name of each (graph value, planned type) pair.
+        values: the traced values behind each name inside the nodes' lowerings (loop
+            and ``shard_map`` bodies included).
     """
-    if op.region is not None:
-        raise DeviceError(
-            f"with_division: the hinted value at {op.source} comes from the "
-            f"{op.region.kind} at {op.region.source}: hint the value inside its body"
-        )
-    if inner is not None:
-        raise DeviceError(
-            f"with_division: two hints for one op at {op.source} (on a shard_map's "
-            "result and on the value inside its body): keep one"
-        )
-    op.claimed.append(len(descs))
+
+    descs: list[OpDesc]
+    ddr: list[str]
+    names: dict[tuple[Value, SpyreType], str]
+    values: dict[str, list[Any]]
 
 
-def _body_names(
-    body: Any, ins: list[Any], outs: list[Any], env: dict[Any, str], finals: dict[Any, str]
-) -> tuple[dict[Any, str], dict[Any, str]]:
-    """A body's inputs named as the loop's operands, its results as the loop's results.
-
-    ``outs`` are the loop's results the body's first results give (a scan's carries).
-    """
-    inner = {b: env[o] for b, o in zip(body.invars, ins, strict=True) if o in env}
-    named: dict[Any, str] = {}
-    for b, o in zip(body.outvars[: len(outs)], outs, strict=True):
-        if isinstance(b, Var) and b not in inner and b not in named and o in finals:
-            named[b] = finals[o]
-    return inner, named
-
-
-def _results(body: Any, outs: list[Any], inner: dict[Any, str], env: dict[Any, str]) -> None:
-    """The loop's results take the names the body gave its results."""
-    env.update(inner)  # the body's variables are distinct: their names join env
-    for b, o in zip(body.outvars[: len(outs)], outs, strict=True):
-        if isinstance(b, Var) and b in inner:
-            env[o] = inner[b]
-
-
-def _walk_scan(
-    eqn: Any, env: dict[Any, str], finals: dict[Any, str], op: _Op, descs: list[OpDesc]
-) -> None:
-    """The ops of a ``scan`` body, each run ``length`` times (see :func:`_walk`)."""
-    body = eqn.params["jaxpr"].jaxpr
-    n = eqn.params["length"]
-    carry = _num_carry(eqn)
-    outs = list(eqn.outvars[:carry])
-    inner, named = _body_names(body, list(eqn.invars), outs, env, finals)
-    start = len(descs)
-    _walk(body, inner, named, op.enter(eqn, "scan", [body], trips=n), descs)
-    descs[start:] = [replace(d, repeat=d.repeat * n) for d in descs[start:]]
-    _results(body, outs, inner, env)
-
-
-def _walk_while(
-    eqn: Any, env: dict[Any, str], finals: dict[Any, str], op: _Op, descs: list[OpDesc]
-) -> None:
-    """The ops of a ``while`` predicate and body, counted once (see :func:`_walk`)."""
-    p = eqn.params
-    cn, bn = p["cond_nconsts"], p["body_nconsts"]
-    test, body = p["cond_jaxpr"].jaxpr, p["body_jaxpr"].jaxpr
-    ins, outs = list(eqn.invars), list(eqn.outvars)
-    inside = op.enter(eqn, "while", [test, body])
-    tenv = {
-        b: env[o]
-        for b, o in zip(test.invars, [*ins[:cn], *ins[cn + bn :]], strict=True)
-        if o in env
-    }
-    _walk(test, tenv, {}, inside, descs)
-    env.update(tenv)
-    benv, named = _body_names(body, ins[cn:], outs, env, finals)
-    _walk(body, benv, named, inside, descs)
-    _results(body, outs, benv, env)
-
-
-def _walk_cond(
-    eqn: Any, env: dict[Any, str], finals: dict[Any, str], op: _Op, descs: list[OpDesc]
-) -> None:
-    """The ops of every branch of a ``cond`` (see :func:`_walk`).
-
-    Every branch writes the ``cond``'s results under the same names.
-    """
-    branches = [b.jaxpr for b in eqn.params["branches"]]
-    ins, outs = list(eqn.invars[1:]), list(eqn.outvars)
-    index = next(op.names.regions)
-    shared = {
-        o: finals.get(o) or f"{op.first}.cond{index}.{k}"
-        for k, o in enumerate(outs)
-        if isinstance(o, Var)
-    }
-    for k, body in enumerate(branches):
-        inner, named = _body_names(body, ins, outs, env, shared)
-        inside = op.enter(eqn, "cond", branches, index=index, branch=k, branches=len(branches))
-        _walk(body, inner, named, inside, descs)
-        env.update(inner)
-    for o, name in shared.items():
-        env[o] = name
-
-
-_LOOPS = {"scan": _walk_scan, "while": _walk_while, "cond": _walk_cond}
-
-
-def _num_carry(eqn: Any) -> int:
-    """A scan's loop-carried results: they come first among its results."""
-    if "num_carry" in eqn.params:
-        return eqn.params["num_carry"]
-    carry, _ = eqn.params["ft_out"].update(list(eqn.outvars)).unpack()  # (carry, ys)
-    return len(list(carry))
+def program_ops(graph: Graph, plan: Plan, record: Recorder) -> ProgramOps:
+    """The ops of a planned graph in program order, from the record of its trace."""
+    names = _Names()
+    runs = {(r.node, r.index): r for r in record.runs}
+    descs: list[OpDesc] = []
+    values: dict[str, list[Any]] = {}
+    ddr = []
+    for v in graph.inputs:
+        for t in plan.sources.get(v, []):
+            ddr.append(names(v, t))
+        descs.extend(_move_descs(plan, v, names))
+    for node in graph.nodes:
+        if not node.outs:  # run on the host for its effects only (jax.debug.print)
+            continue
+        for i in range(len(plan.runs.get(node, []))):
+            w = _node_descs(runs[node, i], names, record.images)
+            descs.extend(w.descs)
+            for k, name in w.env.items():
+                values.setdefault(name, []).append(w.objects[k])
+        for v in node.outs:
+            descs.extend(_move_descs(plan, v, names))
+    for o, t in zip(graph.outputs, plan.outputs, strict=True):
+        if isinstance(o, Value) and t is not None:
+            ddr.append(names(o, t))
+    return ProgramOps(descs, ddr, names.names, values)
 
 
 def _move_descs(plan: Plan, v: Value, names: _Names) -> list[OpDesc]:
@@ -694,72 +615,3 @@ def node_hints(graph: Graph) -> dict[Node, Hint]:
         if mine:
             out[node] = Hint(mine[0], hinted[node.outs[mine[0]]])
     return out
-
-
-def hinted_op(node: Node, option: Any, hint: Hint) -> tuple[int, OpDesc] | None:
-    """Which compute op of a node's planned option gets the node's hint, as listed here.
-
-    Returns:
-        Its position among the node's compute ops in binding order (as
-        :func:`_node_descs` lists them, the walk that owns the rule, loop bodies
-        included) and its description; None if no op gets it (the hinted result
-        comes from no compute op of the node's own).
-    """
-    claimed: list[int] = []
-    descs = _node_descs(node, option, _Names(), hint, [], {}, claimed)
-    if not claimed:
-        return None
-    compute = [k for k, d in enumerate(descs) if d.kind == "compute"]
-    return compute.index(claimed[0]), descs[claimed[0]]
-
-
-@dataclass(frozen=True)
-class ProgramOps:
-    """A planned graph's device ops and the names of its values.
-
-    Attributes:
-        descs: the ops in program order.
-        ddr: the names that live in DDR whatever the LX plan (graph inputs, outputs).
-        names: the buffer name of each (graph value, planned type) pair.
-        lowerings: per node option that runs ops, its lowering traced on its planned
-            types and the names of that jaxpr's variables (the values inside one
-            node's lowering are named ``<first result>.<k>``).
-    """
-
-    descs: list[OpDesc]
-    ddr: list[str]
-    names: dict[tuple[Value, SpyreType], str]
-    lowerings: list[tuple[Any, dict[Any, str]]]
-
-
-def program_ops(graph: Graph, plan: Plan) -> ProgramOps:
-    """The ops of a planned graph in program order, and the names of its values."""
-    names = _Names()
-    hints = node_hints(graph)
-    traced: dict[Any, Any] = {}
-    descs: list[OpDesc] = []
-    lowerings: list[tuple[Any, dict[Any, str]]] = []
-    ddr = []
-    for v in graph.inputs:
-        for t in plan.sources.get(v, []):
-            ddr.append(names(v, t))
-        descs.extend(_move_descs(plan, v, names))
-    for node in graph.nodes:
-        if not node.outs:  # run on the host for its effects only (jax.debug.print)
-            continue
-        for option in plan.runs.get(node, []):
-            descs.extend(_node_descs(node, option, names, hints.get(node), lowerings, traced))
-        for v in node.outs:
-            descs.extend(_move_descs(plan, v, names))
-    for o, t in zip(graph.outputs, plan.outputs, strict=True):
-        if isinstance(o, Value) and t is not None:
-            ddr.append(names(o, t))
-    return ProgramOps(descs, ddr, names.names, lowerings)
-
-
-def device_program(
-    graph: Graph, plan: Plan, machine: Machine | None = None, strategy: str = "greedy"
-) -> DeviceProgram:
-    """A planned graph on a machine: every op divided, placed and costed."""
-    ops = program_ops(graph, plan)
-    return plan_program(ops.descs, default_machine(machine), ops.ddr, strategy)

@@ -85,7 +85,7 @@ def export(
     jitted = staged(fun, args, kwargs)
     lowering, _ = jitted._lowering(*args, **kwargs)
     machine = default_machine(machine)
-    ops = program_ops(lowering.graph, lowering.plan)
+    ops = program_ops(lowering.graph, lowering.plan, lowering.record)
     descs = ops.descs
     program = plan_program(descs, machine, ops.ddr)
     sizes = {}

@@ -10,6 +10,7 @@ for it, and the shape and dtype of its equation; anything else is a
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,16 +19,31 @@ import numpy as np
 
 from .. import primitives as sp
 from .._errors import DeviceError, SpyreInternalError
-from ..device import Machine, OpDesc, default_machine, validate_hint
+from ..device import (
+    DeviceProgram,
+    Machine,
+    OpDesc,
+    default_machine,
+    plan_program,
+    validate_hint,
+)
 from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import SpyreType
+from . import _record as recorded
 from ._cores import CoreCheck, CoreExecutor
-from ._device import hinted_op, node_hints, node_scope
+from ._device import hinted_op, node_hints, node_scope, program_ops
 from ._graph import Graph, Node, Scalar, Value
 from ._planner import Move, Plan
 from ._rules import rule_for
 
-__all__ = ["EMULATE_MODES", "Interpreter", "Record", "check_emulate", "records"]
+__all__ = [
+    "EMULATE_MODES",
+    "Interpreter",
+    "Record",
+    "check_emulate",
+    "device_program",
+    "records",
+]
 
 EMULATE_MODES = (None, "cores")
 """How ``spyrejax.jit`` runs the ops: whole-image kernels (None) or per core."""
@@ -153,6 +169,7 @@ class Interpreter:
         self.machine = machine
         self.check = check
         self._hinted: dict[tuple[Node, int], tuple[int, OpDesc]] | None = None
+        self._hints: dict[Node, Any] | None = None
 
     def run(self, *args: Any, env: dict[tuple[Value, SpyreType], Any] | None = None) -> list[Any]:
         """Outputs for inputs (Spyre arrays, or host arrays moved with default layouts).
@@ -162,6 +179,8 @@ class Interpreter:
         which value this way).
         """
         env = {} if env is None else env
+        if recorded.active() is not None:  # recorded: the record places the hints itself
+            return self._run(env, args, None)
         # Every mode divides the hinted ops: a hint the device model refuses raises here,
         # not only under explain, export or emulate="cores" (no hints: nothing to do).
         hinted = self.hinted_ops()  # traced before an executor is installed
@@ -205,15 +224,24 @@ class Interpreter:
         """
         if self._hinted is None:
             hinted = {}  # kept once complete: a refused hint raises at every call
-            for node, hint in node_hints(self.graph).items():
-                for i, option in enumerate(self.plan.runs.get(node, [])):
-                    found = hinted_op(node, option, hint)
+            hints = node_hints(self.graph)
+            rec = self.record() if hints else None
+            for node in hints:
+                for i in range(len(self.plan.runs.get(node, []))):
+                    found = hinted_op(rec, node, i)
                     if found is not None:
                         cores = default_machine(self.machine).cores
-                        validate_hint(found[1].space, hint.splits, cores)
+                        validate_hint(found[1].space, hints[node].splits, cores)
                         hinted[node, i] = found
             self._hinted = hinted
         return self._hinted
+
+    def record(self) -> recorded.Recorder:
+        """What the program binds, node run by node run: traced once (no executor)."""
+        with recorded.recording() as rec:
+            args = [sp.abstract(self.plan.sources[v][0]) for v in self.graph.inputs]
+            jax.make_jaxpr(lambda *xs: self.run(*xs))(*args)
+        return rec
 
     def _run(
         self,
@@ -241,8 +269,10 @@ class Interpreter:
                     else node_scope(node.line, hinted.get((node, i)), node.source)
                 )
                 # The planner refused host fallbacks where they are not allowed.
-                with scope:
+                with scope, self._recorded(node, i, option, ins) as run:
                     outs = rule_for(node, fallback=True).lower(node, ins, option.mode)
+                    if run is not None:
+                        run.outs = list(outs)
                 if len(outs) != len(node.outs):
                     raise SpyreInternalError(
                         f"internal error: the lowering of {node.describe()} gave {len(outs)} "
@@ -257,6 +287,21 @@ class Interpreter:
             for o, t in zip(self.graph.outputs, self.plan.outputs, strict=True)
         ]
 
+    @contextlib.contextmanager
+    def _recorded(
+        self, node: Node, index: int, option: Any, ins: list[Any]
+    ) -> Iterator[recorded.NodeRun | None]:
+        """Record the node run inside (when a record is traced)."""
+        rec = recorded.active()
+        if rec is None:
+            yield None
+            return
+        if self._hints is None:
+            self._hints = node_hints(self.graph)
+        run = recorded.NodeRun(node, index, option, ins, self._hints.get(node))
+        with rec.node(run):
+            yield run
+
     def _move(self, env: dict[tuple[Value, SpyreType], Any], v: Value) -> None:
         for m in self.plan.moves.get(v, []):
             env[v, m.target] = sp.restickify(env[v, m.source], layout=m.target.layout)
@@ -265,3 +310,11 @@ class Interpreter:
         if isinstance(o, Scalar):
             return sp.to_device(np.asarray(o.value, dtype=o.dtype))
         return env[o, t]
+
+
+def device_program(
+    graph: Graph, plan: Plan, machine: Machine | None = None, strategy: str = "greedy"
+) -> DeviceProgram:
+    """A planned graph on a machine: every op divided, placed and costed."""
+    ops = program_ops(graph, plan, Interpreter(graph, plan).record())
+    return plan_program(ops.descs, default_machine(machine), ops.ddr, strategy)

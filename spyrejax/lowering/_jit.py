@@ -55,6 +55,7 @@ from ._interpret import Interpreter, check_emulate
 from ._keys import key_data_outputs, unwrap_keys, wrap_keys
 from ._outer_ad import vjp_function, with_own_derivatives
 from ._planner import FALLBACKS, Plan, host_input_type, plan_graph
+from ._record import Recorder, recording
 from ._regions import host_regions
 from ._residency import residency_jaxpr
 
@@ -188,6 +189,22 @@ class Lowering:
         The interpreter is traced once, with every value it computes as an extra
         result (then dropped): that says which variable holds which value.
         """
+        closed, variables, _ = self._traced
+        return closed, variables
+
+    @property
+    def record(self) -> Recorder:
+        """What the program binds, node run by node run (recorded by the same one trace)."""
+        return self._traced[2]
+
+    @functools.cached_property
+    def _traced(self) -> tuple[ClosedJaxpr, dict[tuple[Value, SpyreType], Any], Recorder]:
+        """The interpreter traced once: the Spyre-level jaxpr, its variables, its record.
+
+        Every value the interpreter computes is an extra result (then dropped): that says
+        which variable holds which value. Under ``emulate="cores"`` the jaxpr is the
+        per-core program; the record is the program's own ops either way.
+        """
         keys: list[tuple[Value, SpyreType]] = []
         interpreter = self.interpreter.unchecked()
 
@@ -197,11 +214,17 @@ class Lowering:
             keys.extend(env)
             return [*outs, *env.values()]
 
-        closed = jax.make_jaxpr(run)(*(abstract(a) for a in self.in_avals))
+        args = [abstract(a) for a in self.in_avals]
+        if interpreter.emulate is None:
+            with recording() as rec:
+                closed = jax.make_jaxpr(run)(*args)
+        else:
+            closed = jax.make_jaxpr(run)(*args)
+            rec = interpreter.record()
         outvars = closed.jaxpr.outvars
         n = len(outvars) - len(keys)
         variables = {k: v for k, v in zip(keys, outvars[n:], strict=True) if isinstance(v, Var)}
-        return closed.replace(outvars=outvars[:n]), variables
+        return closed.replace(outvars=outvars[:n]), variables, rec
 
     @gc_paused
     def residency_jaxpr(self, machine: Machine | None = None) -> tuple[ClosedJaxpr, DeviceProgram]:
@@ -216,8 +239,10 @@ class Lowering:
         """
         key = default_machine(machine)
         if key not in self._residency:
-            closed, variables = self._spyre_trace
-            self._residency[key] = residency_jaxpr(closed, variables, self.graph, self.plan, key)
+            closed, variables, rec = self._traced
+            self._residency[key] = residency_jaxpr(
+                closed, variables, self.graph, self.plan, rec, key
+            )
         return self._residency[key]
 
     @functools.cached_property

@@ -13,6 +13,7 @@ from ._base import (
     current_executor,
     executing,
     image,
+    recording,
     target_layout,
     wrap,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "psum",
     "psum_scatter",
     "pvary",
+    "recording",
     "reduce",
     "reshape",
     "reshape_copy",

@@ -45,6 +45,7 @@ __all__ = [
     "image",
     "is_spyre",
     "normalize_axes",
+    "recording",
     "target_layout",
     "wrap",
 ]
@@ -54,6 +55,9 @@ _PVARY: list[Any] = []  # spyrejax.primitives._collectives registers its pvary h
 _ABSTRACT: ContextVar[list[Any] | None] = ContextVar("spyrejax_abstract_eval", default=None)
 _EXECUTOR: ContextVar[Callable[[Any, tuple[Any, ...]], Any] | None] = ContextVar(
     "spyrejax_executor", default=None
+)
+_RECORDER: ContextVar[Callable[[Any, tuple[Any, ...], Any], None] | None] = ContextVar(
+    "spyrejax_recorder", default=None
 )
 
 
@@ -96,6 +100,20 @@ def executing(executor: Callable[[SpyrePrim, tuple[Any, ...]], Any]) -> Iterator
         yield
     finally:
         _EXECUTOR.reset(token)
+
+
+@contextlib.contextmanager
+def recording(recorder: Callable[[SpyrePrim, tuple[Any, ...], Any], None]) -> Iterator[None]:
+    """Let ``recorder(prim, args, out)`` see every primitive bound inside the block.
+
+    It is called once per primitive, after the primitive gave ``out`` (bound, or run by
+    an executor). The primitives an executor calls itself are not recorded.
+    """
+    token = _RECORDER.set(recorder)
+    try:
+        yield
+    finally:
+        _RECORDER.reset(token)
 
 
 def current_executor() -> Callable[[Any, tuple[Any, ...]], Any] | None:
@@ -249,18 +267,27 @@ class SpyrePrim(HiPrim):
     def __call__(self, *args: Any) -> Any:
         called = _ABSTRACT.get()
         if called is None:
-            run = _EXECUTOR.get()
-            if run is not None:
-                token = _EXECUTOR.set(None)
-                try:
-                    out = run(self, args)
-                finally:
-                    _EXECUTOR.reset(token)
-                if out is not None:
-                    return out
-            return super().__call__(*args)
+            rec = _RECORDER.get()
+            out = self._bind(args)
+            if rec is not None:
+                rec(self, args, out)
+            return out
         called.append(self)
         return self._results([abstract(a) for a in self.out_avals])
+
+    def _bind(self, args: tuple[Any, ...]) -> Any:
+        """The result of the primitive: from the executor if it runs it, else bound."""
+        run = _EXECUTOR.get()
+        if run is not None:
+            tokens = _EXECUTOR.set(None), _RECORDER.set(None)
+            try:
+                out = run(self, args)
+            finally:
+                _EXECUTOR.reset(tokens[0])
+                _RECORDER.reset(tokens[1])
+            if out is not None:
+                return out
+        return super().__call__(*args)
 
     def kernel(self, *args: jax.Array) -> Any:
         """The emulator kernel: device images (and plain arrays) in, image(s) out.
