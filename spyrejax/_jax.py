@@ -4,6 +4,9 @@ A JAX upgrade that moves or changes these touches only this file. Everything els
 spyrejax imports public JAX (``jax``, ``jax.numpy``, ``jax.lax``) or these names.
 """
 
+from collections.abc import Callable
+from typing import Any
+
 from jax._src.api_util import fun_signature, resolve_argnums
 from jax._src.array import ArrayImpl
 from jax._src.config import bool_state, enum_state, trace_context
@@ -52,9 +55,14 @@ __all__ = [
     "aval_method",
     "aval_property",
     "batching",
+    "call_body",
+    "call_params",
+    "cond_branches",
     "expand_hi_primitive",
     "float64_mode",
     "fun_signature",
+    "hi_prim",
+    "inner_jaxprs",
     "jaxpr_as_fun",
     "key_impl",
     "mlir",
@@ -63,14 +71,21 @@ __all__ = [
     "random_fold_in_impl_base",
     "random_seed_impl_base",
     "random_split_impl_base",
+    "reduce_window_body",
     "register_cache",
     "register_hitype",
     "resolve_argnums",
+    "scan_options",
+    "scan_parts",
+    "shard_map_body",
     "summarize_source",
     "threefry2x32_rounds",
     "trace_context",
     "tracer_var",
     "vjp_from_jvp",
+    "while_params",
+    "while_parts",
+    "with_bodies",
 ]
 
 poison_padding = bool_state(
@@ -117,3 +132,133 @@ def tracer_var(x: object) -> Var | None:
     """The jaxpr variable a value traced by ``jax.make_jaxpr`` is (None for other values)."""
     var = getattr(x, "val", None) if isinstance(x, DynamicJaxprTracer) else None
     return var if isinstance(var, Var) else None
+
+
+# --- jaxpr structure: which parameters hold primitives and bodies -----------------------
+# Nothing else in spyrejax reads an equation's parameters for its structure
+# (tests/test_imports.py checks it): a JAX upgrade that renames one changes this file.
+
+_CALL_BODIES = {
+    "jit": "jaxpr",
+    "pjit": "jaxpr",
+    "closed_call": "call_jaxpr",
+    "eval_jaxpr": "call_jaxpr",
+    "core_call": "call_jaxpr",
+    "custom_jvp_call": "call_jaxpr",
+    "custom_vjp_call": "call_jaxpr",
+    "custom_vjp_call_jaxpr": "fun_jaxpr",
+    "remat": "jaxpr",
+    "remat2": "jaxpr",
+    "checkpoint": "jaxpr",
+}
+
+
+def hi_prim(eqn: Any) -> HiPrim | None:
+    """The hijax primitive a ``call_hi_primitive`` equation applies (None for others)."""
+    if eqn.primitive.name != "call_hi_primitive":
+        return None
+    return eqn.params.get("_prim")
+
+
+def call_body(name: str, params: dict[str, Any]) -> Any:
+    """The body of a call-like primitive (``jit``, ``closed_call``, ``custom_jvp_call``...).
+
+    None for other primitives. The body is a ``Jaxpr`` or a ``ClosedJaxpr``.
+    """
+    key = _CALL_BODIES.get(name)
+    return None if key is None else params[key]
+
+
+def call_params(body: ClosedJaxpr) -> dict[str, Any]:
+    """The parameters of a ``closed_call`` of ``body``."""
+    return {"call_jaxpr": body}
+
+
+def scan_parts(params: dict[str, Any]) -> tuple[ClosedJaxpr, int, int, int]:
+    """A ``scan``'s body, and how many operands are constants and carries, and its length.
+
+    The operands after the carries are the stacked inputs.
+    """
+    if "ft_in" in params:  # JAX >= 0.9: the operands' tree, (consts, carries, xs)
+        consts, carries, _ = params["ft_in"].unpack()
+        n_consts, n_carry = len(consts), len(carries)
+    else:
+        n_consts, n_carry = params["num_consts"], params["num_carry"]
+    return params["jaxpr"], n_consts, n_carry, params["length"]
+
+
+def scan_options(params: dict[str, Any]) -> tuple[bool, Any]:
+    """A ``scan``'s ``reverse`` and ``unroll``."""
+    return params["reverse"], params["unroll"]
+
+
+def while_parts(params: dict[str, Any]) -> tuple[ClosedJaxpr, ClosedJaxpr, int, int]:
+    """A ``while``'s predicate and body, and how many constants each takes first."""
+    return (
+        params["cond_jaxpr"],
+        params["body_jaxpr"],
+        params["cond_nconsts"],
+        params["body_nconsts"],
+    )
+
+
+def while_params(
+    cond: ClosedJaxpr, body: ClosedJaxpr, cond_nconsts: int, body_nconsts: int
+) -> dict[str, Any]:
+    """The structural parameters of a ``while`` (as :func:`while_parts` reads them)."""
+    return {
+        "cond_jaxpr": cond,
+        "body_jaxpr": body,
+        "cond_nconsts": cond_nconsts,
+        "body_nconsts": body_nconsts,
+    }
+
+
+def cond_branches(params: dict[str, Any]) -> tuple[ClosedJaxpr, ...]:
+    """A ``cond``'s branches (its first operand picks one)."""
+    return tuple(params["branches"])
+
+
+def shard_map_body(params: dict[str, Any]) -> Jaxpr:
+    """A ``shard_map``'s body (one card's program)."""
+    return params["jaxpr"]
+
+
+def reduce_window_body(params: dict[str, Any]) -> Any:
+    """A generic ``reduce_window``'s combiner."""
+    return params["jaxpr"]
+
+
+def inner_jaxprs(params: dict[str, Any]) -> list[Jaxpr]:
+    """Every jaxpr an equation's parameters hold (bodies, branches), unclosed."""
+    out = []
+    for v in params.values():
+        for p in v if isinstance(v, tuple) else (v,):
+            if isinstance(p, ClosedJaxpr):
+                out.append(p.jaxpr)
+            elif isinstance(p, Jaxpr):
+                out.append(p)
+    return out
+
+
+def with_bodies(eqn: Any, fn: Callable[[Jaxpr], Jaxpr]) -> dict[str, Any]:
+    """An equation's parameters with ``fn`` applied to its loop, branch and ``shard_map`` bodies."""
+    params = eqn.params
+    name = eqn.primitive.name
+
+    def closed(c: ClosedJaxpr) -> ClosedJaxpr:
+        return ClosedJaxpr(fn(c.jaxpr), c.consts)
+
+    if name == "shard_map":
+        return {**params, "jaxpr": fn(params["jaxpr"])}
+    if name == "scan":
+        return {**params, "jaxpr": closed(params["jaxpr"])}
+    if name == "while":
+        return {
+            **params,
+            "cond_jaxpr": closed(params["cond_jaxpr"]),
+            "body_jaxpr": closed(params["body_jaxpr"]),
+        }
+    if name == "cond":
+        return {**params, "branches": tuple(closed(b) for b in params["branches"])}
+    return params

@@ -91,3 +91,37 @@ def test_the_layout_core_imports_no_jax():
             names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
             names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
             assert not any(x == "jax" or x.startswith("jax.") for x in names), path
+
+
+# The parameters that hold a jaxpr's structure: hijax's primitive of an equation, the
+# bodies of calls, loops, branches and shard_map, a loop's operand counts. Only
+# spyrejax/_jax.py names them (``hi_prim``, ``scan_parts``, ``with_bodies``...), so a
+# JAX upgrade that renames one changes one file and fails its tests, not seven modules.
+_STRUCTURE = frozenset(
+    {
+        "_prim",
+        "jaxpr",
+        "call_jaxpr",
+        "fun_jaxpr",
+        "cond_jaxpr",
+        "body_jaxpr",
+        "branches",
+        "cond_nconsts",
+        "body_nconsts",
+        "num_consts",
+        "num_carry",
+        "ft_in",
+        "ft_out",
+    }
+)
+
+
+def test_only_the_jax_module_reads_jaxpr_structure():
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        if path == ROOT / "_jax.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in _STRUCTURE:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
+    assert not found, "read through spyrejax._jax instead: " + ", ".join(found)

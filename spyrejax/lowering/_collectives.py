@@ -35,7 +35,7 @@ import jax
 
 from .. import primitives as sp
 from .._errors import LayoutError, SpyreUnsupportedError
-from .._jax import ClosedJaxpr, Jaxpr
+from .._jax import ClosedJaxpr, Jaxpr, hi_prim, inner_jaxprs, shard_map_body
 from ..primitives._array import SpyreType
 from ..primitives._collectives import (
     AllGather,
@@ -95,7 +95,7 @@ def _body_graph(jaxpr: Jaxpr) -> Graph:
 def body_plan(node_params: Any, local: tuple[SpyreType, ...]) -> tuple[Graph, Plan]:
     """The body graph of a ``shard_map`` and its plan on per-card types (all results)."""
     params = dict(node_params)
-    graph = _body_graph(params["jaxpr"])
+    graph = _body_graph(shard_map_body(params))
     with _mesh_axes(params["mesh"]):
         plan = plan_graph(graph, dict(zip(graph.inputs, local, strict=True)))
     return graph, plan
@@ -365,13 +365,10 @@ def collective_records(closed: ClosedJaxpr) -> tuple[tuple[str, int], ...]:
 
 def _walk(jaxpr: Jaxpr, out: list[tuple[str, int]]) -> None:
     for eqn in jaxpr.eqns:
-        prim = eqn.params.get("_prim")
+        prim = hi_prim(eqn)
         if isinstance(prim, Collective):
             (t,) = prim.in_avals
             what = f"{type(prim).__name__} over {prim.axes} ({prim.size} cards) of {t.str_short()}"
             out.append((what, prim.bytes_moved))
-        for p in eqn.params.values():
-            if isinstance(p, ClosedJaxpr):
-                _walk(p.jaxpr, out)
-            elif isinstance(p, Jaxpr):
-                _walk(p, out)
+        for body in inner_jaxprs(eqn.params):
+            _walk(body, out)

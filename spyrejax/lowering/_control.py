@@ -45,7 +45,7 @@ import numpy as np
 
 from .. import primitives as sp
 from .._errors import LayoutError, SpyreInternalError, SpyreUnsupportedError
-from .._jax import jaxpr_as_fun
+from .._jax import cond_branches, jaxpr_as_fun, scan_options, scan_parts, while_parts
 from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import PadFill, SpyreType, batched_type
 from ..primitives._stick import (
@@ -434,27 +434,18 @@ def _invariant_types(body: _Body, consts: list[SpyreType]) -> list[SpyreType]:
     return out
 
 
-def _scan_counts(params: dict[str, Any]) -> tuple[int, int]:
-    """How many of a scan's operands are constants and carries (the rest are stacked)."""
-    if "ft_in" in params:  # JAX >= 0.9: the operands' tree, (consts, carries, xs)
-        consts, carries, _ = params["ft_in"].unpack()
-        return len(consts), len(carries)
-    return params["num_consts"], params["num_carry"]
-
-
 class _Scan(_ControlRule):
     def _decide(
         self, node: Node, types: list[Any]
     ) -> tuple[_Loop, list[SpyreType], list[SpyreType]]:
         """The loop, the stacked inputs' types and the constants' types it runs with."""
-        p = node.params
-        nc, nk, length = *_scan_counts(p), p["length"]
+        body, nc, nk, length = scan_parts(node.params)
         c = _cache(node)
         key = tuple(types)
         if key in c.decisions:
             return c.decisions[key]
         bound = [u if isinstance(u, Scalar) else None for u in node.ins[:nc]]
-        graph = _graph(node, "body", p["jaxpr"], bound)
+        graph = _graph(node, "body", body, bound)
         consts = [t for t in types[:nc] if t is not None]
         init = [
             t if t is not None else _scalar_type(u)
@@ -502,8 +493,8 @@ class _Scan(_ControlRule):
         return loop, stacked, consts
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
-        p = node.params
-        nc, nk, length = *_scan_counts(p), p["length"]
+        _, nc, nk, length = scan_parts(node.params)
+        reverse, unroll = scan_options(node.params)
         types = [_type_of(a) for a in args]
         loop, stacked, const_types = self._decide(node, types)
         held = [(i, a) for i, a in enumerate(args[:nc]) if not isinstance(a, Scalar)]
@@ -542,9 +533,7 @@ class _Scan(_ControlRule):
                     b.outs = c
                 return c, [sp.image(y) for y in outs[nk:]]
 
-        c_out, ys = jax.lax.scan(
-            step, init, images, length=length, reverse=p["reverse"], unroll=p["unroll"]
-        )
+        c_out, ys = jax.lax.scan(step, init, images, length=length, reverse=reverse, unroll=unroll)
         record.finish(loop, c_out, images=ys)
         return [*c_out, *(sp.wrap(y, t) for y, t in zip(ys, y_types, strict=True))]
 
@@ -552,17 +541,20 @@ class _Scan(_ControlRule):
 _register(_Scan(), "scan")
 
 
-def _any_predicate(params: dict[str, Any]) -> dict[str, Any]:
+def _any_predicate(params: dict[str, Any]) -> tuple[Any, Any, int, int]:
     """A while whose predicate is batched (``jax.vmap``), as one with a scalar predicate.
 
     JAX runs such a loop while any element's predicate holds, and each iteration
     updates only the elements whose predicate holds: the predicate is folded into the
     body (a select) and reduced for the test, so the body and test are plain jaxprs.
+
+    Returns:
+        The loop's predicate and body and how many constants each takes first
+        (:func:`spyrejax._jax.while_parts`).
     """
-    cond, body = params["cond_jaxpr"], params["body_jaxpr"]
-    cn, bn = params["cond_nconsts"], params["body_nconsts"]
+    cond, body, cn, bn = while_parts(params)
     if cond.out_avals[0].shape == ():
-        return params
+        return cond, body, cn, bn
     test_fn, step_fn = jaxpr_as_fun(cond), jaxpr_as_fun(body)
     cconsts = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in cond.in_avals[:cn]]
     bconsts = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in body.in_avals[:bn]]
@@ -582,32 +574,31 @@ def _any_predicate(params: dict[str, Any]) -> dict[str, Any]:
             for n, o in zip(new, c, strict=True)
         ]
 
-    return {
-        "cond_jaxpr": jax.make_jaxpr(any_test)(*cconsts, *carry),
-        "body_jaxpr": jax.make_jaxpr(masked_step)(*cconsts, *bconsts, *carry),
-        "cond_nconsts": cn,
-        "body_nconsts": cn + bn,
-    }
+    return (
+        jax.make_jaxpr(any_test)(*cconsts, *carry),
+        jax.make_jaxpr(masked_step)(*cconsts, *bconsts, *carry),
+        cn,
+        cn + bn,
+    )
 
 
 class _While(_ControlRule):
-    def _params(self, node: Node) -> dict[str, Any]:
+    def _parts(self, node: Node) -> tuple[Any, Any, int, int]:
+        """The loop's predicate, body and constant counts (a batched predicate folded)."""
         c = _cache(node)
-        if "params" not in c.decisions:
-            c.decisions["params"] = _any_predicate(node.params)
-        return c.decisions["params"]
+        if "parts" not in c.decisions:
+            c.decisions["parts"] = _any_predicate(node.params)
+        return c.decisions["parts"]
 
     def _ins(self, node: Node, args: list[Any]) -> list[Any]:
         """The operands as the loop takes them: the predicate's constants also the body's."""
-        p = node.params
-        if self._params(node) is p:
+        cond, _, cn, _ = while_parts(node.params)
+        if self._parts(node)[0] is cond:
             return args
-        cn = p["cond_nconsts"]
         return [*args[:cn], *args[:cn], *args[cn:]]
 
     def _decide(self, node: Node, types: list[Any]) -> _Loop:
-        p = self._params(node)
-        cn, bn = p["cond_nconsts"], p["body_nconsts"]
+        test, step, cn, bn = self._parts(node)
         c = _cache(node)
         key = tuple(types)
         if key in c.decisions:
@@ -615,8 +606,8 @@ class _While(_ControlRule):
         ins = self._ins(node, list(node.ins))
         cbound = [u if isinstance(u, Scalar) else None for u in ins[:cn]]
         bbound = [u if isinstance(u, Scalar) else None for u in ins[cn : cn + bn]]
-        cgraph = _graph(node, "cond", p["cond_jaxpr"], cbound)
-        bgraph = _graph(node, "body", p["body_jaxpr"], bbound)
+        cgraph = _graph(node, "cond", test, cbound)
+        bgraph = _graph(node, "body", step, bbound)
         cconsts = [t for t in types[:cn] if t is not None]
         bconsts = [t for t in types[cn : cn + bn] if t is not None]
         init = [
@@ -634,8 +625,7 @@ class _While(_ControlRule):
         return loop
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
-        p = self._params(node)
-        cn, bn = p["cond_nconsts"], p["body_nconsts"]
+        _, _, cn, bn = self._parts(node)
         args = self._ins(node, args)
         loop = self._decide(node, [_type_of(a) for a in args])
         cconsts = [a for a in args[:cn] if not isinstance(a, Scalar)]
@@ -692,7 +682,7 @@ class _Cond(_ControlRule):
         bound = [u if isinstance(u, Scalar) else None for u in node.ins[1:]]
         ops = [t for t in types[1:] if t is not None]
         bodies = []
-        for k, branch in enumerate(node.params["branches"]):
+        for k, branch in enumerate(cond_branches(node.params)):
             graph = _graph(node, f"branch{k}", branch, bound)
             bodies.append(_body(node, f"branch{k}", graph, ops))
         outs = []

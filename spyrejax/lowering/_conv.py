@@ -38,6 +38,7 @@ import jax.numpy as jnp
 
 from .. import primitives as sp
 from .._errors import SpyreUnsupportedError
+from .._jax import reduce_window_body
 from ..primitives._reduce import REDUCTION
 from ..primitives._stick import SPARSE, canon, dim_order_for, stick_options
 from ..primitives._windows import window_out_size
@@ -218,7 +219,7 @@ class _GenericReduceWindow(Rule):
     """
 
     def _combiner(self, node: Node) -> tuple[str, Any]:
-        jaxpr = node.params["jaxpr"]
+        jaxpr = reduce_window_body(node.params)
         eqns = getattr(jaxpr, "eqns", ())
         names = [e.primitive.name for e in eqns]
         if (

@@ -24,7 +24,7 @@ from typing import Any
 
 import jax
 
-from .._jax import ClosedJaxpr, HiPrim, HiType, expand_hi_primitive
+from .._jax import ClosedJaxpr, HiPrim, HiType, expand_hi_primitive, hi_prim
 
 __all__ = ["expand", "needs_expansion", "positional_axes", "positional_reduction"]
 
@@ -67,7 +67,7 @@ def needs_expansion(eqn: Any) -> bool:
     name = eqn.primitive.name
     if name == "tile":
         return True
-    return name == "call_hi_primitive" and _is_plain(eqn.params.get("_prim"))
+    return _is_plain(hi_prim(eqn))
 
 
 def _is_plain(prim: Any) -> bool:
@@ -83,7 +83,7 @@ def expand(eqn: Any) -> ClosedJaxpr:
     if eqn.primitive.name == "tile":
         fn = functools.partial(_tile, reps=tuple(eqn.params["reps"]))
     else:
-        fn = functools.partial(expand_hi_primitive, eqn.params["_prim"])
+        fn = functools.partial(expand_hi_primitive, hi_prim(eqn))
     structs = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.invars]
     return jax.make_jaxpr(fn)(*structs)
 

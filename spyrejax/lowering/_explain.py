@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import DeviceError
+from .._jax import hi_prim
 from ..device import DeviceOp, DeviceProgram, Machine
 from ..dma._dci import DCI
 from ..layout._layout import SpyreTensorLayout
@@ -642,7 +643,7 @@ def _tensors(closed: Any) -> tuple[TensorInfo, ...]:
     out = []
     seen = set()
     names = _var_names(closed)
-    producers = {o: e.params.get("_prim") for e in closed.jaxpr.eqns for o in e.outvars}
+    producers = {o: hi_prim(e) for e in closed.jaxpr.eqns for o in e.outvars}
     for var in [*closed.jaxpr.invars, *(o for e in closed.jaxpr.eqns for o in e.outvars)]:
         aval = var.aval
         if not isinstance(aval, SpyreType) or var in seen:

@@ -28,25 +28,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import SpyreUnsupportedError
-from .._jax import ClosedJaxpr, Jaxpr, Literal, summarize_source
+from .._jax import ClosedJaxpr, Jaxpr, Literal, call_body, inner_jaxprs, summarize_source
 from . import _expansions, _keys
 
 __all__ = ["Graph", "Node", "Scalar", "Value", "build_graph", "source_line"]
 
-# Call-like primitives and the parameter holding their body.
-_CALLS = {
-    "jit": "jaxpr",
-    "pjit": "jaxpr",
-    "closed_call": "call_jaxpr",
-    "eval_jaxpr": "call_jaxpr",
-    "core_call": "call_jaxpr",
-    "custom_jvp_call": "call_jaxpr",
-    "custom_vjp_call": "call_jaxpr",
-    "custom_vjp_call_jaxpr": "fun_jaxpr",
-    "remat": "jaxpr",
-    "remat2": "jaxpr",
-    "checkpoint": "jaxpr",
-}
 # (``name`` is ``jax.ad_checkpoint.checkpoint_name``'s tag for remat policies.)
 _IDENTITIES = {"copy", "copy_p", "stop_gradient", "optimization_barrier", "pvary", "name"}
 # Equations whose derivative is not that of what the graph keeps of them.
@@ -222,7 +208,7 @@ class _Builder:
             source = source or "<unknown source>"
             if name in _DERIVATIVE_RULES and not all(isinstance(x, Scalar) for x in ins):
                 self.graph.derivative_rules.append(f"{name} at {source}")
-            if name in _CALLS:
+            if call_body(name, eqn.params) is not None:
                 self._call(eqn, ins, env, source)
             elif name == "shard_map":  # planned per card as one node (zero-size or not)
                 self._node(eqn, ins, env, source)
@@ -252,7 +238,7 @@ class _Builder:
                 self._node(eqn, ins, env, source)
 
     def _call(self, eqn: Any, ins: list[Any], env: dict[Any, Any], source: str) -> None:
-        self._inline_body(eqn.params[_CALLS[eqn.primitive.name]], eqn, ins, env, source)
+        self._inline_body(call_body(eqn.primitive.name, eqn.params), eqn, ins, env, source)
 
     def _keys(self, eqn: Any, ins: list[Any], env: dict[Any, Any], source: str) -> None:
         """A PRNG primitive, or an op on key arrays: inlined as JAX's code on key data."""
@@ -433,19 +419,13 @@ class _Builder:
 def _inner_rules(params: dict[str, Any]) -> list[str]:
     """Derivative rules inside the bodies a node keeps (a loop's, a cond's branches)."""
     found = []
-    todo = [p for v in params.values() for p in (v if isinstance(v, tuple) else (v,))]
+    todo = inner_jaxprs(params)
     while todo:
         j = todo.pop()
-        if isinstance(j, ClosedJaxpr):
-            j = j.jaxpr
-        if not isinstance(j, Jaxpr):
-            continue
         for eqn in j.eqns:
             if eqn.primitive.name in _DERIVATIVE_RULES:
                 found.append(eqn.primitive.name)
-            todo.extend(
-                p for v in eqn.params.values() for p in (v if isinstance(v, tuple) else (v,))
-            )
+            todo.extend(inner_jaxprs(eqn.params))
     return found
 
 

@@ -24,6 +24,7 @@ import numpy as np
 from jax.extend.core.primitives import closed_call_p
 
 from .._errors import SpyreInternalError, SpyreUnsupportedError
+from .._jax import call_params
 from ..layout._dtypes import SUPPORTED_DTYPES
 from ._graph import Graph, Node, Scalar, Value
 
@@ -224,7 +225,7 @@ def _region_node(graph: Graph, nodes: list[Node]) -> Node:
     names = list(dict.fromkeys(n.prim for n in nodes))
     prims = ", ".join(names[:_NAMED]) + (", ..." if len(names) > _NAMED else "")
     name = f"host region ({' '.join(held)}: {prims})"
-    return Node(name, {"call_jaxpr": closed}, list(ins), outs, nodes[0].source, closed_call_p)
+    return Node(name, call_params(closed), list(ins), outs, nodes[0].source, closed_call_p)
 
 
 def _operand(u: Value | Scalar, env: dict[Value, Any]) -> Any:

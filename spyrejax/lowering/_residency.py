@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from .._jax import ClosedJaxpr, Var, tracer_var
+from .._jax import ClosedJaxpr, Var, tracer_var, with_bodies
 from ..device import DeviceProgram, Machine, plan_program
 from ..primitives._array import SpyreType
 from ._device import ProgramOps, program_ops
@@ -90,30 +90,17 @@ def _retyped(jaxpr: Any, types: dict[Any, SpyreType]) -> Any:
     return _substituted(jaxpr, new)
 
 
-def _closed(closed: ClosedJaxpr, new: dict[Any, Any]) -> ClosedJaxpr:
-    return ClosedJaxpr(_substituted(closed.jaxpr, new), closed.consts)
-
-
 def _substituted(jaxpr: Any, new: dict[Any, Any]) -> Any:
     def sub(xs: list[Any]) -> list[Any]:
         return [new.get(x, x) if isinstance(x, Var) else x for x in xs]
 
-    eqns = []
-    for e in jaxpr.eqns:
-        params = e.params
-        if e.primitive.name == "shard_map":
-            params = {**params, "jaxpr": _substituted(params["jaxpr"], new)}
-        elif e.primitive.name == "scan":
-            params = {**params, "jaxpr": _closed(params["jaxpr"], new)}
-        elif e.primitive.name == "while":
-            params = {
-                **params,
-                "cond_jaxpr": _closed(params["cond_jaxpr"], new),
-                "body_jaxpr": _closed(params["body_jaxpr"], new),
-            }
-        elif e.primitive.name == "cond":
-            params = {**params, "branches": tuple(_closed(b, new) for b in params["branches"])}
-        eqns.append(e.replace(invars=sub(e.invars), outvars=sub(e.outvars), params=params))
+    def inner(body: Any) -> Any:
+        return _substituted(body, new)
+
+    eqns = [
+        e.replace(invars=sub(e.invars), outvars=sub(e.outvars), params=with_bodies(e, inner))
+        for e in jaxpr.eqns
+    ]
     changes: dict[str, Any] = {"eqns": eqns}
     for field in ("invars", "outvars"):  # replaced only if changed (keeps debug names)
         xs = sub(getattr(jaxpr, field))
