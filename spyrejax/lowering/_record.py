@@ -17,7 +17,7 @@ the one the program keeps, so :func:`finish` keeps the last body traced per role
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -178,7 +178,7 @@ def loop(kind: str, trips: int | None = None) -> Loop | None:
 
 @contextlib.contextmanager
 def body(
-    of: Loop | None, role: Any, ins: list[Any], outer: list[Any], images: list[Any] = ()
+    of: Loop | None, role: Any, ins: list[Any], outer: list[Any], images: Sequence[Any] = ()
 ) -> Iterator[Body | None]:
     """Record one body of ``of`` traced inside the block; its inputs stand for ``outer``.
 
@@ -204,7 +204,7 @@ def _entries_holding(rec: Recorder, b: Body) -> Iterator[list[Any]]:
             yield frame.entries
 
 
-def finish(of: Loop | None, results: list[Any], images: list[Any] = ()) -> None:
+def finish(of: Loop | None, results: list[Any], images: Sequence[Any] = ()) -> None:
     """The values a loop gives (``images``: its stacked results, device images)."""
     rec = _RECORDER.get()
     if of is None or rec is None:
