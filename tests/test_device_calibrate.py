@@ -7,6 +7,7 @@ best division's time predicted within 30% on 12 of 12 (11 reached: the prefill
 attention-times-V shape, B32_M512_N128_K512, is predicted 40% low).
 """
 
+import dataclasses
 import runpy
 import sys
 
@@ -154,3 +155,17 @@ def test_the_figure_has_one_colour_per_shape(sweep):
     (ax,) = fig.axes
     assert ax.get_xscale() == ax.get_yscale() == "log"
     assert len(ax.collections) == 12
+
+
+def test_a_format_without_a_pt_rate_is_named():
+    machine = dataclasses.replace(Machine.spyre(), pt_dtype_rates=(("SEN169_FP16", 1.0),))
+    with pytest.raises(sj.DeviceError, match="no PT rate for SENINT8"):
+        sj.explain(jnp.matmul, S((64, 64), np.int8), S((64, 64), np.int8), machine=machine)
+
+
+def test_ktir_cpu_keeps_its_roofline_matmul():
+    r = sj.explain(
+        jnp.matmul, S((256, 512), np.float16), S((512, 256), np.float16), machine=Machine.ktir_cpu()
+    )
+    op = r.ops[0]
+    assert op.cost.compute_s == pytest.approx(op.macs / op.division.cores_used / 512e9)

@@ -33,6 +33,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .._errors import DeviceError
 from ._machine import Machine
 
 if TYPE_CHECKING:
@@ -85,8 +86,6 @@ def pt_rate(machine: Machine, device_format: str) -> float:
     """
     rates = dict(machine.pt_dtype_rates)
     if device_format not in rates:
-        from .._errors import DeviceError
-
         raise DeviceError(
             f"Machine {machine.name!r} has no PT rate for {device_format}; it has {sorted(rates)}"
         )
