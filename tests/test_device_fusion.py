@@ -70,8 +70,10 @@ def test_a_fused_softmax_reads_its_input_and_writes_its_output_once():
     assert sum(op.read_bytes for op in kernels) == n
     assert sum(op.write_bytes for op in kernels) == n
     assert d.time_s == pytest.approx(g.time_s) and g.time_s < g.unfused_s
-    scale = sj.explain(lambda s: s * 2, S((8, 256, 512), F16)).time_s  # the same traffic
-    assert g.time_s == pytest.approx(scale, rel=0.25)
+    # The same traffic as x * 2, read and written in one stream (the turnaround of both
+    # counts), a reduction's read at its own, lower bandwidth: a little more time.
+    scale = sj.explain(lambda s: s * 2, S((8, 256, 512), F16)).time_s
+    assert scale < g.time_s < 1.25 * scale
 
 
 def test_intermediates_too_large_for_lx_go_through_ddr():

@@ -43,6 +43,7 @@ class OpDesc(Protocol):
 __all__ = [
     "FAMILIES",
     "FILL_OPS",
+    "MATMUL_OPS",
     "Fusion",
     "find_fusions",
     "is_fill",
@@ -52,7 +53,7 @@ __all__ = [
 FAMILIES = ("softmax", "layer_norm", "rms_norm", "attention", "matmul_epilogue")
 FILL_OPS = frozenset({"full"})
 
-_MATMULS = frozenset({"matmul", "batchmatmul"})
+MATMUL_OPS = frozenset({"matmul", "batchmatmul"})
 _RELAYOUT_COPIES = frozenset({"reshapecopy"})
 
 
@@ -105,7 +106,7 @@ def _fusible(d: OpDesc) -> bool:
     """An op a chain can hold: elementwise, reduction, cast, or a relayout between them."""
     if is_relayout(d):
         return True
-    return d.kind == "compute" and d.space is not None and d.opfunc not in _MATMULS
+    return d.kind == "compute" and d.space is not None and d.opfunc not in MATMUL_OPS
 
 
 def _chains(descs: Sequence[OpDesc]) -> list[list[int]]:
@@ -216,7 +217,7 @@ def find_fusions(descs: Sequence[OpDesc], keep: frozenset[str] = frozenset()) ->
         family, ops = found
         taken.update(ops)
         anchor = next(
-            (i for i in ops if descs[i].opfunc in _MATMULS or _is_reduction(descs[i])), ops[0]
+            (i for i in ops if descs[i].opfunc in MATMUL_OPS or _is_reduction(descs[i])), ops[0]
         )
         out.append(Fusion(family, tuple(ops), _internal(descs, readers, ops, keep), anchor))
     return out
@@ -299,7 +300,7 @@ def _feeding_matmul(
     for i in chain:
         for name, _ in descs[i].inputs:
             p = _producer(descs, writers, name)
-            if p is None or p in inside or descs[p].opfunc not in _MATMULS:
+            if p is None or p in inside or descs[p].opfunc not in MATMUL_OPS:
                 continue
             uses, todo = [], [descs[p].output[0]]
             while todo:  # its readers, through views and relayouts
@@ -325,7 +326,7 @@ def _reading_matmul(
         if len(uses) != 1 or not is_relayout(descs[uses[0]]):
             break
         name = descs[uses[0]].output[0]
-    if len(uses) != 1 or descs[uses[0]].opfunc not in _MATMULS:
+    if len(uses) != 1 or descs[uses[0]].opfunc not in MATMUL_OPS:
         return None
     j = uses[0]
     return j if descs[j].region == descs[chain[0]].region else None

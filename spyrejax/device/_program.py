@@ -16,9 +16,9 @@ from typing import Any
 
 from .._errors import DeviceError
 from ..layout._residency import DDR, Residency
-from ._cost import OpCost, op_cost, relayout_cost, transfer_cost
+from ._cost import OpCost, memory_seconds, op_cost, relayout_cost, transfer_cost
 from ._division import OpSpace, TensorSpec, WorkDivision, divide
-from ._fusion import Fusion, find_fusions, is_fill, is_relayout
+from ._fusion import MATMUL_OPS, Fusion, find_fusions, is_fill, is_relayout
 from ._lx import INPLACE_OPS, Buffer, LXPlan, Stream, place, stream
 from ._machine import Machine
 
@@ -531,6 +531,9 @@ def plan_program(
         streams = _streams(div, machine) if div is not None else ()
         cost = cost.repeated(d.repeat)
         ops.append(DeviceOp(i, d, div, cost, lx_in, lx_out, streams, peaks[i], d.repeat, k))
+    for f in fusions:
+        for i, op in _one_stream([ops[i] for i in f.ops], machine):
+            ops[i] = op
     counted = _counted(descs, [op.time_s for op in ops])
     ops = [op if c else replace(op, runs=0) for op, c in zip(ops, counted, strict=True)]
     groups = tuple(
@@ -575,6 +578,44 @@ def _own_cost(
             return relayout_cost(machine, d.output[1].nbytes, launch)
     cost = _transfer(d, machine, fills)
     return cost if launch or d.kind == "view" else _no_launch(cost)
+
+
+def _one_stream(members: list[DeviceOp], machine: Machine) -> list[tuple[int, DeviceOp]]:
+    """A fused kernel's elementwise ops, reductions and relayouts as one stream.
+
+    Apart, each op's reads and writes are timed by themselves (a read-only ``max``, a
+    write-only ``div``); in one kernel the reads and writes interleave: the kernel's
+    DDR time is each op's bytes at its pattern's bandwidth plus the turnaround of
+    ``min(reads, writes)`` of them all, and its time ``max(compute, DDR, LX) + ring``,
+    shared among those ops in proportion to their own times. Matmuls keep their own
+    cost (their model times their traffic). Returns ``(index, op)`` of the ops changed.
+    """
+    kernels = [op for op in members if op.desc.kind != "view" and op.opfunc not in MATMUL_OPS]
+    if len(kernels) < 2:
+        return []
+    costs = [op.cost for op in kernels]
+    read, write = sum(c.read_bytes for c in costs), sum(c.write_bytes for c in costs)
+    streams = sum(
+        memory_seconds(
+            machine,
+            c.read_bytes,
+            c.write_bytes,
+            op.division.cores_used if op.division else machine.cores,
+            c.pattern,
+        )
+        - machine.turnaround_ns_per_byte * min(c.read_bytes, c.write_bytes) * 1e-9
+        for op, c in zip(kernels, costs, strict=True)
+    )
+    memory = streams + machine.turnaround_ns_per_byte * min(read, write) * 1e-9
+    compute, lx = sum(c.compute_s for c in costs), sum(c.lx_s for c in costs)
+    launch = sum(c.launch_s for c in costs)
+    total = max(compute, memory, lx) + sum(c.ring_s for c in costs) + launch
+    own = sum(c.time_s for c in costs)
+    out = []
+    for op, c in zip(kernels, costs, strict=True):
+        part = total * (c.time_s / own if own else 1 / len(kernels))
+        out.append((op.index, replace(op, cost=replace(c, time_s=part))))
+    return out
 
 
 def _no_launch(cost: OpCost) -> OpCost:
