@@ -273,7 +273,7 @@ def test_bad_explicit_layout(dsize, smap, match):
     [
         ([20, 64], [1, 10, 64], [64, 64, 1], "too small"),
         ([200], [3, 64], [64, 1], "too small"),
-        ([10, 64], [10, 1, 64], [64, -1, 2], "only reached every 2"),
+        ([10, 64], [10, 1, 64], [64, -1, 2], "does not reach every element of host dim"),
         ([8, 64], [8, 64], [64, -1], r"does not reach every element of host dim\(s\) \(1,\)"),
         ([128], [2, 3, 64], [64, 16, 1], "the 64 elements of a step of device dim 0"),
         # Rows of 100 split at 70: the stick must hold 70 elements.

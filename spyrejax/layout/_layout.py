@@ -24,6 +24,7 @@ import numpy as np
 from .._errors import LayoutError
 from ._dtypes import DataFormats, DTypeLike, format_for_dtype
 from ._segments import Segmentation, axis_coord, row_major_strides, segment_axes
+from ._sticks import expression, stick_groups, stick_tiled_dims
 
 __all__ = ["HostMapping", "SpyreTensorLayout"]
 
@@ -232,6 +233,41 @@ device_dtype=DataFormats.SEN169_FP16)
         tiled = _default_dims(shape[-1:], strides[-1:], (0,), fmt.elems_per_stick())
         outer = zip(shape[:-1], strides[:-1], strict=True)
         dims = [(1, -1) if n == 1 else (n, st) for n, st in outer] + tiled
+        return cls.from_stride_map([n for n, _ in dims], [st for _, st in dims], fmt)
+
+    @classmethod
+    def stick_tiled(
+        cls,
+        size: Sequence[int],
+        dtype: DTypeLike,
+        stick_dims: Sequence[int | Sequence[int]],
+        *,
+        host_strides: Sequence[int] | None = None,
+    ) -> SpyreTensorLayout:
+        """A layout with several stick dims: the seeds' ``N + k`` loop nest.
+
+        Each stick dim is padded to whole sticks and tiled: the other host dims come
+        first in host order, then a tile count per stick dim, then a within-tile dim
+        (``eps`` long) per stick dim, the last one being the stick. Two stick dims give
+        stick x stick tiles. A stick dim may be a tuple of adjacent, contiguous host dims
+        read as one index (``(3, 4)``: a stick over ``n4*d3 + d4``, so interleaved pairs
+        share sticks).
+
+        Example:
+            >>> import numpy as np
+            >>> SpyreTensorLayout.stick_tiled((100, 150), np.float16, [0, 1])
+            SpyreTensorLayout(device_size=[2, 3, 64, 64], stride_map =[9600, 64, 150, 1], \
+device_dtype=DataFormats.SEN169_FP16)
+
+        Raises:
+            LayoutError: on a bad size, dtype or host strides, stick dims that name a dim
+                twice or outside the rank, or a group of host dims not contiguous.
+        """
+        shape = _check_shape(size)
+        fmt = format_for_dtype(dtype)
+        strides = _check_host_strides(shape, host_strides)
+        groups = stick_groups(stick_dims, len(shape))
+        dims = stick_tiled_dims(shape, strides, groups, fmt.elems_per_stick())
         return cls.from_stride_map([n for n, _ in dims], [st for _, st in dims], fmt)
 
     @classmethod
@@ -514,6 +550,35 @@ class HostMapping:
         seg = self.segmentation
         found = seg.segment_of(self.layout.device_rank - 1)
         return None if found is None else seg.segments[found[0]].host_dims[-1]
+
+    def stick_dims(self) -> tuple[tuple[int, ...], ...]:
+        """The host dims padded to whole sticks, as groups read as one index; the stick last.
+
+        A group (a segment of the index map: one host dim, or several folded into one
+        index) is a stick dim when a device dim ``eps`` long walks it by 1: a tile of
+        sticks along it. The stick's own group (the last device dim's) comes last; a
+        sparse or size-1 stick has none.
+        """
+        layout, seg = self.layout, self.segmentation
+        eps, last = layout.elems_per_stick, layout.device_rank - 1
+        found = []
+        for j in range(last + 1):
+            hit = seg.segment_of(j)
+            if hit is not None and hit[1] == 1 and (layout.device_size[j] == eps or j == last):
+                found.append((j == last, j, seg.segments[hit[0]].host_dims))
+        return tuple(dims for _, _, dims in sorted(found))
+
+    def stick_expression(self) -> str | None:
+        """The index the stick runs along, as torch-spyre prints it (``2*d3 + d4``), or None."""
+        found = self.segmentation.segment_of(self.layout.device_rank - 1)
+        if found is None:
+            return None
+        return expression(self.segmentation.segments[found[0]].host_dims, self.shape)
+
+    def __str__(self) -> str:
+        """torch-spyre's repr extended with the stick dims: ``..., stick_dims=[d0, 2*d3 + d4])``."""
+        names = ", ".join(expression(g, self.shape) for g in self.stick_dims())
+        return f"{str(self.layout)[:-1]}, stick_dims=[{names}])"
 
     def dim_map(self) -> tuple[int, ...]:
         """The legacy ``dim_map``: host dim per device dim, -1 synthetic.

@@ -124,9 +124,10 @@ def segment_axes(
         host_strides: host strides in elements (positive, non-overlapping).
         axes: ``(size, stride)`` per axis.
         what: how to name the axes' owner in error messages.
-        fold_unwalked: fold a host dim that no axis walks into the next inner one (a
-            layout must reach every element). When False such a dim stays a segment
-            of its own with no axes (a box may take one index of it).
+        fold_unwalked: fold a host dim that no axis walks, or that axes walk only in
+            steps > 1, into the next inner one (a layout must reach every element: a
+            stick over ``2*d3 + d4`` walks ``d3`` in steps of 32 and ``d4`` by 1). When
+            False such a dim stays a segment of its own (a box may take one index of it).
         fold_overflow: fold a host dim into the next outer one when an axis walking it
             runs past its end (a loop over merged dims). For a layout such an overrun
             is padding, so layouts leave this off.
@@ -213,4 +214,9 @@ def _assign(
         return assigned, None
     used = {g for g, _ in assigned.values()}
     unused = next((g for g in range(len(seg_strides)) if g not in used), None)
-    return assigned, unused
+    if unused is not None:
+        return assigned, unused
+    # A host dim walked only in steps > 1 shares its lowest steps with the next inner
+    # dim: the two are one index (a stick over ``2*d3 + d4``), so they fold.
+    lowest = {g: min(r for gg, r in assigned.values() if gg == g) for g in used}
+    return assigned, next((g for g in sorted(lowest) if lowest[g] > 1), None)
