@@ -1,12 +1,14 @@
 # spyrejax developer entry points. `make test` and `make demo` are all a fresh clone needs.
 # `make docs` builds the site of docs/ into build/site (warnings are errors); `make lab`
-# opens the notebooks in JupyterLab; `make code-map` regenerates docs/code-map.md.
+# opens the notebooks in JupyterLab; `make code-map` regenerates docs/code-map.md;
+# `make typecheck` type-checks the public API; `make public-names` regenerates
+# spyrejax/primitives/_public.py from the op tables.
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LINTED := spyrejax tests tools benchmarks setup.py
 
-.PHONY: test test-slow test-cores demo docs lab code-map lint format bench notebooks clean
+.PHONY: test test-slow test-cores demo docs lab code-map public-names typecheck lint format bench notebooks clean
 
 $(PY):
 	@py=$$(tools/find-python) || exit 1; \
@@ -21,6 +23,7 @@ $(STAMP): $(PY) pyproject.toml setup.py spyrejax/dma/_transpose.c
 test: $(STAMP)
 	$(PY) -m ruff check $(LINTED)
 	$(PY) -m ruff format --check $(LINTED)
+	$(MAKE) --no-print-directory typecheck
 	$(PY) -m pytest -q -m "not slow"
 	$(MAKE) --no-print-directory docs
 
@@ -43,6 +46,14 @@ lab: $(STAMP)
 
 code-map: $(STAMP)
 	$(PY) tools/code_map.py
+
+public-names: $(STAMP)
+	$(PY) tools/public_names.py
+
+# The public API as IDEs see it (configured in pyproject.toml: spyrejax/__init__.py and
+# tests/typecheck/); a few seconds.
+typecheck: $(STAMP)
+	$(VENV)/bin/basedpyright --pythonpath $(PY)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench.py $(if $(QUICK),--quick,) $(BENCH_ARGS)

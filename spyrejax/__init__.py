@@ -22,9 +22,7 @@ from ._errors import (
 from ._jax import float64_mode, poison_padding
 from .device import Machine
 from .dma import *  # noqa: F403  (each layer's package lists its public names)
-from .dma import __all__ as _DMA
 from .layout import *  # noqa: F403
-from .layout import __all__ as _LAYOUT
 from .lowering import (
     Compiled,
     Export,
@@ -40,10 +38,9 @@ from .lowering import (
     with_division,
     with_layout,
 )
-from .primitives import ELEMENTWISE as _ELEMENTWISE
-from .primitives import REDUCTIONS as _REDUCTIONS
 from .primitives import (
     P,
+    _public,
     all_gather,
     all_to_all,
     astype,
@@ -66,11 +63,7 @@ from .primitives import (
     transpose,
 )
 from .primitives._array import PadFill, SpyreArray, SpyreType
-
-# One function per elementwise op and reduction, derived from its record in the op tables.
-_DERIVED = [*(op.name for op in _ELEMENTWISE if op.public), *_REDUCTIONS]
-globals().update({name: getattr(primitives, name) for name in _DERIVED})
-
+from .primitives._public import *  # noqa: F403  (one function per elementwise op and reduction)
 
 __all__ = [
     "Compiled",
@@ -127,6 +120,8 @@ __all__ = [
     "with_division",
     "with_layout",
 ]
-__all__ += [*_LAYOUT, *_DMA, *_DERIVED]
+__all__ += layout.__all__
+__all__ += dma.__all__
+__all__ += _public.__all__
 
 __version__ = "0.1.0"

@@ -4,6 +4,7 @@ Each module holds one primitive family: its rule (the constructor), public wrapp
 emulator kernel and transformation rules.
 """
 
+from . import _public
 from ._astype import astype, bitcast
 from ._base import (
     SpyrePrim,
@@ -22,13 +23,12 @@ from ._copies import concatenate, pad, reshape_copy, slice_copy
 from ._device_put import device_put
 from ._elementwise import ELEMENTWISE_OPS, ElementwiseOp, elementwise
 from ._elementwise import OPS as ELEMENTWISE
-from ._elementwise import PUBLIC as _EW
 from ._host import host_call
 from ._iota import full, iota
 from ._lax_copy import lax_copy
 from ._matmul import matmul
 from ._operators import install as _install
-from ._reduce import PUBLIC as _REDUCE
+from ._public import *  # noqa: F403  (one typed name per public op, from the op tables)
 from ._reduce import REDUCTIONS, REDUCTIONS_TABLE, ReductionOp, reduce
 from ._restickify import compact, in_layout, restickify
 from ._shard import P
@@ -38,11 +38,6 @@ from ._views import broadcast_to, expand_dims, reshape, squeeze, transpose
 from ._windows import windows
 
 _install()
-
-globals().update(_EW)  # one function per elementwise op, from its record
-
-
-globals().update(_REDUCE)  # one function per reduction, from its record
 
 __all__ = [
     "ELEMENTWISE",
@@ -95,4 +90,4 @@ __all__ = [
     "windows",
     "wrap",
 ]
-__all__ += [*_EW, *_REDUCE]
+__all__ += _public.__all__

@@ -20,7 +20,7 @@ import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -35,9 +35,39 @@ from ._base import SpyrePrim
 from ._masks import from_data_dims, masked, padding_in_data_dims, poisoned, select
 from ._views import align_batch_dims
 
-__all__ = ["ELEMENTWISE_OPS", "OP", "OPS", "Elementwise", "ElementwiseOp", "elementwise"]
+__all__ = [
+    "ELEMENTWISE_OPS",
+    "OP",
+    "OPS",
+    "Binary",
+    "Elementwise",
+    "ElementwiseOp",
+    "Ternary",
+    "Unary",
+    "elementwise",
+]
 
 Scalar = bool | int | float
+Operand = SpyreArray | Scalar
+"""An elementwise op's operand: a Spyre array, or a Python scalar that broadcasts."""
+
+
+class Unary(Protocol):
+    """The type of a one-operand elementwise op's public function (``spyrejax.exp``)."""
+
+    def __call__(self, x: SpyreArray, /) -> SpyreArray: ...
+
+
+class Binary(Protocol):
+    """The type of a two-operand elementwise op's public function (``spyrejax.add``)."""
+
+    def __call__(self, x: Operand, y: Operand, /) -> SpyreArray: ...
+
+
+class Ternary(Protocol):
+    """The type of a three-operand elementwise op's public function (``spyrejax.where``)."""
+
+    def __call__(self, a: Operand, b: Operand, c: Operand, /) -> SpyreArray: ...
 
 
 @dataclass(frozen=True)

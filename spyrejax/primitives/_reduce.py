@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -45,7 +45,23 @@ from ._masks import (
 )
 from ._values import accumulator
 
-__all__ = ["REDUCTION", "REDUCTIONS", "REDUCTIONS_TABLE", "Reduce", "ReductionOp", "reduce"]
+__all__ = [
+    "REDUCTION",
+    "REDUCTIONS",
+    "REDUCTIONS_TABLE",
+    "Reduce",
+    "Reduction",
+    "ReductionOp",
+    "reduce",
+]
+
+
+class Reduction(Protocol):
+    """The type of a reduction's public function (``spyrejax.sum``)."""
+
+    def __call__(
+        self, x: SpyreArray, axis: int | tuple[int, ...] | None = None, keepdims: bool = False
+    ) -> SpyreArray: ...
 
 
 def _additive(dtype: np.dtype) -> Any:
