@@ -2,13 +2,14 @@
 # `make docs` builds the site of docs/ into build/site (warnings are errors); `make lab`
 # opens the notebooks in JupyterLab; `make code-map` regenerates docs/code-map.md;
 # `make typecheck` type-checks the public API; `make public-names` regenerates
-# spyrejax/primitives/_public.py from the op tables.
+# spyrejax/primitives/_public.py from the op tables; `make figures` prints module sizes and
+# function complexities (tools/code_figures.py; a test holds them to their bars).
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LINTED := spyrejax tests tools benchmarks setup.py
 
-.PHONY: test test-slow test-cores demo docs lab code-map public-names typecheck lint format bench notebooks clean
+.PHONY: test test-slow test-cores demo docs lab code-map public-names typecheck figures lint format bench notebooks clean
 
 $(PY):
 	@py=$$(tools/find-python) || exit 1; \
@@ -54,6 +55,9 @@ public-names: $(STAMP)
 # tests/typecheck/); a few seconds.
 typecheck: $(STAMP)
 	$(VENV)/bin/basedpyright --pythonpath $(PY)
+
+figures: $(STAMP)
+	$(PY) tools/code_figures.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench.py $(if $(QUICK),--quick,) $(BENCH_ARGS)

@@ -1,0 +1,130 @@
+"""Complexity and size figures of spyrejax's modules, and the bars they must meet.
+
+``make figures`` (or ``python tools/code_figures.py``) prints the modules over
+:data:`MAX_LINES` lines and the functions at cyclomatic complexity (radon's) of
+:data:`REPORTED` or more; ``--check`` exits 1 when a module or a function is over its bar
+and not on an allow-list below, or over the ceiling its entry records (tests/test_tools.py
+runs the check). The bars are issue 27's: modules under 600 lines unless one concept needs
+more, no function above complexity 25.
+
+Each allow-list entry is a debt to pay, recorded at today's figure so that nothing on
+it gets worse: split the module or the function, then delete its entry (``make figures``
+names the entries whose code has come under the bar as paid; the check does not fail on
+them, so that paying a debt in one branch never breaks another's run).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+from radon.visitors import ComplexityVisitor
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "spyrejax"
+MAX_LINES = 600
+MAX_COMPLEXITY = 25
+REPORTED = 15
+
+# Modules over MAX_LINES today, each with its ceiling (its size when listed, rounded up to
+# 25 lines so that small fixes elsewhere in a listed module do not trip the check).
+LONG_MODULES = {
+    "device/_division.py": 650,  # the division search and its passes
+    "device/_program.py": 675,  # the device model applied to a plan
+    "dma/_dma.py": 700,  # descriptor generation and its box plans
+    "layout/_layout.py": 925,  # SpyreTensorLayout and HostMapping
+    "lowering/_control.py": 800,  # scan, while and cond lowering (issue 27 item 3: split by job)
+    "lowering/_cores.py": 750,  # the per-core executor (issue 27 items 1-3)
+    "lowering/_device.py": 625,  # the device walk over a plan (issue 27 item 1)
+    "lowering/_explain.py": 775,  # explain and its report (issue 27 items 1, 3)
+    "lowering/_jit.py": 850,  # the jax.jit-compatible front end and its stages (item 3)
+    "lowering/_rules.py": 700,  # the lowering rules (item 3: a rules/ sub-package)
+    "viz/_pictures.py": 675,  # the layout pictures
+}
+
+# Functions above MAX_COMPLEXITY today ("module: qualified name"), each with its figure then.
+COMPLEX_FUNCTIONS = {
+    "device/_program.py: plan_program": 30,
+    "lowering/_explain.py: _ops": 30,
+    "primitives/_matmul.py: _Plan.__init__": 27,
+    "primitives/_reduce.py: _reduce_data": 27,
+    "layout/_segments.py: segment_axes": 26,
+    "lowering/_graph.py: _Builder.inline": 26,
+    "lowering/_regions.py: _region_node": 26,
+}
+
+
+def modules() -> list[pathlib.Path]:
+    """Every Python module of the package."""
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def sizes() -> dict[str, int]:
+    """Lines per module, by path inside the package."""
+    return {str(p.relative_to(PACKAGE)): len(p.read_text().splitlines()) for p in modules()}
+
+
+def complexities() -> dict[str, int]:
+    """Cyclomatic complexity of every function and method, by "module: qualified name"."""
+    figures: dict[str, int] = {}
+    for path in modules():
+        visitor = ComplexityVisitor.from_code(path.read_text())
+        blocks = [*visitor.functions, *(m for c in visitor.classes for m in c.methods)]
+        for block in blocks:
+            key = f"{path.relative_to(PACKAGE)}: {block.fullname}"
+            figures[key] = max(figures.get(key, 0), block.complexity)
+    return figures
+
+
+def problems() -> list[str]:
+    """What is over its bar and not allowed, or over the ceiling its entry records."""
+    found = []
+    for name, n in sizes().items():
+        bar = LONG_MODULES.get(name, MAX_LINES)
+        if n > bar:
+            found.append(f"{name}: {n} lines, over {bar}")
+    for name, c in complexities().items():
+        bar = COMPLEX_FUNCTIONS.get(name, MAX_COMPLEXITY)
+        if c > bar:
+            found.append(f"{name}: complexity {c}, over {bar}")
+    return found
+
+
+def paid() -> list[str]:
+    """Allow-list entries whose code is under the bar now: delete them."""
+    lines, cc = sizes(), complexities()
+    return [
+        *(m for m in LONG_MODULES if lines.get(m, 0) <= MAX_LINES),
+        *(f for f in COMPLEX_FUNCTIONS if cc.get(f, 0) <= MAX_COMPLEXITY),
+    ]
+
+
+def report() -> str:
+    """The figures: long modules, and functions at complexity REPORTED or more."""
+    lines, cc = sizes(), complexities()
+    long = sorted((n, name) for name, n in lines.items() if n > MAX_LINES)
+    hard = sorted((c, name) for name, c in cc.items() if c >= REPORTED)
+    out = [f"{len(lines)} modules, {sum(lines.values())} lines; {len(long)} over {MAX_LINES}:"]
+    out += [f"  {n:5d}  {name}" for n, name in reversed(long)]
+    over = sum(c > MAX_COMPLEXITY for c, _ in hard)
+    out.append(
+        f"{len(cc)} functions; {len(hard)} at complexity >= {REPORTED}, {over} above "
+        f"{MAX_COMPLEXITY}:"
+    )
+    out += [f"  {c:5d}  {name}" for c, name in reversed(hard)]
+    out += [f"paid, delete its allow-list entry: {name}" for name in paid()]
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> int:
+    """Print the figures, or with ``--check`` the problems (exit 1 if any)."""
+    if "--check" in argv:
+        found = problems()
+        print("\n".join(found))
+        return 1 if found else 0
+    print(report())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
