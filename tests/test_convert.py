@@ -151,6 +151,11 @@ CASES = (
         ((5, 100, 150), SpyreTensorLayout.row_major((5, 100, 150), F16)),
         ((8, 64), SpyreTensorLayout.from_stride_map([8, 2, 32], [64, 1, 2], F32)),  # odd-even
         ((4800,), SpyreTensorLayout.from_stride_map([3, 2, 14, 64], [120, 64, 360, 1], F16)),
+        # Several stick dims, and sticks over a group of host dims (item 1).
+        ((4, 8, 64, 2), SpyreTensorLayout.stick_tiled((4, 8, 64, 2), F16, [(2, 3)])),
+        ((4, 8, 64, 2), SpyreTensorLayout((4, 8, 128), F16)),  # RoPE's view of a D-stick tensor
+        ((6, 3, 20), SpyreTensorLayout.stick_tiled((6, 3, 20), F32, [0, (1, 2)])),
+        ((70, 100), SpyreTensorLayout.stick_tiled((70, 100), F32, [1, 0])),
     ]
 )
 IDS = [f"{list(s)}-{list(lay.device_size)}-{list(lay.stride_map)}" for s, lay in CASES]
