@@ -11,6 +11,7 @@ from jax._src.api_util import fun_signature, resolve_argnums
 from jax._src.array import ArrayImpl
 from jax._src.config import bool_state, enum_state, trace_context
 from jax._src.hijax import call_hi_primitive_p
+from jax._src.interpreters import batching as _batching
 from jax._src.interpreters.ad import LinearizeTracer
 from jax._src.interpreters.partial_eval import DynamicJaxprTracer
 from jax._src.random.prng import (
@@ -40,6 +41,7 @@ from jax.interpreters import ad, batching, mlir
 __all__ = [
     "AD_TRACERS",
     "ArrayImpl",
+    "BatchTracer",
     "ClosedJaxpr",
     "GradAccum",
     "HiPrim",
@@ -113,6 +115,9 @@ float64_mode = enum_state(
     include_in_trace_context=True,
 )
 """``jax.config`` option ``spyrejax_float64`` (env ``SPYREJAX_FLOAT64``): see ``_x64``."""
+
+BatchTracer = _batching.BatchTracer
+"""The tracer of ``jax.vmap``."""
 
 AD_TRACERS = (ad.JVPTracer, LinearizeTracer)
 """The tracers of forward and reverse mode autodiff (``jax.jvp``, ``jax.grad``)."""

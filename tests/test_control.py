@@ -338,3 +338,31 @@ def test_weights_a_loop_inside_the_body_slices_are_stacked_once_before_the_outer
     stacked = [r for r in report.restickifies if r.value.startswith(f"float32[{layers}, {d}, {d}]")]
     assert len(stacked) == 1 and "[in the body" not in stacked[0].reason
     assert stacked[0].cost == report.restickify_cost
+
+
+def test_vmap_of_a_jitted_scan_plans_the_batched_program_whole():
+    """jax.vmap(sj.jit(f)) with a scan in f: vmap moves the batch dim behind the scanned
+    one and batches the carry, which Spyre types cannot be batched through one by one;
+    spyrejax plans jax.vmap of f instead (issue 28), restickifying what it must."""
+
+    def f(x):
+        return jax.lax.scan(lambda c, r: (c + r.sum(0), r * 2.0), jnp.zeros(64), x)
+
+    xb = rand((2, 4, 6, 64))
+    got = jax.vmap(sj.jit(f))(xb)
+    assert all(isinstance(o, sj.SpyreArray) for o in got)
+    assert_close(jax.tree.map(sj.to_host, got), jax.vmap(f)(xb), reduce_len=24, ops=2, scale=8)
+    # A reordered Spyre input (batch outermost) and a batched axis 1 of a host input.
+    a = sj.to_device(xb, dim_order=[1, 0, 2, 3])
+    assert_close(
+        jax.tree.map(sj.to_host, jax.vmap(sj.jit(f))(a)),
+        jax.vmap(f)(xb),
+        reduce_len=24,
+        ops=2,
+        scale=8,
+    )
+    xt = jnp.moveaxis(xb, 0, 1)
+    got = jax.vmap(sj.jit(f), in_axes=1)(xt)
+    assert_close(jax.tree.map(sj.to_host, got), jax.vmap(f)(xb), reduce_len=24, ops=2, scale=8)
+    # What spyrejax plans is jax.vmap of f: explain shows its restickifies.
+    assert sj.explain(jax.vmap(f), xb).restickifies

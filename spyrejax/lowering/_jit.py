@@ -32,7 +32,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from .._errors import SpyreTypeError
-from .._jax import AD_TRACERS, ArrayImpl, ClosedJaxpr, Var, trace_context
+from .._jax import AD_TRACERS, ArrayImpl, BatchTracer, ClosedJaxpr, Var, trace_context
 from ..device import DeviceProgram, Machine, default_machine
 from ..primitives import abstract, image, to_host, wrap
 from ..primitives._array import SpyreArray, SpyreType
@@ -58,6 +58,7 @@ from ._planner import FALLBACKS, Plan, host_input_type, plan_graph
 from ._record import Recorder, recording
 from ._regions import host_regions
 from ._residency import residency_jaxpr
+from ._vmap import can_batch_whole, vmapped_call
 
 __all__ = ["Compiled", "Lowered", "Lowering", "SpyreJit", "Traced", "jit"]
 
@@ -153,11 +154,24 @@ class Lowering:
     def _flat_call(self, leaves: Sequence[Any]) -> list[Any]:
         if not any(isinstance(x, jax.core.Tracer) for x in leaves):
             return self.run_on_images(leaves)
+        if (
+            any(isinstance(x, BatchTracer) for x in leaves)
+            and not any(isinstance(x, AD_TRACERS) for x in leaves)
+            and can_batch_whole(self.out_types)
+        ):  # jax.vmap: the batched function is planned whole (see _vmap)
+            return vmapped_call(
+                self.jaxpr, self.out_types, self.compiled, self._batched, SpyreJit, leaves
+            )
         outs = self.compiled(*leaves)
         if any(isinstance(x, AD_TRACERS) for x in leaves):
             # jax.grad wants a plain scalar: a 0-d result comes out as one.
             outs = [to_host(o) if jax.typeof(o).shape == () else o for o in outs]
         return outs
+
+    @functools.cached_property
+    def _batched(self) -> dict[tuple[Any, ...], SpyreJit]:
+        """``spyrejax.jit`` of the vmapped function, per batch size and batched inputs."""
+        return {}
 
     @functools.cached_property
     def _vjp(self) -> SpyreJit:
