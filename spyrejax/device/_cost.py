@@ -64,7 +64,9 @@ class OpCost:
         compute_s: compute time.
         memory_s: DDR time.
         ring_s: ring time.
-        time_s: predicted time, ``max(compute, memory, lx) + ring + launch``.
+        time_s: predicted time, ``max(compute, memory, lx) + ring + launch`` (an op
+            inside a fused kernel: its share of the kernel's time, see
+            ``device._program``).
         bound: ``"compute"`` or ``"memory"``.
         pattern: the access pattern whose bandwidth was used.
         lx_s: time of the bytes through the cores' LX ports.
