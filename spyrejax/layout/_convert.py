@@ -23,6 +23,7 @@ Pure Python: no JAX.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -163,7 +164,8 @@ def to_cute(mapping: HostMapping) -> CuteLayout:
 
     One top-level mode per host dim. A host dim's leaves are the device dims that walk
     it, fastest first, with the device strides (coalesced); its steps must nest (each a multiple
-    of the one below, as CuTe's colexicographic digits are). Host dims folded into
+    of the one below, as CuTe's colexicographic digits are); the top leaf is as long as
+    the dim needs (padding past it is not part of the map). Host dims folded into
     device dims get their modes by :func:`composition` of the fold's layout.
 
     Example:
@@ -193,7 +195,7 @@ def to_cute(mapping: HostMapping) -> CuteLayout:
                     )
                 leaves.append((outer // r, dstrides[j]))
             else:
-                leaves.append((layout.device_size[j], dstrides[j]))
+                leaves.append((-(-segment.size // r), dstrides[j]))  # as long as needed
         fold = CuteLayout(tuple(n for n, _ in leaves), tuple(s for _, s in leaves))
         if len(segment.host_dims) == 1:
             d = segment.host_dims[0]
@@ -210,7 +212,10 @@ def to_cute(mapping: HostMapping) -> CuteLayout:
 
 
 def _trim(mode: CuteLayout, n: int) -> CuteLayout:
-    """A mode without the leaves no index below ``n`` reaches, coalesced (a normal form)."""
+    """A mode in normal form: coalesced, without leaves past ``n``, its top no longer than needed.
+
+    The normal form makes a conversion out and back a fixpoint.
+    """
     kept, w = [], 1
     for size, step in mode.leaves:
         if w < n:
@@ -218,7 +223,10 @@ def _trim(mode: CuteLayout, n: int) -> CuteLayout:
         w *= size
     if not kept:
         return CuteLayout(1, 0)
-    return coalesce(CuteLayout(tuple(s for s, _ in kept), tuple(d for _, d in kept)))
+    leaves = list(coalesce(CuteLayout(tuple(s for s, _ in kept), tuple(d for _, d in kept))).leaves)
+    below = math.prod(s for s, _ in leaves[:-1])
+    leaves[-1] = (min(leaves[-1][0], -(-n // below)), leaves[-1][1])  # no longer than needed
+    return coalesce(CuteLayout(tuple(s for s, _ in leaves), tuple(d for _, d in leaves)))
 
 
 def from_cute(
@@ -247,7 +255,7 @@ def from_cute(
     what = f"CuTe layout {cute} on host shape {list(shape_t)}"
     if isinstance(cute.shape, int) or len(cute.shape) != len(shape_t):
         raise LayoutConversionError(f"{what}: needs one top-level mode per host dim")
-    leaves = []  # (device stride, size, host stride, coordinates reached, whole host dim)
+    leaves = []  # (device stride, size, host stride, coordinates reached, whole, lowest)
     for d, n in enumerate(shape_t):
         mode = cute.mode(d)
         if mode.size < n:
@@ -259,15 +267,19 @@ def from_cute(
                     raise LayoutConversionError(f"{what}: leaf {size}:{step} is not injective")
                 mine.append((step, size, hs[d] * w, min(size, -(-n // w))))
             w *= size
-        leaves += [(*leaf, len(mine) == 1) for leaf in mine]
+        # Whole: the dim's only leaf; lowest: its first (it may fold with the dim inside).
+        leaves += [(*leaf, len(mine) == 1, k == 0) for k, leaf in enumerate(mine)]
     leaves.sort(reverse=True)
     # Two whole host dims contiguous both in the host and on the device fold into one.
     merged: list[tuple[int, int, int, int, bool]] = []
-    for e, n, h, reach, whole in leaves:
-        if merged and whole and merged[-1][4] and merged[-1][0] == e * n and merged[-1][2] == h * n:
-            merged[-1] = (e, merged[-1][1] * n, h, (merged[-1][3] - 1) * n + reach, True)
+    lowest: list[bool] = []
+    for e, n, h, reach, whole, low in leaves:
+        contiguous = merged and merged[-1][0] == e * n and merged[-1][2] == h * n
+        if contiguous and whole and lowest[-1]:
+            merged[-1] = (e, merged[-1][1] * n, h, (merged[-1][3] - 1) * n + reach, merged[-1][4])
         else:
             merged.append((e, n, h, reach, whole))
+            lowest.append(low)
     if not merged:  # every host dim has size 1: the default layout
         return SpyreTensorLayout(shape_t, fmt, host_strides=hs)
     return SpyreTensorLayout.from_stride_map(*_device_dims(merged, eps, what), fmt)
