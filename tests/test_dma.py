@@ -1,3 +1,4 @@
+import functools
 import math
 import shutil
 
@@ -497,8 +498,13 @@ def test_property_empty_tensors_round_trip_through_both_engines(shape, data):
     _round_trip_both_engines(np.zeros(shape, dtype), layout)
 
 
+@functools.partial(jax.jit, static_argnums=1)
 def _tiled_and_boxed(x, layout):
-    """Traced transfers both ways, tiled and through the descriptors' boxes (as bits)."""
+    """Traced transfers both ways, tiled and through the descriptors' boxes (as bits).
+
+    Jitted: one compiled program per example instead of an eager dispatch (and a small
+    compile) for each of the descriptors' boxes, about five times less CPU.
+    """
     mapping = layout.for_host(x.shape)
     bits = _dma.as_bits(jnp.asarray(x))
     fill = _dma._fill(sj.poison_value(x.dtype), np.dtype(x.dtype))
