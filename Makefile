@@ -25,16 +25,17 @@ test: $(STAMP)
 	$(PY) -m ruff check $(LINTED)
 	$(PY) -m ruff format --check $(LINTED)
 	$(MAKE) --no-print-directory typecheck
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" --durations=20
 	$(MAKE) --no-print-directory docs
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
 # Every spyrejax.jit program of the suite with each divided op run per core as well, compared
-# with the default mode (docs/device-model.md). Slow: about twice `make test`.
+# with the default mode (docs/device-model.md). Slow: the last whole run took 89 min on the
+# shared 2-core VM, about six times `make test` (issue 24's target is 30 min).
 test-cores: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" --emulate-check
+	$(PY) -m pytest -q -m "not slow" --emulate-check --durations=20
 
 demo: $(STAMP)
 	$(PY) -m spyrejax
