@@ -86,7 +86,7 @@ class CoreExecutor:
         if found is None:
             return None  # the device model does not divide it
         space, specs = found
-        hint = take_hint(prim, specs)  # counted even if skipped below, as the walk counts it
+        hint = take_hint(prim, specs)  # counted even if skipped below, as the record is
         if any(math.prod(t.shape) == 0 for t in (*prim.in_avals, prim.out_aval)):
             return None
         div = divide_op(space, self.machine, hint)

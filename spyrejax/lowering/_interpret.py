@@ -31,9 +31,10 @@ from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import SpyreType
 from . import _record as recorded
 from ._cores import CoreCheck, CoreExecutor
-from ._device import hinted_op, node_hints, node_scope, program_ops
+from ._device import node_hints, node_scope
 from ._graph import Graph, Node, Scalar, Value
 from ._planner import Move, Plan
+from ._program import hinted_op, program_ops
 from ._rules import rule_for
 
 __all__ = [
@@ -186,9 +187,8 @@ class Interpreter:
         hinted = self.hinted_ops()  # traced before an executor is installed
         executor = self._executor()
         if executor is None:
-            # A body (loop, branch, shard_map) inside a program an executor runs (per
-            # core, or the device model's trace) opens its nodes' scopes: its hints
-            # reach its ops there too.
+            # A body (loop, branch, shard_map) inside a program the per-core executor
+            # runs opens its nodes' scopes: its hints reach its ops there too.
             inside = sp.current_executor() is not None
             return self._run(env, args, hinted if inside else None)
         with sp.executing(executor):
@@ -215,8 +215,9 @@ class Interpreter:
     def hinted_ops(self) -> dict[tuple[Node, int], tuple[int, OpDesc]]:
         """Per ``(node, option index)`` with a ``with_division`` hint, the op that gets it.
 
-        The op is named as :func:`spyrejax.lowering._device.hinted_op` finds it (the
-        device model's own walk): its position among the option's divided ops.
+        The op is the one :func:`spyrejax.lowering._program.hinted_op` finds in the
+        record of one trace of the program (the device model's own): its position among
+        the divided ops the option binds, as the per-core executor counts them.
 
         Raises:
             DeviceError: for a hint the device model refuses on this machine (checked in

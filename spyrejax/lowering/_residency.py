@@ -22,9 +22,9 @@ from typing import Any
 from .._jax import ClosedJaxpr, Var, tracer_var, with_bodies
 from ..device import DeviceProgram, Machine, plan_program
 from ..primitives._array import SpyreType
-from ._device import ProgramOps, program_ops
 from ._graph import Graph, Value
 from ._planner import Plan
+from ._program import ProgramOps, program_ops
 from ._record import Recorder
 
 __all__ = ["residency_jaxpr"]

@@ -1,0 +1,364 @@
+"""The device model's ops of a planned program, read from the record of its one trace.
+
+:func:`program_ops` lists the Spyre primitives a planned program runs, from the record
+the interpreter made while tracing it (:mod:`spyrejax.lowering._record`: every op keeps
+its node's source line), as :class:`spyrejax.device.OpDesc` values for
+:func:`spyrejax.device.plan_program` (work division, LX residency and cost). The ops of
+loop bodies and ``cond`` branches are listed too, each with its
+:class:`spyrejax.device.Region`; a ``with_division`` hint goes to the op whose result is
+the hinted value (:func:`hinted_op` says where the per-core executor finds it).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+from typing import Any
+
+import jax
+
+from .._errors import DeviceError
+from ..device import OpDesc, Region
+from ..primitives._array import SpyreType
+from ..primitives._base import Wrap
+from ._device import _space, _spec, divided_space
+from ._graph import Graph, Node, Value
+from ._planner import Plan
+from ._record import Body, Call, Loop, NodeRun, Recorder
+
+__all__ = ["ProgramOps", "hinted_op", "program_ops"]
+
+
+class _Names:
+    """Names of (value, type) pairs: a value moved into another type is another buffer.
+
+    It also numbers the program's loops and ``cond``s (``Region.index``).
+    """
+
+    def __init__(self) -> None:
+        self.names: dict[tuple[Value, SpyreType], str] = {}
+        self.count: dict[Value, int] = {}
+        self.regions = itertools.count()
+
+    def __call__(self, v: Value, t: SpyreType) -> str:
+        key = (v, t)
+        if key not in self.names:
+            k = self.count.get(v, 0)
+            self.count[v] = k + 1
+            self.names[key] = v.name if k == 0 else f"{v.name}~{k}"
+        return self.names[key]
+
+
+# --- a program's ops, from its record ------------------------------------------------------
+
+
+@dataclass
+class _Claim:
+    """A node run whose hint is not placed yet: the op giving ``target`` gets it."""
+
+    run: NodeRun
+    target: Any  # the name (top-level run) or the value (a body's node run) it hints
+    region: Region | None
+
+
+class _Walk:
+    """The ops one top-level node run binds, named and placed in regions.
+
+    A value inside the lowering is named ``<first result>.<k>`` (``k``: the ops listed
+    before it), a result by its (value, type) pair. A body's inputs take the names of
+    the loop's operands, and the body's results that are the node's results take theirs;
+    a loop's results take the names the body gave. ``shard_map`` bodies are one card's
+    ops (no region); ``scan`` bodies' ops are listed once with the trip count as their
+    ``repeat`` (nested scans multiply), ``while`` bodies and predicates once, every
+    ``cond`` branch's ops (the program's totals count the costliest). Collectives are
+    named but no device op (``explain`` times them at the card-to-card bandwidth).
+    """
+
+    def __init__(self, run: NodeRun, names: _Names, images: set[int]) -> None:
+        self.names = names
+        self.images = images
+        self.env: dict[int, str] = {}
+        self.objects: dict[int, Any] = {}
+        self.descs: list[OpDesc] = []
+        self.claims: list[tuple[NodeRun, int, OpDesc]] = []  # placed hints: position, op
+        self.divided = 0  # divided ops bound so far (the per-core executor counts them)
+        self.top = run
+        self.top_claim: _Claim | None = None
+        self.first = ""
+        self._regions: dict[int, Region] = {}
+        self._shared: dict[int, list[str | None]] = {}
+
+    def name(self, x: Any, name: str) -> None:
+        self.env[id(x)] = name
+        self.objects[id(x)] = x
+
+    def start(self) -> dict[int, str] | None:
+        """The run's operands and results named; its finals (None: it gives nothing new)."""
+        run = self.top
+        spyre = zip(run.ins, run.node.ins, run.option.ins, strict=True)
+        for x, u, t in spyre:
+            if t is not None:
+                self.name(x, self.names(u, t))
+        finals: dict[int, str] = {}
+        for x, v, t in zip(run.outs, run.node.outs, run.option.outs, strict=True):
+            if not _traced(x) or id(x) in finals:
+                continue
+            if id(x) in self.env:  # a result that only forwards an operand
+                self.names.names[v, t] = self.env[id(x)]
+            else:
+                finals[id(x)] = self.names(v, t)
+        if not finals:
+            return None
+        self.first = next(iter(finals.values()))
+        if run.hint is not None and not _forwards(run, run.hint.out):
+            target = finals.get(id(run.outs[run.hint.out]))
+            self.top_claim = None if target is None else _Claim(run, target, None)
+        return finals
+
+    def walk(
+        self,
+        entries: list[Any],
+        finals: dict[int, str],
+        region: Region | None,
+        claims: list[_Claim],
+        source: str,
+    ) -> None:
+        for e in entries:
+            if isinstance(e, NodeRun):  # a body's node: its hint is its own
+                inner = list(claims)
+                if e.hint is not None and not _forwards(e, e.hint.out):
+                    inner.append(_Claim(e, e.outs[e.hint.out], region))
+                self.walk(e.entries, finals, region, inner, e.node.source)
+            elif isinstance(e, Body):
+                self._body(e, finals, region, claims, source)
+            else:
+                self._call(e, finals, region, claims, source)
+
+    def _call(
+        self,
+        call: Call,
+        finals: dict[int, str],
+        region: Region | None,
+        claims: list[_Claim],
+        source: str,
+    ) -> None:
+        if divided_space(call.prim) is not None:
+            self.divided += 1
+        outs = [o for o in call.outs if isinstance(jax.typeof(o), SpyreType)]
+        if len(outs) != 1:
+            return
+        (out,) = outs
+        self.name(out, finals.get(id(out)) or f"{self.first}.{len(self.descs)}")
+        prim = call.prim
+        if getattr(prim, "role", "") == "collective":
+            return  # between cards: timed at the card link, not a device op
+        ins = [(self.env[id(a)], jax.typeof(a)) for a in call.args if id(a) in self.env]
+        in_specs = [_spec(t, n) for n, t in ins]
+        out_spec = _spec(jax.typeof(out), self.env[id(out)])
+        try:
+            kind, opfunc, space = _space(prim, in_specs, out_spec)
+        except DeviceError:
+            kind, opfunc, space = "copy", type(prim).__name__.lower(), None
+        if isinstance(prim, Wrap) and id(call.args[0]) in self.images:
+            kind = "view"
+        hint, placed = None, []
+        if kind == "compute":
+            hint, placed = self._hint(out, region, claims)
+        self.descs.append(
+            OpDesc(
+                opfunc,
+                kind,
+                source,
+                tuple((s.name, s) for s in in_specs),
+                (out_spec.name, out_spec),
+                space,
+                hint,
+                region=region,
+            )
+        )
+        self.claims.extend((run, self.divided - 1, self.descs[-1]) for run in placed)
+
+    def _hint(
+        self, out: Any, region: Region | None, claims: list[_Claim]
+    ) -> tuple[dict[str, int] | None, list[NodeRun]]:
+        """The hint of the op giving ``out``: the innermost node run's whose result it is.
+
+        Raises:
+            DeviceError: if that op is in a loop body or branch of the hinted node, or
+                two hints divide it (a ``shard_map``'s result and a value in its body).
+        """
+        hint, placed = None, []
+        for claim in reversed([self.top_claim, *claims]):
+            if claim is None:
+                continue
+            if claim.run is self.top:
+                gives = self.env[id(out)] == claim.target
+            else:
+                gives = out is claim.target
+            if not gives:
+                continue
+            node = claim.run.node
+            if region is not claim.region:
+                raise DeviceError(
+                    f"with_division: the hinted value at {node.source} comes from the "
+                    f"{region.kind} at {region.source}: hint the value inside its body"
+                )
+            if hint is not None:
+                raise DeviceError(
+                    f"with_division: two hints for one op at {node.source} (on a shard_map's "
+                    "result and on the value inside its body): keep one"
+                )
+            hint = dict(claim.run.hint.splits)
+            placed.append(claim.run)
+        return hint, placed
+
+    def _body(
+        self,
+        b: Body,
+        finals: dict[int, str],
+        region: Region | None,
+        claims: list[_Claim],
+        source: str,
+    ) -> None:
+        loop = b.loop
+        inside = region if loop.kind == "shard_map" else self._region(loop, b, region, source)
+        for x, o in b.ins:
+            if id(o) in self.env:
+                self.name(x, self.env[id(o)])
+        named: dict[int, str] = {}
+        for x, o in zip(b.outs, self._results(loop, finals), strict=False):
+            if _traced(x) and id(x) not in self.env and id(x) not in named and o is not None:
+                named[id(x)] = o
+        start = len(self.descs)
+        self.walk(b.entries, named, inside, claims, source)
+        if loop.kind == "scan":
+            n = loop.trips or 1
+            self.descs[start:] = [replace(d, repeat=d.repeat * n) for d in self.descs[start:]]
+        if loop.kind == "cond":
+            return  # its results are named once, for every branch (see _results)
+        if loop.kind != "shard_map" and b.role == "body":
+            for x, o in zip(b.outs, loop.results, strict=False):
+                if id(x) in self.env:
+                    self.name(o, self.env[id(x)])
+
+    def _results(self, loop: Loop, finals: dict[int, str]) -> list[str | None]:
+        """The names a body's results take: the loop's results' (a ``cond``'s, shared)."""
+        if loop.kind != "cond":
+            return [finals.get(id(o)) for o in loop.results]
+        shared = self._shared.get(id(loop))
+        if shared is None:
+            index = self._regions[id(loop)].index
+            shared = [
+                finals.get(id(o)) or f"{self.first}.cond{index}.{k}"
+                for k, o in enumerate(loop.results)
+            ]
+            self._shared[id(loop)] = shared
+            for o, name in zip(loop.results, shared, strict=True):
+                self.name(o, name)
+        return shared
+
+    def _region(self, loop: Loop, b: Body, parent: Region | None, source: str) -> Region:
+        """The region of a body: one per loop (a ``while``'s test and body share it)."""
+        found = self._regions.get(id(loop))
+        if found is None:
+            found = Region(next(self.names.regions), loop.kind, source, loop.trips, parent=parent)
+            self._regions[id(loop)] = found
+        if loop.kind == "cond":
+            return replace(found, branch=b.role, branches=len(loop.bodies))
+        return found
+
+
+def _traced(x: Any) -> bool:
+    """Whether a lowering's result is a value it computed (not a constant it gave)."""
+    return isinstance(x, jax.core.Tracer)
+
+
+def _forwards(run: NodeRun, out: int) -> bool:
+    """Whether a run's result ``out`` is one of its operands (no op of its own gives it)."""
+    x = run.outs[out]
+    return not _traced(x) or any(x is y for y in run.ins)
+
+
+def _node_descs(run: NodeRun, names: _Names, images: set[int]) -> _Walk:
+    """The walk of one top-level node run (its ops in ``descs``)."""
+    w = _Walk(run, names, images)
+    finals = w.start()
+    if finals is not None:
+        w.walk(run.entries, finals, None, [], run.node.source)
+    return w
+
+
+def hinted_op(record: Recorder, node: Node, index: int) -> tuple[int, OpDesc] | None:
+    """Which divided op of a node's planned option ``index`` gets the node's hint.
+
+    Returns:
+        Its position among the divided ops the option binds (loop bodies included), in
+        binding order, as the per-core executor counts them (:func:`take_hint`), and its
+        description; None if no op of the node's own gives the hinted result.
+    """
+    for run in record.runs:
+        if run.node is node and run.index == index:
+            w = _node_descs(run, _Names(), record.images)
+            return next(((k, d) for r, k, d in w.claims if r is run), None)
+    return None
+
+
+@dataclass(frozen=True)
+class ProgramOps:
+    """A planned graph's device ops and the names of its values.
+
+    Attributes:
+        descs: the ops in program order.
+        ddr: the names that live in DDR whatever the LX plan (graph inputs, outputs).
+        names: the buffer name of each (graph value, planned type) pair.
+        values: the traced values behind each name inside the nodes' lowerings (loop
+            and ``shard_map`` bodies included).
+    """
+
+    descs: list[OpDesc]
+    ddr: list[str]
+    names: dict[tuple[Value, SpyreType], str]
+    values: dict[str, list[Any]]
+
+
+def program_ops(graph: Graph, plan: Plan, record: Recorder) -> ProgramOps:
+    """The ops of a planned graph in program order, from the record of its trace."""
+    names = _Names()
+    runs = {(r.node, r.index): r for r in record.runs}
+    descs: list[OpDesc] = []
+    values: dict[str, list[Any]] = {}
+    ddr = []
+    for v in graph.inputs:
+        for t in plan.sources.get(v, []):
+            ddr.append(names(v, t))
+        descs.extend(_move_descs(plan, v, names))
+    for node in graph.nodes:
+        if not node.outs:  # run on the host for its effects only (jax.debug.print)
+            continue
+        for i in range(len(plan.runs.get(node, []))):
+            w = _node_descs(runs[node, i], names, record.images)
+            descs.extend(w.descs)
+            for k, name in w.env.items():
+                values.setdefault(name, []).append(w.objects[k])
+        for v in node.outs:
+            descs.extend(_move_descs(plan, v, names))
+    for o, t in zip(graph.outputs, plan.outputs, strict=True):
+        if isinstance(o, Value) and t is not None:
+            ddr.append(names(o, t))
+    return ProgramOps(descs, ddr, names.names, values)
+
+
+def _move_descs(plan: Plan, v: Value, names: _Names) -> list[OpDesc]:
+    out = []
+    for m in plan.moves.get(v, []):
+        src, dst = names(v, m.source), names(v, m.target)
+        out.append(
+            OpDesc(
+                "restickify",
+                "restickify",
+                m.reason,
+                ((src, _spec(m.source, src)),),
+                (dst, _spec(m.target, dst)),
+            )
+        )
+    return out
