@@ -35,7 +35,6 @@ LONG_MODULES = {
     "layout/_layout.py": 925,  # SpyreTensorLayout and HostMapping
     "lowering/_control.py": 800,  # scan, while and cond lowering (issue 27 item 3: split by job)
     "lowering/_cores.py": 750,  # the per-core executor (issue 27 items 1-3)
-    "lowering/_device.py": 625,  # the device walk over a plan (issue 27 item 1)
     "lowering/_explain.py": 775,  # explain and its report (issue 27 items 1, 3)
     "lowering/_jit.py": 850,  # the jax.jit-compatible front end and its stages (item 3)
     "lowering/_rules.py": 700,  # the lowering rules (item 3: a rules/ sub-package)
