@@ -2,6 +2,7 @@
 
 import math
 
+import chex
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -68,6 +69,27 @@ def assert_close(got, want, *, reduce_len=1, ops=1, scale=None):
             wide,
             **tol(w.dtype, reduce_len=reduce_len, scale=s, ops=ops),
         )
+
+
+def assert_matches_jax_jit(fn, *args, exact=False, **tolerance):
+    """Assert ``spyrejax.jit(fn)(*args)`` gives what ``jax.jit(fn)(*args)`` gives.
+
+    The two pytrees must have the same structure and dtypes, and their values agree
+    within :func:`assert_close`'s tolerance (``tolerance``: its ``reduce_len``, ``ops``
+    and ``scale``), or bit for bit with ``exact``. The one "matches jax.jit" check of the
+    suite.
+
+    Returns:
+        spyrejax's result, moved to the host.
+    """
+    got = jax.tree.map(sj.to_host, sj.jit(fn)(*args))
+    want = jax.jit(fn)(*args)
+    chex.assert_trees_all_equal_dtypes(got, want)
+    if exact:
+        chex.assert_trees_all_equal(got, want)
+    else:
+        assert_close(got, want, **tolerance)
+    return got
 
 
 def rand(shape, dtype=jnp.float32, seed=0, *, low=-2.0, high=2.0):

@@ -1,24 +1,15 @@
 """Control flow under spyrejax.jit: scan, while, cond, switch, nested and transformed."""
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import assert_close, rand
+from helpers import assert_matches_jax_jit as _check
 
 import spyrejax as sj
 
 SIZES = [70, 64]  # with and without stick padding (float32: 32 per stick)
-
-
-def _check(fn, *args, reduce_len=1, ops=1):
-    """sj.jit(fn) against jax.jit(fn), within the rounding of the computation."""
-    got = jax.tree.map(sj.to_host, sj.jit(fn)(*args))
-    want = jax.jit(fn)(*args)
-    chex.assert_trees_all_equal_dtypes(got, want)
-    assert_close(got, want, reduce_len=reduce_len, ops=ops)
-    return got
 
 
 def _mlp(x, ws, bs):

@@ -2,25 +2,17 @@
 
 import math
 
-import chex
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_close, rand
+from helpers import assert_matches_jax_jit as _close
+from helpers import rand
 
 import spyrejax as sj
 
 DTYPES = (jnp.float32, jnp.bfloat16)
-
-
-def _close(fn, *args, reduce_len=1, ops=1):
-    """sj.jit(fn) against jax.jit(fn), within the rounding of the computation."""
-    got = jax.tree.map(sj.to_host, sj.jit(fn)(*args))
-    want = jax.jit(fn)(*args)
-    chex.assert_trees_all_equal_dtypes(got, want)
-    assert_close(got, want, reduce_len=reduce_len, ops=ops)
 
 
 # (lhs shape, rhs shape, conv_general_dilated keywords); 40 and 70 channels pad their

@@ -13,7 +13,6 @@ errors; the checks below say so explicitly too).
 
 import warnings
 
-import chex
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -21,6 +20,7 @@ import numpy as np
 import optax
 import pytest
 from helpers import assert_close, rand, tol
+from helpers import assert_matches_jax_jit as _close
 from models import (
     gpt_train_step,
     gqa_attention,
@@ -53,13 +53,6 @@ def _params(shape, dtype, seed=0, layers=None):
 def _block_fn(shape):
     _, heads, kv_heads, _, _ = shape
     return lambda p, x: llama_block(p, x, heads, kv_heads)
-
-
-def _close(fn, *args, **tolerance):
-    got = jax.tree.map(sj.to_host, sj.jit(fn)(*args))
-    want = jax.jit(fn)(*args)
-    chex.assert_trees_all_equal_dtypes(got, want)
-    assert_close(got, want, **tolerance)
 
 
 def _sums(shape):

@@ -7,13 +7,12 @@
 
 import warnings
 
-import chex
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_close, rand
+from helpers import assert_close, assert_matches_jax_jit, rand
 from jax.ad_checkpoint import checkpoint_name
 
 import spyrejax as sj
@@ -24,11 +23,7 @@ def _same(fn, *args):
     with warnings.catch_warnings():
         warnings.simplefilter("error", sj.SpyreFallbackWarning)
         assert sj.explain(fn, *args).fallbacks == ()
-    got = jax.tree.map(sj.to_host, sj.jit(fn)(*args))
-    want = jax.jit(fn)(*args)
-    chex.assert_trees_all_equal_dtypes(got, want)
-    chex.assert_trees_all_equal(got, want)
-    return got
+    return assert_matches_jax_jit(fn, *args, exact=True)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=str)

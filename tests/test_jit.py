@@ -12,6 +12,7 @@ import numpy as np
 import optax
 import pytest
 from helpers import assert_close, rand
+from helpers import assert_matches_jax_jit as _check
 from hypothesis import given
 from hypothesis import strategies as st
 from jax.extend.core import Primitive
@@ -25,14 +26,6 @@ from spyrejax.primitives._stick import stick_options
 
 DTYPES = [jnp.float16, jnp.bfloat16, jnp.float32]
 SHAPES = [(3, 150), (4, 64)]  # with and without stick padding
-
-
-def _check(fn, *args, reduce_len=1, ops=1, scale=None):
-    """sj.jit(fn) against jax.jit(fn), within the rounding of the computation."""
-    got = jax.tree.map(sj.to_host, sj.jit(fn)(*args))
-    want = jax.jit(fn)(*args)
-    chex.assert_trees_all_equal_dtypes(got, want)
-    assert_close(got, want, reduce_len=reduce_len, ops=ops, scale=scale)
 
 
 @jax.custom_vjp

@@ -1,21 +1,13 @@
 """Whole models through spyrejax.jit, checked with chex against jax.jit on the same inputs."""
 
-import chex
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import pytest
 from helpers import assert_close, rand
+from helpers import assert_matches_jax_jit as _close
 
 import spyrejax as sj
-
-
-def _close(fn, *args, reduce_len=1, ops=1):
-    """sj.jit(fn) against jax.jit(fn), within the rounding of the computation."""
-    got = jax.tree.map(sj.to_host, sj.jit(fn)(*args))
-    want = jax.jit(fn)(*args)
-    chex.assert_trees_all_equal_dtypes(got, want)
-    assert_close(got, want, reduce_len=reduce_len, ops=ops)
 
 
 def mlp(x, w1, b1, w2, b2):

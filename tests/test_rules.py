@@ -1,24 +1,16 @@
 """Lowering rules for what textbook JAX code emits, each against jax.jit."""
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import assert_close, rand
+from helpers import assert_matches_jax_jit as _check
 
 import spyrejax as sj
 
 DTYPES = [jnp.float16, jnp.bfloat16, jnp.float32]
 SHAPES = [(3, 150), (4, 64)]  # with and without stick padding
-
-
-def _check(fn, *args, reduce_len=1, ops=1):
-    """sj.jit(fn) against jax.jit(fn), within the rounding of the computation."""
-    got = jax.tree.map(sj.to_host, sj.jit(fn)(*args))
-    want = jax.jit(fn)(*args)
-    chex.assert_trees_all_equal_dtypes(got, want)
-    assert_close(got, want, reduce_len=reduce_len, ops=ops)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
