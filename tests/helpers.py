@@ -1,5 +1,6 @@
 """Shared helpers for the Spyre array tests: inputs, tolerances, padding checks."""
 
+import contextlib
 import math
 
 import chex
@@ -90,6 +91,29 @@ def assert_matches_jax_jit(fn, *args, exact=False, **tolerance):
     else:
         assert_close(got, want, **tolerance)
     return got
+
+
+@contextlib.contextmanager
+def dma_transfers():
+    """Collect the DMA transfers run inside the block, as ``(direction, engine, source)``.
+
+    Listens to the ``jax.monitoring`` event the DMA engine records for each transfer
+    (``spyrejax.dma._dma.DMA_EVENT``), so a test sees which engine ran and what it was
+    given without patching either.
+    """
+    from spyrejax.dma._dma import DMA_EVENT
+
+    seen = []
+
+    def listen(event, **kw):
+        if event == DMA_EVENT:
+            seen.append((kw["direction"], kw["engine"], kw["source"]))
+
+    jax.monitoring.register_event_listener(listen)
+    try:
+        yield seen
+    finally:
+        jax.monitoring.unregister_event_listener(listen)
 
 
 def rand(shape, dtype=jnp.float32, seed=0, *, low=-2.0, high=2.0):

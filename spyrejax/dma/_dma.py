@@ -23,7 +23,7 @@ moving the values (restickify, copies) take them as bits (:func:`d2h_bits`,
 Eager transfers between concrete arrays run the same descriptors on the host engine
 (:mod:`spyrejax.dma._host_dma`: blocked NumPy strided copies, and a C kernel for element
 transposes) when they are small, stick-granular or transposes the kernel takes; traced
-transfers, and any others, run as above in XLA.
+transfers, and any others, run as above in XLA; each says which (:data:`DMA_EVENT`).
 """
 
 from __future__ import annotations
@@ -62,6 +62,15 @@ __all__ = [
     "read_box",
     "write_box",
 ]
+
+DMA_EVENT = "/spyrejax/dma/transfer"
+"""The ``jax.monitoring`` event of each transfer; keywords ``direction`` (h2d, d2h),
+``engine`` (host, xla, traced), ``source`` (numpy: a NumPy array as is; jax)."""
+
+
+def _record(direction: str, engine: str, x: Any) -> None:
+    source = "numpy" if isinstance(x, np.ndarray) else "jax"
+    jax.monitoring.record_event(DMA_EVENT, direction=direction, engine=engine, source=source)
 
 
 @dataclass(frozen=True)
@@ -615,9 +624,12 @@ def dma_h2d(x: Any, layout: SpyreTensorLayout, *, pad_value: Any = None) -> jax.
     mapping = layout.for_host(np.shape(x))
     dci = mapping.dci(host_to_device=True)
     if _on_host(x, dci, dt):
+        _record("h2d", "host", x)
         return _h2d_on_host(x, dci, mapping, fill)
     if isinstance(x, jax.core.Tracer):
+        _record("h2d", "traced", x)
         return _h2d_traced(x, _fill(fill, dt), mapping)
+    _record("h2d", "xla", x)
     return _h2d(_to_jax(x, dt), _fill(fill, dt), mapping=mapping)
 
 
@@ -652,9 +664,12 @@ def dma_d2h(image: Any, shape: Sequence[int], layout: SpyreTensorLayout) -> jax.
     mapping = layout.for_host(shape)
     dci = mapping.dci(host_to_device=False)
     if _on_host(image, dci, dt):
+        _record("d2h", "host", image)
         return _d2h_on_host(image, dci, mapping.shape)
     if isinstance(image, jax.core.Tracer):
+        _record("d2h", "traced", image)
         return _d2h_traced(image, mapping)
+    _record("d2h", "xla", image)
     return _d2h(_to_jax(image, dt), mapping=mapping)
 
 
