@@ -10,6 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from cases import MORE_EXPLICIT, SPEC_EXPLICIT, SPEC_VECTORS_MOVED
+from helpers import dma_transfers
 from hypothesis import example, given
 from hypothesis import strategies as st
 from oracles import coords_by_rule, image_by_rule, random_bits, run_descriptors, same_bits
@@ -347,15 +348,14 @@ def test_large_element_transposes_run_on_the_kernel(monkeypatch):
 def test_without_the_kernel_large_element_transposes_run_in_xla(monkeypatch):
     from spyrejax.dma import _host_dma
 
-    def refuse(*args, **kwargs):
-        raise AssertionError("the host engine ran an element-granular transfer")
-
     x, layout, jitted = _transposed_case()
     monkeypatch.setattr(_host_dma, "_native", None)  # as if built without a C compiler
-    monkeypatch.setattr(sj.dma._dma, "run_on_host", refuse)
-    image = sj.dma_h2d(x, layout)
+    with dma_transfers() as transfers:
+        image = sj.dma_h2d(x, layout)
+        back = sj.dma_d2h(image, TRANSPOSED, layout)
+    assert [engine for _, engine, _ in transfers] == ["xla", "xla"]
     assert same_bits(image, jitted)
-    assert same_bits(sj.dma_d2h(image, TRANSPOSED, layout), x)
+    assert same_bits(back, x)
 
 
 @needs_kernel
