@@ -86,6 +86,11 @@ def test_explain_stages_and_filter_jit_under_x64():
     with X64:
         assert "argmax" in {o.prim for o in sj.explain(f, x).nodes}
         assert "i32[4]" in sj.jit(f).lower(x).as_text()
+        # Compiled ahead of time, it takes the same 64-bit arguments (its results: int32).
+        compiled = sj.jit(lambda i: i * 2).lower(np.arange(4)).compile()
+        np.testing.assert_array_equal(sj.to_host(compiled(np.arange(4))), np.arange(4) * 2)
+        with pytest.raises(sj.LayoutError, match=r"leaf 0 .*4294967296"):
+            compiled(np.array([0, 1, 2, 2**32]))
         got = sj.to_host(sj.filter_jit(f)(x))
         assert got.dtype == jnp.int64
         np.testing.assert_array_equal(got, jax.jit(f)(x))

@@ -497,6 +497,13 @@ class Compiled(_Stage):
                 "Compiled: cannot run under a JAX transformation (got a tracer); call the "
                 "spyrejax.jit function itself under jax.jit, jax.grad or jax.vmap"
             )
+        if _x64.active():  # 64-bit leaves held in 32 bits, as a call holds them (_x64)
+            leaves = _x64.narrow_leaves(leaves, lambda i: f"leaf {i}")
+            with _x64.off():
+                return self._run(leaves)
+        return self._run(leaves)
+
+    def _run(self, leaves: list[Any]) -> Any:
         want = self._lowering.in_avals
         for i, (x, aval) in enumerate(zip(leaves, want, strict=True)):
             try:
@@ -616,11 +623,10 @@ class SpyreJit:
     def _x64_lowering(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[Lowering, list[Any], tuple[Any, ...]]:
-        """In x64 mode: the 32-bit lowering, the narrowed inputs, the results' x64 dtypes.
+        """x64 mode: the 32-bit lowering, narrowed inputs and results' x64 dtypes (_x64).
 
-        The function is traced, planned and run with x64 off on its arguments held in
-        32 bits; ``jax.jit``'s own x64 trace (once per signature) gives the dtypes of
-        the results and shows where the function computes float64 (see ``_x64``).
+        ``jax.jit``'s own x64 trace (once per signature) gives the results' dtypes and
+        shows where the function computes float64.
         """
         sig64, _, call64 = self._signature(args, kwargs)
         with _x64.off():
@@ -648,11 +654,7 @@ class SpyreJit:
     def _make_jaxpr(
         self, sig: _Signature, call: Call, x64: bool = False
     ) -> tuple[ClosedJaxpr, Any]:
-        """``jax.make_jaxpr`` of the function on the signature's shapes, and its out tree.
-
-        With ``x64``, a Spyre array holding an int64 value (``x64_dtype``) is traced as
-        the int64 value ``jax.jit`` would see.
-        """
+        """``jax.make_jaxpr`` on the signature's shapes (``x64``: Spyre arrays' x64 dtypes)."""
         positional = sorted((k, v) for k, _, v in sig.static if isinstance(k, int))
         keywords = {k: v for k, _, v in sig.static if isinstance(k, str)}
 
