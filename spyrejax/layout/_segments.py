@@ -148,21 +148,41 @@ def segment_axes(
         sizes = [math.prod(host_shape[d] for d in g) for g in groups]
         assigned, fold = _assign(strides, sizes, axes, walking, what, fold_unwalked, fold_overflow)
         if fold is None:
-            break
-        if fold == len(groups) - 1:
-            dims = groups[fold]
-            raise LayoutError(
-                f"{what} does not reach every element of host dim(s) {tuple(dims)} "
-                f"(host shape {tuple(host_shape)}, strides {tuple(host_strides)})"
-            )
-        outer, inner = groups[fold], groups[fold + 1]
-        inner_span = host_strides[inner[-1]] * math.prod(host_shape[d] for d in inner)
-        if host_strides[outer[-1]] != inner_span:
-            raise LayoutError(
-                f"{what} folds host dims {tuple(outer)} and {tuple(inner)}, which are not "
-                f"contiguous (host shape {tuple(host_shape)}, strides {tuple(host_strides)})"
-            )
-        groups[fold : fold + 2] = [outer + inner]
+            return _segmentation(groups, assigned, len(axes), host_shape, host_strides)
+        _fold(groups, fold, host_shape, host_strides, what)
+
+
+def _fold(
+    groups: list[list[int]],
+    fold: int,
+    host_shape: Sequence[int],
+    host_strides: Sequence[int],
+    what: str,
+) -> None:
+    """Merge group ``fold`` with the next inner one, in place, if they are contiguous."""
+    if fold == len(groups) - 1:
+        raise LayoutError(
+            f"{what} does not reach every element of host dim(s) {tuple(groups[fold])} "
+            f"(host shape {tuple(host_shape)}, strides {tuple(host_strides)})"
+        )
+    outer, inner = groups[fold], groups[fold + 1]
+    inner_span = host_strides[inner[-1]] * math.prod(host_shape[d] for d in inner)
+    if host_strides[outer[-1]] != inner_span:
+        raise LayoutError(
+            f"{what} folds host dims {tuple(outer)} and {tuple(inner)}, which are not "
+            f"contiguous (host shape {tuple(host_shape)}, strides {tuple(host_strides)})"
+        )
+    groups[fold : fold + 2] = [outer + inner]
+
+
+def _segmentation(
+    groups: list[list[int]],
+    assigned: dict[int, tuple[int, int]],
+    n_axes: int,
+    host_shape: Sequence[int],
+    host_strides: Sequence[int],
+) -> Segmentation:
+    """The segments of the final groups; axes tied with another on a segment are ignored."""
     segments = []
     tied = []
     for g, dims in enumerate(groups):
@@ -179,7 +199,7 @@ def segment_axes(
                 axes=tuple(mine),
             )
         )
-    ignored = tuple(a for a in range(len(axes)) if a not in assigned or a in tied)
+    ignored = tuple(a for a in range(n_axes) if a not in assigned or a in tied)
     return Segmentation(tuple(segments), ignored)
 
 
