@@ -48,7 +48,6 @@ COMPLEX_FUNCTIONS = {
     "primitives/_matmul.py: _Plan.__init__": 27,
     "primitives/_reduce.py: _reduce_data": 27,
     "lowering/_graph.py: _Builder.inline": 26,
-    "lowering/_regions.py: _region_node": 26,
 }
 
 

@@ -189,6 +189,19 @@ def _reach(start: frozenset[int], edges: list[set[int]]) -> set[int]:
 
 def _region_node(graph: Graph, nodes: list[Node]) -> Node:
     """One node running ``nodes`` on the host: a ``closed_call`` of their JAX code."""
+    ins = _region_inputs(nodes)
+    outs = _region_outputs(graph, nodes)
+    structs = [jax.ShapeDtypeStruct(u.shape, u.dtype) for u in ins]
+    closed = jax.make_jaxpr(_host_runner(nodes, ins, outs))(*structs)
+    held = sorted({np.dtype(v.dtype).name for n in nodes for v in (*n.ins, *n.outs) if on_host(v)})
+    names = list(dict.fromkeys(n.prim for n in nodes))
+    prims = ", ".join(names[:_NAMED]) + (", ..." if len(names) > _NAMED else "")
+    name = f"host region ({' '.join(held)}: {prims})"
+    return Node(name, call_params(closed), list(ins), outs, nodes[0].source, closed_call_p)
+
+
+def _region_inputs(nodes: list[Node]) -> list[Value]:
+    """The values a region reads from outside it (host-only constants are folded in)."""
     inside = {v for n in nodes for v in n.outs}
     ins: list[Value] = []
     for n in nodes:
@@ -200,10 +213,19 @@ def _region_node(graph: Graph, nodes: list[Node]) -> Node:
                     )
                 if not on_host(u):
                     ins.append(u)
+    return ins
+
+
+def _region_outputs(graph: Graph, nodes: list[Node]) -> list[Value]:
+    """The values of a region read after it, in the order the region makes them."""
+    made = [v for n in nodes for v in n.outs]
     read_after = {u for n in graph.nodes if n not in nodes for u in n.ins}
     read_after.update(o for o in graph.outputs if isinstance(o, Value))
-    outs = [v for v in inside if v in read_after]
-    outs.sort(key=lambda v: [w for n in nodes for w in n.outs].index(v))
+    return [v for v in made if v in read_after]
+
+
+def _host_runner(nodes: list[Node], ins: list[Value], outs: list[Value]) -> Any:
+    """A function of the region's inputs that runs its nodes' JAX code in order."""
 
     def run(*args: Any) -> list[Any]:
         env: dict[Value, Any] = dict(zip(ins, args, strict=True))
@@ -219,13 +241,7 @@ def _region_node(graph: Graph, nodes: list[Node]) -> Node:
             env.update(zip(n.outs, res if several else [res], strict=True))
         return [env[v] for v in outs]
 
-    structs = [jax.ShapeDtypeStruct(u.shape, u.dtype) for u in ins]
-    closed = jax.make_jaxpr(run)(*structs)
-    held = sorted({np.dtype(v.dtype).name for n in nodes for v in (*n.ins, *n.outs) if on_host(v)})
-    names = list(dict.fromkeys(n.prim for n in nodes))
-    prims = ", ".join(names[:_NAMED]) + (", ..." if len(names) > _NAMED else "")
-    name = f"host region ({' '.join(held)}: {prims})"
-    return Node(name, call_params(closed), list(ins), outs, nodes[0].source, closed_call_p)
+    return run
 
 
 def _operand(u: Value | Scalar, env: dict[Value, Any]) -> Any:
