@@ -117,7 +117,8 @@ def main(argv: list[str]) -> int:
     """Print the figures, or with ``--check`` the problems (exit 1 if any)."""
     if "--check" in argv:
         found = problems()
-        print("\n".join(found))
+        if found:
+            print("\n".join(found))
         return 1 if found else 0
     print(report())
     return 0
