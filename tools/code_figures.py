@@ -47,7 +47,6 @@ COMPLEX_FUNCTIONS = {
     "lowering/_explain.py: _ops": 30,
     "primitives/_matmul.py: _Plan.__init__": 27,
     "primitives/_reduce.py: _reduce_data": 27,
-    "lowering/_graph.py: _Builder.inline": 26,
 }
 
 

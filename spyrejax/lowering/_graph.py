@@ -208,34 +208,39 @@ class _Builder:
             source = source or "<unknown source>"
             if name in _DERIVATIVE_RULES and not all(isinstance(x, Scalar) for x in ins):
                 self.graph.derivative_rules.append(f"{name} at {source}")
-            if call_body(name, eqn.params) is not None:
-                self._call(eqn, ins, env, source)
-            elif name == "shard_map":  # planned per card as one node (zero-size or not)
-                self._node(eqn, ins, env, source)
-            elif name in _IDENTITIES:
-                for out, x in zip(eqn.outvars, ins, strict=True):
-                    env[out] = x
-            elif _expansions.positional_axes(eqn) is not None:
-                self._positional(eqn, ins, env, source)
-            elif _keys.needs_expansion(eqn):
-                self._keys(eqn, ins, env, source)
-            elif _expansions.needs_expansion(eqn):
-                body = _expansions.expand(eqn)
-                self._inline_body(body, eqn, ins, env, source, internal=True)
-            elif name == "split":
-                self._split(eqn, ins, env, source)
-            elif name == "unstack":
-                self._unstack(eqn, ins, env, source)
-            elif name == "stack":
-                self._stack(eqn, ins, env, source)
-            elif any(_empty(x) for x in ins) or any(
-                math.prod(o.aval.shape) == 0 for o in eqn.outvars
-            ):
-                self._zero_size(eqn, ins, env, source)
-            elif all(isinstance(x, Scalar) for x in ins) and _folds(eqn):
-                self._fold(eqn, ins, env)
-            else:
-                self._node(eqn, ins, env, source)
+            self._equation(eqn, ins, env, source)
+
+    def _equation(self, eqn: Any, ins: list[Any], env: dict[Any, Any], source: str) -> None:
+        """Add one equation: a call's body or an expansion inlined, or by its shapes."""
+        name = eqn.primitive.name
+        if call_body(name, eqn.params) is not None:
+            self._call(eqn, ins, env, source)
+        elif name == "shard_map":  # planned per card as one node (zero-size or not)
+            self._node(eqn, ins, env, source)
+        elif name in _IDENTITIES:
+            for out, x in zip(eqn.outvars, ins, strict=True):
+                env[out] = x
+        elif _expansions.positional_axes(eqn) is not None:
+            self._positional(eqn, ins, env, source)
+        elif _keys.needs_expansion(eqn):
+            self._keys(eqn, ins, env, source)
+        elif _expansions.needs_expansion(eqn):
+            body = _expansions.expand(eqn)
+            self._inline_body(body, eqn, ins, env, source, internal=True)
+        else:
+            self._shaped(eqn, ins, env, source)
+
+    def _shaped(self, eqn: Any, ins: list[Any], env: dict[Any, Any], source: str) -> None:
+        """Add a split, unstack or stack; a zero-size equation; a fold of scalars; a node."""
+        pieces = {"split": self._split, "unstack": self._unstack, "stack": self._stack}
+        if eqn.primitive.name in pieces:
+            pieces[eqn.primitive.name](eqn, ins, env, source)
+        elif any(_empty(x) for x in ins) or any(math.prod(o.aval.shape) == 0 for o in eqn.outvars):
+            self._zero_size(eqn, ins, env, source)
+        elif all(isinstance(x, Scalar) for x in ins) and _folds(eqn):
+            self._fold(eqn, ins, env)
+        else:
+            self._node(eqn, ins, env, source)
 
     def _call(self, eqn: Any, ins: list[Any], env: dict[Any, Any], source: str) -> None:
         self._inline_body(call_body(eqn.primitive.name, eqn.params), eqn, ins, env, source)
