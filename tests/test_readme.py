@@ -7,6 +7,7 @@ only before its first use) runs in a fresh Python process, as a reader pasting t
 would, so its settings neither depend on nor leak into the test process.
 """
 
+import code
 import os
 import pathlib
 import re
@@ -66,6 +67,28 @@ def test_docs_page_examples_run(page):
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+class _PasteConsole(code.InteractiveConsole):
+    """The interactive interpreter a reader pastes into, compiling without running."""
+
+    syntax_errors = 0
+
+    def runcode(self, code_obj):  # compiling is the check: nothing runs
+        return None
+
+    def showsyntaxerror(self, filename=None, **kwargs):
+        self.syntax_errors += 1
+
+
+@pytest.mark.parametrize("page", [README, *PAGES], ids=["README.md"] + [p.name for p in PAGES])
+def test_every_block_pastes_into_the_interactive_interpreter(page):
+    """A blank line ends a block in the REPL: none inside a def, one after a with/def."""
+    for block in python_blocks(page):
+        console = _PasteConsole()
+        for line in [*block.splitlines(), ""]:
+            console.push(line)
+        assert console.syntax_errors == 0, block
 
 
 def test_docs_pages_are_in_the_site_and_link_each_other():
