@@ -46,7 +46,6 @@ COMPLEX_FUNCTIONS = {
     "device/_program.py: plan_program": 30,
     "lowering/_explain.py: _ops": 30,
     "primitives/_matmul.py: _Plan.__init__": 27,
-    "primitives/_reduce.py: _reduce_data": 27,
 }
 
 

@@ -247,32 +247,63 @@ def _reduce_data(
     cut = [a for a in axes if box[a][0] < img.shape[a]]
     if not cut:
         return _staged(img, axes, reduce)
-    combine = _COMBINE[op.lax]
     bound = [b for b, _ in box]
     inner = tuple(a for a in axes if a not in cut)
-    slabs = [a for a in cut if not box[a][1]]
+    cuts = _Cuts(mask, box, axes, cut, [a for a in cut if not box[a][1]], bound, fill)
     if img.nbytes > STAGED_REDUCTION_BYTES and inner:
-        # Large images: the axes without padding first, in one read in memory order (a
-        # window over the outer tile axis walks a large image across tiles); then the
-        # box of the small partial result.
-        part = jax.lax.optimization_barrier(reduce(img, inner))
-        kept = [a for a in range(img.ndim) if a not in inner]
-        at = tuple(kept.index(a) for a in cut)
-        box_part = part[tuple(slice(0, bound[a]) if a in cut else slice(None) for a in kept)]
-        out = reduce(box_part, at)
-        for i in range(len(slabs)):
-            slab = select(*_slab(img, mask, cut, slabs, i, bound, box), fill)
-            out = combine(out, reduce(slab, axes))
-        return out
-    window = tuple(bound[a] if a in cut else 1 for a in range(img.ndim))
+        return _reduce_large(img, inner, cuts, reduce, _COMBINE[op.lax])
+    return _reduce_window(img, identity, cuts, reduce, _COMBINE[op.lax])
+
+
+@dataclass(frozen=True)
+class _Cuts:
+    """A data box cutting some reduced axes: its slabs past inexact bounds, and the fill."""
+
+    mask: jax.Array
+    box: tuple[tuple[int, bool], ...]
+    axes: tuple[int, ...]
+    cut: list[int]
+    slabs: list[int]
+    bound: list[int]
+    fill: Any
+
+    def slab(self, img: jax.Array, i: int) -> jax.Array:
+        """The ``i``-th slab of ``img``, padding replaced by the fill."""
+        parts = _slab(img, self.mask, self.cut, self.slabs, i, self.bound, self.box)
+        return select(*parts, self.fill)
+
+
+def _reduce_large(
+    img: jax.Array, inner: tuple[int, ...], cuts: _Cuts, reduce: Any, combine: Any
+) -> jax.Array:
+    """Large images: the axes without padding first, then the box of the small result.
+
+    The first reduction reads the image once in memory order (a window over the outer
+    tile axis would walk a large image across tiles).
+    """
+    part = jax.lax.optimization_barrier(reduce(img, inner))
+    kept = [a for a in range(img.ndim) if a not in inner]
+    at = tuple(kept.index(a) for a in cuts.cut)
+    box_part = part[tuple(slice(0, cuts.bound[a]) if a in cuts.cut else slice(None) for a in kept)]
+    out = reduce(box_part, at)
+    for i in range(len(cuts.slabs)):
+        out = combine(out, reduce(cuts.slab(img, i), cuts.axes))
+    return out
+
+
+def _reduce_window(
+    img: jax.Array, identity: Any, cuts: _Cuts, reduce: Any, combine: Any
+) -> jax.Array:
+    """The box reduced by one ``reduce_window`` covering it, then the slabs, then the rest."""
+    cut = cuts.cut
+    window = tuple(cuts.bound[a] if a in cut else 1 for a in range(img.ndim))
     # A concrete identity picks lax's sum/max/min window primitives (with derivatives).
     init = np.asarray(identity, img.dtype)
     part = jax.lax.reduce_window(img, init, combine, window, window, "VALID")
     part = part[tuple(slice(0, 1) if a in cut else slice(None) for a in range(img.ndim))]
-    for i in range(len(slabs)):
-        slab = select(*_slab(img, mask, cut, slabs, i, bound, box), fill)
-        part = combine(part, reduce(slab, tuple(cut)).reshape(part.shape))
-    return _staged(part, axes, reduce, img.nbytes)
+    for i in range(len(cuts.slabs)):
+        part = combine(part, reduce(cuts.slab(img, i), tuple(cut)).reshape(part.shape))
+    return _staged(part, cuts.axes, reduce, img.nbytes)
 
 
 def _slab(
