@@ -3,8 +3,9 @@
 The sweep is ``../shared/data/spyre/granite_splits_lx0.2.txt`` (every 32-core division
 of 12 Granite matmul shapes at lx_fraction 0.2). Issue 25's targets: the model's pick
 within 10% of the card's best on >= 10 of 12 shapes, median Spearman rho >= 0.6, the
-best division's time predicted within 30% on 12 of 12 (11 reached: the prefill
-attention-times-V shape, B32_M512_N128_K512, is predicted 40% low).
+best division's time predicted within 30% on 12 of 12 (10 reached: the prefill
+attention-times-V shape, B32_M512_N128_K512, is predicted 44% low, the decode QK^T
+shape B64_M32_N576_K128 32% low).
 """
 
 import dataclasses
@@ -32,11 +33,39 @@ def sweep():
 def test_the_model_ranks_the_granite_sweep_as_the_card_does(sweep):
     assert len(sweep.shapes) == 12 and sweep.hangs == 4
     assert sum(len(s.splits) for s in sweep.shapes) == 236
-    assert sweep.picks_within(0.10) == 11  # target: >= 10
-    assert sweep.median_rho == pytest.approx(0.81, abs=0.01)  # target: >= 0.6
-    assert sweep.best_within(0.30) == 11  # target: 12; B32_M512_N128_K512 is 40% low
+    assert sweep.picks_within(0.10) == 12  # target: >= 10
+    assert sweep.median_rho == pytest.approx(0.83, abs=0.01)  # target: >= 0.6
+    assert sweep.best_within(0.30) == 10  # target: 12; see the module docstring
     worst = min(sweep.shapes, key=lambda s: s.best_error)
-    assert worst.shape == "B32_M512_N128_K512" and worst.best_error == pytest.approx(-0.4, abs=0.02)
+    assert worst.shape == "B32_M512_N128_K512" and worst.best_error == pytest.approx(
+        -0.44, abs=0.02
+    )
+
+
+def test_prefill_qkt_picks_its_k_split_as_the_card_does(sweep):
+    # B512_M32_N512_K128: a core whose K slice spans both sticks spills its batch-
+    # interleaved fp32 partial sums (1 MB, over the 0.2 budget) to DDR between them; the
+    # card's best is the K split 1_2_8_2 (1009 us); without the spill the model picked
+    # 2_4_4_1 (2428 us on the card) and ranked at rho -0.14.
+    (fit,) = [s for s in sweep.shapes if s.shape == "B512_M32_N512_K128"]
+    assert fit.splits[fit.pick].endswith("_2")
+    assert fit.rho == pytest.approx(0.80, abs=0.02)
+
+
+def test_the_partial_sum_spill_follows_the_budget_and_spares_plain_matmuls():
+    # Section 8: prefill QK^T 1_4_8_1 ran 1634 us at lx 0.2 and 743 at 0.8.
+    def terms(row, frac):
+        machine = Machine.spyre(lx_fraction=frac)
+        return matmul_time(sweep_division(row, machine), machine)
+
+    qkt = Measurement(512, 32, 512, 128, (1, 4, 8, 1), 0.0)
+    out_bytes = 512 * 32 * 512 * 2
+    assert terms(qkt, 0.2).write_bytes == out_bytes + out_bytes * 2  # fp32 written once
+    assert terms(qkt, 0.8).write_bytes == out_bytes  # 1 MB of fp32 per core fits 0.8
+    assert terms(qkt, 0.2).time_s > 1.5 * terms(qkt, 0.8).time_s
+    # A plain matmul blocks its output instead: 2 MB of fp32 per core, 8 K sticks, no spill.
+    plain = Measurement(1, 512, 4096, 4096, (1, 1, 4, 8), 0.0)
+    assert terms(plain, 0.2).write_bytes == 512 * 4096 * 2
 
 
 def test_the_issues_two_examples_now_pick_the_cards_best(sweep):

@@ -20,6 +20,10 @@ bytes a division must read explain little of its time; what does (section 8):
   transfer: boxes cut across the batch or stick tiles into short runs run slowly.
 - **Multicast sync**: a tile shared by more than ``multicast_sharers`` cores is handed
   out in LX-sized chunks, each a barrier of its sharers that grows with their number.
+- **Partial-sum spill** (batched matmuls): the tiled layout puts the batch inside a
+  batched operand's rows, so a core's accumulators carry all its batch slices; when they
+  do not fit ``lx_usable`` and its K slice spans more than one stick, the fp32 partial
+  sums go to DDR and back between K steps (DDR bytes, no constant of their own).
 - **K-split**: fp32 partial sums of each core's output block, combined by its partners.
 
 ``time = max(PT, max(DDR, runs) + sync) + K-split``. The fitted constants are
@@ -49,12 +53,13 @@ class MatmulTime:
     Attributes:
         pt_s: the PT array's time.
         ddr_s: DDR time of the bytes read (with re-reads and the stream factor) and
-            written.
+            written (with any partial-sum spill).
         runs_s: DMA setups of core 0's contiguous runs not hidden by their transfer.
         sync_s: barriers of tiles multicast to more cores than a cohort serves.
         reduce_s: combining a K split's fp32 partial sums.
-        read_bytes: DDR bytes read (unique bytes times LX re-reads).
-        write_bytes: DDR bytes written.
+        read_bytes: DDR bytes read (unique bytes times LX re-reads, plus spilled
+            partial sums read back).
+        write_bytes: DDR bytes written (the output, plus spilled partial sums).
         passes: how many times A and B pass through LX (1: no re-read).
     """
 
@@ -182,7 +187,10 @@ def matmul_time(
         runs += _core_runs(division, i, machine) * p
         over = max(0.0, g / machine.mm_multicast_sharers - 1)
         sync += math.ceil(per_core * p / chunk) * over * machine.mm_multicast_sync_s
-    write = 0 if 2 in in_lx else out.tensor.nbytes
+    spill = _spill_bytes(batch, m, n, k, itemsize, machine) * cores
+    read += spill / 2
+    read_bytes += spill // 2
+    write = (0 if 2 in in_lx else out.tensor.nbytes) + spill // 2
     if 2 not in in_lx:
         runs += _core_runs(division, 2, machine)
     bw = machine.ddr_bw * machine.bandwidth_fraction(cores)
@@ -191,6 +199,23 @@ def matmul_time(
     partial = division.core_bytes(2) * machine.mm_accumulator_bytes // out.tensor.itemsize
     reduce = (sk - 1) / sk * partial / machine.mm_partial_sum_bw
     return MatmulTime(pt, ddr, runs * machine.mm_run_s, sync, reduce, read_bytes, write, passes)
+
+
+def _spill_bytes(batch: int, m: int, n: int, k: int, itemsize: int, machine: Machine) -> int:
+    """DDR bytes one core moves spilling its fp32 partial sums between K steps.
+
+    In the tiled layout a batched operand's batch sits inside its rows (``[M, K sticks,
+    B, 64]``), so a core's LX block carries all its batch slices and cannot be blocked
+    over them (coarse tiling loops over outer device dims only). When the core's
+    ``batch x m x n`` accumulators do not fit ``lx_usable`` and its K slice spans more
+    than one stick, the partial sums are written to DDR and read back at every further
+    K step. No fitted constant: the bytes run at the DDR rate.
+    """
+    steps = -(-k // (128 // itemsize))  # K sticks of the slice (128-byte sticks)
+    acc = batch * m * n * machine.mm_accumulator_bytes
+    if batch == 1 or steps == 1 or acc <= machine.lx_usable:
+        return 0
+    return 2 * (steps - 1) * acc
 
 
 def _core_runs(division: WorkDivision, operand: int, machine: Machine) -> float:
