@@ -149,3 +149,12 @@ def image_by_rule(x, layout, fill):
         if m == 0:
             image = np.repeat(image.take([0], axis=j), size, axis=j)
     return image
+
+
+def gapped_image(inner_image, gaps, fill):
+    """The image of a layout with gaps: its gap-free image, ``gaps`` around it filled.
+
+    A gap (``(front, back)`` device positions on a dim) holds no data, so the image is
+    the image of the valid range padded on each dim (spec of issue 26, item 2).
+    """
+    return np.pad(inner_image, [tuple(g) for g in gaps], constant_values=fill)

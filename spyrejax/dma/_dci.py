@@ -142,6 +142,7 @@ class DCI(Sequence[Descriptor]):
     device_shape: tuple[int, ...]
     name: str = ""
     host_dataformat: DataFormats | None = None
+    device_gaps: tuple[tuple[int, int], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.host_dataformat is None:
@@ -173,13 +174,15 @@ class DCI(Sequence[Descriptor]):
 
         ``dataformat_src_`` and ``dataformat_dst_`` are the formats of the source and
         destination: the host format and the device format on the way in, swapped on
-        the way out.
+        the way out. A layout with gaps adds ``validGap_``: per device dim, innermost
+        first, ``[valid, gap]``: the range the descriptors iterate and the gap positions
+        around it (the front gap is also in the device offsets).
         """
         src, dst = self.host_shape, self.device_shape
         src_fmt, dst_fmt = self.host_dataformat, self.dataformat
         if not self.host_to_device:
             src, dst, src_fmt, dst_fmt = dst, src, dst_fmt, src_fmt
-        return {
+        out = {
             "dsName_": self.name,
             "isHostToSen_": int(self.host_to_device),
             "dataformat_src_": int(src_fmt),
@@ -188,6 +191,10 @@ class DCI(Sequence[Descriptor]):
             "input_shape_": list(src)[::-1],
             "output_shape_": list(dst)[::-1],
         }
+        if self.device_gaps is not None:
+            pairs = zip(self.device_shape, self.device_gaps, strict=True)
+            out["validGap_"] = [[n - f - b, f + b] for n, (f, b) in pairs][::-1]
+        return out
 
     def to_json(self, **kwargs: Any) -> str:
         """The DCI as a JSON string with torch-spyre's field names."""
@@ -218,11 +225,15 @@ class DCI(Sequence[Descriptor]):
                 for e in data["dcsi_"]
             )
             name = str(data.get("dsName_", ""))
+            gaps = data.get("validGap_")
+            gaps = None if gaps is None else [(int(g), 0) for _, g in gaps][::-1]
         except (KeyError, TypeError, ValueError) as err:
             raise LayoutError(f"not a DCI JSON object ({err!r}): {data!r:.200}") from err
         host, dev = (src, dst) if h2d else (dst, src)
         host_fmt, dev_fmt = (src_fmt, dst_fmt) if h2d else (dst_fmt, src_fmt)
-        return cls(descs, h2d, dev_fmt, host, dev, name, host_fmt)
+        if gaps is not None and len(gaps) != len(dev):
+            raise LayoutError(f"validGap_ {data['validGap_']} does not match output_shape_")
+        return cls(descs, h2d, dev_fmt, host, dev, name, host_fmt, _front_gaps(descs, gaps, dev))
 
     @classmethod
     def from_json(cls, text: str) -> DCI:
@@ -232,6 +243,27 @@ class DCI(Sequence[Descriptor]):
         except json.JSONDecodeError as err:
             raise LayoutError(f"not valid JSON: {err}") from err
         return cls.from_dict(data)
+
+
+def _front_gaps(
+    descs: Sequence[Descriptor], gaps: list[tuple[int, int]] | None, device: Sequence[int]
+) -> tuple[tuple[int, int], ...] | None:
+    """``(front, back)`` gaps from ``validGap_``'s totals and the first descriptor.
+
+    The first descriptor (the main one) starts at the valid range's origin, so its
+    device offset, read as a coordinate, is the front gap of each dim.
+    """
+    if gaps is None:
+        return None
+    d = descs[0] if descs else None
+    offset = 0 if d is None else (d.offset_dst if d.host_to_device else d.offset_src)
+    out = []
+    for n, (total, _) in zip(reversed(device), reversed(gaps), strict=True):
+        offset, front = divmod(offset, n) if n else (offset, 0)
+        if front > total:
+            raise LayoutError(f"validGap_ gap {total} is shorter than the front offset {front}")
+        out.append((front, total - front))
+    return tuple(out[::-1])
 
 
 class _Piece(NamedTuple):
@@ -320,7 +352,9 @@ def _mapping_dci(
         )
     h2d = bool(host_to_device)
     descs = _descriptors(mapping, h2d)
-    return DCI(descs, h2d, fmt, mapping.shape, mapping.layout.device_size, name, host_fmt)
+    layout = mapping.layout
+    gaps = layout.device_gaps if layout.has_gaps else None
+    return DCI(descs, h2d, fmt, mapping.shape, layout.device_size, name, host_fmt, gaps)
 
 
 # The mapping owns its descriptors; they are built here, one layer above the layout core.
@@ -349,13 +383,13 @@ def _descriptors(mapping: HostMapping, h2d: bool) -> tuple[Descriptor, ...]:
             if j in loops:
                 count, first = loops[j]
             elif stride == 0 and h2d:
-                count, first = layout.device_size[j], 0
+                count, first = layout.valid_size[j], 0
             else:
                 count, first = 1, 0
             size.append(count)
             host.append(hstrides[j])
             dev.append(dstrides[j])
-            dev_off += first * dstrides[j]
+            dev_off += (first + layout.device_gaps[j][0]) * dstrides[j]
         src, dst, src_off, dst_off = host, dev, host_off, dev_off
         if not h2d:
             src, dst, src_off, dst_off = dev, host, dev_off, host_off

@@ -22,60 +22,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .._errors import LayoutError
+from ._checks import check_dim_order, check_host_strides, check_index, check_shape, int_tuple
 from ._dtypes import DataFormats, DTypeLike, format_for_dtype
+from ._gaps import Gaps, check_gaps, gap_slabs, in_valid_range, widen
 from ._segments import Segmentation, axis_coord, row_major_strides, segment_axes
 from ._sticks import expression, stick_groups, stick_tiled_dims
 
 __all__ = ["HostMapping", "SpyreTensorLayout"]
-
-
-def _int_tuple(values: Any, name: str) -> tuple[int, ...]:
-    """Python ints from a sequence of integers, or a LayoutError naming ``values``."""
-    try:
-        items = tuple(values)
-    except TypeError:
-        raise LayoutError(f"{name} must be a sequence of ints, got {values!r}") from None
-    out = []
-    for v in items:
-        if isinstance(v, bool) or not isinstance(v, int | np.integer):
-            raise LayoutError(f"{name} must be a sequence of ints, got {values!r}")
-        out.append(int(v))
-    return tuple(out)
-
-
-def _check_shape(size: Any) -> tuple[int, ...]:
-    shape = _int_tuple(size, "size")
-    if any(n < 0 for n in shape):
-        raise LayoutError(f"sizes must be >= 0, got size {list(shape)}")
-    if len(shape) > 8:
-        raise LayoutError(f"rank must be at most 8, got size {list(shape)}")
-    return shape
-
-
-def _check_host_strides(shape: tuple[int, ...], host_strides: Any) -> tuple[int, ...]:
-    if host_strides is None:
-        return row_major_strides(shape)
-    strides = _int_tuple(host_strides, "host_strides")
-    if len(strides) != len(shape):
-        raise LayoutError(
-            f"host_strides {list(strides)} must have one entry per dim of size {list(shape)}"
-        )
-    if any(s < 1 for s, n in zip(strides, shape, strict=True) if n > 1):
-        raise LayoutError(f"host_strides must be positive, got {list(strides)}")
-    return strides
-
-
-def _check_dim_order(dim_order: Any, rank: int) -> tuple[int, ...]:
-    if dim_order is None:
-        return tuple(range(rank))
-    order = _int_tuple(dim_order, "dim_order")
-    dense = order[:-1] if len(order) == rank + 1 and order and order[-1] == -1 else order
-    if len(dense) != rank or sorted(dense) != list(range(rank)):
-        raise LayoutError(
-            f"dim_order {list(order)} must be a permutation of range({rank}), optionally "
-            "followed by -1 for a sparse layout"
-        )
-    return order
 
 
 def _default_dims(
@@ -113,11 +66,12 @@ class SpyreTensorLayout:
 device_dtype=DataFormats.SEN169_FP16)
     """
 
-    __slots__ = ("_hash", "device_dtype", "device_size", "stride_map")
+    __slots__ = ("_hash", "device_dtype", "device_gaps", "device_size", "stride_map")
 
     device_size: tuple[int, ...]
     stride_map: tuple[int, ...]
     device_dtype: DataFormats
+    device_gaps: Gaps
 
     def __init__(
         self,
@@ -141,18 +95,20 @@ device_dtype=DataFormats.SEN169_FP16)
         Raises:
             LayoutError: on a bad size, dtype, dim order or host strides.
         """
-        shape = _check_shape(size)
+        shape = check_shape(size)
         fmt = format_for_dtype(dtype)
-        strides = _check_host_strides(shape, host_strides)
-        order = _check_dim_order(dim_order, len(shape))
+        strides = check_host_strides(shape, host_strides)
+        order = check_dim_order(dim_order, len(shape))
         dims = _default_dims(shape, strides, order, fmt.elems_per_stick())
         self._init([n for n, _ in dims], [s for _, s in dims], fmt)
 
-    def _init(self, device_size: Any, stride_map: Any, device_dtype: Any) -> None:
-        """The one canonicalising constructor: validates and freezes the three fields."""
+    def _init(
+        self, device_size: Any, stride_map: Any, device_dtype: Any, device_gaps: Any = None
+    ) -> None:
+        """The one canonicalising constructor: validates and freezes the four fields."""
         fmt = format_for_dtype(device_dtype)
-        dsize = _int_tuple(device_size, "device_size")
-        smap = _int_tuple(stride_map, "stride_map")
+        dsize = int_tuple(device_size, "device_size")
+        smap = int_tuple(stride_map, "stride_map")
         if len(dsize) != len(smap):
             raise LayoutError(
                 f"device_size {list(dsize)} and stride_map {list(smap)} must have the same length"
@@ -171,10 +127,12 @@ device_dtype=DataFormats.SEN169_FP16)
             raise LayoutError(
                 f"stride_map entries must be >= -1 (-1 synthetic, 0 broadcast), got {list(smap)}"
             )
+        gaps = check_gaps(device_gaps, dsize)
         object.__setattr__(self, "device_size", dsize)
         object.__setattr__(self, "stride_map", smap)
         object.__setattr__(self, "device_dtype", fmt)
-        object.__setattr__(self, "_hash", hash((dsize, smap, int(fmt))))
+        object.__setattr__(self, "device_gaps", gaps)
+        object.__setattr__(self, "_hash", hash((dsize, smap, int(fmt), gaps)))
 
     @classmethod
     def from_stride_map(
@@ -182,6 +140,8 @@ device_dtype=DataFormats.SEN169_FP16)
         device_size: Sequence[int],
         stride_map: Sequence[int],
         device_dtype: DTypeLike,
+        *,
+        device_gaps: Sequence[Sequence[int]] | None = None,
     ) -> SpyreTensorLayout:
         """An explicit layout.
 
@@ -196,14 +156,39 @@ device_dtype=DataFormats.SEN169_FP16)
             device_size: padded device shape, row-major, stick dim last.
             stride_map: host stride per device dim (``-1`` synthetic, ``0`` broadcast).
             device_dtype: a :class:`DataFormats` member or a host dtype.
+            device_gaps: ``(front, back)`` per device dim: device positions before and
+                after the range the index map iterates (see :meth:`with_gap`);
+                ``device_size`` includes them. Defaults to no gaps.
 
         Raises:
             LayoutError: if the lengths differ, a size is < 0, the last size is not the
-                stick size of the format, or a stride is < -1.
+                stick size of the format, a stride is < -1, or a gap is negative, on
+                the stick dim, or longer than its dim.
         """
         layout = cls.__new__(cls)
-        layout._init(device_size, stride_map, device_dtype)
+        layout._init(device_size, stride_map, device_dtype, device_gaps)
         return layout
+
+    def with_gap(self, dim: int, front: int = 0, back: int = 0) -> SpyreTensorLayout:
+        """This layout inside a larger buffer: ``front`` and ``back`` more gap on ``dim``.
+
+        Gap positions hold no data (torch-spyre's ``backGap``, ``validGap_``): the index
+        map shifts by ``front`` along device dim ``dim`` (a piece of a concatenate after
+        ``front`` rows; a KV cache of capacity 4096 holding 100 tokens: ``back=3996``).
+
+        Example:
+            >>> import numpy as np
+            >>> SpyreTensorLayout.row_major((100, 64), np.float16).with_gap(0, back=3996)
+            SpyreTensorLayout(device_size=[4096, 1, 64], stride_map =[64, 64, 1], \
+device_dtype=DataFormats.SEN169_FP16, device_gaps=[(0, 3996), (0, 0), (0, 0)])
+
+        Raises:
+            LayoutError: if ``dim`` is not a device dim or is the stick dim, or a gap < 0.
+        """
+        size, gaps = widen(self.device_size, self.device_gaps, dim, front, back)
+        return SpyreTensorLayout.from_stride_map(
+            size, self.stride_map, self.device_dtype, device_gaps=gaps
+        )
 
     @classmethod
     def row_major(
@@ -225,11 +210,11 @@ device_dtype=DataFormats.SEN169_FP16)
         Raises:
             LayoutError: on a bad size, dtype or host strides.
         """
-        shape = _check_shape(size)
+        shape = check_shape(size)
         if len(shape) < 2:
             return cls(shape, dtype, host_strides=host_strides)
         fmt = format_for_dtype(dtype)
-        strides = _check_host_strides(shape, host_strides)
+        strides = check_host_strides(shape, host_strides)
         tiled = _default_dims(shape[-1:], strides[-1:], (0,), fmt.elems_per_stick())
         outer = zip(shape[:-1], strides[:-1], strict=True)
         dims = [(1, -1) if n == 1 else (n, st) for n, st in outer] + tiled
@@ -263,9 +248,9 @@ device_dtype=DataFormats.SEN169_FP16)
             LayoutError: on a bad size, dtype or host strides, stick dims that name a dim
                 twice or outside the rank, or a group of host dims not contiguous.
         """
-        shape = _check_shape(size)
+        shape = check_shape(size)
         fmt = format_for_dtype(dtype)
-        strides = _check_host_strides(shape, host_strides)
+        strides = check_host_strides(shape, host_strides)
         groups = stick_groups(stick_dims, len(shape))
         dims = stick_tiled_dims(shape, strides, groups, fmt.elems_per_stick())
         return cls.from_stride_map([n for n, _ in dims], [st for _, st in dims], fmt)
@@ -289,10 +274,10 @@ device_dtype=DataFormats.SEN169_FP16)
             LayoutError: if ``dim_map`` and ``device_size`` differ in length, name a dim
                 out of range, or leave a host dim of size > 1 unmapped.
         """
-        shape = _check_shape(size)
-        strides = _check_host_strides(shape, host_strides)
-        dmap = _int_tuple(dim_map, "dim_map")
-        dsize = _int_tuple(device_size, "device_size")
+        shape = check_shape(size)
+        strides = check_host_strides(shape, host_strides)
+        dmap = int_tuple(dim_map, "dim_map")
+        dsize = int_tuple(device_size, "device_size")
         if len(dmap) != len(dsize):
             raise LayoutError(
                 f"dim_map {list(dmap)} and device_size {list(dsize)} must have the same length"
@@ -326,6 +311,7 @@ device_dtype=DataFormats.SEN169_FP16)
             self.device_size == other.device_size
             and self.stride_map == other.stride_map
             and self.device_dtype == other.device_dtype
+            and self.device_gaps == other.device_gaps
         )
 
     def __hash__(self) -> int:
@@ -333,19 +319,37 @@ device_dtype=DataFormats.SEN169_FP16)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (
-            SpyreTensorLayout.from_stride_map,
+            functools.partial(SpyreTensorLayout.from_stride_map, device_gaps=self.device_gaps),
             (self.device_size, self.stride_map, self.device_dtype),
         )
 
     def __repr__(self) -> str:
+        gaps = f", device_gaps={list(self.device_gaps)}" if self.has_gaps else ""
         return (
             f"SpyreTensorLayout(device_size={list(self.device_size)}, "
-            f"stride_map ={list(self.stride_map)}, device_dtype={self.device_dtype!r})"
+            f"stride_map ={list(self.stride_map)}, device_dtype={self.device_dtype!r}{gaps})"
         )
 
     __str__ = __repr__
 
     # -- derived quantities ----------------------------------------------------------
+
+    @property
+    def has_gaps(self) -> bool:
+        """Whether some device dim has a gap (:meth:`with_gap`)."""
+        return any(f or b for f, b in self.device_gaps)
+
+    @property
+    def gap_offsets(self) -> tuple[int, ...]:
+        """Front gap per device dim: where the index map's range starts."""
+        return tuple(f for f, _ in self.device_gaps)
+
+    @property
+    def valid_size(self) -> tuple[int, ...]:
+        """Per device dim, the range the index map iterates: ``device_size`` minus gaps."""
+        return tuple(
+            n - f - b for n, (f, b) in zip(self.device_size, self.device_gaps, strict=True)
+        )
 
     @property
     def device_rank(self) -> int:
@@ -419,8 +423,8 @@ device_dtype=DataFormats.SEN169_FP16)
             >>> mapping.device_coord((4, 7, 69)), mapping.stick_dim()
             ((7, 1, 4, 5), 2)
         """
-        shape_t = _check_shape(shape)
-        return _for_host(self, shape_t, _check_host_strides(shape_t, host_strides))
+        shape_t = check_shape(shape)
+        return _for_host(self, shape_t, check_host_strides(shape_t, host_strides))
 
     def stick_dim(
         self, shape: Sequence[int], host_strides: Sequence[int] | None = None
@@ -564,7 +568,7 @@ class HostMapping:
         found = []
         for j in range(last + 1):
             hit = seg.segment_of(j)
-            if hit is not None and hit[1] == 1 and (layout.device_size[j] == eps or j == last):
+            if hit is not None and hit[1] == 1 and (layout.valid_size[j] == eps or j == last):
                 found.append((j == last, j, seg.segments[hit[0]].host_dims))
         return tuple(dims for _, _, dims in sorted(found))
 
@@ -594,7 +598,7 @@ class HostMapping:
             found = seg.segment_of(j)
             if found is not None:
                 out.append(seg.segments[found[0]].host_dims[-1])
-            elif stride > 0 and layout.device_size[j] == 1:
+            elif stride > 0 and layout.valid_size[j] == 1:
                 out.append(self._dividing_dim(stride))
             else:
                 out.append(-1)
@@ -639,11 +643,11 @@ class HostMapping:
         Raises:
             LayoutError: if ``index`` is not an index into the host shape.
         """
-        idx = _check_index(index, self.shape)
-        out = [0] * self.layout.device_rank
+        idx = check_index(index, self.shape)
+        out = list(self.layout.gap_offsets)
         for segment in self.segmentation.segments:
             for j, c in self._segment_coords(segment, idx):
-                out[j] = int(c)
+                out[j] += int(c)
         return tuple(out)
 
     def device_coords(self) -> np.ndarray:
@@ -668,9 +672,10 @@ class HostMapping:
         idx = np.asarray(indices, dtype=np.int64)
         index = np.moveaxis(idx, -1, 0) if idx.ndim else idx
         out = np.zeros((*idx.shape[:-1], self.layout.device_rank), dtype=np.int64)
+        out += np.array(self.layout.gap_offsets, dtype=np.int64)
         for segment in self.segmentation.segments:
             for j, c in self._segment_coords(segment, index):
-                out[..., j] = c
+                out[..., j] += c
         return out
 
     def host_index(self, coord: Sequence[int]) -> tuple[int, ...] | None:
@@ -679,10 +684,11 @@ class HostMapping:
         Raises:
             LayoutError: if ``coord`` is not a coordinate of ``device_size``.
         """
-        c = _check_index(coord, self.layout.device_size, what="device coordinate")
+        c = check_index(coord, self.layout.device_size, what="device coordinate")
         if not bool(self.data_positions(c)):
             return None
         index = [0] * len(self.shape)
+        c = tuple(k - f for k, f in zip(c, self.layout.gap_offsets, strict=True))
         for segment in self.segmentation.segments:
             x = sum(c[j] * ratio for j, ratio in segment.axes)
             for d in reversed(segment.host_dims):
@@ -698,7 +704,9 @@ class HostMapping:
         c = np.asarray(coords, dtype=np.int64)
         cols = [c[..., j] for j in range(self.layout.device_rank)]
         valid = np.broadcast_to(self.data_positions(cols), c.shape[:-1])
-        offsets = c @ np.array([max(m, 0) for m in self.layout.stride_map], dtype=np.int64)
+        offsets = (c - np.array(self.layout.gap_offsets, dtype=np.int64)) @ np.array(
+            [max(m, 0) for m in self.layout.stride_map], dtype=np.int64
+        )
         return np.where(valid, offsets, -1)
 
     # -- padding -------------------------------------------------------------------------
@@ -715,9 +723,11 @@ class HostMapping:
             True where the position holds data (a bool or a broadcast bool array).
 
         Only the checks a coordinate inside ``device_size`` can fail are emitted, so the
-        masks kernels build stay small.
+        masks kernels build stay small. Gap positions (outside a dim's valid range) are
+        not data.
         """
-        ok: Any = True
+        layout = self.layout
+        ok, c = in_valid_range(c, layout.device_gaps, layout.valid_size)
         for j, bound, combined in self._padding_checks:
             if combined is None:
                 ok = ok & (c[j] < bound)
@@ -752,8 +762,9 @@ class HostMapping:
         slabs and then writing the data fills all padding while touching little else
         (for a partial last stick, only the last tile).
         """
-        size = self.layout.device_size
-        return tuple((j, bound, size[j]) for j, bound, _ in self._padding_checks)
+        size, gaps = self.layout.device_size, self.layout.device_gaps
+        slabs = [(j, bound + gaps[j][0], size[j]) for j, bound, _ in self._padding_checks]
+        return tuple(slabs + gap_slabs(size, gaps))
 
     def data_box(self, runs: Sequence[Sequence[int]]) -> tuple[tuple[int, bool], ...] | None:
         """A box of data at the image's origin, per run of merged dims: ``(bound, exact)``.
@@ -765,8 +776,10 @@ class HostMapping:
         where its padding starts: ``exact`` if all past it is padding (a merged partial
         stick: ``2000`` on an axis of ``63 * 32``; a padded count of rows), not if data
         lies past it too (a tile count cut apart from its lanes: the last tile holds
-        the partial stick). None if a run's padding is not so.
+        the partial stick). None if a run's padding is not so, or the layout has gaps.
         """
+        if self.layout.has_gaps:
+            return None
         size = self.layout.device_size
         checks = {j: (bound, combined) for j, bound, combined in self._padding_checks}
         out = []
@@ -807,10 +820,11 @@ class HostMapping:
         step divides evenly, so given the checks below it that is the same); otherwise
         ``sum`` is ``(axes, limit)``: data only if the recombined coordinate over
         ``axes`` is below ``limit``. Either way it fails only where ``c[dim] >= bound``
-        once the checks below it hold; a check that cannot fail is left out.
+        once the checks below it hold; a check that cannot fail is left out. Coordinates
+        are counted from the front gap, within each dim's valid range.
         """
         layout = self.layout
-        size = layout.device_size
+        size = layout.valid_size
         if self.size == 0:
             return ((layout.device_rank - 1, 0, None),)  # an empty tensor: all is padding
         seg = self.segmentation
@@ -864,12 +878,12 @@ def _for_host(
     if math.prod(shape) == 0:  # an empty tensor: nothing to place, all is padding
         empty = Segmentation((), tuple(range(layout.device_rank)))
         return HostMapping(layout, shape, strides, empty)
-    if 0 in layout.device_size:
+    if 0 in layout.valid_size:
         raise LayoutError(
             f"{what}: too small; a size-0 device dim leaves no place for "
             f"{math.prod(shape)} host elements"
         )
-    axes = tuple(zip(layout.device_size, layout.stride_map, strict=True))
+    axes = tuple(zip(layout.valid_size, layout.stride_map, strict=True))
     seg = segment_axes(shape, strides, axes, what=what)
     for segment in seg.segments:
         _check_nesting(layout, segment, what)
@@ -895,7 +909,7 @@ def _check_nesting(layout: SpyreTensorLayout, segment: Any, what: str) -> None:
     span, outer = segment.size, None
     for j, ratio in segment.axes:
         need = -(-span // ratio)
-        if need > layout.device_size[j]:
+        if need > layout.valid_size[j]:
             where = (
                 f"host dims {dims}"
                 if outer is None
@@ -903,13 +917,6 @@ def _check_nesting(layout: SpyreTensorLayout, segment: Any, what: str) -> None:
             )
             raise LayoutError(
                 f"{what}: too small; {where} need {need} along device dim {j} (step "
-                f"{ratio}), which has {layout.device_size[j]}"
+                f"{ratio}), which has {layout.valid_size[j]}"
             )
         span, outer = min(span, ratio), j
-
-
-def _check_index(index: Any, shape: Sequence[int], what: str = "host index") -> tuple[int, ...]:
-    idx = _int_tuple(index, what)
-    if len(idx) != len(shape) or any(not 0 <= i < n for i, n in zip(idx, shape, strict=True)):
-        raise LayoutError(f"{what} {list(idx)} is outside shape {list(shape)}")
-    return idx
