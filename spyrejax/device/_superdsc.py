@@ -36,6 +36,27 @@ def _layout_order(op: Operand) -> tuple[list[str], list[str]]:
     return order, stick
 
 
+def _gap_fields(op: Operand) -> dict[str, dict[str, int]]:
+    """``frontGap_`` and ``backGap_`` of an operand whose layout has gaps, else nothing.
+
+    Keyed by the iteration variable each gapped device dim walks (``d<j>`` for a device
+    dim that walks none); values are device positions along that dim.
+    """
+    layout = op.tensor.layout
+    if not layout.has_gaps:
+        return {}
+    front: dict[str, int] = {}
+    back: dict[str, int] = {}
+    for j, (f, b) in enumerate(layout.device_gaps):
+        walk = op.walks[j] if j < len(op.walks) else None
+        name = walk[0] if walk is not None else f"d{j}"
+        if f:
+            front[name] = f
+        if b:
+            back[name] = b
+    return {"frontGap_": front, "backGap_": back}
+
+
 def _labels(div: WorkDivision) -> list[str]:
     names = _LABELS_MATMUL if div.space.kind == "matmul" else _LABELS_OTHER
     keys: dict[Any, str] = {}
@@ -114,6 +135,7 @@ def superdsc(
                 "wordLength": o.tensor.itemsize,
                 "dataFormat_": fmt,
                 "memOrg_": {"hbm": {"isPresent": 1}, "lx": {"isPresent": int(value in lx_address)}},
+                **_gap_fields(o),
             }
         )
         in_lx = lx_address.get(value) is not None
