@@ -186,3 +186,10 @@ def test_dci_json_carries_valid_gap_pairs():
     assert back == dci and back.device_gaps == ((2, 3), (0, 0), (0, 0))
     plain = sj.generate_dci((5, 70), SpyreTensorLayout.row_major((5, 70), F16)).to_dict()
     assert "validGap_" not in plain
+
+
+def test_the_primitives_refuse_gapped_layouts_by_name():
+    # Until the planner writes in place through gaps, a Spyre array never has one.
+    layout = SpyreTensorLayout.row_major((5, 70), F16).with_gap(0, back=3)
+    with pytest.raises(sj.SpyreUnsupportedError, match="gaps"):
+        sj.to_device(np.zeros((5, 70), F16), layout)

@@ -116,6 +116,11 @@ class SpyreType(HiType):
             )
         if len(self.strides) != len(self.shape):
             raise LayoutError(f"strides {self.strides} do not match shape {self.shape}")
+        if self.layout.has_gaps:
+            raise SpyreUnsupportedError(
+                f"{self.layout}: the primitives do not take layouts with gaps yet; "
+                "move such data with dma_h2d / dma_d2h"
+            )
         self.dims  # noqa: B018  (validates the view against the layout)
 
     @classmethod
