@@ -410,10 +410,8 @@ def _tiling(mapping: HostMapping) -> _Tiling | None:
     """The mapping as a :class:`_Tiling`; None if some dim has gaps, ties or broadcasts."""
     layout, seg = mapping.layout, mapping.segmentation
     size = layout.device_size
-    if mapping.size == 0 or mapping.strides != row_major_strides(mapping.shape):
-        return None
-    if layout.has_gaps:
-        return None  # the descriptors place the valid range inside the buffer
+    if mapping.size == 0 or layout.has_gaps or mapping.strides != row_major_strides(mapping.shape):
+        return None  # (with gaps, the descriptors place the valid range inside the buffer)
     for j in seg.ignored:
         if size[j] != 1 and layout.stride_map[j] != -1:
             return None  # a broadcast or tied dim: the descriptors say how it is walked
