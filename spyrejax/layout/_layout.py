@@ -672,10 +672,11 @@ class HostMapping:
         idx = np.asarray(indices, dtype=np.int64)
         index = np.moveaxis(idx, -1, 0) if idx.ndim else idx
         out = np.zeros((*idx.shape[:-1], self.layout.device_rank), dtype=np.int64)
-        out += np.array(self.layout.gap_offsets, dtype=np.int64)
         for segment in self.segmentation.segments:
             for j, c in self._segment_coords(segment, index):
-                out[..., j] += c
+                out[..., j] = c
+        if self.layout.has_gaps:
+            out += np.array(self.layout.gap_offsets, dtype=np.int64)
         return out
 
     def host_index(self, coord: Sequence[int]) -> tuple[int, ...] | None:
@@ -704,9 +705,8 @@ class HostMapping:
         c = np.asarray(coords, dtype=np.int64)
         cols = [c[..., j] for j in range(self.layout.device_rank)]
         valid = np.broadcast_to(self.data_positions(cols), c.shape[:-1])
-        offsets = (c - np.array(self.layout.gap_offsets, dtype=np.int64)) @ np.array(
-            [max(m, 0) for m in self.layout.stride_map], dtype=np.int64
-        )
+        smap = np.array([max(m, 0) for m in self.layout.stride_map], dtype=np.int64)
+        offsets = c @ smap - int(np.dot(self.layout.gap_offsets, smap))  # from the valid origin
         return np.where(valid, offsets, -1)
 
     # -- padding -------------------------------------------------------------------------
