@@ -193,3 +193,18 @@ def test_the_primitives_refuse_gapped_layouts_by_name():
     layout = SpyreTensorLayout.row_major((5, 70), F16).with_gap(0, back=3)
     with pytest.raises(sj.SpyreUnsupportedError, match="gaps"):
         sj.to_device(np.zeros((5, 70), F16), layout)
+
+
+@pytest.mark.parametrize("dim, front, back", [(0, 1, 2), (1, 2, 0), (2, 0, 1)])
+def test_a_broadcast_dim_is_filled_only_inside_its_valid_range(dim, front, back):
+    # Device dim 0 broadcasts (stride 0): H2D writes every copy, D2H reads one.
+    inner = SpyreTensorLayout.from_stride_map([3, 5, 2, 64], [0, 70, 64, 1], F16)
+    layout = inner.with_gap(dim, front, back)
+    x = random_bits((5, 70), F16, np.random.default_rng(dim))
+    fill = sj.poison_value(F16)
+    want = _want(x, inner, layout, fill)
+    padding = gapped_image(inner.for_host((5, 70)).padding_mask(), layout.device_gaps, True)
+    np.testing.assert_array_equal(layout.for_host((5, 70)).data_mask(), ~padding)
+    for image in (sj.dma_h2d(x, layout), jax.jit(lambda a: sj.dma_h2d(a, layout))(x)):
+        assert same_bits(image, want)
+        assert same_bits(sj.dma_d2h(image, (5, 70), layout), x)
