@@ -8,6 +8,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LINTED := spyrejax tests tools benchmarks setup.py
+# `make test TEST_WORKERS=2` runs pytest in that many pytest-xdist workers (one per core;
+# tests/conftest.py keeps each one's XLA on one thread). Not the default until a whole run
+# under it has been measured green and faster (docs/testing.md).
+TEST_WORKERS ?=
 
 .PHONY: test test-slow test-cores demo docs lab code-map public-names typecheck figures lint format bench notebooks clean
 
@@ -25,7 +29,7 @@ test: $(STAMP)
 	$(PY) -m ruff check $(LINTED)
 	$(PY) -m ruff format --check $(LINTED)
 	$(MAKE) --no-print-directory typecheck
-	$(PY) -m pytest -q -m "not slow" --durations=20
+	$(PY) -m pytest -q -m "not slow" $(if $(TEST_WORKERS),-n $(TEST_WORKERS),) --durations=20
 	$(MAKE) --no-print-directory docs
 
 test-slow: $(STAMP)

@@ -14,6 +14,15 @@ timed; the few long ones are marked ``slow``.
 
 import os
 
+# Under pytest-xdist (`make test TEST_WORKERS=2`) each worker runs XLA's CPU
+# kernels on one thread: the workers already fill the cores, and XLA's thread pool would
+# only compete with them. Three quarters of the suite's CPU is XLA compiling, which is
+# single-threaded either way. Set before JAX starts its CPU backend.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
+    ).strip()
+
 import jax
 
 # Eight emulated cards for the many-card tests (tests/test_shard.py). JAX reads the
