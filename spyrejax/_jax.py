@@ -4,9 +4,11 @@ A JAX upgrade that moves or changes these touches only this file. Everything els
 spyrejax imports public JAX (``jax``, ``jax.numpy``, ``jax.lax``) or these names.
 """
 
+import os
 from collections.abc import Callable
 from typing import Any
 
+from jax._src import source_info_util as _source_info
 from jax._src.api_util import fun_signature, resolve_argnums
 from jax._src.array import ArrayImpl
 from jax._src.config import bool_state, enum_state, trace_context
@@ -35,7 +37,6 @@ from jax.experimental.hijax import (
     vjp_from_jvp,
 )
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, Primitive, Var, jaxpr_as_fun
-from jax.extend.source_info_util import summarize as summarize_source
 from jax.interpreters import ad, batching, mlir
 
 __all__ = [
@@ -89,6 +90,22 @@ __all__ = [
     "while_parts",
     "with_bodies",
 ]
+
+# spyrejax's own tracing wrappers (``flat_fun`` tracing a function passed as it is, as in
+# ``sj.explain(jnp.matmul, ...)``) are not the user's code.
+_OWN_FRAMES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lowering") + os.sep
+
+
+def summarize_source(source_info: Any) -> str:
+    """An equation's innermost user frame, ``file:line:col (function)``, or ``""``.
+
+    JAX's ``source_info_util.summarize``, skipping spyrejax's lowering frames too.
+    """
+    for frame in _source_info.user_frames(source_info.traceback):
+        if not frame.file_name.startswith(_OWN_FRAMES):
+            return _source_info._summarize_frame(frame)
+    return ""
+
 
 poison_padding = bool_state(
     "spyrejax_poison_padding",

@@ -122,6 +122,13 @@ def test_html_folds_the_details(report):
     assert all(r.reason.split(" at ")[0] in folded for r in report.restickifies)
 
 
+def test_a_library_function_passed_as_it_is_names_no_spyrejax_internals():
+    """``sj.explain(jnp.matmul, ...)`` has no user line; spyrejax's tracing wrapper is not one."""
+    report = sj.explain(jnp.matmul, rand((8, 64)), rand((64, 32)))
+    sources = [op.source for op in report.ops] + [line.line for line in report.lines]
+    assert sources and not any("_jit.py" in s or "flat_fun" in s for s in sources), sources
+
+
 def test_a_function_that_moves_nothing_says_so():
     report = sj.explain(lambda a, b: jnp.tanh(a + b), rand((8, 64)), rand((8, 64)))
     assert "nothing moves between layouts" in str(report)
