@@ -291,7 +291,15 @@ def dma_cases(mib: int) -> dict[str, tuple[tuple[int, ...], Any, Any]]:
     }
 
 
-def bench_dma(mib: int, only: list[str]) -> list[dict[str, Any]]:
+DMA_TARGET = {
+    "4096 x 4000 float16, partial last stick (issue 24)": ((4096, 4000), None, np.dtype(np.float16))
+}
+"""Issue 24's transfer row: 31.25 MiB whose last stick is half full."""
+
+
+def bench_dma(
+    mib: int, only: list[str], cases: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """H2D and D2H GB/s next to a NumPy copy of the same bytes.
 
     The transfers are the calls a user makes, ``dma_h2d`` from a NumPy array and
@@ -303,7 +311,7 @@ def bench_dma(mib: int, only: list[str]) -> list[dict[str, Any]]:
     (``np.copyto``), which does not, is reported too.
     """
     rows = []
-    for name, (shape, order, dtype) in dma_cases(mib).items():
+    for name, (shape, order, dtype) in (cases or dma_cases(mib)).items():
         if only and not any(o in name for o in only):
             continue
         host_np = np.random.default_rng(0).standard_normal(shape, dtype=np.float32).astype(dtype)
@@ -342,13 +350,13 @@ def bench_dma(mib: int, only: list[str]) -> list[dict[str, Any]]:
 
 
 def bench_compile(
-    scale: int, only: list[str], gpt: bool = False, runs: int = RUNS
+    scale: int, only: list[str], gpt: str | None = None, runs: int = RUNS
 ) -> list[dict[str, Any]]:
     """Trace + plan + compile of spyrejax.jit vs trace + compile of jax.jit (medians of
     ``runs`` each, from cleared caches).
 
-    The MLP and attention cases at ``1/scale`` size, and with ``gpt`` the small GPT
-    training step (issue 18 names all three).
+    The MLP and attention cases at ``1/scale`` size, and with ``gpt`` (a size of
+    :data:`GPT_SIZES`) the GPT training step: its first call (issues 18 and 24).
     """
     cases = {
         k: v
@@ -357,7 +365,9 @@ def bench_compile(
     }
     if gpt:
         cases.update(
-            (k, v) for k, v in program_cases("small").items() if k.startswith("GPT training")
+            (k, v)
+            for k, v in program_cases(gpt).items()
+            if k.startswith("GPT training") and "dropout" not in k
         )
     rows = []
     for name, (fn, args) in cases.items():
@@ -398,17 +408,26 @@ def bench_compile(
 GPT_SIZES = {"small": (256, 128, 4, 64, 4, 2), "large": (1024, 256, 8, 128, 8, 4)}
 # (d, heads, kv_heads, seq, ff): a Llama-style block (ff about 8/3 d: a partial stick).
 LLAMA_SIZES = {"small": (256, 4, 2, 128, 688), "large": (512, 8, 4, 512, 1376)}
+# The same in bfloat16 (issue 24's row: d 512, 256 tokens).
+LLAMA_BF16_SIZES = {"small": (256, 4, 2, 64, 688), "large": (512, 8, 4, 256, 1376)}
+DROPOUT = 0.1  # the GPT step with dropout: a user's model
 SCAN_SIZES = {"small": (128, 4, 2, 64, 344), "large": (256, 4, 2, 256, 688)}
 SCAN_LAYERS = 8
 
 
 def gpt_step(
-    vocab: int, d: int, heads: int, seq: int, batch: int, layers: int
+    vocab: int, d: int, heads: int, seq: int, batch: int, layers: int, dropout: float = 0.0
 ) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """The GPT training step (forward, loss, grad, ``optax.adamw``) and its arguments."""
-    params, static, ids, labels = models.gpt_setup(vocab, d, heads, seq, batch, layers)
+    """The GPT training step (forward, loss, grad, ``optax.adamw``) and its arguments
+    (with ``dropout``, a PRNG key last: dropout on)."""
+    params, static, ids, labels = models.gpt_setup(
+        vocab, d, heads, seq, batch, layers, dropout=dropout
+    )
     opt = optax.adamw(1e-3)
-    return models.gpt_train_step(static, opt), (params, opt.init(params), ids, labels)
+    args = (params, opt.init(params), ids, labels)
+    if dropout:
+        args += (jax.random.PRNGKey(3),)
+    return models.gpt_train_step(static, opt), args
 
 
 def program_cases(size: str) -> dict[str, tuple[Callable[..., Any], tuple[Any, ...]]]:
@@ -416,15 +435,22 @@ def program_cases(size: str) -> dict[str, tuple[Callable[..., Any], tuple[Any, .
     vocab, d, heads, seq, batch, layers = GPT_SIZES[size]
     ld, lh, lkv, lseq, lff = LLAMA_SIZES[size]
     sd, sh, skv, sseq, sff = SCAN_SIZES[size]
+    bd, bh, bkv, bseq, bff = LLAMA_BF16_SIZES[size]
     llama = functools.partial(models.llama_block, heads=lh, kv_heads=lkv)
+    llama_bf16 = functools.partial(models.llama_block, heads=bh, kv_heads=bkv)
     scan = functools.partial(models.llama_layers, heads=sh, kv_heads=skv)
+    bf16 = jnp.bfloat16
+    gpt = f"GPT training step (adamw), {layers} layers d {d} seq {seq} batch {batch}"
     return {
-        f"GPT training step (adamw), {layers} layers d {d} seq {seq} batch {batch}": gpt_step(
-            vocab, d, heads, seq, batch, layers
-        ),
+        gpt: gpt_step(vocab, d, heads, seq, batch, layers),
+        f"{gpt}, dropout {DROPOUT}": gpt_step(vocab, d, heads, seq, batch, layers, DROPOUT),
         f"Llama block forward, d {ld} ff {lff} seq {lseq} ({lh} heads, {lkv} kv)": (
             llama,
             (models.llama_params(ld, lh, lkv, lff), _rand((lseq, ld), seed=1)),
+        ),
+        f"Llama block forward bfloat16, d {bd} ff {bff} seq {bseq} ({bh} heads, {bkv} kv)": (
+            llama_bf16,
+            (models.llama_params(bd, bh, bkv, bff, dtype=bf16), _rand((bseq, bd), bf16, seed=1)),
         ),
         f"scan over {SCAN_LAYERS} Llama layers, d {sd} ff {sff} seq {sseq}": (
             scan,
@@ -522,6 +548,48 @@ def bench_plan_scale(layer_counts: Sequence[int], only: list[str]) -> list[dict[
             flush=True,
         )
     return rows
+
+
+# --- emulate="cores" -----------------------------------------------------------------
+
+
+CORES_LAYERS = 2
+
+
+def bench_cores(size: str, only: list[str], runs: int = 3) -> list[dict[str, Any]]:
+    """``sj.jit(step, emulate="cores")`` against ``sj.jit(step)`` on a GPT training step
+    of :data:`CORES_LAYERS` layers: trace + plan + compile (one run each, cleared caches),
+    then steps (median of ``runs`` interleaved runs)."""
+    vocab, d, heads, seq, batch, _ = GPT_SIZES[size]
+    name = f'emulate="cores": GPT training step, {CORES_LAYERS} layers d {d} seq {seq}'
+    if only and not any(o in name for o in only):
+        return []
+    step, args = gpt_step(vocab, d, heads, seq, batch, CORES_LAYERS)
+    device_args = jax.tree.map(sj.to_device, args)
+    compiled, compile_s = {}, {}
+    for key, emulate in (("default", None), ("cores", "cores")):
+        jax.clear_caches()
+        t0 = time.perf_counter()
+        compiled[key] = sj.jit(step, emulate=emulate).lower(*device_args).compile()
+        compile_s[key] = time.perf_counter() - t0
+    times = timed_runs({k: functools.partial(f, *device_args) for k, f in compiled.items()}, runs)
+    step_s = {k: statistics.median(v) for k, v in times.items()}
+    row = {
+        "case": name,
+        "compile_default_s": compile_s["default"],
+        "compile_cores_s": compile_s["cores"],
+        "compile_ratio": compile_s["cores"] / compile_s["default"],
+        "step_default_s": step_s["default"],
+        "step_cores_s": step_s["cores"],
+        "step_ratio": step_s["cores"] / step_s["default"],
+    }
+    print(
+        f"  {name}: compile {row['compile_cores_s']:.1f} s vs {row['compile_default_s']:.1f} s"
+        f" ({row['compile_ratio']:.1f}x), step {row['step_cores_s'] * 1e3:.0f} ms vs"
+        f" {row['step_default_s'] * 1e3:.0f} ms ({row['step_ratio']:.1f}x)",
+        flush=True,
+    )
+    return [row]
 
 
 # --- explain of a Granite-3.3-8B decoder layer -----------------------------------------
@@ -744,6 +812,77 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+TARGETS = (
+    ("layer norm 4096 x 1000 bfloat16", "compute", "layer norm 4096x1000 bfloat16", "<= 1.1x"),
+    ("softmax 2048 x 2000 float32", "compute", "softmax 2048x2000 float32", "<= 1.1x"),
+    (
+        "causal attention 8 heads x 1000 tokens x 80 float32",
+        "compute",
+        "attention 8 heads 1000 tokens dim 80",
+        "<= 1.1x",
+    ),
+    ("MLP 1000 x 1000 -> 4000 -> 1000 float32", "compute", "MLP block 1000 tokens", "<= 1.1x"),
+    (
+        "Llama block bfloat16 (d 512, 256 tokens, GQA, SwiGLU 1376)",
+        "programs",
+        "bfloat16, d 512 ff 1376 seq 256",
+        "<= 1.1x",
+    ),
+    (
+        "equinox GPT training step with adamw (d 256, 4 layers, 8 x 128 tokens, vocab 1024)",
+        "programs",
+        "4 layers d 256 seq 128 batch 8",
+        "<= 1.2x",
+    ),
+    ("the same step with dropout", "programs", "d 256 seq 128 batch 8, dropout", "<= 1.2x"),
+    ("its first call (trace + plan + compile)", "compile", "4 layers d 256", "<= 1.5x"),
+)
+"""Issue 24's table: (row, section of the results, part of the case's name, target)."""
+
+
+def _find(rows: list[dict[str, Any]], part: str) -> dict[str, Any] | None:
+    """The last row whose case names ``part`` (the last run is the largest size)."""
+    found = [r for r in rows if part in r.get("case", "")]
+    if "dropout" not in part:
+        found = [r for r in found if "dropout" not in r["case"]]
+    return found[-1] if found else None
+
+
+def targets_markdown(results: dict[str, Any]) -> str:
+    """Issue 24's rows from a run, as the README's targets table (rows not run: "not run")."""
+    lines = ["| case | latest | target |", "|---|---:|---:|"]
+    for label, section, part, target in TARGETS:
+        r = _find(results.get(section, []), part)
+        lines.append(f"| {label} | {'not run' if r is None else _ratio(r) + 'x'} | {target} |")
+    dma = _find(results.get("dma", []), "(issue 24)")
+    cell = (
+        "not run" if dma is None else f"{dma['h2d_jit_vs_copy']:.2f} / {dma['d2h_jit_vs_copy']:.2f}"
+    )
+    lines.append(
+        "| transfers inside `jax.jit` (4096 x 4000 float16, partial stick), of `x.copy()`"
+        f" (h2d / d2h) | {cell} | >= 0.5 |"
+    )
+    plan = {r["layers"]: r["total_s"] for r in results.get("plan_scale", [])}
+    cell = " / ".join(f"{plan[n]:.1f} s" for n in PLAN_LAYERS if n in plan) or "not run"
+    lines.append(
+        "| `explain` of a GPT training step from ShapeDtypeStructs,"
+        f" {' / '.join(str(n) for n in PLAN_LAYERS if n in plan) or '32'} layers | {cell}"
+        " | <= 2 s at 32 |"
+    )
+    cores = results.get("cores") or []
+    cell = (
+        f"{cores[0]['compile_cores_s']:.0f} s ({cores[0]['compile_ratio']:.1f}x) /"
+        f" {cores[0]['step_ratio']:.1f}x default"
+        if cores
+        else "not run"
+    )
+    lines.append(
+        f'| `sj.jit(f, emulate="cores")`: {CORES_LAYERS}-layer GPT step compile / step'
+        f" | {cell} | <= 3x default |"
+    )
+    return "\n".join(lines)
+
+
 def machine() -> dict[str, Any]:
     """Where the figures were measured."""
     return {
@@ -787,6 +926,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for mib in mibs:
         print(f"DMA, {mib} MiB:", flush=True)
         results["dma"] += bench_dma(mib, args.only)
+    print("DMA, issue 24's row:", flush=True)
+    results["dma"] += bench_dma(0, args.only, DMA_TARGET)
     sizes = ["small"] if args.quick else ["small", "large"]
     results["programs"] = []
     for size in sizes:
@@ -794,11 +935,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results["programs"] += bench_programs(size, args.only)
     print("compile time:", flush=True)
     compile_runs = results["compile_runs"] = 5 if args.quick else RUNS
-    results["compile"] = bench_compile(scales[-1], args.only, not args.quick, compile_runs)
+    gpt = None if args.quick else "large"
+    results["compile"] = bench_compile(scales[-1], args.only, gpt, compile_runs)
     print("plan time against layer count:", flush=True)
     results["plan_scale"] = bench_plan_scale(
         PLAN_LAYERS[:1] if args.quick else PLAN_LAYERS, args.only
     )
+    print('emulate="cores" against the default:', flush=True)
+    results["cores"] = [] if args.quick else bench_cores("large", args.only)
     print("explain of a Granite-3.3-8B layer:", flush=True)
     results["granite"] = bench_granite(args.only)
     print("dispatch:", flush=True)
@@ -808,8 +952,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
-    out.with_suffix(".md").write_text(markdown(results) + "\n")
-    print(markdown(results))
+    text = markdown(results) + "\n\nIssue 24's targets:\n\n" + targets_markdown(results)
+    out.with_suffix(".md").write_text(text + "\n")
+    print(text)
     print(f"wrote {out} and {out.with_suffix('.md')}")
     return results
 

@@ -31,20 +31,25 @@ class Block(eqx.Module):
     ln2: eqx.nn.LayerNorm
     fc: eqx.nn.Linear
     proj: eqx.nn.Linear
+    drop: eqx.nn.Dropout
 
-    def __init__(self, d: int, heads: int, key: Any) -> None:
+    def __init__(self, d: int, heads: int, key: Any, dropout: float = 0.0) -> None:
         k1, k2, k3 = jax.random.split(key, 3)
         self.ln1 = eqx.nn.LayerNorm(d)
         self.attn = eqx.nn.MultiheadAttention(heads, d, key=k1)
         self.ln2 = eqx.nn.LayerNorm(d)
         self.fc = eqx.nn.Linear(d, 4 * d, key=k2)
         self.proj = eqx.nn.Linear(4 * d, d, key=k3)
+        self.drop = eqx.nn.Dropout(dropout)
 
-    def __call__(self, x: Any, mask: Any) -> Any:
+    def __call__(self, x: Any, mask: Any, key: Any = None) -> Any:
+        k1, k2 = (None, None) if key is None else jax.random.split(key)
+        off = key is None  # no key: inference, dropout does nothing
         y = jax.vmap(self.ln1)(x)
-        x = x + self.attn(y, y, y, mask=mask)
+        x = x + self.drop(self.attn(y, y, y, mask=mask), key=k1, inference=off)
         y = jax.vmap(self.ln2)(x)
-        return x + jax.vmap(self.proj)(jax.nn.gelu(jax.vmap(self.fc)(y)))
+        y = jax.vmap(self.proj)(jax.nn.gelu(jax.vmap(self.fc)(y)))
+        return x + self.drop(y, key=k2, inference=off)
 
 
 class GPT(eqx.Module):
@@ -54,34 +59,55 @@ class GPT(eqx.Module):
     ln: eqx.nn.LayerNorm
     head: eqx.nn.Linear
 
-    def __init__(self, vocab: int, d: int, heads: int, layers: int, seq: int, key: Any) -> None:
+    def __init__(
+        self,
+        vocab: int,
+        d: int,
+        heads: int,
+        layers: int,
+        seq: int,
+        key: Any,
+        dropout: float = 0.0,
+    ) -> None:
         keys = jax.random.split(key, layers + 3)
         self.tok = eqx.nn.Embedding(vocab, d, key=keys[0])
         self.pos = eqx.nn.Embedding(seq, d, key=keys[1])
         self.head = eqx.nn.Linear(d, vocab, use_bias=False, key=keys[2])
-        self.blocks = [Block(d, heads, k) for k in keys[3:]]
+        self.blocks = [Block(d, heads, k, dropout) for k in keys[3:]]
         self.ln = eqx.nn.LayerNorm(d)
 
-    def __call__(self, ids: Any) -> Any:
+    def __call__(self, ids: Any, key: Any = None) -> Any:
         t = ids.shape[0]
         x = jax.vmap(self.tok)(ids) + jax.vmap(self.pos)(jnp.arange(t))
         mask = jnp.tril(jnp.ones((t, t), bool))
-        for block in self.blocks:
-            x = block(x, mask)
+        keys = [None] * len(self.blocks) if key is None else jax.random.split(key, len(self.blocks))
+        for block, k in zip(self.blocks, keys, strict=True):
+            x = block(x, mask, k)
         return jax.vmap(self.head)(jax.vmap(self.ln)(x))
 
 
-def loss_fn(model: GPT, ids: Any, labels: Any) -> Any:
-    """Mean integer-label cross-entropy of the model's logits over a batch of sequences."""
-    logits = jax.vmap(model)(ids)
+def loss_fn(model: GPT, ids: Any, labels: Any, key: Any = None) -> Any:
+    """Mean integer-label cross-entropy of the model's logits over a batch of sequences
+    (with ``key``, dropout is on: one key per sequence)."""
+    if key is None:
+        logits = jax.vmap(model)(ids)
+    else:
+        logits = jax.vmap(model)(ids, jax.random.split(key, ids.shape[0]))
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
 
 
 def gpt_setup(
-    vocab: int, d: int, heads: int, seq: int, batch: int, layers: int = 2, dtype: Any = jnp.float32
+    vocab: int,
+    d: int,
+    heads: int,
+    seq: int,
+    batch: int,
+    layers: int = 2,
+    dtype: Any = jnp.float32,
+    dropout: float = 0.0,
 ) -> tuple[Any, Any, Any, Any]:
     """A GPT's parameters (in ``dtype``), its static part, and a batch of ids and labels."""
-    model = GPT(vocab, d, heads, layers, seq, jax.random.PRNGKey(0))
+    model = GPT(vocab, d, heads, layers, seq, jax.random.PRNGKey(0), dropout)
     params, static = eqx.partition(model, eqx.is_array)
     params = jax.tree.map(lambda p: p.astype(dtype), params)
     ids = jax.random.randint(jax.random.PRNGKey(1), (batch, seq), 0, vocab)
@@ -89,14 +115,15 @@ def gpt_setup(
 
 
 def gpt_train_step(static: Any, opt: optax.GradientTransformation) -> Callable[..., Any]:
-    """``step(params, opt_state, ids, labels) -> (params, opt_state, loss)``.
+    """``step(params, opt_state, ids, labels, key=None) -> (params, opt_state, loss)``.
 
-    Forward, loss, gradient and the optimizer's update, as one function to jit.
+    Forward, loss, gradient and the optimizer's update, as one function to jit; given a
+    ``key``, the model's dropout is on.
     """
 
-    def step(params: Any, opt_state: Any, ids: Any, labels: Any) -> Any:
+    def step(params: Any, opt_state: Any, ids: Any, labels: Any, key: Any = None) -> Any:
         def loss(p: Any) -> Any:
-            return loss_fn(eqx.combine(p, static), ids, labels)
+            return loss_fn(eqx.combine(p, static), ids, labels, key)
 
         value, grads = jax.value_and_grad(loss)(params)
         updates, opt_state = opt.update(grads, opt_state, params)

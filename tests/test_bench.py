@@ -62,7 +62,7 @@ def test_whole_programs_plan_scale_dispatch_and_ktir_rows():
     cases = bench.program_cases("small")
     assert next(iter(cases)).startswith("GPT training step")
     assert any(n.startswith("scan over 8") for n in cases)
-    (llama,) = bench.bench_programs("small", ["Llama block"])
+    (llama,) = bench.bench_programs("small", ["Llama block forward, d"])
     assert llama["max_abs_err"] < 1e-2 and llama["ratio_q1"] <= llama["ratio_q3"]
     with jax.numpy_dtype_promotion("standard"):  # optax: 0.9 ** an int32 count
         (plan,) = bench.bench_plan_scale([1], [])
@@ -94,3 +94,39 @@ def test_granite_rows_time_explain_of_a_whole_layer():
     assert row["case"].startswith("Granite-3.3-8B layer, decode") and row["explain_s"] > 0
     assert row["fused_kernels"] >= 4 and "attention" in row["families"]
     assert row["lx_fraction"] == 0.2 and row["predicted_us"] > 0
+
+
+def test_issue_24_rows_are_cases_of_the_full_run():
+    names = [*bench.compute_cases(1), *bench.compute_cases(4), *bench.program_cases("large")]
+    for _label, section, part, _target in bench.TARGETS:
+        if section != "compile":
+            assert any(part in n for n in names), part
+    gpt = [n for n in bench.program_cases("large") if n.startswith("GPT")]
+    assert len(gpt) == 2 and gpt[1] == f"{gpt[0]}, dropout {bench.DROPOUT}"
+    (shape, _, dtype) = next(iter(bench.DMA_TARGET.values()))
+    assert shape == (4096, 4000) and dtype == "float16"
+
+
+def test_targets_table_has_every_row_and_says_what_was_not_run():
+    row = {"native_s": 1.0, "spyrejax_s": 1.5, "ratio": 1.5}
+    gpt = "GPT training step (adamw), 4 layers d 256 seq 128 batch 8"
+    results = {
+        "programs": [{"case": gpt, **row}, {"case": f"{gpt}, dropout 0.1", **row, "ratio": 2.0}],
+        "plan_scale": [{"layers": 32, "total_s": 4.25}],
+    }
+    lines = bench.targets_markdown(results).splitlines()
+    assert len(lines) == 2 + len(bench.TARGETS) + 3
+    by_label = {line.split(" | ")[0].removeprefix("| "): line for line in lines[2:]}
+    assert "| 1.50x |" in by_label[bench.TARGETS[5][0]]
+    assert "| 2.00x |" in by_label["the same step with dropout"]
+    assert "| not run |" in by_label[bench.TARGETS[0][0]]
+    assert any("| 4.2 s |" in line for line in lines) and lines[-1].count("not run") == 1
+
+
+def test_the_gpt_step_with_a_key_drops_out():
+    params, static, ids, labels = bench.models.gpt_setup(32, 16, 2, 8, 2, 1, dropout=0.5)
+    step = bench.models.gpt_train_step(static, bench.optax.sgd(0.1))
+    state = bench.optax.sgd(0.1).init(params)
+    *_, plain = step(params, state, ids, labels)
+    *_, dropped = step(params, state, ids, labels, jax.random.PRNGKey(0))
+    assert plain != dropped and abs(float(plain) - float(dropped)) > 1e-3
