@@ -853,7 +853,9 @@ def targets_markdown(results: dict[str, Any]) -> str:
     lines = ["| case | latest | target |", "|---|---:|---:|"]
     for label, section, part, target in TARGETS:
         r = _find(results.get(section, []), part)
-        lines.append(f"| {label} | {'not run' if r is None else _ratio(r) + 'x'} | {target} |")
+        head = "" if r is None else f"{r['ratio']:.2f}"
+        cell = "not run" if r is None else f"{head}x{_ratio(r)[len(head) :]}"
+        lines.append(f"| {label} | {cell} | {target} |")
     dma = _find(results.get("dma", []), "(issue 24)")
     cell = (
         "not run" if dma is None else f"{dma['h2d_jit_vs_copy']:.2f} / {dma['d2h_jit_vs_copy']:.2f}"
