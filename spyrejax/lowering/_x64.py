@@ -31,7 +31,7 @@ import jax
 import numpy as np
 
 from .._errors import LayoutError, SpyreUnsupportedError
-from .._jax import ClosedJaxpr, Jaxpr, float64_mode, summarize_source
+from .._jax import ClosedJaxpr, Jaxpr, float64_mode, inner_jaxprs, summarize_source
 from ..layout._dtypes import NARROWED, narrow_int64
 from ..primitives._array import SpyreArray
 
@@ -131,12 +131,8 @@ def _check_float64(jaxpr: Jaxpr) -> None:
                     "has no 64-bit float format. Use float32 there, or compute float64 in "
                     "float32: jax.config.update('spyrejax_float64', 'float32')"
                 )
-        for p in eqn.params.values():
-            for sub in p if isinstance(p, tuple | list) else (p,):
-                if isinstance(sub, ClosedJaxpr):
-                    _check_float64(sub.jaxpr)
-                elif isinstance(sub, Jaxpr):
-                    _check_float64(sub)
+        for sub in inner_jaxprs(eqn.params):
+            _check_float64(sub)
 
 
 def widen(outs: Sequence[Any], dtypes: Sequence[np.dtype | None]) -> list[Any]:
