@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .._errors import DeviceError
+from ..layout._dtypes import BYTES_PER_STICK
 from ._machine import Machine
 
 if TYPE_CHECKING:
@@ -107,8 +108,8 @@ def block_passes(m: int, n: int, k: int, lx: int, itemsize: int, acc: int) -> tu
     in whole sticks); the one of least traffic wins. If none fits, one row by one
     stick.
     """
-    step = min(k, 128 // itemsize)
-    eps = 128 // itemsize
+    eps = BYTES_PER_STICK // itemsize
+    step = min(k, eps)
     best: tuple[int, int, int] | None = None
     tms = sorted({min(m, 1 << i) for i in range(m.bit_length() + 1)})
     tns = sorted({min(n, eps << i) for i in range(max(1, n // eps).bit_length() + 1)})
@@ -211,7 +212,7 @@ def _spill_bytes(batch: int, m: int, n: int, k: int, itemsize: int, machine: Mac
     than one stick, the partial sums are written to DDR and read back at every further
     K step. No fitted constant: the bytes run at the DDR rate.
     """
-    steps = -(-k // (128 // itemsize))  # K sticks of the slice (128-byte sticks)
+    steps = -(-k // (machine.stick_bytes // itemsize))  # K sticks of the slice
     acc = batch * m * n * machine.mm_accumulator_bytes
     if batch == 1 or steps == 1 or acc <= machine.lx_usable:
         return 0
