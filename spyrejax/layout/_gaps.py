@@ -31,11 +31,8 @@ def check_gaps(device_gaps: Any, size: tuple[int, ...]) -> Gaps:
     try:
         gaps = tuple((int(f), int(b)) for f, b in device_gaps)
     except (TypeError, ValueError):
-        raise LayoutError(
-            f"device_gaps {device_gaps!r} must be one (front, back) pair per device dim "
-            f"of device_size {list(size)}"
-        ) from None
-    if len(gaps) != len(size):
+        gaps = None
+    if gaps is None or len(gaps) != len(size):
         raise LayoutError(
             f"device_gaps {device_gaps!r} must be one (front, back) pair per device dim "
             f"of device_size {list(size)}"
