@@ -92,11 +92,6 @@ class Fusion:
     internal: frozenset[str]
     anchor: int
 
-    @property
-    def first(self) -> int:
-        """The index of its first op."""
-        return self.ops[0]
-
 
 def _is_kernel(d: OpDesc) -> bool:
     return d.kind != "view" and not is_fill(d)
