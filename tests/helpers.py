@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
+from oracles import same_bits
 
 import spyrejax as sj
 
@@ -91,6 +92,23 @@ def assert_matches_jax_jit(fn, *args, exact=False, **tolerance):
     else:
         assert_close(got, want, **tolerance)
     return got
+
+
+def assert_round_trips_both_ways(x, layout, want):
+    """Host -> device -> host eagerly (the engine ``dma_h2d`` picks) and inside jax.jit.
+
+    Both images must be ``want`` bit for bit, and both transfers back must give ``x``
+    bit for bit. Returns the eager image.
+    """
+    shape = x.shape
+    eager = sj.dma_h2d(x, layout)
+    jitted = jax.jit(sj.dma_h2d, static_argnames="layout")(x, layout)
+    assert same_bits(eager, want)
+    assert same_bits(jitted, want)
+    assert same_bits(sj.dma_d2h(eager, shape, layout), x)
+    d2h = jax.jit(sj.dma_d2h, static_argnames=("shape", "layout"))
+    assert same_bits(d2h(jitted, shape, layout), x)
+    return eager
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from cases import MORE_EXPLICIT, SPEC_EXPLICIT, SPEC_VECTORS_MOVED
-from helpers import dma_transfers
+from helpers import assert_round_trips_both_ways, dma_transfers
 from hypothesis import example, given
 from hypothesis import strategies as st
 from oracles import coords_by_rule, image_by_rule, random_bits, run_descriptors, same_bits
@@ -399,17 +399,9 @@ def _round_trip_both_engines(x, layout):
     """
     from spyrejax.dma._host_dma import host_engine_suits
 
-    shape = x.shape
-    assert host_engine_suits(sj.generate_dci(shape, layout), x.dtype.itemsize)
+    assert host_engine_suits(sj.generate_dci(x.shape, layout), x.dtype.itemsize)
     want = image_by_rule(x, layout, sj.poison_value(x.dtype))
-    eager = sj.dma_h2d(x, layout)
-    jitted = jax.jit(sj.dma_h2d, static_argnames="layout")(x, layout)
-    assert same_bits(eager, want)
-    assert same_bits(jitted, want)
-    assert same_bits(sj.dma_d2h(eager, shape, layout), x)
-    d2h = jax.jit(sj.dma_d2h, static_argnames=("shape", "layout"))
-    assert same_bits(d2h(jitted, shape, layout), x)
-    return np.asarray(eager)
+    return np.asarray(assert_round_trips_both_ways(x, layout, want))
 
 
 def test_padded_tiles_round_trip_through_both_engines():

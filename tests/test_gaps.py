@@ -13,6 +13,7 @@ import pickle
 import jax
 import numpy as np
 import pytest
+from helpers import assert_round_trips_both_ways
 from hypothesis import given
 from hypothesis import strategies as st
 from oracles import (
@@ -149,13 +150,7 @@ def test_descriptors_place_every_element_once_inside_the_gaps(case, seed):
 def test_both_engines_are_bit_exact_through_gaps_eager_and_jitted(case, seed):
     shape, dtype, inner, layout = case
     x = random_bits(shape, dtype, np.random.default_rng(seed))
-    want = _want(x, inner, layout, sj.poison_value(dtype))
-    eager = sj.dma_h2d(x, layout)
-    jitted = jax.jit(sj.dma_h2d, static_argnames="layout")(x, layout)
-    assert same_bits(eager, want) and same_bits(jitted, want)
-    assert same_bits(sj.dma_d2h(eager, shape, layout), x)
-    d2h = jax.jit(sj.dma_d2h, static_argnames=("shape", "layout"))
-    assert same_bits(d2h(jitted, shape, layout), x)
+    assert_round_trips_both_ways(x, layout, _want(x, inner, layout, sj.poison_value(dtype)))
 
 
 @pytest.mark.parametrize("dtype", sj.SUPPORTED_DTYPES, ids=str)

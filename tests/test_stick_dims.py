@@ -8,10 +8,10 @@ with it bit for bit.
 
 import math
 
-import jax
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import assert_round_trips_both_ways
 from hypothesis import given
 from hypothesis import strategies as st
 from oracles import random_bits, row_major, run_descriptors, same_bits
@@ -183,14 +183,8 @@ def test_descriptors_place_every_element_once(case, seed):
 def test_both_engines_are_bit_exact_eager_and_jitted(case, seed):
     shape, dtype, groups, layout = case
     x = random_bits(shape, dtype, np.random.default_rng(seed))
-    want = oracle_image(x, layout, groups)
     assert host_engine_suits(sj.generate_dci(shape, layout), dtype.itemsize)  # eager: host
-    eager = sj.dma_h2d(x, layout)
-    jitted = jax.jit(sj.dma_h2d, static_argnames="layout")(x, layout)
-    assert same_bits(eager, want) and same_bits(jitted, want)
-    assert same_bits(sj.dma_d2h(eager, shape, layout), x)
-    d2h = jax.jit(sj.dma_d2h, static_argnames=("shape", "layout"))
-    assert same_bits(d2h(jitted, shape, layout), x)
+    assert_round_trips_both_ways(x, layout, oracle_image(x, layout, groups))
 
 
 @pytest.mark.parametrize(
