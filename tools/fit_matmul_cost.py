@@ -19,7 +19,13 @@ import sys
 import numpy as np
 
 from spyrejax.device import Machine, op_cost
-from spyrejax.device._calibrate import Measurement, default_sweep, read_sweep, spearman
+from spyrejax.device._calibrate import (
+    Calibration,
+    Measurement,
+    ShapeFit,
+    default_sweep,
+    read_sweep,
+)
 from spyrejax.device._calibrate import sweep_division as division
 
 NAMES = ("mm_stream_penalty", "mm_multicast_sync_s", "mm_run_s", "mm_partial_sum_bw")
@@ -68,19 +74,21 @@ def fit(rows, start, base, iters=30):
     return np.exp(x)
 
 
-def figures(rows, pred):
-    """Issue 25's three figures for predictions ``pred`` of ``rows``."""
+def figures(rows, pred, machine):
+    """Issue 25's three figures for predictions ``pred`` of ``rows`` (``Calibration``'s)."""
     shapes: dict[str, list[int]] = {}
     for i, r in enumerate(rows):
         shapes.setdefault(r.shape, []).append(i)
-    picks, rhos, best = 0, [], 0
-    for idx in shapes.values():
-        t, p = np.array([rows[i].us for i in idx]), pred[idx]
-        picks += t[np.argmin(p)] <= 1.1 * t.min()
-        rhos.append(spearman(p, t))
-        best += abs(p[np.argmin(t)] / t.min() - 1) <= 0.3
-    n, rho = len(shapes), np.median(rhos)
-    return f"pick within 10%: {picks}/{n}; median rho {rho:.2f}; best within 30%: {best}/{n}"
+    fits = tuple(
+        ShapeFit(
+            shape,
+            tuple(rows[i].split for i in idx),
+            tuple(rows[i].us for i in idx),
+            tuple(float(pred[i]) for i in idx),
+        )
+        for shape, idx in shapes.items()
+    )
+    return Calibration("", machine, fits, 0).summary()
 
 
 def main(argv: list[str]) -> int:
@@ -91,7 +99,7 @@ def main(argv: list[str]) -> int:
     start = np.array([getattr(base, n) for n in NAMES], float)
     params = fit(rows, start, base)
     print("fitted:", ", ".join(f"{n} = {v:.3g}" for n, v in zip(NAMES, params, strict=True)))
-    print("in sample:", figures(rows, predict(rows, params, 0.2, base)))
+    print("in sample:", figures(rows, predict(rows, params, 0.2, base), base))
     if "--loso" in argv:
         pred = np.empty(len(rows))
         for shape in sorted({r.shape for r in rows}):
@@ -99,7 +107,7 @@ def main(argv: list[str]) -> int:
             p = fit(keep, params, base)
             idx = [i for i, r in enumerate(rows) if r.shape == shape]
             pred[idx] = predict([rows[i] for i in idx], p, 0.2, base)
-        print("leave one shape out:", figures(rows, pred))
+        print("leave one shape out:", figures(rows, pred, base))
     return 0 if all(math.isfinite(v) for v in params) else 1
 
 
