@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .._errors import LayoutConversionError
@@ -41,6 +41,7 @@ __all__ = [
     "from_pieces",
     "normal_pieces",
     "pieces",
+    "places_as",
     "to_cute",
 ]
 
@@ -426,15 +427,19 @@ class XlaLayout:
         where = f"XLA cannot express {mapping.layout} for host shape {list(mapping.shape)}"
         top, rest = _top_level(want, mapping.shape)
         candidate = cls(_order(top, mapping.shape), _tiles(top, rest))
-        try:
-            found = candidate.pieces(mapping.shape)
-        except LayoutConversionError:
-            found = None
-        if found != want:
+        if not places_as(lambda: candidate.pieces(mapping.shape), want):
             raise LayoutConversionError(
                 f"{where}: the closest tiling, {candidate}, places elements differently"
             )
         return candidate
+
+
+def places_as(candidate_pieces: Callable[[], tuple[Piece, ...]], want: Sequence[Piece]) -> bool:
+    """Whether a candidate layout's pieces are ``want`` (one it cannot build: not)."""
+    try:
+        return candidate_pieces() == want
+    except LayoutConversionError:
+        return False
 
 
 def _padded(piece: Piece, extent: int) -> bool:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .._errors import LayoutConversionError
-from ._convert import Piece, from_pieces, pieces
+from ._convert import Piece, from_pieces, pieces, places_as
 from ._convert import normal_pieces as _normal
 from ._dtypes import DTypeLike
 from ._layout import HostMapping, SpyreTensorLayout
@@ -135,11 +135,7 @@ class MorelloLayout:
                 i += 1
             seen.add(d)
         candidate = cls(tuple(dims))
-        try:
-            found = candidate.pieces(mapping.shape)
-        except LayoutConversionError:
-            found = None
-        if found != want:
+        if not places_as(lambda: candidate.pieces(mapping.shape), want):
             raise LayoutConversionError(
                 f"{where}: the closest Morello layout, {candidate}, places elements differently"
             )
@@ -298,11 +294,8 @@ class MetalLayout:
         eps = mapping.layout.elems_per_stick
         candidates = [c for c in (_tiled(want, shape, eps), _row_major(want, shape)) if c]
         for candidate in candidates:
-            try:
-                if candidate.pieces() == want:
-                    return candidate
-            except LayoutConversionError:
-                continue
+            if places_as(candidate.pieces, want):
+                return candidate
         raise LayoutConversionError(
             f"{where}: its device dims are not grid, tile counts in host order, then a tile"
         )
