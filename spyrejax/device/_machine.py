@@ -25,6 +25,10 @@ __all__ = ["Machine", "default_machine"]
 _MIB = 1 << 20
 _GIB = 1 << 30
 
+# The Spyre card's PT array: fp16 MACs per cycle per core and its clock (section 8).
+_PT_MACS_PER_CYCLE = 1024
+_PT_CLOCK_HZ = 1.1e9
+
 _FIT = (
     "fitted (least squares on log time, all 235 rows of "
     "../shared/data/spyre/granite_splits_lx0.2.txt below 100 ms at lx_fraction 0.2, "
@@ -320,9 +324,9 @@ class Machine:
             max_cores=32,
             corelets=2,
             clock_hz=1.5e9,
-            peak_macs_per_cycle=1024,
-            pt_clock_hz=1.1e9,
-            matmul_macs_per_ns=1024 * 1.1,
+            peak_macs_per_cycle=_PT_MACS_PER_CYCLE,
+            pt_clock_hz=_PT_CLOCK_HZ,
+            matmul_macs_per_ns=_PT_MACS_PER_CYCLE * (_PT_CLOCK_HZ / 1e9),  # the PT peak
             pt_dtype_rates=_PT_RATES,
             matmul_model="calibrated",
             matmul_efficiency=0.85,
