@@ -57,7 +57,6 @@ from ..primitives._stick import SPARSE, default_type, restickify_cost, serves, s
 from ..primitives._stick import stick_options as _stick_options
 from ._graph import Graph, Node, Scalar, Value
 from ._rules import HOST_FALLBACK, Mode, rule_for
-from ._traffic import move_bytes, nbytes, traffic
 from ._with_layout import with_layout_p
 
 __all__ = ["FALLBACKS", "Move", "Option", "Plan", "host_input_type", "plan_graph", "traffic"]
@@ -261,13 +260,13 @@ class _Planner:
     def _produce(self, v: Value, produced: dict[SpyreType, tuple[float, Option | None]]) -> None:
         self.produced[v] = produced
         avail = {t: cost for t, (cost, _) in produced.items()}
-        read = min(cost + nbytes(t) for t, cost in avail.items())  # a restickify's source
+        read = min(cost + _nbytes(t) for t, cost in avail.items())  # a restickify's source
         # A value varies over the same mesh axes in every layout (types compare without
         # vma, so the restickified types must be given it).
         vma = frozenset().union(*(t.vma for t in avail))
         for d in _defaults(v):
             d = replace(d, vma=vma) if vma else d
-            avail[d] = min(avail.get(d, INF), read + nbytes(d))
+            avail[d] = min(avail.get(d, INF), read + _nbytes(d))
         self.avail[v] = avail
 
     def _node_options(self, node: Node) -> list[tuple[float, Option]]:
@@ -343,7 +342,7 @@ class _Planner:
             return [(None, 0.0)]
         ranked = sorted(
             ((t, c) for t, c in self.avail[u].items() if serves(t, r)),
-            key=lambda tc: (tc[1] + nbytes(tc[0]), _tie_break(tc[0])),
+            key=lambda tc: (tc[1] + _nbytes(tc[0]), _tie_break(tc[0])),
         )
         if r is not None:
             fallback = _default(u.shape, u.dtype, r)
@@ -382,30 +381,12 @@ class _Planner:
         plan = Plan()
         demands: dict[Value, dict[SpyreType | None, Node | None]] = defaultdict(dict)
         self.hinted = {v for n in self.graph.nodes if n.prim == with_layout_p.name for v in n.outs}
-        self._demand_results(demands)
-        self._run_nodes(plan, demands)
-        self._serve_sources(plan, demands)
-        made = {
-            v: options[0].outs[i]
-            for node, options in plan.runs.items()
-            for i, v in enumerate(node.outs)
-        }
-        plan.outputs = [self._output_type(plan, made, o) for o in self.graph.outputs]
-        return plan
-
-    def _demand_results(self, demands: dict[Value, dict[SpyreType | None, Node | None]]) -> None:
-        """The program's results, each in the type it is returned in."""
         for out in self.graph.outputs:
             if isinstance(out, Value):
                 want = self._result_type(out)
                 if want is not None:
                     self.results[out] = want
                 demands[out].setdefault(want, None)
-
-    def _run_nodes(
-        self, plan: Plan, demands: dict[Value, dict[SpyreType | None, Node | None]]
-    ) -> None:
-        """From the last node back: the options each runs, and what they demand of inputs."""
         for node in reversed(self.graph.nodes):
             wanted = [demands.pop(v, {}) for v in node.outs]
             if node.outs and not any(wanted):
@@ -421,11 +402,6 @@ class _Planner:
                 for u, t in zip(node.ins, option.ins, strict=True):
                     if isinstance(u, Value):
                         demands[u].setdefault(t, node)
-
-    def _serve_sources(
-        self, plan: Plan, demands: dict[Value, dict[SpyreType | None, Node | None]]
-    ) -> None:
-        """The graph's inputs (restickified where read in other types) and constants."""
         for v in self.graph.inputs:
             wanted = demands.pop(v, {})
             if wanted:
@@ -435,6 +411,13 @@ class _Planner:
             wanted = demands.pop(c, {})
             if wanted:
                 plan.sources[c] = [t for t in wanted if t is not None] or _defaults(c)[:1]
+        made = {
+            v: options[0].outs[i]
+            for node, options in plan.runs.items()
+            for i, v in enumerate(node.outs)
+        }
+        plan.outputs = [self._output_type(plan, made, o) for o in self.graph.outputs]
+        return plan
 
     def _serve(self, plan: Plan, v: Value, wanted: dict[SpyreType | None, Any]) -> list[Any]:
         """The types ``v``'s producer runs for; plans restickifies for the other demands."""
@@ -447,7 +430,7 @@ class _Planner:
             for d in wanted:
                 if d is not None and d != p:
                     make = produced[d][0] if d in produced else INF
-                    cost += min(make, move_bytes(p, d) if d in movable else INF)
+                    cost += min(make, _move_bytes(p, d) if d in movable else INF)
             return cost
 
         if not runs:
@@ -456,8 +439,8 @@ class _Planner:
         for d, consumer in wanted.items():
             if d is None or d in runs:
                 continue
-            src = min(runs, key=nbytes)
-            if d in produced and produced[d][0] < move_bytes(src, d):
+            src = min(runs, key=_nbytes)
+            if d in produced and produced[d][0] < _move_bytes(src, d):
                 runs.append(d)
             else:
                 moves.append(Move(v, src, d, _why(consumer, src, d), consumer))
@@ -482,7 +465,7 @@ class _Planner:
                     continue
                 src = runs[0].outs[i]
                 if d in movable and not (
-                    d in self.produced[v] and self.produced[v][d][0] < move_bytes(src, d)
+                    d in self.produced[v] and self.produced[v][d][0] < _move_bytes(src, d)
                 ):
                     moves.append(Move(v, src, d, _why(consumer, src, d)))
                 else:
@@ -523,6 +506,56 @@ class _Planner:
         if v in self.results:
             movable.add(self.results[v])
         return movable
+
+
+def _nbytes(t: SpyreType) -> int:
+    """The device bytes of ``t``'s image, padding included (a view: its base image)."""
+    return t.layout.nbytes
+
+
+def _move_bytes(source: SpyreType, target: SpyreType) -> int:
+    """Device bytes a restickify reads and writes: the source image and the target's."""
+    return _nbytes(source) + _nbytes(target)
+
+
+def _spyre_types(avals: Any) -> list[SpyreType]:
+    """The Spyre types among (possibly nested) abstract values."""
+    if isinstance(avals, tuple | list):
+        return [t for a in avals for t in _spyre_types(a)]
+    return [avals] if isinstance(avals, SpyreType) else []
+
+
+def traffic(called: list[Any]) -> int:
+    """The device bytes a lowering's primitives read and write: the planner's objective.
+
+    Every primitive but a view reads its operands' images and writes its results', in
+    their layouts' bytes (padding included); a collective also sends its elements
+    between cards. A charge standing for a body's copies (``lowering._control``)
+    reads and writes the elements it moves, as often as it runs; a host fallback in a
+    body moves its DMA bytes.
+    """
+    total = 0
+    for p in called:
+        if p.role == "view":
+            continue
+        if isinstance(p, sp.SpyrePrim):
+            total += sum(map(_nbytes, _spyre_types(p.in_avals)))
+            total += sum(map(_nbytes, _spyre_types(p.out_avals)))
+            if p.role == "collective":
+                total += _elements_bytes(p.moves, _spyre_types(p.in_avals))
+        elif p.role == "host":
+            total += p.to_host_bytes + p.to_device_bytes
+        else:
+            total += 2 * _elements_bytes(p.moves, _spyre_types(p.in_avals))
+    return total
+
+
+def _elements_bytes(elements: int, avals: list[SpyreType]) -> int:
+    """Bytes of ``elements`` device elements in the format of the first of ``avals``."""
+    if not avals or not elements:
+        return 0
+    t = avals[0]
+    return elements * _nbytes(t) // restickify_cost(t)
 
 
 def _tie_break(t: SpyreType) -> tuple[Any, ...]:
