@@ -836,18 +836,8 @@ def _host_arrays(sig: _Signature, leaves: Sequence[Any]) -> tuple[int, ...]:
     return tuple(
         i
         for i, (x, a) in enumerate(zip(leaves, sig.in_avals, strict=True))
-        if isinstance(a, HostAval)
-        and not a.weak_type
-        and i not in keys
-        and math.prod(a.shape)
-        and not _sharded(x)
+        if isinstance(a, HostAval) and not a.weak_type and i not in keys and math.prod(a.shape)
     )
-
-
-def _sharded(x: Any) -> bool:
-    """Whether ``x`` is spread over several devices (a shard_map reads its sharding)."""
-    sharding = getattr(x, "sharding", None)
-    return sharding is not None and len(sharding.device_set) > 1
 
 
 def _moved(
