@@ -840,32 +840,16 @@ def _host_arrays(sig: _Signature, leaves: Sequence[Any]) -> tuple[int, ...]:
     )
 
 
-def _moved(
-    leaves: Sequence[Any], moved: tuple[tuple[int, Any], ...], *, images: bool = False
-) -> list[Any]:
+def _moved(leaves: Sequence[Any], moved: tuple[tuple[int, Any], ...]) -> list[Any]:
     """``leaves`` moved to the device in their default layouts where ``moved`` says.
 
     ``moved`` holds ``(leaf index, dtype)``: the dtype ``jax.jit`` reads the leaf in
-    (a float64 NumPy array is float32 with x64 off). With ``images``, the moved leaves
-    are their device images (what :meth:`Lowering.call_concrete` passes on).
+    (a float64 NumPy array is float32 with x64 off).
     """
     out = list(leaves)
-    hosts = tuple(
-        x if isinstance(x, jax.Array) and x.dtype == dtype else jnp.asarray(x, dtype)
-        for x, dtype in ((out[i], dtype) for i, dtype in moved)
-    )
-    for (i, _), x, img in zip(moved, hosts, _images_of(hosts), strict=True):
-        out[i] = img if images else SpyreArray(img, host_input_type(x.shape, x.dtype))
+    for i, dtype in moved:
+        out[i] = to_device(jnp.asarray(out[i], dtype))
     return out
-
-
-@jax.jit
-def _images_of(hosts: tuple[Any, ...]) -> list[jax.Array]:
-    """The device images of host arrays moved in their default layouts: one dispatch.
-
-    (An eager ``to_device`` per array takes hijax's Python path, near a millisecond.)
-    """
-    return [image(to_device(x)) for x in hosts]
 
 
 class _HostArraysMoved:
@@ -881,7 +865,7 @@ class _HostArraysMoved:
 
     def call_concrete(self, leaves: Sequence[Any]) -> Any:
         """:meth:`Lowering.call_concrete` of the leaves, the host arrays moved."""
-        return self.lowering.call_concrete(_moved(leaves, self.moved, images=True))
+        return self.lowering.call_concrete(_moved(leaves, self.moved))
 
 
 def jit(
