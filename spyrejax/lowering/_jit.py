@@ -648,7 +648,6 @@ class SpyreJit:
         sig64, _, call64 = self._signature(args, kwargs)
         with _x64.off():
             sig, leaves, call = self._signature(args, kwargs, narrow=True)
-            sig, leaves, _ = _host_arrays_moved(sig, leaves, call)
             lowering = self._cached(sig)
             if lowering is None:
                 lowering = self._lower(sig, *self._trace(sig, call))
@@ -788,37 +787,21 @@ class SpyreJit:
     @gc_paused  # the first call traces, plans, lowers and compiles
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any], fast: Any) -> Any:
         sig, leaves, call = self._signature(args, kwargs)
-        sig, leaves, moved = _host_arrays_moved(sig, leaves, call)
+        moved = _host_arrays(sig, leaves)
+        if moved:  # as the SpyreArrays of their default layouts (see _HostArraysMoved)
+            check_formats(sig.in_avals, call.path)  # naming an argument with no format
+            moved = tuple((i, sig.in_avals[i].dtype) for i in moved)
+            leaves = _moved(leaves, moved)
+            avals = list(sig.in_avals)
+            for i, _ in moved:
+                avals[i] = leaves[i].type
+            sig = replace(sig, in_avals=tuple(avals))
         lowering = self._cached(sig)
         if lowering is None:
             lowering = self._lower(sig, *self._trace(sig, call))
         if fast is not None:
             self._cache.put(fast[0], _HostArraysMoved(lowering, moved) if moved else lowering)
         return lowering.call(leaves)
-
-
-def _host_arrays_moved(
-    sig: _Signature, leaves: Sequence[Any], call: Call
-) -> tuple[_Signature, Sequence[Any], tuple[tuple[int, Any], ...]]:
-    """A concrete call's signature and leaves, its host arrays moved to the device.
-
-    Returns the signature and leaves of the call with the SpyreArrays of their default
-    layouts in place of its host arrays (see :func:`_host_arrays`), and ``(leaf index,
-    dtype)`` of each moved one.
-
-    Raises:
-        LayoutError: naming an argument whose dtype has no Spyre data format.
-    """
-    moved = _host_arrays(sig, leaves)
-    if not moved:
-        return sig, leaves, ()
-    check_formats(sig.in_avals, call.path)
-    dtypes = tuple((i, sig.in_avals[i].dtype) for i in moved)
-    leaves = _moved(leaves, dtypes)
-    avals = list(sig.in_avals)
-    for i in moved:
-        avals[i] = leaves[i].type
-    return replace(sig, in_avals=tuple(avals)), leaves, dtypes
 
 
 def _host_arrays(sig: _Signature, leaves: Sequence[Any]) -> tuple[int, ...]:
