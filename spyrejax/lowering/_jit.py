@@ -23,21 +23,19 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 
 from .._errors import SpyreTypeError
 from .._jax import AD_TRACERS, ArrayImpl, BatchTracer, ClosedJaxpr, Var, trace_context
 from ..device import DeviceProgram, Machine, default_machine
-from ..primitives import abstract, image, to_device, to_host, wrap
-from ..primitives._array import PadFill, SpyreArray, SpyreType
+from ..primitives import abstract, image, to_host, wrap
+from ..primitives._array import SpyreArray, SpyreType
 from . import _x64
 from ._arguments import (
     ArgNums,
@@ -313,26 +311,11 @@ def _input_type(aval: Any) -> SpyreType:
 
 
 def _out_types(plan: Plan, graph: Graph) -> list[SpyreType]:
-    """The planned output types (a scalar result is a fresh 0-d array).
-
-    A result whose padding the plan knows to be zero is returned without that promise
-    (the weaker one holds): it then has the type a host argument of its shape gets, so
-    a program fed its own results meets the signature it was compiled for.
-    """
+    """The planned output types (a scalar result is a fresh 0-d array)."""
     return [
-        host_input_type((), o.dtype) if t is None else _unpromised(t)
+        host_input_type((), o.dtype) if t is None else t
         for o, t in zip(graph.outputs, plan.outputs, strict=True)
     ]
-
-
-def _as_type(x: Any, t: SpyreType) -> Any:
-    """Result ``x`` with type ``t``: its own, or the same image without a padding promise."""
-    return x if jax.typeof(x) == t else wrap(image(x), t)
-
-
-def _unpromised(t: SpyreType) -> SpyreType:
-    """``t`` without a promise about its padding (the same image)."""
-    return t if t.pad is PadFill.POISON or t.is_view else replace(t, pad=PadFill.POISON)
 
 
 def _public_aval(aval: SpyreType | HostAval) -> Any:
@@ -703,30 +686,25 @@ class SpyreJit:
             return lowering
         graph = host_regions(build_graph(closed))
         types = {v: _input_type(a) for v, a in zip(graph.inputs, sig.in_avals, strict=True)}
-        plan = plan_graph(graph, types, self.fallback, default_results=True)
+        plan = plan_graph(graph, types, self.fallback)
         interpreter = Interpreter(graph, plan, self.emulate, check=sig.check)
         in_types = [a if isinstance(a, SpyreType) else None for a in sig.in_avals]
-        out_types = _out_types(plan, graph)
-
-        def run(*args: Any) -> list[Any]:
-            outs = interpreter.run(*args)
-            return [_as_type(o, t) for o, t in zip(outs, out_types, strict=True)]
 
         def run_images(*lo: Any) -> list[jax.Array]:
             hi = [x if t is None else wrap(x, t) for x, t in zip(lo, in_types, strict=True)]
-            return [image(o) for o in run(*hi)]
+            return [image(o) for o in interpreter.run(*hi)]
 
         lowering = Lowering(
             closed,
             graph,
             plan,
             interpreter,
-            jax.jit(run),
+            jax.jit(interpreter.run),
             sig.in_tree,
             sig.in_avals,
             out_tree,
             jax.jit(run_images),
-            out_types,
+            _out_types(plan, graph),
         )
         self._cache.put(sig, lowering)
         return lowering
@@ -786,69 +764,10 @@ class SpyreJit:
 
     @gc_paused  # the first call traces, plans, lowers and compiles
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any], fast: Any) -> Any:
-        sig, leaves, call = self._signature(args, kwargs)
-        moved = _host_arrays(sig, leaves)
-        if moved:  # as the SpyreArrays of their default layouts (see _HostArraysMoved)
-            check_formats(sig.in_avals, call.path)  # naming an argument with no format
-            moved = tuple((i, sig.in_avals[i].dtype) for i in moved)
-            leaves = _moved(leaves, moved)
-            avals = list(sig.in_avals)
-            for i, _ in moved:
-                avals[i] = leaves[i].type
-            sig = replace(sig, in_avals=tuple(avals))
-        lowering = self._cached(sig)
-        if lowering is None:
-            lowering = self._lower(sig, *self._trace(sig, call))
+        lowering, leaves = self._lowering(*args, **kwargs)
         if fast is not None:
-            self._cache.put(fast[0], _HostArraysMoved(lowering, moved) if moved else lowering)
+            self._cache.put(fast[0], lowering)
         return lowering.call(leaves)
-
-
-def _host_arrays(sig: _Signature, leaves: Sequence[Any]) -> tuple[int, ...]:
-    """The leaves of a concrete call moved to the device before it: its host arrays.
-
-    A host array (not a Python scalar, whose weak type the trace keeps, nor a PRNG
-    key's data) is what the program would otherwise move into the default layout of
-    its shape itself; moved first, the call has the signature of a call with the
-    SpyreArrays the program returns, so a training loop (host arrays in, SpyreArrays
-    back) runs one compiled program from its first step. None under a trace.
-    """
-    if any(isinstance(x, jax.core.Tracer) for x in leaves):
-        return ()
-    keys = {i for i, _ in sig.keys}
-    return tuple(
-        i
-        for i, (x, a) in enumerate(zip(leaves, sig.in_avals, strict=True))
-        if isinstance(a, HostAval) and not a.weak_type and i not in keys and math.prod(a.shape)
-    )
-
-
-def _moved(leaves: Sequence[Any], moved: tuple[tuple[int, Any], ...]) -> list[Any]:
-    """``leaves`` moved to the device in their default layouts where ``moved`` says.
-
-    ``moved`` holds ``(leaf index, dtype)``: the dtype ``jax.jit`` reads the leaf in
-    (a float64 NumPy array is float32 with x64 off).
-    """
-    out = list(leaves)
-    for i, dtype in moved:
-        out[i] = to_device(jnp.asarray(out[i], dtype))
-    return out
-
-
-class _HostArraysMoved:
-    """A lowering for SpyreArrays, called on the dispatch fast path with host arrays.
-
-    The fast path's key of a call with host arrays finds this: it moves them, as
-    :meth:`SpyreJit._call` did the first time, and runs the lowering.
-    """
-
-    def __init__(self, lowering: Lowering, moved: tuple[tuple[int, Any], ...]) -> None:
-        self.lowering = lowering
-        self.moved = moved
-
-    def call_concrete(self, leaves: Sequence[Any]) -> Any:
-        """:meth:`Lowering.call_concrete` of the leaves, the host arrays moved."""
-        return self.lowering.call_concrete(_moved(leaves, self.moved))
 
 
 def jit(

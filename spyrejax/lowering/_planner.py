@@ -6,30 +6,20 @@ candidate input types are those the inputs can be had in (as produced, or
 restickified into the default layout of a stick), and the rule's lowering is
 *evaluated on them* (``primitives.abstract_eval``: the Spyre primitives' constructors
 run, no data moves). A ``LayoutError`` means the mode cannot run on those types;
-otherwise the evaluated output type is the planned type.
-
-The objective is the device's memory traffic, in bytes, padding included
-(:func:`traffic`): every image a primitive of the lowering reads or writes, in its
-layout's ``nbytes`` (views read and write nothing). So a padded value costs what
-every op that writes or reads it pays: a slice, a reduction or a broadcast lands in
-the layout that costs least downstream, not only in the one that moves the fewest
-elements. A restickify reads its source image and writes its target's. The cost
-counts every card: a collective also costs the bytes the cards send each other, and a
-``shard_map`` body what it moves times the cards it runs on (``lowering._collectives``).
-What the plan *reports* (``Plan.cost``, ``explain``) stays the elements it moves
-between layouts (spec section 7).
+otherwise the evaluated output type is the planned type, and the copies the lowering
+makes are its cost. Restickifying a value costs ``prod(device_size)`` of the type it
+is moved from (spec section 7). The cost counts every card: a collective costs the
+elements the cards send each other, and a ``shard_map`` body what it moves times the
+cards it runs on (``lowering._collectives``).
 
 1. Forward dynamic programming in topological order: ``produced[v][t]`` is the least
    cost to produce ``v`` with type ``t``, over every mode of its producer and every
    candidate type of its inputs; a value can then also be had in the default type of
    any stick at one restickify more. This is exact on trees, such as the spec's cases.
 2. Backward reconstruction: from the outputs, consumers *demand* the types they were
-   planned on. With ``default_results`` (``spyrejax.jit``), each result is demanded in
-   the default layout of its shape, the type a host argument arrives in, so a program
-   fed its own results (a training loop) meets the types it was planned for. A
-   producer runs once for its cheapest demanded type and again only for a demanded
-   type no restickify can make (a view, a row-major product); every other demanded
-   type is one restickify, so shared values move once per target type.
+   planned on. A producer runs once for its cheapest demanded type and again only for
+   a demanded type no restickify can make (a view, a row-major product); every other
+   demanded type is one restickify, so shared values move once per target type.
 
 The interpreter then runs exactly this plan and checks every node gives its planned
 type. Evaluations are cached per node signature and input types, so repeated layers
@@ -52,14 +42,13 @@ import numpy as np
 from .. import primitives as sp
 from .._errors import LayoutError, SpyreFallbackWarning
 from ..layout._layout import SpyreTensorLayout
-from ..primitives._array import PadFill, SpyreType
+from ..primitives._array import SpyreType
 from ..primitives._stick import SPARSE, default_type, restickify_cost, serves, stick_name, stick_of
 from ..primitives._stick import stick_options as _stick_options
 from ._graph import Graph, Node, Scalar, Value
 from ._rules import HOST_FALLBACK, Mode, rule_for
-from ._with_layout import with_layout_p
 
-__all__ = ["FALLBACKS", "Move", "Option", "Plan", "host_input_type", "plan_graph", "traffic"]
+__all__ = ["FALLBACKS", "Move", "Option", "Plan", "host_input_type", "plan_graph"]
 
 INF = float("inf")
 _WARNED: dict[Any, Any] = {}  # the fallback warnings' registry (see warnings.warn_explicit)
@@ -79,15 +68,12 @@ class Option:
         copies: the copying primitives the lowering calls (restickifies, slices...,
             host calls, which move no elements between layouts: DMA bytes, and
             collectives, whose elements go between cards).
-        traffic: the device bytes the lowering reads and writes (see :func:`traffic`):
-            what the planner minimises.
     """
 
     mode: Mode
     ins: tuple[SpyreType | None, ...]
     outs: tuple[SpyreType, ...]
     copies: tuple[sp.SpyrePrim, ...] = ()
-    traffic: int = 0
 
     @property
     def out(self) -> SpyreType:
@@ -190,48 +176,28 @@ FALLBACKS = ("warn", "error")
 """What ``spyrejax.jit(f, fallback=...)`` does with a primitive without a device rule."""
 
 
-def plan_graph(
-    graph: Graph,
-    input_types: dict[Value, SpyreType],
-    fallback: str = "warn",
-    *,
-    default_results: bool = False,
-) -> Plan:
+def plan_graph(graph: Graph, input_types: dict[Value, SpyreType], fallback: str = "warn") -> Plan:
     """Plan types for a graph whose inputs arrive in ``input_types``.
 
     A one-result primitive without a device rule runs on the host (``"warn"``: a
     :class:`SpyreFallbackWarning` once per primitive and source line) or raises
     (``"error"``).
 
-    With ``default_results``, every result the graph computes is given in the default
-    layout of its shape (:func:`host_input_type`; a result known to have zero padding
-    keeps that promise), restickified where it is made in another; an argument
-    returned as it is and a value put in a layout with ``with_layout`` keep their
-    types. Without, a result has the type it is cheapest in (loop and branch bodies,
-    whose results their loop's carries take).
-
     Raises:
         SpyreUnsupportedError: for a primitive with no lowering rule (naming its line)
             that cannot, or with ``fallback="error"`` may not, run on the host.
         LayoutError: for a node no mode of which can run, naming it and the layouts.
     """
-    return _Planner(graph, input_types, fallback == "warn", default_results).plan()
+    return _Planner(graph, input_types, fallback == "warn").plan()
 
 
 class _Planner:
     def __init__(
-        self,
-        graph: Graph,
-        input_types: dict[Value, SpyreType],
-        fallback: bool = True,
-        default_results: bool = False,
+        self, graph: Graph, input_types: dict[Value, SpyreType], fallback: bool = True
     ) -> None:
         self.graph = graph
         self.input_types = input_types
         self.fallback = fallback
-        self.default_results = default_results
-        self.results: dict[Value, SpyreType] = {}  # the type each result is demanded in
-        self.hinted: set[Value] = set()  # values a with_layout hint puts in a layout
         self.warned: set[tuple[str, str]] = set()
         self.produced: dict[Value, dict[SpyreType, tuple[float, Option | None]]] = {}
         self.avail: dict[Value, dict[SpyreType, float]] = {}
@@ -260,13 +226,13 @@ class _Planner:
     def _produce(self, v: Value, produced: dict[SpyreType, tuple[float, Option | None]]) -> None:
         self.produced[v] = produced
         avail = {t: cost for t, (cost, _) in produced.items()}
-        read = min(cost + _nbytes(t) for t, cost in avail.items())  # a restickify's source
+        base = min(cost + restickify_cost(t) for t, cost in avail.items())
         # A value varies over the same mesh axes in every layout (types compare without
         # vma, so the restickified types must be given it).
         vma = frozenset().union(*(t.vma for t in avail))
         for d in _defaults(v):
             d = replace(d, vma=vma) if vma else d
-            avail[d] = min(avail.get(d, INF), read + _nbytes(d))
+            avail[d] = min(avail.get(d, INF), base)
         self.avail[v] = avail
 
     def _node_options(self, node: Node) -> list[tuple[float, Option]]:
@@ -289,7 +255,7 @@ class _Planner:
                 option = self._evaluate(node, base, mode, ins)
                 if option is None:
                     continue
-                total = sum(c for _, c in combo) + option.traffic
+                total = sum(c for _, c in combo) + option.cost
                 if total < best.get(option.outs, (INF,))[0]:
                     best[option.outs] = (total, option)
         if not best:
@@ -334,15 +300,14 @@ class _Planner:
     def _candidates(self, u: Value | Scalar, r: int | None) -> list[tuple[Any, float]]:
         """The cheapest types ``u`` can be read in by a consumer needing stick ``r``.
 
-        The cheapest serving type (to have, and to read: its image's bytes), and the
-        default type of ``r`` when that is not it (a rule may refuse a view it can read
-        from a fresh copy); else the next one.
+        The cheapest serving type, and the default type of ``r`` when that is not it
+        (a rule may refuse a view it can read from a fresh copy); else the next one.
         """
         if isinstance(u, Scalar):
             return [(None, 0.0)]
         ranked = sorted(
             ((t, c) for t, c in self.avail[u].items() if serves(t, r)),
-            key=lambda tc: (tc[1] + _nbytes(tc[0]), _tie_break(tc[0])),
+            key=lambda tc: (tc[1], _tie_break(tc[0])),
         )
         if r is not None:
             fallback = _default(u.shape, u.dtype, r)
@@ -367,7 +332,7 @@ class _Planner:
                 outs = rule_for(node, fallback=self.fallback).lower(node, args, mode)
             copies = tuple(p for p in called if p.role in _CHARGED)
             types = tuple(jax.typeof(o) for o in outs)
-            option: Option | None = Option(mode, ins, types, copies, traffic(called))
+            option: Option | None = Option(mode, ins, types, copies)
         except LayoutError as err:
             why = self.refusals[node] = str(err)
             option = None
@@ -380,13 +345,9 @@ class _Planner:
     def _reconstruct(self) -> Plan:
         plan = Plan()
         demands: dict[Value, dict[SpyreType | None, Node | None]] = defaultdict(dict)
-        self.hinted = {v for n in self.graph.nodes if n.prim == with_layout_p.name for v in n.outs}
         for out in self.graph.outputs:
             if isinstance(out, Value):
-                want = self._result_type(out)
-                if want is not None:
-                    self.results[out] = want
-                demands[out].setdefault(want, None)
+                demands[out].setdefault(None, None)
         for node in reversed(self.graph.nodes):
             wanted = [demands.pop(v, {}) for v in node.outs]
             if node.outs and not any(wanted):
@@ -422,15 +383,15 @@ class _Planner:
     def _serve(self, plan: Plan, v: Value, wanted: dict[SpyreType | None, Any]) -> list[Any]:
         """The types ``v``'s producer runs for; plans restickifies for the other demands."""
         produced = self.produced[v]
-        movable = self._movable(v)
-        runs = [t for t in wanted if t is not None and t in produced and t not in movable]
+        defaults = set(_defaults(v))
+        runs = [t for t in wanted if t is not None and t in produced and t not in defaults]
 
         def total(p: SpyreType) -> float:
             cost = produced[p][0]
             for d in wanted:
                 if d is not None and d != p:
                     make = produced[d][0] if d in produced else INF
-                    cost += min(make, _move_bytes(p, d) if d in movable else INF)
+                    cost += min(make, restickify_cost(p) if d in defaults else INF)
             return cost
 
         if not runs:
@@ -439,8 +400,8 @@ class _Planner:
         for d, consumer in wanted.items():
             if d is None or d in runs:
                 continue
-            src = min(runs, key=_nbytes)
-            if d in produced and produced[d][0] < _move_bytes(src, d):
+            src = min(runs, key=restickify_cost)
+            if d in produced and produced[d][0] < restickify_cost(src):
                 runs.append(d)
             else:
                 moves.append(Move(v, src, d, _why(consumer, src, d), consumer))
@@ -459,13 +420,13 @@ class _Planner:
         runs = [min(self.options[node], key=lambda to: (to[0], _tie_break(to[1].out)))[1]]
         for i, (v, w) in enumerate(zip(node.outs, wanted, strict=True)):
             moves = []
-            movable = self._movable(v)
+            defaults = set(_defaults(v))
             for d, consumer in w.items():
                 if d is None or any(o.outs[i] == d for o in runs):
                     continue
                 src = runs[0].outs[i]
-                if d in movable and not (
-                    d in self.produced[v] and self.produced[v][d][0] < _move_bytes(src, d)
+                if d in defaults and not (
+                    d in self.produced[v] and self.produced[v][d][0] < restickify_cost(src)
                 ):
                     moves.append(Move(v, src, d, _why(consumer, src, d)))
                 else:
@@ -477,101 +438,19 @@ class _Planner:
     def _output_type(
         self, plan: Plan, made: dict[Value, SpyreType], o: Value | Scalar
     ) -> SpyreType | None:
-        """An output's type: as demanded, else as its node's first run gives it or it arrives."""
+        """An output's type: as its node's first run gives it, else as it arrives."""
         if isinstance(o, Scalar):
             return None
-        if o in self.results:  # served: made in it, restickified into it or built in it
-            return self.results[o]
         return made[o] if o in made else plan.sources[o][0]
-
-    def _result_type(self, v: Value) -> SpyreType | None:
-        """The type result ``v`` is demanded in (None: any).
-
-        With ``default_results``, the default layout of its shape (the type a host
-        argument arrives in), or the same image known to have zero padding where ``v``
-        can be made so (a stronger promise, as good); an argument returned as it is
-        and a value the program put in a layout (``with_layout``) keep their types.
-        """
-        if not self.default_results or v in self.input_types or v in self.hinted:
-            return None
-        want = host_input_type(v.shape, v.dtype)
-        vma = frozenset().union(*(t.vma for t in self.avail[v]))
-        want = replace(want, vma=vma) if vma else want
-        zeroed = replace(want, pad=PadFill.ZERO)
-        return zeroed if zeroed in self.produced[v] else want
-
-    def _movable(self, v: Value) -> set[SpyreType]:
-        """The types a restickify of ``v`` can be demanded in: its defaults, and its result's."""
-        movable = set(_defaults(v))
-        if v in self.results:
-            movable.add(self.results[v])
-        return movable
-
-
-def _nbytes(t: SpyreType) -> int:
-    """The device bytes of ``t``'s image, padding included (a view: its base image)."""
-    return t.layout.nbytes
-
-
-def _move_bytes(source: SpyreType, target: SpyreType) -> int:
-    """Device bytes a restickify reads and writes: the source image and the target's."""
-    return _nbytes(source) + _nbytes(target)
-
-
-def _spyre_types(avals: Any) -> list[SpyreType]:
-    """The Spyre types among (possibly nested) abstract values."""
-    if isinstance(avals, tuple | list):
-        return [t for a in avals for t in _spyre_types(a)]
-    return [avals] if isinstance(avals, SpyreType) else []
-
-
-def traffic(called: list[Any]) -> int:
-    """The device bytes a lowering's primitives read and write: the planner's objective.
-
-    Every primitive but a view reads its operands' images and writes its results', in
-    their layouts' bytes (padding included); a collective also sends its elements
-    between cards. A charge standing for a body's copies (``lowering._control``)
-    reads and writes the elements it moves, as often as it runs; a host fallback in a
-    body moves its DMA bytes.
-    """
-    total = 0
-    for p in called:
-        if p.role == "view":
-            continue
-        if isinstance(p, sp.SpyrePrim):
-            total += sum(map(_nbytes, _spyre_types(p.in_avals)))
-            total += sum(map(_nbytes, _spyre_types(p.out_avals)))
-            if p.role == "collective":
-                total += _elements_bytes(p.moves, _spyre_types(p.in_avals))
-        elif p.role == "host":
-            total += p.to_host_bytes + p.to_device_bytes
-        else:
-            total += 2 * _elements_bytes(p.moves, _spyre_types(p.in_avals))
-    return total
-
-
-def _elements_bytes(elements: int, avals: list[SpyreType]) -> int:
-    """Bytes of ``elements`` device elements in the format of the first of ``avals``."""
-    if not avals or not elements:
-        return 0
-    t = avals[0]
-    return elements * _nbytes(t) // restickify_cost(t)
 
 
 def _tie_break(t: SpyreType) -> tuple[Any, ...]:
-    """Among equal costs: dense, contiguous, the default layout's stick, lower sticks.
-
-    Dense before sparse, contiguous before views, the stick of the default layout (the
-    last dim that is not size 1) before the others, then lower sticks.
-    """
+    """Among equal costs: dense before sparse, contiguous before views, lower sticks."""
     s = stick_of(t)
-    last = next((d for d in reversed(range(t.ndim)) if t.shape[d] > 1), SPARSE)
-    return (s == SPARSE, t.is_view, s != last, s)
+    return (s == SPARSE, t.is_view, s)
 
 
-def _why(consumer: Node | None, source: SpyreType, target: SpyreType) -> str:
-    if consumer is None:
-        return f"returned in the default layout of its shape (it is made in {source.str_short()})"
+def _why(consumer: Node, source: SpyreType, target: SpyreType) -> str:
     need = stick_name(stick_of(target))
     if stick_of(source) == SPARSE and stick_of(target) != SPARSE:
         return f"compact: {consumer.describe()} needs it dense, stuck on {need}"
