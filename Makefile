@@ -59,7 +59,7 @@ public-names: $(STAMP)
 # The public API as IDEs see it (configured in pyproject.toml: spyrejax/__init__.py and
 # tests/typecheck/); a few seconds.
 typecheck: $(STAMP)
-	$(VENV)/bin/basedpyright --pythonpath $(PY)
+	$(VENV)/bin/basedpyright --project pyproject.toml --pythonpath $(PY)
 
 figures: $(STAMP)
 	$(PY) tools/code_figures.py
