@@ -8,10 +8,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LINTED := spyrejax tests tools benchmarks setup.py
-# `make test TEST_WORKERS=2` runs pytest in that many pytest-xdist workers (one per core;
-# tests/conftest.py keeps each one's XLA on one thread). Not the default until a whole run
-# under it has been measured green and faster (docs/testing.md).
-TEST_WORKERS ?=
+# `make test` runs pytest in TEST_WORKERS pytest-xdist workers (one per core; tests/conftest.py
+# keeps each one's XLA on one thread): 5.5 min on the idle 2-core VM, where one process takes
+# about 11 (docs/testing.md). `make test TEST_WORKERS=` runs it in one process.
+TEST_WORKERS ?= 2
 
 .PHONY: test test-slow test-cores demo docs lab code-map public-names typecheck figures lint format bench notebooks clean
 
