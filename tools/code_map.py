@@ -11,6 +11,8 @@ import ast
 import pathlib
 import sys
 
+from _generated import write_or_check  # tools/ is on sys.path: run as a script
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "code-map.md"
 FOLDERS = ("spyrejax", "benchmarks", "tools")
@@ -85,14 +87,7 @@ def render() -> str:
 
 def main(argv: list[str]) -> int:
     """Rewrite the page, or with ``--check`` report whether it is current."""
-    text = render()
-    if "--check" in argv:
-        if PAGE.read_text() != text:
-            print(f"{PAGE.relative_to(ROOT)} is not current: run `make code-map`")
-            return 1
-        return 0
-    PAGE.write_text(text)
-    return 0
+    return write_or_check(PAGE, render(), argv, ROOT, "code-map")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ import pathlib
 import sys
 import types
 
+from _generated import write_or_check  # tools/ is on sys.path: run as a script
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MODULE = ROOT / "spyrejax" / "primitives" / "_public.py"
 PROTOCOL = {1: "Unary", 2: "Binary", 3: "Ternary"}
@@ -80,14 +82,7 @@ def render() -> str:
 
 def main(argv: list[str]) -> int:
     """Rewrite the module, or with ``--check`` report whether it is current."""
-    text = render()
-    if "--check" in argv:
-        if MODULE.read_text() != text:
-            print(f"{MODULE.relative_to(ROOT)} is not current: run `make public-names`")
-            return 1
-        return 0
-    MODULE.write_text(text)
-    return 0
+    return write_or_check(MODULE, render(), argv, ROOT, "public-names")
 
 
 if __name__ == "__main__":
