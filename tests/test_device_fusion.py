@@ -76,6 +76,32 @@ def test_a_fused_softmax_reads_its_input_and_writes_its_output_once():
     assert scale < g.time_s < 1.25 * scale
 
 
+TINY = S((4, 1, 4096), F16)  # spec section 8's tiny add takes about 1 us
+
+
+@pytest.mark.parametrize("name", ["softmax", "rms_norm"])
+def test_each_op_of_a_fused_kernel_is_a_stage_with_its_own_setup(name):
+    f, args = FAMILIES[name]
+    args = [S(TINY.shape[-1:], F16) if a.ndim == 1 else TINY for a in args]
+    d = sj.explain(f, *args).device
+    (g,) = d.groups
+    m = d.machine
+    stages = [d.ops[i] for i in g.ops if d.ops[i].cost.stage_s]
+    add = sj.explain(lambda a, b: a + b, TINY, TINY).time_s
+    # tiny data: every stage (casts ride along) takes about the floor (the first reads
+    # 32 KiB from DDR, a little over it), the kernel one launch
+    assert len(stages) >= 5 and all(op.opfunc != "astype" for op in stages[1:])
+    assert g.time_s == pytest.approx(len(stages) * m.stage_s + m.launch_s, rel=0.05)
+    assert g.time_s > 4 * add  # the card: several times what the tiny add takes
+    assert Machine.ktir_cpu().stage_s == 0
+
+
+def test_a_granite_sized_softmax_takes_at_least_its_ddr_bytes_at_100_gbs():
+    arg = S((1, 32, 512, 512), F16)
+    r = sj.explain(lambda s: jax.nn.softmax(s, -1), arg)
+    assert r.time_s > 2 * arg.size * 2 / 100e9
+
+
 def test_intermediates_too_large_for_lx_go_through_ddr():
     wide = S((2, 1 << 20), F16)  # one row of each intermediate is 2 MiB or more
     d = sj.explain(lambda s: jax.nn.softmax(s, -1), wide).device

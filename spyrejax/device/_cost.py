@@ -15,7 +15,11 @@ Per op, torch-spyre's form: ``time = max(compute, memory, lx) + ring + launch``,
   operand, in LX or not: the vector units read and write LX) / (port bandwidth x cores);
   zero on a machine whose LX is free (ktir-cpu);
 - ring = bytes over the ring (a K split's partial sums) / ring bandwidth;
-- launch = the machine's per-kernel device cost, once per kernel (views are none).
+- launch = the machine's per-kernel device cost, once per kernel (views are none);
+- every op that runs on the cores (a stage of a kernel: a divided op, a copy, a
+  restickify; not a view, a fill, or a cast inside a fused kernel) takes at least
+  ``stage_s`` before its launch: ``time = max(stage, max(compute, memory, lx) + ring)
+  + launch``.
 
 Bytes are device bytes, stick-granular; a value living in LX costs no DDR traffic; an
 operand read twice by one op (``x + x``) or broadcast is read once; a constant fill
@@ -51,6 +55,10 @@ TRANSCENDENTAL = frozenset(
 )  # fmt: skip
 
 
+# Format conversions: inside a fused kernel they ride in the stages around them.
+CASTS = frozenset(("astype", "convert_element_type"))
+
+
 @dataclass(frozen=True)
 class OpCost:
     """What one op costs.
@@ -64,13 +72,15 @@ class OpCost:
         compute_s: compute time.
         memory_s: DDR time.
         ring_s: ring time.
-        time_s: predicted time, ``max(compute, memory, lx) + ring + launch`` (an op
-            inside a fused kernel: its share of the kernel's time, see
+        time_s: predicted time, ``max(stage, max(compute, memory, lx) + ring) +
+            launch`` (an op inside a fused kernel: its share of the kernel's time, see
             ``device._program``).
         bound: ``"compute"`` or ``"memory"``.
         pattern: the access pattern whose bandwidth was used.
         lx_s: time of the bytes through the cores' LX ports.
         launch_s: the kernel's launch cost (0 for a view).
+        stage_s: the least time the op takes as a stage of its kernel (0 for a view,
+            a fill, or a cast inside a fused kernel).
     """
 
     read_bytes: int
@@ -86,6 +96,7 @@ class OpCost:
     pattern: str
     lx_s: float = 0.0
     launch_s: float = 0.0
+    stage_s: float = 0.0
 
     def repeated(self, n: int) -> OpCost:
         """The cost of ``n`` runs of the op (bytes, MACs, sticks and times times ``n``)."""
@@ -104,6 +115,7 @@ class OpCost:
             time_s=self.time_s * n,
             lx_s=self.lx_s * n,
             launch_s=self.launch_s * n,
+            stage_s=self.stage_s * n,
         )
 
     @property
@@ -140,15 +152,18 @@ def _finish(
     pattern: str,
     lx: float = 0.0,
     kernel: bool = True,
+    stage: bool = True,
 ) -> OpCost:
     memory = memory_seconds(machine, read, write, cores, pattern) if read + write else 0.0
     ring_s = ring / machine.ring_bw
     bound = "compute" if compute > max(memory, lx) else "memory"
     sticks = (read + write) // machine.stick_bytes
     launch = machine.launch_s if kernel else 0.0
+    floor = machine.stage_s if stage else 0.0
     return OpCost(
         read, write, ring, macs, sticks, compute, memory, ring_s,
-        max(compute, memory, lx) + ring_s + launch, bound, pattern, lx, launch,
+        max(floor, max(compute, memory, lx) + ring_s) + launch, bound, pattern, lx, launch,
+        floor,
     )  # fmt: skip
 
 
@@ -170,9 +185,10 @@ def _matmul_cost(
     bound = "compute" if t.pt_s > t.memory_s else "memory"
     sticks = (t.read_bytes + t.write_bytes) // machine.stick_bytes
     launch = machine.launch_s if kernel else 0.0
+    floor = machine.stage_s
     return OpCost(
         t.read_bytes, t.write_bytes, ring, division.space.macs, sticks, t.pt_s, t.memory_s,
-        t.reduce_s, t.time_s + launch, bound, "ddr", 0.0, launch,
+        t.reduce_s, max(floor, t.time_s) + launch, bound, "ddr", 0.0, launch, floor,
     )  # fmt: skip
 
 
@@ -199,7 +215,8 @@ def op_cost(
         in_lx: indices of the operands (inputs, then the output) living in LX.
         fills: indices of the inputs that are constant fills: one stick, read once.
         launch: whether it launches a kernel (not an op inside a fused kernel but its
-            first).
+            first). A cast inside a fused kernel (not its first) is no stage of its
+            own: the vector units convert formats as they load and store.
     """
     space = division.space
     cores = division.cores_used
@@ -236,8 +253,9 @@ def op_cost(
     if space.kind != "matmul":
         lx = lx_seconds(machine, moved, cores)
     pattern = _pattern(space)
+    stage = launch or space.opfunc not in CASTS
     return _finish(
-        machine, read, write, ring, space.macs, compute, cores, pattern, lx, kernel=launch
+        machine, read, write, ring, space.macs, compute, cores, pattern, lx, launch, stage
     )
 
 
@@ -256,6 +274,8 @@ def transfer_cost(
 ) -> OpCost:
     """The cost of a device-to-device copy (a restickify or a program's own copy).
 
-    ``kernel=False``: no kernel runs (a view, or a fill its readers broadcast): no launch.
+    ``kernel=False``: no kernel runs (a view, or a fill its readers broadcast): no launch
+    and no stage.
     """
-    return _finish(machine, read, write, 0, 0, 0.0, machine.cores, pattern, kernel=kernel)
+    cores = machine.cores
+    return _finish(machine, read, write, 0, 0, 0.0, cores, pattern, kernel=kernel, stage=kernel)

@@ -108,6 +108,10 @@ class Machine:
             units read and write operands through it).
         launch_s: device time a kernel costs beyond its traffic (launch and setup),
             charged once per kernel (a divided op, a copy, a restickify).
+        stage_s: the least device time one stage of a kernel takes (an op of it: one
+            DSC of its SuperDSC, run by every core in its schedule): every core sets up
+            the stage's loop nests and DMA descriptors and the stage ends with its
+            slowest core. A fused kernel of ``n`` ops runs ``n`` stages.
         host_call_s: host wall time of one compiled call from Python, whatever its
             size. Host overhead, never added to a predicted device time.
         lx_free: whether LX accesses cost nothing (ktir-cpu: yes; spyre: the LX port).
@@ -156,6 +160,7 @@ class Machine:
     transcendental_factor: float
     lx_port_bytes_per_cycle: int
     launch_s: float
+    stage_s: float
     host_call_s: float
     lx_free: bool
     stick_granular_ddr: bool
@@ -314,6 +319,13 @@ class Machine:
                 "fitted: spec section 8 tiny add [4, 1, 4096] fp16 (1 us of device time) less "
                 "the model's DDR time of it (0.84 us); the x*2 sweep's 2-32 MB intercept is ~0"
             ),
+            "stage_s": (
+                "chosen on spec section 8's tiny add [4, 1, 4096] fp16, one stage: its 1 us "
+                "less launch_s (its 96 KB take 0.84 us by the DDR model, under the floor); "
+                "a stage per DSC of a kernel is spec section 5's SuperDSC (dscs_, "
+                "coreIdToDscSchedule); issue 25: the card takes several times 1.7 us for a "
+                "tiny softmax (6 stages: 5.3 us)"
+            ),
             "host_call_s": "measured: spec section 8 (wall time of a compiled call from Python)",
             "lx_free": "model (LX accesses cost the LX port's time)",
             "stick_granular_ddr": "spec section 4 (device bytes, stick-granular)",
@@ -360,6 +372,7 @@ class Machine:
             transcendental_factor=1.0,
             lx_port_bytes_per_cycle=128,
             launch_s=0.15e-6,
+            stage_s=0.85e-6,
             host_call_s=2.9e-3,
             lx_free=False,
             stick_granular_ddr=True,
@@ -373,7 +386,7 @@ class Machine:
         Its card geometry (cores, scratchpad, spans) is the Spyre card's; its rates are
         its own: 1 GHz, 0.128 TB/s DDR, 0.064 TB/s ring, 64 fp16 lanes per cycle, 8
         systolic rows (512 MACs per cycle per core), transcendentals 4x, DDR charged
-        per unique stick touched, LX free, no launch cost. It has no fitted derates.
+        per unique stick touched, LX free, no launch or stage cost. It has no fitted derates.
         """
         base = cls.spyre(cores, lx_fraction)
         k = "ktir-cpu"
@@ -394,6 +407,7 @@ class Machine:
             "vector_lanes_per_cycle": 64,
             "transcendental_factor": 4.0,
             "launch_s": 0.0,
+            "stage_s": 0.0,
             "lx_free": True,
         }
         origins = dict(base.origins)

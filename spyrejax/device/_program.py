@@ -587,8 +587,9 @@ def _one_stream(members: list[DeviceOp], machine: Machine) -> list[tuple[int, De
     write-only ``div``); in one kernel the reads and writes interleave: the kernel's
     DDR time is each op's bytes at its pattern's bandwidth plus the turnaround of
     ``min(reads, writes)`` of them all, and its time ``max(compute, DDR, LX) + ring``,
-    shared among those ops in proportion to their own times. Matmuls keep their own
-    cost (their model times their traffic). Returns ``(index, op)`` of the ops changed.
+    shared among those ops in proportion to their own times; each op is a stage of the
+    kernel, so its share is at least ``stage_s``. Matmuls keep their own cost (their
+    model times their traffic). Returns ``(index, op)`` of the ops changed.
     """
     kernels = [op for op in members if op.desc.kind != "view" and op.opfunc not in MATMUL_OPS]
     if len(kernels) < 2:
@@ -608,13 +609,13 @@ def _one_stream(members: list[DeviceOp], machine: Machine) -> list[tuple[int, De
     )
     memory = streams + machine.turnaround_ns_per_byte * min(read, write) * 1e-9
     compute, lx = sum(c.compute_s for c in costs), sum(c.lx_s for c in costs)
-    launch = sum(c.launch_s for c in costs)
-    total = max(compute, memory, lx) + sum(c.ring_s for c in costs) + launch
-    own = sum(c.time_s for c in costs)
+    total = max(compute, memory, lx) + sum(c.ring_s for c in costs)
+    own = sum(c.time_s - c.launch_s for c in costs)
     out = []
     for op, c in zip(kernels, costs, strict=True):
-        part = total * (c.time_s / own if own else 1 / len(kernels))
-        out.append((op.index, replace(op, cost=replace(c, time_s=part))))
+        part = total * ((c.time_s - c.launch_s) / own if own else 1 / len(kernels))
+        time = max(c.stage_s, part) + c.launch_s
+        out.append((op.index, replace(op, cost=replace(c, time_s=time))))
     return out
 
 
