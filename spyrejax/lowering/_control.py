@@ -44,10 +44,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import primitives as sp
-from .._errors import LayoutError, SpyreInternalError, SpyreUnsupportedError
+from .._errors import LayoutError, SpyreInternalError
 from .._jax import cond_branches, jaxpr_as_fun, scan_options, scan_parts, while_parts
 from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import PadFill, SpyreType, batched_type
+from ..primitives._mapping import stacked_type
 from ..primitives._stick import (
     SPARSE,
     canon,
@@ -386,20 +387,6 @@ def _choose_carry(init: list[SpyreType], plan_for: Any, times: int) -> _Loop:
     return min(loops, key=lambda lp: lp.cost)  # the first of the cheapest
 
 
-def _stacked(t: SpyreType, length: int) -> SpyreType:
-    """The type a stacked input is sliced from: ``t`` if its dim 0 is outermost."""
-    try:
-        t.dec_rank(length, 0)
-        return t
-    except SpyreUnsupportedError:
-        inner = t.shape[1:]
-        s = stick_of(t)
-        stick = SPARSE if s in (SPARSE, 0) else s - 1
-        if stick == SPARSE and inner and inner[-1] > 1:
-            stick = len(inner) - 1
-        return batched_type(default_type(inner, t.dtype, stick if inner else SPARSE), length)
-
-
 def _invariant_types(body: _Body, consts: list[SpyreType]) -> list[SpyreType]:
     """The types a body reads its constants in where it relays them out every iteration.
 
@@ -452,7 +439,7 @@ class _Scan(_ControlRule):
             for t, u in zip(types[nc : nc + nk], node.ins[nc : nc + nk], strict=True)
         ]
         given = types[nc + nk :]
-        stacked = [_stacked(t, length) for t in given]
+        stacked = [stacked_type(t, length) for t in given]
 
         def choose(stacked: list[SpyreType], consts: list[SpyreType] = consts) -> _Loop:
             xs = [t.dec_rank(length, 0) for t in stacked]

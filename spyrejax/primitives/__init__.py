@@ -26,6 +26,7 @@ from ._elementwise import OPS as ELEMENTWISE
 from ._host import host_call
 from ._iota import full, iota
 from ._lax_copy import lax_copy
+from ._mapping import install as _install_mapping
 from ._matmul import matmul
 from ._operators import install as _install
 from ._public import *  # noqa: F403  (one typed name per public op, from the op tables)
@@ -38,6 +39,7 @@ from ._views import broadcast_to, expand_dims, reshape, squeeze, transpose
 from ._windows import windows
 
 _install()
+_install_mapping()
 
 __all__ = [
     "ELEMENTWISE",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import enum
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -32,7 +33,7 @@ from ..layout._residency import DDR, Residency
 from ..layout._segments import row_major_strides
 from ._shard import residual_spec, shard_type, unshard_type
 
-__all__ = ["PadFill", "SpyreArray", "SpyreType"]
+__all__ = ["MOVES", "Moves", "PadFill", "SpyreArray", "SpyreType"]
 
 _SHORT_DTYPES = {
     "float16": "f16",
@@ -62,6 +63,27 @@ def _ints(xs: Any) -> tuple[int, ...]:
     return tuple(int(x) for x in xs)
 
 
+class Moves:
+    """How a Spyre array mapped along a dim whose slices are not views is moved first.
+
+    ``primitives._mapping`` owns the rule and installs it here when the primitives are
+    imported: it builds on the primitives (restickify, the DMA), which build on this
+    module. ``SpyreType.dec_rank``/``lower_val`` and the primitives' batch rule call it.
+
+    Attributes:
+        mapped_type: ``(t, axis) -> SpyreType``, one slice of ``t`` after the move.
+        stacked_image: ``(image, have, want) -> image``, the move on a device image.
+        to_front: ``(x, axis) -> SpyreArray``, the move of a value (a restickify).
+    """
+
+    mapped_type: Callable[[SpyreType, int], SpyreType]
+    stacked_image: Callable[[jax.Array, SpyreType, SpyreType], jax.Array]
+    to_front: Callable[[Any, int], Any]
+
+
+MOVES = Moves()
+
+
 _DERIVED = frozenset({"_hash", "dims", "stick_dim", "is_view"})  # cached per SpyreType
 
 
@@ -86,6 +108,10 @@ class SpyreType(HiType):
         x64_dtype: in x64 mode, the 64-bit integer dtype ``jax.jit`` gives the value,
             held on the device in ``dtype`` (int64 as int32, as torch-spyre does):
             ``to_host`` returns it. Metadata, not part of type equality.
+        mapped_from: for the per-example type of an array ``jax.vmap`` or ``lax.scan``
+            maps over a dim whose slices are not views (``primitives._mapping``): that
+            array's type and the mapped dim, which ``inc_rank`` gives back (the type of
+            the value JAX batches a traced function over). Part of type equality.
     """
 
     shape: tuple[int, ...]
@@ -97,6 +123,7 @@ class SpyreType(HiType):
     vma: frozenset[str] = field(default=frozenset(), compare=False)
     residency: Residency = field(default=DDR, compare=False)
     x64_dtype: np.dtype | None = field(default=None, compare=False)
+    mapped_from: tuple[SpyreType, int] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "vma", frozenset(self.vma))
@@ -149,11 +176,11 @@ class SpyreType(HiType):
 
     def __hash__(self) -> int:
         # The planner and the device model key their caches on types: hash once. The
-        # fields are those equality compares (all but ``vma``).
+        # fields are those equality compares (all but the metadata).
         h = self.__dict__.get("_hash")
         if h is None:
             fields = (self.shape, self.dtype, self.layout, self.base_shape, self.strides)
-            h = self.__dict__["_hash"] = hash((*fields, self.pad))
+            h = self.__dict__["_hash"] = hash((*fields, self.pad, self.mapped_from))
         return h
 
     def __getstate__(self) -> dict[str, Any]:
@@ -196,7 +223,16 @@ class SpyreType(HiType):
         return [ShapedArray(self.layout.device_size, self.dtype)]
 
     def lower_val(self, hi_val: SpyreArray) -> list[jax.Array]:
-        """The device image of a value."""
+        """The device image of a value.
+
+        ``lax.scan`` lowers a stacked input with its per-iteration type (JAX 0.12's
+        hijax): a stack whose slices are not views of its image is first moved into
+        the stacked layout of this type (``primitives._mapping``), so the loop slices
+        the image's dim 0.
+        """
+        have = hi_val.type
+        if have.ndim == self.ndim + 1 and not have.maps_in_place(0):
+            return [MOVES.stacked_image(hi_val.image, have, self)]
         return [hi_val.image]
 
     def raise_val(self, image: jax.Array) -> SpyreArray:
@@ -237,8 +273,11 @@ class SpyreType(HiType):
     # -- autodiff -----------------------------------------------------------------
 
     def to_tangent_aval(self) -> SpyreType:
-        """Tangents share the layout; their padding is undefined."""
-        return replace(self, pad=PadFill.POISON)
+        """Tangents share the layout; their padding is undefined.
+
+        A tangent is a fresh value: mapped from nothing (``mapped_from`` dropped).
+        """
+        return replace(self, pad=PadFill.POISON, mapped_from=None)
 
     # -- shard_map: a split logical dim is a block of the device image ------------------
 
@@ -278,23 +317,32 @@ class SpyreType(HiType):
         """Scan and vmap map over logical dim 0."""
         return 0
 
-    def dec_rank(self, size: int | None, spec: Any) -> SpyreType:
-        """The per-example type of a batched array (batch at dim 0)."""
+    def maps_in_place(self, axis: int) -> bool:
+        """Whether slices along ``axis`` are views: dim 0 and the outermost device dim."""
         d0 = self.dims[0] if self.dims else None
-        ok = (
-            spec == 0
+        return (
+            axis == 0
             and self.ndim >= 1
             and d0 == DevDim((0,), 1, self.shape[0])
             and not any(0 in d.dims for d in self.dims[1:])
             and self.base_shape[:1] == self.shape[:1]
             and self.strides[0] == math.prod(self.base_shape[1:])
         )
-        if not ok:
+
+    def dec_rank(self, size: int | None, spec: Any) -> SpyreType:
+        """The per-example type of an array mapped along logical dim ``spec``.
+
+        A view of the image where the slices are views (:meth:`maps_in_place`); else
+        the type of a slice once the array is moved into its stacked layout, which
+        the batch rules and ``lax.scan``'s lowering then do (``primitives._mapping``).
+        """
+        if not isinstance(spec, int) or isinstance(spec, bool) or not 0 <= spec < self.ndim:
             raise SpyreUnsupportedError(
-                f"jax.vmap/scan cannot map over axis {spec} of {self.str_short()}: spyrejax "
-                "maps over logical dim 0 when it is the outermost device dim (for a 3-d "
-                "array, to_device(x, dim_order=[1, 0, 2]) or restickify puts it there)"
+                f"jax.vmap/scan cannot map {self.str_short()} along {spec!r}: spyrejax maps "
+                "Spyre arrays along one of their logical dims (an integer in_axes)"
             )
+        if not self.maps_in_place(spec):
+            return MOVES.mapped_type(self, spec)
         lay = self.layout
         inner = SpyreTensorLayout.from_stride_map(
             lay.device_size[1:], lay.stride_map[1:], lay.device_dtype
@@ -310,12 +358,30 @@ class SpyreType(HiType):
         )
 
     def inc_rank(self, size: int | None, spec: Any) -> SpyreType:
-        """The batched type: a new logical dim 0 that is the outermost device dim."""
-        if spec != 0 or size is None:
+        """The batched type of this per-example type, mapped along logical dim ``spec``.
+
+        The array's own type if this type was mapped from it (``mapped_from``); else a
+        new logical dim that is the outermost device dim (at ``spec`` > 0, a transpose
+        view of that stacked layout).
+        """
+        if not isinstance(spec, int) or isinstance(spec, bool) or size is None:
             raise SpyreUnsupportedError(
-                f"spyrejax batches Spyre arrays along axis 0, not {spec!r}: {self.str_short()}"
+                f"spyrejax batches Spyre arrays along a logical dim, not {spec!r}: "
+                f"{self.str_short()}"
             )
-        return batched_type(self, int(size))
+        if self.mapped_from is not None:
+            t, axis = self.mapped_from
+            if axis == spec and t.shape[axis] == size:
+                return t
+        stacked = batched_type(self, int(size))
+        if spec == 0:
+            return stacked
+        perm = (*range(1, spec + 1), 0, *range(spec + 1, stacked.ndim))
+        return replace(
+            stacked,
+            shape=tuple(stacked.shape[p] for p in perm),
+            strides=tuple(stacked.strides[p] for p in perm),
+        )
 
 
 def batched_layout(

@@ -31,7 +31,7 @@ import numpy as np
 from .._errors import LayoutError, SpyreInternalError, SpyreUnsupportedError
 from .._jax import GradAccum, HiPrim, ShapedArray, Zero, vjp_from_jvp
 from ..layout._layout import SpyreTensorLayout
-from ._array import SpyreArray, SpyreType, batched_type
+from ._array import MOVES, SpyreArray, SpyreType, batched_type
 
 __all__ = [
     "Image",
@@ -376,9 +376,7 @@ class SpyrePrim(HiPrim):
             if d is None:
                 moved.append(a)
             elif is_spyre(aval):
-                if d != 0:
-                    raise SpyreUnsupportedError(f"Spyre arrays are batched along axis 0, not {d}")
-                moved.append(a)
+                moved.append(MOVES.to_front(a, d))  # a restickify unless slices are views
             else:
                 moved.append(jnp.moveaxis(a, d, 0))
             batched.append(d is not None)
