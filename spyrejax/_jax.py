@@ -8,8 +8,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from jax._src import linear_util as _lu
 from jax._src import source_info_util as _source_info
-from jax._src.api_util import fun_signature, resolve_argnums
+from jax._src.api_util import fun_signature, resolve_argnums, save_wrapped_fun_debug_info
 from jax._src.array import ArrayImpl
 from jax._src.config import bool_state, enum_state, trace_context
 from jax._src.hijax import call_hi_primitive_p
@@ -69,6 +70,7 @@ __all__ = [
     "jaxpr_as_fun",
     "key_impl",
     "mlir",
+    "name_tracing",
     "poison_padding",
     "random_bits_impl_base",
     "random_fold_in_impl_base",
@@ -94,6 +96,19 @@ __all__ = [
 # spyrejax's own tracing wrappers (``flat_fun`` tracing a function passed as it is, as in
 # ``sj.explain(jnp.matmul, ...)``) are not the user's code.
 _OWN_FRAMES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lowering") + os.sep
+
+
+def name_tracing(fun: Callable[..., Any], traced_for: str, name: str, arg_names: Any) -> None:
+    """Have JAX's tracing errors in ``fun`` name ``name`` and ``arg_names``, not ``fun``.
+
+    ``fun`` is a spyrejax wrapper tracing a user's function on its flat leaves: JAX's
+    errors (a traced bool in an ``if``, a concrete value needed) would name the wrapper
+    and its parameters (``flat_fun``, ``leaves[1]``). JAX's debug info
+    (``api_util.debug_info`` reads it from the function) names the user's function
+    (``f at file:line``) and each leaf's path in the call instead.
+    """
+    info = _lu.DebugInfo(traced_for, name, tuple(arg_names), _lu.initial_result_paths)
+    save_wrapped_fun_debug_info(fun, info)
 
 
 def summarize_source(source_info: Any) -> str:

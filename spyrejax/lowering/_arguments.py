@@ -16,7 +16,6 @@ Errors name the argument's path in the call, ``args[1]['w']`` or ``kwargs['scale
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -26,7 +25,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from .._errors import LayoutError, SpyreTypeError
-from .._jax import fun_signature, resolve_argnums
+from .._jax import fun_signature, name_tracing, resolve_argnums
 from ..layout._dtypes import host_dtype
 from ..primitives._array import SpyreArray, SpyreType
 
@@ -265,11 +264,6 @@ def check_formats(
             ) from None
 
 
-# What JAX's tracing errors say of spyrejax's wrapper, and the user's terms for it.
-_FLAT_FUN = re.compile(r"the function flat_fun at \S+ for \w+")
-_LEAF = re.compile(r"\bleaves\[(\d+)\]")
-
-
 def describe_fun(fun: Any) -> str:
     """A function (or callable object) as the user wrote it: ``name at file:line``."""
     name = getattr(fun, "__qualname__", None) or type(fun).__name__
@@ -278,15 +272,12 @@ def describe_fun(fun: Any) -> str:
     return f"{name} at {code.co_filename}:{code.co_firstlineno}" if code else name
 
 
-def in_user_terms(err: BaseException, fun: Any, path: Callable[[int], str]) -> None:
-    """Rewrite, in place, a JAX tracing error's names for spyrejax's wrapper.
+def in_user_terms(flat_fun: Callable[..., Any], fun: Any, paths: Sequence[str]) -> None:
+    """Have JAX's tracing errors in ``flat_fun`` speak of the user's function.
 
-    JAX names the function it traced (spyrejax's ``flat_fun``) and its flat arguments
-    (``leaves[1]``): they become the user's function, with its file and line, and the
-    argument's path in the call (``args[0]['flag']``).
+    ``flat_fun`` traces ``fun`` on the call's flat leaves: JAX's errors (a traced bool
+    in an ``if``, a value needed concretely) name ``fun`` with its file and line, and
+    each leaf by its path in the call (``args[0]['flag'] (parameter 'p')``), not
+    spyrejax's wrapper and its ``leaves[i]``.
     """
-    if not err.args or not isinstance(err.args[0], str):
-        return
-    msg = _FLAT_FUN.sub(lambda m: f"the function {describe_fun(fun)}", err.args[0])
-    msg = _LEAF.sub(lambda m: path(int(m.group(1))), msg)
-    err.args = (msg, *err.args[1:])
+    name_tracing(flat_fun, "spyrejax.jit", describe_fun(fun), paths)

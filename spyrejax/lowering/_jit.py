@@ -671,11 +671,10 @@ class SpyreJit:
             else jax.ShapeDtypeStruct(a.shape, (x64 and a.x64_dtype) or a.dtype)
             for a in sig.in_avals
         ]
-        try:
-            closed, out_shape = jax.make_jaxpr(flat_fun, return_shape=True)(*structs)
-        except (TypeError, IndexError) as err:  # JAX's tracer errors among them
-            in_user_terms(err, self.user_fun, lambda i: self._leaf_path(call, i))
-            raise
+        in_user_terms(
+            flat_fun, self.user_fun, [self._leaf_path(call, i) for i in range(len(structs))]
+        )
+        closed, out_shape = jax.make_jaxpr(flat_fun, return_shape=True)(*structs)
         return closed, jax.tree.structure(out_shape)
 
     @gc_paused
