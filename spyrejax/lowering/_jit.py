@@ -47,7 +47,7 @@ from ._arguments import (
     leaf_avals,
     split_call,
 )
-from ._cache import Lru, signature_cache
+from ._cache import MAX_SIGNATURES, Lru, signature_cache
 from ._cores import CoreCheck, core_check
 from ._gc import gc_paused
 from ._graph import Graph, Value, build_graph
@@ -579,7 +579,8 @@ class SpyreJit:
         # Shared by every SpyreJit of this function object (as jax.jit shares its traces).
         owner, config = cache_key or (fun, (self.argnums, fallback, self.emulate))
         self._cache: Lru[_Signature, Lowering] = signature_cache(owner, config)
-        self._x64_dtypes: dict[Hashable, tuple[Any, ...]] = {}  # x64 mode: results' dtypes
+        # x64 mode: results' dtypes per signature, bounded as the signatures are.
+        self._x64_dtypes: Lru[Hashable, tuple[Any, ...]] = Lru(MAX_SIGNATURES)
         # Name and docstring only: ``updated=()`` keeps ``fun.__dict__`` (``jax.grad``
         # sets a ``fun`` attribute there) from overwriting this object's own fields.
         functools.update_wrapper(self, fun, updated=())
@@ -639,7 +640,7 @@ class SpyreJit:
         wide = self._x64_dtypes.get(key)
         if wide is None:
             wide = _x64.out_dtypes(self._make_jaxpr(sig64, call64, x64=True)[0])
-            self._x64_dtypes[key] = wide
+            self._x64_dtypes.put(key, wide)
         return lowering, leaves, wide
 
     def _trace(self, sig: _Signature, call: Call) -> tuple[ClosedJaxpr, Any]:
