@@ -23,7 +23,7 @@ import numpy as np
 from .._errors import DeviceError
 from ..layout._layout import SpyreTensorLayout
 from ._cost import op_cost
-from ._division import TensorSpec, WorkDivision, _order, matmul_space
+from ._division import TensorSpec, WorkDivision, matmul_space, order
 from ._machine import Machine
 
 __all__ = [
@@ -145,7 +145,7 @@ def sweep_division(row: Measurement, machine: Machine, dtype: Any = np.float16) 
             )
     if math.prod(splits.values()) > machine.cores:
         raise DeviceError(f"{row.shape}_{row.split}: more slices than {machine.cores} cores")
-    return WorkDivision(space, splits, machine.cores, _order(space, splits), how="hint")
+    return WorkDivision(space, splits, machine.cores, order(space, splits), how="hint")
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:

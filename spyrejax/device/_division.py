@@ -37,6 +37,7 @@ __all__ = [
     "divide",
     "elementwise_space",
     "matmul_space",
+    "order",
     "reduce_space",
     "validate_hint",
 ]
@@ -546,15 +547,14 @@ def validate_hint(space: OpSpace, hint: Mapping[str, int], cores: int) -> dict[s
     return out
 
 
-def _order(space: OpSpace, splits: Mapping[str, int]) -> tuple[str, ...]:
-    names = list(space.names)
-    if space.kind == "matmul" and splits.get(names[-1], 1) > 1:
-        names = [names[-1], *names[:-1]]  # K fastest: K partners are ring neighbours
-    return tuple(names)
+def order(space: OpSpace, splits: Mapping[str, int]) -> tuple[str, ...]:
+    """A division's dims in mixed-radix order over the cores, fastest first."""
+    n = tuple(space.names)  # a matmul splitting K walks it fastest: K partners are neighbours
+    return (n[-1], *n[:-1]) if space.kind == "matmul" and splits.get(n[-1], 1) > 1 else n
 
 
 def _max_span(space: OpSpace, splits: Mapping[str, int], cores: int) -> int:
-    div = WorkDivision(space, dict(splits), cores, _order(space, splits))
+    div = WorkDivision(space, dict(splits), cores, order(space, splits))
     return max(div.span(i) for i in range(len(space.operands)))
 
 
@@ -612,7 +612,7 @@ def _matmul_pass(
         if math.prod(combo) > machine.cores:
             continue
         splits = {n: 1 for n in space.names} | {d.name: s for d, s in zip(free, combo, strict=True)}
-        div = WorkDivision(space, splits, machine.cores, _order(space, splits), how="matmul")
+        div = WorkDivision(space, splits, machine.cores, order(space, splits), how="matmul")
         key = (score(div), -div.cores_used, splits[space.names[-1]])
         if best is None or key < best[0]:
             best = (key, splits)
@@ -646,4 +646,4 @@ def divide(
         chosen = _matmul_pass(space, machine, score)
         if chosen is not None and math.prod(chosen.values()) >= math.prod(splits.values()):
             splits, how = chosen, "matmul"
-    return WorkDivision(space, splits, machine.cores, _order(space, splits), tuple(committed), how)
+    return WorkDivision(space, splits, machine.cores, order(space, splits), tuple(committed), how)
