@@ -25,6 +25,7 @@ import numpy as np
 
 from .._errors import LayoutError
 from ..layout._dtypes import DataFormats, DTypeLike, fits_format, host_format
+from ..layout._gaps import valid_size
 from ..layout._layout import HostMapping, SpyreTensorLayout
 
 __all__ = ["DCI", "Descriptor", "LoopNest", "generate_dci"]
@@ -192,8 +193,9 @@ class DCI(Sequence[Descriptor]):
             "output_shape_": list(dst)[::-1],
         }
         if self.device_gaps is not None:
-            pairs = zip(self.device_shape, self.device_gaps, strict=True)
-            out["validGap_"] = [[n - f - b, f + b] for n, (f, b) in pairs][::-1]
+            valid = valid_size(self.device_shape, self.device_gaps)
+            pairs = zip(valid, self.device_gaps, strict=True)
+            out["validGap_"] = [[n, f + b] for n, (f, b) in pairs][::-1]
         return out
 
     def to_json(self, **kwargs: Any) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 from .._errors import LayoutError
 
-__all__ = ["Gaps", "check_gaps", "gap_slabs", "in_valid_range", "widen"]
+__all__ = ["Gaps", "check_gaps", "gap_slabs", "in_valid_range", "valid_size", "widen"]
 
 Gaps = tuple[tuple[int, int], ...]
 
@@ -44,6 +44,11 @@ def check_gaps(device_gaps: Any, size: tuple[int, ...]) -> Gaps:
     if gaps[-1] != (0, 0):
         raise LayoutError(f"the stick dim cannot have a gap, got device_gaps {list(gaps)}")
     return gaps
+
+
+def valid_size(size: tuple[int, ...], gaps: Gaps) -> tuple[int, ...]:
+    """Per device dim, the range the index map iterates: the size minus its gaps."""
+    return tuple(n - f - b for n, (f, b) in zip(size, gaps, strict=True))
 
 
 def widen(

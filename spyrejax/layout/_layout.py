@@ -24,7 +24,7 @@ import numpy as np
 from .._errors import LayoutError
 from ._checks import check_dim_order, check_host_strides, check_index, check_shape, int_tuple
 from ._dtypes import DataFormats, DTypeLike, format_for_dtype
-from ._gaps import Gaps, check_gaps, gap_slabs, in_valid_range, widen
+from ._gaps import Gaps, check_gaps, gap_slabs, in_valid_range, valid_size, widen
 from ._segments import Segmentation, axis_coord, row_major_strides, segment_axes
 from ._sticks import expression, stick_groups, stick_tiled_dims
 
@@ -347,9 +347,7 @@ device_dtype=DataFormats.SEN169_FP16)
     @property
     def valid_size(self) -> tuple[int, ...]:
         """Per device dim, the range the index map iterates: ``device_size`` minus gaps."""
-        return tuple(
-            n - f - b for n, (f, b) in zip(self.device_size, self.device_gaps, strict=True)
-        )
+        return valid_size(self.device_size, self.device_gaps)
 
     @property
     def device_rank(self) -> int:
