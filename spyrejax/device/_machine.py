@@ -390,11 +390,12 @@ class Machine:
         """
         base = cls.spyre(cores, lx_fraction)
         k = "ktir-cpu"
+        clock_hz, macs_per_cycle = 1e9, 8 * 64  # 8 systolic rows x 64 lanes
         rates = {
-            "clock_hz": 1e9,
-            "pt_clock_hz": 1e9,
-            "peak_macs_per_cycle": 512,
-            "matmul_macs_per_ns": 512.0,
+            "clock_hz": clock_hz,
+            "pt_clock_hz": clock_hz,
+            "peak_macs_per_cycle": macs_per_cycle,
+            "matmul_macs_per_ns": macs_per_cycle * (clock_hz / 1e9),  # the peak, as spyre()
             "matmul_model": "roofline",
             "ring_bytes_per_cycle": 64,
             "ddr_peak_bw": 0.128e12,
