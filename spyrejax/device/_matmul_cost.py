@@ -7,11 +7,18 @@ of 12 Granite shapes (``../shared/data/spyre/granite_splits_lx0.2.txt``) shows t
 bytes a division must read explain little of its time; what does (section 8):
 
 - **PT**: ``MACs per core / (MACs per cycle x dtype rate x 1.1 GHz x efficiency)``.
+- **Batched PT**: a batched matmul's operands keep the batch inside their rows (the
+  tiled layout: ``[M, K sticks, B, 64]``), so the PT runs one small matmul per batch
+  slice and N stick of a core (a job, its tiles gathered a batch of sticks apart): its
+  MACs run at no more than ``mm_batched_macs_per_s`` per core, and each job costs
+  ``mm_batch_job_s`` of setup.
 - **DDR**: each tile of an operand that ``g`` cores share (the splits of the variables
   it does not walk) is read once and multicast, so the DDR reads the operand's unique
-  bytes, times its LX re-reads (below). With fewer than ``stream_sharers`` sharers the
-  cores drive too many distinct streams at once (bank conflicts): the operand's bytes
-  cost ``1 + penalty x log2(stream_sharers / g)^2`` times more.
+  bytes, times its LX re-reads (below); reads and writes pay the DDR's read/write
+  turnaround on ``min(read, write)`` (spec section 1), as every other op does. With
+  fewer than ``stream_sharers`` sharers the cores drive too many distinct streams at
+  once (bank conflicts): the operand's bytes cost ``1 + penalty x
+  log2(stream_sharers / g)^2`` times more.
 - **LX re-reads**: a core keeps an output block in fp32 accumulators in its share of LX
   (``lx_usable``, set by ``lx_fraction``) with a double-buffered K step of A and B
   beside it; the block of least traffic that fits gives how many times A and B pass.
@@ -52,7 +59,8 @@ class MatmulTime:
     """The terms of a divided matmul's predicted time (seconds) and its DDR bytes.
 
     Attributes:
-        pt_s: the PT array's time.
+        pt_s: the PT array's time (a batched matmul's: at least its batched rate, plus
+            its jobs' setups).
         ddr_s: DDR time of the bytes read (with re-reads and the stream factor) and
             written (with any partial-sum spill).
         runs_s: DMA setups of core 0's contiguous runs not hidden by their transfer.
@@ -170,6 +178,10 @@ def matmul_time(
     rate = pt_rate(machine, a.tensor.layout.device_dtype.name)
     pt = batch * m * n * k / (machine.peak_macs_per_cycle * rate * machine.pt_clock_hz)
     pt /= machine.matmul_efficiency
+    if batch > 1:  # one PT job per batch slice and N stick (the batch inside the rows)
+        jobs = batch * -(-n // (machine.stick_bytes // itemsize))
+        pt = max(pt, batch * m * n * k / (machine.mm_batched_macs_per_s * rate))
+        pt += jobs * machine.mm_batch_job_s
     passes = block_passes(m, n, k, machine.lx_usable, itemsize, machine.mm_accumulator_bytes)
     read = 0.0
     read_bytes = 0
@@ -195,7 +207,8 @@ def matmul_time(
     if 2 not in in_lx:
         runs += _core_runs(division, 2, machine)
     bw = machine.ddr_bw * machine.bandwidth_fraction(cores)
-    ddr = (read + write) / bw
+    turn = machine.turnaround_ns_per_byte * 1e-9 * min(read, write)  # spec section 1
+    ddr = (read + write) / bw + turn
     sk = division.splits[k_name]
     partial = division.core_bytes(2) * machine.mm_accumulator_bytes // out.tensor.itemsize
     reduce = (sk - 1) / sk * partial / machine.mm_partial_sum_bw
