@@ -12,13 +12,14 @@ run_notebooks = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(run_notebooks)
 
 
-def test_the_four_notebooks_exist():
+def test_the_five_notebooks_exist():
     names = [p.name for p in NOTEBOOKS]
     assert names == [
         "01_layout_tour.ipynb",
         "02_transformer_block.ipynb",
         "03_dma_and_padding.ipynb",
         "04_device_model.ipynb",
+        "05_layouts_beyond.ipynb",
     ]
 
 

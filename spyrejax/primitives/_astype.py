@@ -13,6 +13,7 @@ read in another format, stick by stick, layout kept.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -114,7 +115,7 @@ def _stick_regroup(
     if len(dst) != len(src) or last < 0:
         return None
     a, b = src[last], dst[last]
-    if a.dims != b.dims or len(a.dims) > 1 or a.ratio != 1 or b.ratio != 1:
+    if a.dims != b.dims or a.ratio != 1 or b.ratio != 1:
         return None
     differ = [j for j in range(last) if src[j] != dst[j]]
     if len(differ) > 1:
@@ -187,17 +188,55 @@ def _rebuilt_layout(t: SpyreType, dtype: np.dtype) -> SpyreTensorLayout:
         except LayoutError:
             layout = None
     if layout is not None:
-        order = layout.dim_order(t.shape)
-        if order is not None:
-            return SpyreTensorLayout(t.shape, dtype, order or None)
-        if layout == SpyreTensorLayout.row_major(t.shape, fmt):
-            return SpyreTensorLayout.row_major(t.shape, dtype)
+        for shape in (t.shape, _stick_group_merged(t)):
+            rebuilt = _same_kind(layout, shape, fmt, dtype) if shape else None
+            if rebuilt is not None and (shape == t.shape or _holds(rebuilt, t.shape)):
+                return rebuilt
     stick = t.stick_dim
     others = [d for d in range(t.ndim) if d != stick]
     order = [*others, -1] if stick is None and t.layout.is_sparse else [*others, stick]
     if stick is None and not t.layout.is_sparse:
         order = None
     return SpyreTensorLayout(t.shape, dtype, order)
+
+
+def _same_kind(
+    layout: SpyreTensorLayout, shape: tuple[int, ...], fmt: Any, dtype: np.dtype
+) -> SpyreTensorLayout | None:
+    """``layout``'s kind for ``dtype``: the default layout of the same dim order, or row-major.
+
+    None if ``layout`` is neither kind of layout of ``shape`` in ``fmt``.
+    """
+    order = layout.dim_order(shape)
+    if order is not None:
+        return SpyreTensorLayout(shape, dtype, order or None)
+    if layout == SpyreTensorLayout.row_major(shape, fmt):
+        return SpyreTensorLayout.row_major(shape, dtype)
+    return None
+
+
+def _stick_group_merged(t: SpyreType) -> tuple[int, ...] | None:
+    """``t.shape`` with the dims its stick folds merged into one, or None.
+
+    A stick over a group of host dims (``2*d2 + d3``: the pairs of RoPE's
+    ``x.reshape(..., D // 2, 2)``) is the stick of the merged dim: rebuilding the
+    merged shape's layout keeps the group in one stick for the new stick size, where
+    the stick dim alone (2 wide) would be padded to a whole stick.
+    """
+    group = t.dims[-1].dims if t.dims and t.dims[-1].ratio == 1 else ()
+    if len(group) < 2 or list(group) != list(range(group[0], group[-1] + 1)):
+        return None
+    merged = math.prod(t.shape[d] for d in group)
+    return (*t.shape[: group[0]], merged, *t.shape[group[-1] + 1 :])
+
+
+def _holds(layout: SpyreTensorLayout, shape: tuple[int, ...]) -> bool:
+    """Whether ``layout`` (built for a merged shape) holds a host tensor of ``shape``."""
+    try:
+        layout.for_host(shape)
+    except LayoutError:
+        return False
+    return True
 
 
 def astype(x: SpyreArray, dtype: Any) -> SpyreArray:

@@ -128,50 +128,68 @@ def _split_folds(
 ) -> SpyreTensorLayout | None:
     """A layout whose device dims no longer fold several of the new logical dims.
 
-    A device dim over folded dims that covers whole dims exactly is split into one
-    device dim per logical dim: a row-major reshape of the image, so no data moves.
-    Returns None when nothing splits.
+    A device dim over folded dims that covers whole dims exactly (its innermost part
+    may be whole tiles of a dim: heads and the tiles of a head dim) is split into one
+    device dim per part: a row-major reshape of the image, so no data moves. The
+    stick is never split. Returns None when nothing splits.
     """
     try:
         dims = device_dims(aval.layout, aval.base_shape, shape, strides)
     except LayoutError:
         return None
     sizes, smap = [], []
-    for d, n, m in zip(dims, aval.layout.device_size, aval.layout.stride_map, strict=True):
-        parts = _exact_cover(d, shape) if len(d.dims) > 1 else None
-        sizes += [n] if parts is None else [shape[k] for k in parts]
-        smap += [m] if parts is None else [strides[k] for k in parts]
-    if len(sizes) == aval.layout.device_rank:
+    last = aval.layout.device_rank - 1
+    layout = aval.layout
+    for j, (d, n, m) in enumerate(zip(dims, layout.device_size, layout.stride_map, strict=True)):
+        parts = _exact_cover(d, shape, strides) if len(d.dims) > 1 and j != last else None
+        sizes += [n] if parts is None else [size for size, _ in parts]
+        smap += [m] if parts is None else [stride for _, stride in parts]
+    if len(sizes) == layout.device_rank:
         return None
-    layout = SpyreTensorLayout.from_stride_map(sizes, smap, aval.layout.device_dtype)
+    split = SpyreTensorLayout.from_stride_map(sizes, smap, layout.device_dtype)
     try:
-        layout.for_host(aval.base_shape)
+        split.for_host(aval.base_shape)
     except LayoutError:
         return None
-    return layout
+    return split
 
 
-def _exact_cover(d: DevDim, shape: tuple[int, ...]) -> list[int] | None:
-    """The logical dims a folded device dim covers exactly, outermost first, or None.
+def _exact_cover(
+    d: DevDim, shape: tuple[int, ...], strides: tuple[int, ...]
+) -> list[tuple[int, int]] | None:
+    """``(size, host stride)`` of the parts a folded device dim covers exactly, or None.
 
     Inside the fold, dim ``k`` steps by the product of the sizes inside it. The device
-    dim covers dims ``k_i..k_j`` exactly when its step is dim ``k_j``'s and its size is
-    the product of their sizes.
+    dim starts in the dim ``k`` whose step divides its own step (ratio) and whose
+    extent the ratio divides into whole parts (the tiles of a dim, or the whole dim
+    when the ratio is its step); it covers that part and whole outer dims exactly
+    when its size is the product of their sizes. Outermost part first.
     """
     steps = {}
     inner = 1
     for k in reversed(d.dims):
         steps[k] = inner
         inner *= shape[k]
-    start = next((k for k in d.dims if steps[k] == d.ratio), None)
+    start = next(
+        (
+            k
+            for k in d.dims
+            if d.ratio % steps[k] == 0
+            and d.ratio < steps[k] * shape[k]
+            and shape[k] % (d.ratio // steps[k]) == 0
+        ),
+        None,
+    )
     if start is None:
         return None
-    covered, span = [], 1
-    for k in reversed(d.dims[: d.dims.index(start) + 1]):
-        covered.insert(0, k)
-        span *= shape[k]
+    unit = d.ratio // steps[start]
+    covered = [(shape[start] // unit, strides[start] * unit)]
+    span = covered[0][0]
+    for k in reversed(d.dims[: d.dims.index(start)]):
         if span >= d.size:
             break
+        covered.insert(0, (shape[k], strides[k]))
+        span *= shape[k]
     return covered if span == d.size and len(covered) > 1 else None
 
 

@@ -1,0 +1,169 @@
+"""RoPE under spyrejax.jit (issue 26, items 1 and 3): sticks over pairs, and both conventions.
+
+A ``D``-stick tensor reshaped to ``[..., D/2, 2]`` or ``[..., D/2, 1, 2]`` is a view whose
+stick walks the pair dims together (stick expression ``2*d2 + d3``); pointwise ops,
+broadcasting, ``astype`` and reductions over other dims keep that stick, so no value
+is padded to more than twice its data. The rotation itself, in both conventions and in
+torch-spyre's failing forms (the ``[..., D/2, 2]`` reshape for head dims 64 and 128,
+rotate-half, ``repeat_interleave``), runs without a restickify and matches jax.jit.
+"""
+
+import jax
+import jax.numpy as jnp
+import pytest
+from helpers import assert_matches_jax_jit, rand
+
+import spyrejax as sj
+
+T, H = 4, 2
+
+
+def _angles(d, dtype=jnp.float16):
+    angles = rand((T, d // 2), jnp.float32, seed=1, low=-3.0, high=3.0)
+    return jnp.cos(angles).astype(dtype), jnp.sin(angles).astype(dtype)
+
+
+def rope_pairs_reshape(x, cos, sin):
+    """Interleaved pairs through the reshape torch-spyre fails to lower."""
+    t, h, d = x.shape
+    xr = x.reshape(t, h, d // 2, 2)
+    x0, x1 = xr[..., 0], xr[..., 1]
+    c, s = cos[:, None], sin[:, None]
+    return jnp.stack([x0 * c - x1 * s, x0 * s + x1 * c], -1).reshape(t, h, d)
+
+
+def rope_pairs_slices(x, cos, sin):
+    """Interleaved pairs through strided slices."""
+    t, h, d = x.shape
+    x0, x1 = x[..., ::2], x[..., 1::2]
+    c, s = cos[:, None], sin[:, None]
+    return jnp.stack([x0 * c - x1 * s, x0 * s + x1 * c], -1).reshape(t, h, d)
+
+
+def rope_fms(x, cos, sin):
+    """FMS's form: a 2 x 2 rotation per pair, on ``x.reshape(T, H, D // 2, 1, 2)``."""
+    t, h, d = x.shape
+    rot = jnp.stack([jnp.stack([cos, -sin], -1), jnp.stack([sin, cos], -1)], -2)
+    return (rot[:, None] * x.reshape(t, h, d // 2, 1, 2)).sum(-1).reshape(t, h, d)
+
+
+def rope_rotate_half(x, cos, sin):
+    """Rotate-half: ``concatenate([-x2, x1])`` of the halves."""
+    half = x.shape[-1] // 2
+    c = jnp.concatenate([cos, cos], -1)[:, None]
+    s = jnp.concatenate([sin, sin], -1)[:, None]
+    return x * c + jnp.concatenate([-x[..., half:], x[..., :half]], -1) * s
+
+
+def rope_repeat_interleave(x, cos, sin):
+    """torch's ``repeat_interleave`` spelling: each angle twice, the pairs swapped."""
+    t, h, d = x.shape
+    c = jnp.repeat(cos, 2, axis=-1)[:, None]
+    s = jnp.repeat(sin, 2, axis=-1)[:, None]
+    xr = x.reshape(t, h, d // 2, 2)
+    swapped = jnp.stack([-xr[..., 1], xr[..., 0]], -1).reshape(t, h, d)
+    return x * c + swapped * s
+
+
+ROPES = (rope_pairs_reshape, rope_pairs_slices, rope_fms, rope_rotate_half, rope_repeat_interleave)
+
+
+def _padding_bounded(report, factor=2):
+    """Every value with memory of its own takes at most ``factor`` times its data."""
+    big = [t for t in report.tensors if not t.view and t.device_bytes > factor * t.data_bytes]
+    assert not big, [(t.name, t.type) for t in big]
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("pairs", [(2,), (1, 2)], ids=["D/2,2", "D/2,1,2"])
+def test_pair_reshapes_are_views_and_pointwise_ops_keep_their_sticks(d, pairs):
+    def f(x, y):
+        shape = (T, H, d // 2, *pairs)
+        return (x.reshape(shape) * y.reshape(shape) + 1).reshape(T, H, d)
+
+    x, y = rand((T, H, d), jnp.float16, seed=2), rand((T, H, d), jnp.float16, seed=3)
+    report = sj.explain(f, x, y)
+    assert report.copy_cost == 0 and not report.restickifies
+    _padding_bounded(report)
+    assert_matches_jax_jit(f, x, y, ops=2)
+
+
+def test_astype_and_reductions_over_other_dims_keep_a_stick_over_pairs():
+    # float16 sticks of 64 pairs become float32 sticks of 32 pairs (not a padded
+    # 2-wide stick: 16 times the data), and the sum over heads keeps them.
+    def f(x):
+        return x.reshape(T, H, 64, 2).astype(jnp.float32).sum(1)
+
+    x = rand((T, H, 128), jnp.float16, seed=4)
+    report = sj.explain(f, x)
+    assert report.copy_cost == 0 and not report.restickifies
+    _padding_bounded(report)
+    assert_matches_jax_jit(f, x, reduce_len=H)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("rope", ROPES, ids=lambda f: f.__name__)
+def test_rope_runs_without_a_restickify_and_matches_jax_jit(rope, d):
+    x = rand((T, H, d), jnp.float16, seed=5)
+    cos, sin = _angles(d)
+    assert not sj.explain(rope, x, cos, sin).restickifies
+    assert_matches_jax_jit(rope, x, cos, sin, ops=3)
+
+
+def _attention_block(rope):
+    def block(p, x, cos, sin):
+        s, dm = x.shape
+        hd = cos.shape[-1] * 2
+        heads = dm // hd
+        q = rope((x @ p["wq"]).reshape(s, heads, hd), cos, sin)
+        k = rope((x @ p["wk"]).reshape(s, heads, hd), cos, sin)
+        v = (x @ p["wv"]).reshape(s, heads, hd)
+        scores = jnp.einsum("shd,thd->hst", q, k) * hd**-0.5
+        causal = jnp.arange(s)[:, None] >= jnp.arange(s)[None, :]
+        weights = jax.nn.softmax(jnp.where(causal, scores, -jnp.inf), axis=-1)
+        return x + jnp.einsum("hst,thd->shd", weights, v).reshape(s, dm) @ p["wo"]
+
+    return block
+
+
+def _identity(x, cos, sin):
+    return x
+
+
+def _moved_besides(report, name):
+    """Elements a plan moves between layouts and in copies, but the copies of ``name``'s lines."""
+    own = sum(line.copy_cost for line in report.lines if f"({name})" in line.line)
+    return report.restickify_cost + report.copy_cost - own
+
+
+@pytest.mark.parametrize("rope", ROPES, ids=lambda f: f.__name__)
+def test_llama_attention_block_with_each_rope_convention(rope):
+    dm, hd = 128, 64
+    names = ("wq", "wk", "wv", "wo")
+    p = {
+        n: rand((dm, dm), jnp.float32, seed=10 + i, low=-0.1, high=0.1) for i, n in enumerate(names)
+    }
+    x = rand((T, dm), jnp.float32, seed=6)
+    cos, sin = _angles(hd, jnp.float32)
+    block = _attention_block(rope)
+    assert_matches_jax_jit(block, p, x, cos, sin, reduce_len=dm, ops=8)
+    # Besides the rotation's own copies, the block moves no more than it does without
+    # a rotation: the rope needs no restickify of its own (rotate-half's keys move to
+    # the sequence stick before it, where the plain block copies them in its reshape).
+    plain = sj.explain(_attention_block(_identity), p, x, cos, sin)
+    moved = _moved_besides(sj.explain(block, p, x, cos, sin), rope.__name__)
+    assert moved <= _moved_besides(plain, "_identity")
+
+
+def test_fms_rope_at_the_issue_shape_keeps_every_value_within_its_data():
+    # The issue's figure: T 64, H 8, D 128 laid the [T, 1, D/2, 2, 2] product out at
+    # 33.5 MB for 131 KB of data (its trailing 2s each padded to a stick). Now no value
+    # takes more device memory than its data. x is still copied once, into the stick
+    # the rotation matrices are built in (see docs/layouts.md).
+    t, h, d = 64, 8, 128
+    x = jax.ShapeDtypeStruct((t, h, d), jnp.float16)
+    c = jax.ShapeDtypeStruct((t, d // 2), jnp.float16)
+    report = sj.explain(rope_fms, x, c, c)
+    assert not report.restickifies
+    _padding_bounded(report, factor=1)
+    assert report.device_bytes < 2 * 1024 * 1024
