@@ -57,6 +57,24 @@ def test_the_batched_pt_lifts_attention_times_v_to_the_cards_time(sweep):
     assert tp.pt_s == pytest.approx(512 * 4096 * 4096 / 32 / (1024 * 1.1e9 * 0.85))
 
 
+def test_a_batch_laid_out_outside_the_rows_is_plain_matmuls_in_a_loop():
+    # [1, 32, 512, 128]: the heads are the outermost device dim ([32, 512, 2, 1, 64]),
+    # so each core loops over plain matmuls; a 3-D [32, 512, 128] keeps them inside its
+    # rows ([512, 2, 32, 64]) and pays the batched PT.
+    def pt(shape_a, shape_b):
+        f16 = np.float16
+        r = sj.explain(jnp.matmul, S(shape_a, f16), S(shape_b, f16))
+        (op,) = [o for o in r.ops if o.opfunc in ("matmul", "batchmatmul")]
+        return op, matmul_time(op.division, r.device.machine).pt_s
+
+    m = Machine.spyre()
+    op, outer = pt((1, 32, 512, 128), (1, 32, 128, 512))
+    peak = op.macs / op.division.cores_used / (1024 * 1.1e9 * 0.85)
+    assert outer == pytest.approx(peak)
+    op, inside = pt((32, 512, 128), (32, 128, 512))
+    assert inside >= op.macs / op.division.cores_used / m.mm_batched_macs_per_s > 4 * peak
+
+
 def test_prefill_qkt_picks_its_k_split_as_the_card_does(sweep):
     # B512_M32_N512_K128: a core whose K slice spans both sticks spills its batch-
     # interleaved fp32 partial sums (1 MB, over the 0.2 budget) to DDR between them; the

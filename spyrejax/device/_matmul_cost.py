@@ -7,8 +7,9 @@ of 12 Granite shapes (``../shared/data/spyre/granite_splits_lx0.2.txt``) shows t
 bytes a division must read explain little of its time; what does (section 8):
 
 - **PT**: ``MACs per core / (MACs per cycle x dtype rate x 1.1 GHz x efficiency)``.
-- **Batched PT**: a batched matmul's operands keep the batch inside their rows (the
-  tiled layout: ``[M, K sticks, B, 64]``), so the PT runs one small matmul per batch
+- **Batched PT**: a batched matmul whose operands keep the batch inside their rows (the
+  tiled layout of a 3-D operand: ``[M, K sticks, B, 64]``; not a batch laid out outside
+  M, such as the heads of a 4-D ``[1, H, T, D]``) runs one small matmul per batch
   slice and N stick of a core (a job, its tiles gathered a batch of sticks apart): its
   MACs run at no more than ``mm_batched_macs_per_s`` per core, and each job costs
   ``mm_batch_job_s`` of setup.
@@ -174,11 +175,12 @@ def matmul_time(
     a, _, out = space.operands
     itemsize = a.tensor.itemsize
     batch = math.prod(division.chunk(n) for n in names[:-3])
+    inner = _inner_batch(division)  # batch slices inside A's rows (the rest: outer loops)
     m, n, k = (division.chunk(x) for x in (m_name, n_name, k_name))
     rate = pt_rate(machine, a.tensor.layout.device_dtype.name)
     pt = batch * m * n * k / (machine.peak_macs_per_cycle * rate * machine.pt_clock_hz)
     pt /= machine.matmul_efficiency
-    if batch > 1:  # one PT job per batch slice and N stick (the batch inside the rows)
+    if inner > 1:  # one PT job per batch slice and N stick (the batch inside the rows)
         jobs = batch * -(-n // (machine.stick_bytes // itemsize))
         pt = max(pt, batch * m * n * k / (machine.mm_batched_macs_per_s * rate))
         pt += jobs * machine.mm_batch_job_s
@@ -200,7 +202,7 @@ def matmul_time(
         runs += _core_runs(division, i, machine) * p
         over = max(0.0, g / machine.mm_multicast_sharers - 1)
         sync += math.ceil(per_core * p / chunk) * over * machine.mm_multicast_sync_s
-    spill = _spill_bytes(batch, m, n, k, itemsize, machine) * cores
+    spill = _spill_bytes(inner, m, n, k, itemsize, machine) * (batch // inner) * cores
     read += spill / 2
     read_bytes += spill // 2
     write = (0 if 2 in in_lx else out.tensor.nbytes) + spill // 2
@@ -213,6 +215,21 @@ def matmul_time(
     partial = division.core_bytes(2) * machine.mm_accumulator_bytes // out.tensor.itemsize
     reduce = (sk - 1) / sk * partial / machine.mm_partial_sum_bw
     return MatmulTime(pt, ddr, runs * machine.mm_run_s, sync, reduce, read_bytes, write, passes)
+
+
+def _inner_batch(division: WorkDivision) -> int:
+    """A core's batch slices that A's layout keeps inside its rows (its M device dim).
+
+    The tiled layout of a 3-D operand ``[B, M, K]`` is ``[M, K sticks, B, 64]``: the
+    batch inside the rows. A batch dim laid out outside M (the heads of a 4-D ``[1, H,
+    T, D]``, device ``[H, T, D sticks, 1, 64]``) is an outer loop: each of its slices
+    is a plain matmul.
+    """
+    names = division.space.names
+    walks = division.space.operands[0].walks
+    where = {w[0]: j for j, w in reversed(list(enumerate(walks))) if w is not None}
+    rows = where.get(names[-3], -1)
+    return math.prod(division.chunk(b) for b in names[:-3] if b not in where or where[b] > rows)
 
 
 def _spill_bytes(batch: int, m: int, n: int, k: int, itemsize: int, machine: Machine) -> int:
