@@ -96,10 +96,13 @@ def test_each_op_of_a_fused_kernel_is_a_stage_with_its_own_setup(name):
     assert Machine.ktir_cpu().stage_s == 0
 
 
-def test_a_granite_sized_softmax_takes_at_least_its_ddr_bytes_at_100_gbs():
+def test_granite_sized_norms_and_softmax_take_at_least_their_ddr_bytes_at_100_gbs():
     arg = S((1, 32, 512, 512), F16)
     r = sj.explain(lambda s: jax.nn.softmax(s, -1), arg)
-    assert r.time_s > 2 * arg.size * 2 / 100e9
+    assert r.time_s > 2 * arg.size * 2 / 100e9 + r.device.machine.launch_s
+    x, w = S((512, 4096), F16), S((4096,), F16)
+    r = sj.explain(models.rms_norm, x, w)
+    assert r.time_s > (2 * x.size + w.size) * 2 / 100e9 + r.device.machine.launch_s
 
 
 def test_intermediates_too_large_for_lx_go_through_ddr():
