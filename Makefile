@@ -36,10 +36,11 @@ test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
 # Every spyrejax.jit program of the suite with each divided op run per core as well, compared
-# with the default mode (docs/device-model.md). Slow: the last whole run took 89 min on the
-# shared 2-core VM, about six times `make test` (issue 24's target is 30 min).
+# with the default mode (docs/device-model.md), in TEST_WORKERS xdist workers like `make test`
+# (the workers' check counts are added up for the summary: tests/conftest.py). Slow: see
+# docs/testing.md for the last whole run (issue 24's target is 30 min).
 test-cores: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" --emulate-check --durations=20
+	$(PY) -m pytest -q -m "not slow" $(if $(TEST_WORKERS),-n $(TEST_WORKERS),) --emulate-check --durations=20
 
 demo: $(STAMP)
 	$(PY) -m spyrejax

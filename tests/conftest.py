@@ -118,6 +118,31 @@ def pytest_runtest_call(item):
     return result
 
 
+def pytest_sessionfinish(session):
+    """An xdist worker sends its counts to the controller (``workeroutput``)."""
+    check = session.config.stash.get(_CHECK, None)
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if check is None or workeroutput is None:
+        return
+    workeroutput["emulate_check"] = {
+        "checked": dict(check.checked),
+        "fallbacks": dict(check.fallbacks),
+        "unchecked": list(_UNCHECKED),
+    }
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """The controller adds up each worker's counts for the summary."""
+    check = node.config.stash.get(_CHECK, None)
+    counts = getattr(node, "workeroutput", {}).get("emulate_check")
+    if check is None or counts is None:
+        return
+    check.checked.update(counts["checked"])
+    check.fallbacks.update(counts["fallbacks"])
+    _UNCHECKED.extend(counts["unchecked"])
+
+
 def pytest_terminal_summary(terminalreporter, config):
     check = config.stash.get(_CHECK, None)
     if check is None:
@@ -133,5 +158,5 @@ def pytest_terminal_summary(terminalreporter, config):
     for reason, n in check.fallbacks.most_common():
         report.write_line(f"  {n} x {reason}")
     report.write_line(f"tests run unchecked (marked xla_fusion_bits): {len(_UNCHECKED)}")
-    for nodeid in _UNCHECKED:
+    for nodeid in sorted(_UNCHECKED):
         report.write_line(f"  {nodeid}")
