@@ -139,13 +139,13 @@ def test_reshape_splits_a_device_dim_that_covers_whole_dims():
 def test_the_per_core_lx_index_of_a_view_is_the_layouts_index_map(make, view):
     """Brute force: every point core 0 reads sits where the base's own index map puts it."""
     from spyrejax.device import default_machine, divide_op, elementwise_space
-    from spyrejax.lowering._cores import _lx_index
+    from spyrejax.device._coremaps import lx_index
     from spyrejax.lowering._device import _spec
 
     t = view(sj.to_device(make())).type
     spec = _spec(t, "x")
     div = divide_op(elementwise_space("neg", spec, [spec]), default_machine())
-    got = np.asarray(_lx_index(div, 0))  # iteration order: the last logical dim first
+    got = lx_index(div, 0)  # iteration order: the last logical dim first
     box = div.box(0, 0)
     mapping = t.layout.for_host(t.base_shape)
     n = len(t.shape)

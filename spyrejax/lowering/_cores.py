@@ -45,9 +45,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._errors import SpyreInternalError, SpyreUnsupportedError
-from ..device import Machine, WorkDivision, core_dci, default_machine, divide_op
-from ..layout._segments import axis_coord, row_major_strides
+from .._errors import SpyreUnsupportedError
+from ..device import Machine, WorkDivision, default_machine, divide_op
+from ..device._coremaps import (
+    CoreMap,
+    load_sources,
+    local_shape,
+    lx_index,
+    lx_sources,
+    store_runs,
+    valid_points,
+)
+from ..device._coremaps import starts as core_starts
 from ..primitives._array import PadFill
 from ..primitives._astype import Astype
 from ..primitives._base import image, wrap
@@ -111,11 +120,10 @@ class CoreExecutor:
 
 def _per_core(prim: Any, div: WorkDivision, imgs: list[jax.Array]) -> jax.Array:
     """The image of ``prim``'s result computed core by core (padding as its type says)."""
-    starts = _starts(div)
-    vals = [_to_space(div, k, _load(div, k, img), starts) for k, img in enumerate(imgs)]
+    starts = core_starts(div)
+    vals = [_loaded(div, k, img) for k, img in enumerate(imgs)]
     result = _kernel(prim, div, vals, starts)
-    out = len(div.space.operands) - 1
-    img = _store(div, out, _from_space(div, out, result, starts, div.cores_used))
+    img = _stored(div, len(div.space.operands) - 1, result)
     t = prim.out_aval
     return masked(img, t, 0 if t.pad is PadFill.ZERO else poison(t.dtype))
 
@@ -412,220 +420,53 @@ def _check_supported(div: WorkDivision) -> None:
 
 
 # --- DDR <-> LX by descriptors ---------------------------------------------------------
+# The index maps (descriptors, LX boxes, iteration order) are composed in NumPy when the
+# op is traced (spyrejax.device._coremaps): one gather per operand, one scatter per store
+# descriptor, with index constants of one core's size.
 
 
-def _affine(sizes: tuple[int, ...], strides: tuple[int, ...]) -> jax.Array:
-    """``dot(i, strides)`` over the loop nest ``sizes`` (innermost first), flattened."""
-    shape = tuple(reversed(sizes))
-    idx = jnp.zeros(shape, np.int32)
-    for k, st in enumerate(strides):
-        axis = len(sizes) - 1 - k
-        idx = idx + jax.lax.broadcasted_iota(np.int32, shape, axis) * st
-    return idx.reshape(-1)
-
-
-def _inside(sizes: tuple[int, ...], counts: np.ndarray) -> jax.Array:
-    """``[cores, points]``: the points of loop nest ``sizes`` inside each core's ``counts``.
-
-    ``counts[c]`` are core ``c``'s own loop counts (innermost first), at most ``sizes``.
-    """
-    shape = tuple(reversed(sizes))
-    ok = jnp.ones((len(counts), math.prod(sizes)), bool)
-    for k in range(len(sizes)):
-        if (counts[:, k] == sizes[k]).all():
-            continue
-        i = jax.lax.broadcasted_iota(np.int32, shape, len(sizes) - 1 - k).reshape(1, -1)
-        ok = ok & (i < jnp.asarray(counts[:, k], np.int32)[:, None])
-    return ok
-
-
-@dataclass(frozen=True)
-class _Nest:
-    """One descriptor of core 0, and how every core runs it.
-
-    Attributes:
-        d: core 0's descriptor (its LX side is every core's: the emulated LX buffer of
-            each core is core 0's box, a smaller last box filling a corner of it).
-        ddr: each core's DDR offset.
-        counts: each core's loop counts, ``[cores, levels]``, or None when all are
-            core 0's (a smaller last slice runs fewer iterations).
-    """
-
-    d: Any
-    ddr: np.ndarray
-    counts: np.ndarray | None
-
-
-def _descriptors(div: WorkDivision, operand: int, load: bool) -> list[_Nest]:
-    """Core 0's descriptors and, per descriptor, every core's DDR offset and loop counts.
-
-    Raises:
-        SpyreInternalError: if some core's loop nest walks DDR otherwise than core 0's
-            (other strides, more descriptors or iterations).
-    """
-    dcis = [core_dci(div, operand, c, load=load) for c in range(div.cores_used)]
-    out = []
-    for i, d0 in enumerate(dcis[0]):
-        offs, counts = [], []
-        for dci in dcis:
-            d = dci[i] if len(dci) == len(dcis[0]) else None
-            ddr_strides = (d.stride_src, d0.stride_src) if load else (d.stride_dst, d0.stride_dst)
-            if (
-                d is None
-                or ddr_strides[0] != ddr_strides[1]
-                or len(d.size) != len(d0.size)
-                or any(n > n0 for n, n0 in zip(d.size, d0.size, strict=True))
-            ):
-                raise SpyreInternalError(
-                    f"internal error: the per-core loop nests of {div.space.opfunc} differ "
-                    "in more than their DDR offset and last slice; please report it"
-                )
-            offs.append(d.offset_src if load else d.offset_dst)
-            counts.append(d.size)
-        sizes = np.asarray(counts, np.int64)
-        ragged = None if (sizes == np.asarray(d0.size)).all() else sizes
-        out.append(_Nest(d0, np.asarray(offs, np.int64), ragged))
-    return out
+def _take(flat: jax.Array, where: CoreMap, fill: Any) -> jax.Array:
+    """``flat[where]`` as ``[cores, points]``, ``fill`` where the map says -1."""
+    a, b = where.indices(flat.shape[0])
+    idx = jnp.asarray(a) if b is None else jnp.asarray(a) + jnp.asarray(b)
+    return flat.at[idx].get(mode="fill", fill_value=fill)
 
 
 def _load(div: WorkDivision, operand: int, img: jax.Array) -> jax.Array:
     """Every core's LX image of an operand: ``[cores, box elements]`` (poison where unread)."""
-    n = math.prod(div.box_shape(operand, 0))
-    flat = img.reshape(-1)
-    fill = poison(img.dtype)
-    lx = jnp.full((div.cores_used, n), fill, img.dtype)
-    for nest in _descriptors(div, operand, load=True):
-        d = nest.d
-        src = jnp.asarray(nest.ddr, np.int32)[:, None] + _affine(d.size, d.stride_src)[None, :]
-        dst = d.offset_dst + _affine(d.size, d.stride_dst)
-        if nest.counts is None:
-            lx = lx.at[:, dst].set(flat[src], unique_indices=True)
-            continue
-        ok = _inside(d.size, nest.counts)
-        vals = jnp.where(ok, flat[jnp.where(ok, src, 0)], fill)
-        lx = lx.at[:, dst].set(jnp.where(ok, vals, lx[:, dst]), unique_indices=True)
-    return lx
+    return _take(img.reshape(-1), CoreMap.of(lx_sources(div, operand)), poison(img.dtype))
 
 
 def _store(div: WorkDivision, operand: int, lx: jax.Array) -> jax.Array:
     """The DDR image of an operand from every core's LX image (poison where none writes)."""
+    shape = local_shape(div, operand)
+    idx = lx_index(div, operand)
+    result = jnp.take(lx, jnp.asarray(idx.reshape(-1), np.int32), axis=1)
+    return _stored(div, operand, result.reshape((lx.shape[0], *shape)))
+
+
+def _loaded(div: WorkDivision, operand: int, img: jax.Array) -> jax.Array:
+    """A core's LX data of an operand in iteration order: ``[cores, *local shape]``."""
+    vals = _take(img.reshape(-1), load_sources(div, operand), poison(img.dtype))
+    return vals.reshape((div.cores_used, *local_shape(div, operand)))
+
+
+def _stored(div: WorkDivision, operand: int, result: jax.Array) -> jax.Array:
+    """The output's DDR image from every core's result in iteration order.
+
+    Poison where no core writes; only points inside the logical extents reach LX.
+    """
     t = div.space.operands[operand].tensor
     size = math.prod(t.layout.device_size)
-    flat = jnp.full((size,), poison(lx.dtype), lx.dtype)
-    for nest in _descriptors(div, operand, load=False):
-        d = nest.d
-        src = d.offset_src + _affine(d.size, d.stride_src)
-        dst = jnp.asarray(nest.ddr, np.int32)[:, None] + _affine(d.size, d.stride_dst)[None, :]
-        if nest.counts is not None:
-            dst = jnp.where(_inside(d.size, nest.counts), dst, size)  # not run: dropped
-        flat = flat.at[dst.reshape(-1)].set(lx[:, src].reshape(-1), mode="drop")
+    cores = div.cores_used
+    values = jnp.broadcast_to(result, (cores, *local_shape(div, operand))).reshape(-1)
+    fill = poison(result.dtype)
+    flat = jnp.full((size,), fill, result.dtype)
+    for dst, held in store_runs(div, operand):
+        a, b = dst.indices(size)
+        at = jnp.asarray(a) if b is None else jnp.asarray(a) + jnp.asarray(b)
+        flat = flat.at[at.reshape(-1)].set(_take(values, held, fill).reshape(-1), mode="drop")
     return flat.reshape(t.layout.device_size)
-
-
-# --- LX <-> the iteration space ---------------------------------------------------------
-
-
-def _starts(div: WorkDivision) -> dict[str, np.ndarray]:
-    """Per variable, each core's first (global) index: ``[cores]`` small ints."""
-    slices = [div.core_to_slice(c) for c in range(div.cores_used)]
-    return {n: np.asarray([s[n] * div.chunk(n) for s in slices], np.int32) for n in div.space.names}
-
-
-def _walked(div: WorkDivision, operand: int) -> list[str]:
-    """The variables an operand walks (by a device dim of its own or folded), in order."""
-    op = div.space.operands[operand]
-    names = {w[0] for w in op.walks if w is not None}
-    for j in range(len(op.walks)):
-        fold = op.fold(j)
-        if fold is not None:
-            names.update(v for v in fold.vars if v is not None)
-    return [n for n in div.space.names if n in names]
-
-
-def _local_shape(div: WorkDivision, operand: int) -> tuple[int, ...]:
-    """The operand's axes over the iteration space: a variable's chunk, 1 if not walked."""
-    walked = _walked(div, operand)
-    return tuple(div.chunk(n) if n in walked else 1 for n in div.space.names)
-
-
-def _lx_index(div: WorkDivision, operand: int) -> jax.Array:
-    """For each local iteration point, its position in the core's LX box (same on every core).
-
-    A device dim walking variable ``v`` with ratio ``r`` holds the point at its
-    coordinate by the radix rule (:func:`~spyrejax.layout._segments.axis_coord`: ``v``'s
-    remainder by the ratios of the dims walking ``v`` outside it, divided by ``r``),
-    counted from the box: boxes start on whole slices, so local counts work. A device
-    dim folding several logical dims (its variables never split, so local counts are
-    global) holds it at the coordinate its :class:`~spyrejax.device.Fold` gives. Points
-    outside the extents wrap into the box (they are never stored).
-    """
-    op = div.space.operands[operand]
-    shape = _local_shape(div, operand)
-    box = div.box_shape(operand, 0)
-    strides = row_major_strides(box)
-
-    def iota(var: str | None) -> Any:
-        if var is None:
-            return 0
-        return jax.lax.broadcasted_iota(np.int32, shape, div.space.names.index(var))
-
-    idx = jnp.zeros(shape, np.int32)
-    for j, w in enumerate(op.walks):
-        fold = op.fold(j)
-        if w is not None:
-            var, ratio = w
-            outer = sorted(
-                (u[1] for u in op.walks if u is not None and u[0] == var and u[1] > ratio),
-                reverse=True,
-            )
-            c = axis_coord([iota(var)], [1], ratio, outer)
-        elif fold is not None:
-            c = fold.index.coord([iota(v) for v in fold.vars])
-        else:
-            continue
-        idx = idx + c % box[j] * strides[j]
-    return idx
-
-
-def _valid(div: WorkDivision, names: list[str], shape: tuple[int, ...], starts: dict) -> Any:
-    """``[cores, *shape]`` bool: the points whose variables in ``names`` are inside their extent."""
-    ok = None
-    for n in names:
-        axis = div.space.names.index(n)
-        extent = div.space.dim(n).extent
-        if shape[axis] == 1 or extent == div.chunk(n) * div.splits[n]:
-            continue  # one point per core, or no padding: every point is inside
-        local = jax.lax.broadcasted_iota(np.int32, shape, axis)[None]
-        start = jnp.asarray(starts[n]).reshape((-1,) + (1,) * len(shape))
-        inside = local + start < extent
-        ok = inside if ok is None else ok & inside
-    return ok
-
-
-def _to_space(div: WorkDivision, operand: int, lx: jax.Array, starts: dict) -> jax.Array:
-    """A core's LX data in iteration order: ``[cores, *local shape]``."""
-    idx = _lx_index(div, operand)
-    return jnp.take(lx, idx.reshape(-1), axis=1).reshape((lx.shape[0], *idx.shape))
-
-
-def _from_space(
-    div: WorkDivision, operand: int, result: jax.Array, starts: dict, cores: int
-) -> jax.Array:
-    """Every core's LX image of the output from its result in iteration order.
-
-    Only points inside the logical extents are written (padding points would wrap onto
-    data positions of a narrower-stick operand); the rest of the box stays poison.
-    """
-    shape = _local_shape(div, operand)
-    n = math.prod(div.box_shape(operand, 0))
-    idx = jnp.broadcast_to(_lx_index(div, operand)[None], (cores, *shape))
-    ok = _valid(div, _walked(div, operand), shape, starts)
-    if ok is not None:
-        idx = jnp.where(ok, idx, n)  # out of range: dropped
-    result = jnp.broadcast_to(result, (cores, *shape))
-    lx = jnp.full((cores, n), poison(result.dtype), result.dtype)
-    rows = jax.lax.broadcasted_iota(np.int32, (cores, *shape), 0)
-    return lx.at[rows.reshape(-1), idx.reshape(-1)].set(result.reshape(-1), mode="drop")
 
 
 # --- the kernels on LX data ---------------------------------------------------------------
@@ -682,7 +523,7 @@ def _reduce(prim: Reduce, div: WorkDivision, x: jax.Array, starts: dict) -> jax.
         div.chunk(n) if n in names else s for n, s in zip(div.space.names, x.shape[1:], strict=True)
     )
     x = jnp.broadcast_to(x, (x.shape[0], *full))
-    ok = _valid(div, names, full, starts)
+    ok = valid_points(div, names, full)
     if ok is not None:
         x = jnp.where(ok, x, jnp.asarray(op.identity(t.dtype), x.dtype))
     acc = accumulator(t.dtype) if op.additive else None
@@ -709,8 +550,8 @@ def _matmul(prim: Matmul, div: WorkDivision, vals: list[jax.Array], starts: dict
     if out_dtype.itemsize > acc.itemsize:
         acc = out_dtype
     k = div.space.names[-1]
-    ok_a = _valid(div, [k], a.shape[1:], starts)
-    ok_b = _valid(div, [k], b.shape[1:], starts)
+    ok_a = valid_points(div, [k], a.shape[1:])
+    ok_b = valid_points(div, [k], b.shape[1:])
     a = a.astype(acc) if ok_a is None else jnp.where(ok_a, a, 0).astype(acc)
     b = b.astype(acc) if ok_b is None else jnp.where(ok_b, b, 0).astype(acc)
     # axes: cores, batch..., M, N, K; A has N = 1 and B has M = 1.

@@ -1,0 +1,290 @@
+"""Per-core index maps: every core's descriptors and LX box, composed into index arrays.
+
+The per-core executor (``emulate="cores"``) moves each core's box of an operand from the
+DDR image into LX by that core's descriptors (:func:`~spyrejax.device.core_dci`), reads
+the LX box in the order of the op's iteration space, and stores its result back by the
+store descriptors. Every one of those steps is an index map fixed by the division, so
+this module walks them once in NumPy, at trace time, and composes them:
+
+- :func:`load_sources`: for each core and local iteration point, the DDR element it
+  reads (through its LX box), or -1 where the descriptors left that LX position unread;
+- :func:`store_runs`: per store descriptor, the DDR element each core's run writes and
+  the (core, point) of the result that LX position holds, or -1 (never written: poison).
+
+An executor then gathers and scatters once per operand (per store descriptor) instead of
+building each descriptor's and the LX box's indices out of ``iota`` arithmetic in the
+program, which XLA had to compile (and fold) op by op. :class:`CoreMap` keeps such an
+array as ``rows[c] + cols[p]`` when every core's map is core 0's moved by an offset (the
+usual case: constants of one core's size), else whole.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._errors import SpyreInternalError
+from ..layout._segments import axis_coord, row_major_strides
+from ._division import WorkDivision
+from ._percore import core_dci
+
+__all__ = [
+    "CoreMap",
+    "load_sources",
+    "local_shape",
+    "lx_index",
+    "lx_sources",
+    "starts",
+    "store_runs",
+    "valid_points",
+]
+
+
+@dataclass(frozen=True)
+class CoreMap:
+    """A ``[cores, points]`` array of flat indices (-1: none), kept factored if it can be.
+
+    Attributes:
+        rows: ``[cores]`` per-core offsets, or None when :attr:`full` holds the array.
+        cols: ``[points]`` core 0's indices (-1: none on any core), or None.
+        full: the whole ``[cores, points]`` array when it does not factor, else None.
+    """
+
+    rows: np.ndarray | None
+    cols: np.ndarray | None
+    full: np.ndarray | None
+
+    @staticmethod
+    def of(a: np.ndarray) -> CoreMap:
+        """``a`` factored as ``rows[:, None] + cols[None, :]`` where it is, else whole."""
+        valid = a >= 0
+        if (valid == valid[0]).all():
+            if not valid[0].any():
+                return CoreMap(np.zeros(len(a), np.int64), a[0], None)
+            j = int(np.argmax(valid[0]))
+            rows = a[:, j] - a[0, j]
+            if (a[:, valid[0]] == rows[:, None] + a[0, valid[0]]).all():
+                return CoreMap(rows, a[0], None)
+        return CoreMap(None, None, a)
+
+    def indices(self, size: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(a, b)`` whose broadcast sum is the array, ``-1`` entries mapped past ``size``.
+
+        ``b`` is None when ``a`` is the whole array. Every entry stays within int32.
+        """
+        if self.full is not None:
+            return np.where(self.full < 0, size, self.full).astype(np.int32), None
+        assert self.rows is not None and self.cols is not None
+        past = size - min(0, int(self.rows.min()))  # any row + past >= size
+        cols = np.where(self.cols < 0, past, self.cols)
+        return self.rows.astype(np.int32)[:, None], cols.astype(np.int32)[None, :]
+
+
+def _affine(sizes: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
+    """``dot(i, strides)`` over the loop nest ``sizes`` (innermost first), flattened."""
+    shape = tuple(reversed(sizes))
+    idx = np.zeros(shape, np.int64)
+    for k, st in enumerate(strides):
+        idx = idx + _iota(shape, len(sizes) - 1 - k) * st
+    return idx.reshape(-1)
+
+
+def _iota(shape: tuple[int, ...], axis: int) -> np.ndarray:
+    return np.arange(shape[axis], dtype=np.int64).reshape(
+        tuple(-1 if a == axis else 1 for a in range(len(shape)))
+    )
+
+
+def _runs(div: WorkDivision, operand: int, load: bool) -> list[tuple[Any, np.ndarray, Any]]:
+    """Per descriptor of core 0: the descriptor, every core's DDR offset, which points run.
+
+    The third item is None when every core runs core 0's whole loop nest, else a
+    ``[cores, points]`` bool (a smaller last slice runs fewer iterations).
+
+    Raises:
+        SpyreInternalError: if some core's loop nest walks DDR otherwise than core 0's
+            (other strides, more descriptors or iterations).
+    """
+    dcis = [core_dci(div, operand, c, load=load) for c in range(div.cores_used)]
+    out = []
+    for i, d0 in enumerate(dcis[0]):
+        offs, counts = [], []
+        for dci in dcis:
+            d = dci[i] if len(dci) == len(dcis[0]) else None
+            if (
+                d is None
+                or (d.stride_src if load else d.stride_dst)
+                != (d0.stride_src if load else d0.stride_dst)
+                or len(d.size) != len(d0.size)
+                or any(n > n0 for n, n0 in zip(d.size, d0.size, strict=True))
+            ):
+                raise SpyreInternalError(
+                    f"internal error: the per-core loop nests of {div.space.opfunc} differ "
+                    "in more than their DDR offset and last slice; please report it"
+                )
+            offs.append(d.offset_src if load else d.offset_dst)
+            counts.append(d.size)
+        sizes = np.asarray(counts, np.int64)
+        inside = None
+        if not (sizes == np.asarray(d0.size)).all():
+            shape = tuple(reversed(d0.size))
+            inside = np.ones((len(sizes), math.prod(d0.size)), bool)
+            for k in range(len(d0.size)):
+                i_k = np.broadcast_to(_iota(shape, len(d0.size) - 1 - k), shape).reshape(1, -1)
+                inside &= i_k < sizes[:, k : k + 1]
+        out.append((d0, np.asarray(offs, np.int64), inside))
+    return out
+
+
+def lx_sources(div: WorkDivision, operand: int) -> np.ndarray:
+    """``[cores, box elements]``: the DDR element each core's LX position holds, or -1.
+
+    The load descriptors run in order (a later one overwrites an earlier one).
+    """
+    n = math.prod(div.box_shape(operand, 0))
+    out = np.full((div.cores_used, n), -1, np.int64)
+    for d, ddr, inside in _runs(div, operand, load=True):
+        src = ddr[:, None] + _affine(d.size, d.stride_src)[None, :]
+        dst = d.offset_dst + _affine(d.size, d.stride_dst)
+        if inside is None:
+            out[:, dst] = src
+        else:
+            rows, cols = np.nonzero(inside)
+            out[rows, dst[cols]] = src[rows, cols]
+    return out
+
+
+def _walked(div: WorkDivision, operand: int) -> list[str]:
+    """The variables an operand walks (by a device dim of its own or folded), in order."""
+    op = div.space.operands[operand]
+    names = {w[0] for w in op.walks if w is not None}
+    for j in range(len(op.walks)):
+        fold = op.fold(j)
+        if fold is not None:
+            names.update(v for v in fold.vars if v is not None)
+    return [n for n in div.space.names if n in names]
+
+
+def local_shape(div: WorkDivision, operand: int) -> tuple[int, ...]:
+    """The operand's axes over the iteration space: a variable's chunk, 1 if not walked."""
+    walked = _walked(div, operand)
+    return tuple(div.chunk(n) if n in walked else 1 for n in div.space.names)
+
+
+def lx_index(div: WorkDivision, operand: int) -> np.ndarray:
+    """For each local iteration point, its position in the core's LX box (same on every core).
+
+    A device dim walking variable ``v`` with ratio ``r`` holds the point at its
+    coordinate by the radix rule (:func:`~spyrejax.layout._segments.axis_coord`: ``v``'s
+    remainder by the ratios of the dims walking ``v`` outside it, divided by ``r``),
+    counted from the box: boxes start on whole slices, so local counts work. A device
+    dim folding several logical dims (its variables never split, so local counts are
+    global) holds it at the coordinate its :class:`~spyrejax.device.Fold` gives. Points
+    outside the extents wrap into the box (they are never stored).
+    """
+    op = div.space.operands[operand]
+    shape = local_shape(div, operand)
+    box = div.box_shape(operand, 0)
+    strides = row_major_strides(box)
+
+    def iota(var: str | None) -> Any:
+        return 0 if var is None else _iota(shape, div.space.names.index(var))
+
+    idx = np.zeros(shape, np.int64)
+    for j, w in enumerate(op.walks):
+        fold = op.fold(j)
+        if w is not None:
+            var, ratio = w
+            outer = sorted(
+                (u[1] for u in op.walks if u is not None and u[0] == var and u[1] > ratio),
+                reverse=True,
+            )
+            c = axis_coord([iota(var)], [1], ratio, outer)
+        elif fold is not None:
+            c = fold.index.coord([iota(v) for v in fold.vars])
+        else:
+            continue
+        idx = idx + c % box[j] * strides[j]
+    return idx
+
+
+def starts(div: WorkDivision) -> dict[str, np.ndarray]:
+    """Per variable, each core's first (global) index: ``[cores]`` small ints."""
+    slices = [div.core_to_slice(c) for c in range(div.cores_used)]
+    return {n: np.asarray([s[n] * div.chunk(n) for s in slices], np.int32) for n in div.space.names}
+
+
+def valid_points(div: WorkDivision, names: list[str], shape: tuple[int, ...]) -> np.ndarray | None:
+    """``[cores, *shape]`` bool: the points whose variables in ``names`` are inside their extent.
+
+    None when every point is (one point per core, or no padding).
+    """
+    first = starts(div)
+    ok = None
+    for n in names:
+        axis = div.space.names.index(n)
+        extent = div.space.dim(n).extent
+        if shape[axis] == 1 or extent == div.chunk(n) * div.splits[n]:
+            continue
+        local = np.broadcast_to(_iota(shape, axis), shape)[None]
+        start = first[n].reshape((-1,) + (1,) * len(shape))
+        inside = local + start < extent
+        ok = inside if ok is None else ok & inside
+    return ok
+
+
+def _memo(div: WorkDivision, key: tuple[Any, ...], make: Any) -> Any:
+    """``make()``, kept with the division (shared by every op of its geometry)."""
+    cache = div._cache  # the division's own cache (per geometry)
+    if key not in cache:
+        cache[key] = make()
+    return cache[key]
+
+
+def load_sources(div: WorkDivision, operand: int) -> CoreMap:
+    """``[cores, local points]``: the DDR element each core reads at each iteration point.
+
+    The load descriptors into LX, then the LX box read in iteration order
+    (:func:`lx_index`), composed; -1 where the LX position was not loaded (poison).
+    """
+    return _memo(
+        div,
+        ("load_sources", operand),
+        lambda: CoreMap.of(lx_sources(div, operand)[:, lx_index(div, operand).reshape(-1)]),
+    )
+
+
+def store_runs(div: WorkDivision, operand: int) -> tuple[tuple[CoreMap, CoreMap], ...]:
+    """Per store descriptor: where each core's run writes in DDR, and what it writes.
+
+    The first map is the DDR element (-1: the core does not run that point); the second
+    the result's flat ``core * points + point`` that the LX position read holds, or -1
+    where no point was written there (the LX box starts as poison). Only points inside
+    the logical extents are written into LX (padding points would wrap onto data
+    positions of a narrower-stick operand).
+    """
+    return _memo(div, ("store_runs", operand), lambda: _store_runs(div, operand))
+
+
+def _store_runs(div: WorkDivision, operand: int) -> tuple[tuple[CoreMap, CoreMap], ...]:
+    cores = div.cores_used
+    shape = local_shape(div, operand)
+    points = math.prod(shape)
+    n = math.prod(div.box_shape(operand, 0))
+    idx = lx_index(div, operand).reshape(-1)
+    ok = valid_points(div, _walked(div, operand), shape)
+    ok = np.ones((cores, points), bool) if ok is None else ok.reshape(cores, points)
+    held = np.full((cores, n), -1, np.int64)
+    rows, cols = np.nonzero(ok)
+    held[rows, idx[cols]] = rows * points + cols
+    out = []
+    for d, ddr, inside in _runs(div, operand, load=False):
+        dst = ddr[:, None] + _affine(d.size, d.stride_dst)[None, :]
+        if inside is not None:
+            dst = np.where(inside, dst, -1)
+        src = d.offset_src + _affine(d.size, d.stride_src)
+        out.append((CoreMap.of(dst), CoreMap.of(held[:, src])))
+    return tuple(out)
