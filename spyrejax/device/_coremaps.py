@@ -51,24 +51,41 @@ class CoreMap:
         rows: ``[cores]`` per-core offsets, or None when :attr:`full` holds the array.
         cols: ``[points]`` core 0's indices (-1: none on any core), or None.
         full: the whole ``[cores, points]`` array when it does not factor, else None.
+        complete: no entry is -1.
+        unique: complete, and no index appears twice.
+        ascending: the flattened array is sorted (and complete).
     """
 
     rows: np.ndarray | None
     cols: np.ndarray | None
     full: np.ndarray | None
+    complete: bool = False
+    unique: bool = False
+    ascending: bool = False
 
     @staticmethod
     def of(a: np.ndarray) -> CoreMap:
-        """``a`` factored as ``rows[:, None] + cols[None, :]`` where it is, else whole."""
+        """``a`` factored as ``rows[:, None] + cols[None, :]`` where it is, else whole.
+
+        Also says whether every entry is an index (``complete``), whether the indices
+        are distinct (``unique``) and whether the flattened array is ``ascending``: the
+        hints XLA's gathers and scatters take, checked here rather than assumed.
+        """
         valid = a >= 0
+        kept = a[valid]
+        facts = {
+            "complete": bool(valid.all()),
+            "unique": bool(valid.all()) and len(np.unique(kept)) == len(kept),
+            "ascending": bool((np.diff(a.reshape(-1)) >= 0).all()) and bool(valid.all()),
+        }
         if (valid == valid[0]).all():
             if not valid[0].any():
-                return CoreMap(np.zeros(len(a), np.int64), a[0], None)
+                return CoreMap(np.zeros(len(a), np.int64), a[0], None, **facts)
             j = int(np.argmax(valid[0]))
             rows = a[:, j] - a[0, j]
             if (a[:, valid[0]] == rows[:, None] + a[0, valid[0]]).all():
-                return CoreMap(rows, a[0], None)
-        return CoreMap(None, None, a)
+                return CoreMap(rows, a[0], None, **facts)
+        return CoreMap(None, None, a, **facts)
 
     def indices(self, size: int) -> tuple[np.ndarray, np.ndarray | None]:
         """``(a, b)`` whose broadcast sum is the array, ``-1`` entries mapped past ``size``.

@@ -427,9 +427,20 @@ def _check_supported(div: WorkDivision) -> None:
 
 def _take(flat: jax.Array, where: CoreMap, fill: Any) -> jax.Array:
     """``flat[where]`` as ``[cores, points]``, ``fill`` where the map says -1."""
-    a, b = where.indices(flat.shape[0])
-    idx = jnp.asarray(a) if b is None else jnp.asarray(a) + jnp.asarray(b)
+    idx = _indices(where, flat.shape[0])
+    if where.complete:  # every index in bounds: a plain gather, no mask
+        return flat.at[idx].get(
+            mode="promise_in_bounds",
+            indices_are_sorted=where.ascending,
+            unique_indices=where.unique,
+        )
     return flat.at[idx].get(mode="fill", fill_value=fill)
+
+
+def _indices(where: CoreMap, size: int) -> jax.Array:
+    """The map's ``[cores, points]`` indices in the program (-1: ``size``, out of range)."""
+    a, b = where.indices(size)
+    return jnp.asarray(a) if b is None else jnp.asarray(a) + jnp.asarray(b)
 
 
 def _load(div: WorkDivision, operand: int, img: jax.Array) -> jax.Array:
@@ -463,9 +474,12 @@ def _stored(div: WorkDivision, operand: int, result: jax.Array) -> jax.Array:
     fill = poison(result.dtype)
     flat = jnp.full((size,), fill, result.dtype)
     for dst, held in store_runs(div, operand):
-        a, b = dst.indices(size)
-        at = jnp.asarray(a) if b is None else jnp.asarray(a) + jnp.asarray(b)
-        flat = flat.at[at.reshape(-1)].set(_take(values, held, fill).reshape(-1), mode="drop")
+        flat = flat.at[_indices(dst, size).reshape(-1)].set(
+            _take(values, held, fill).reshape(-1),
+            mode="promise_in_bounds" if dst.complete else "drop",
+            indices_are_sorted=dst.ascending,
+            unique_indices=dst.unique,
+        )
     return flat.reshape(t.layout.device_size)
 
 
