@@ -115,6 +115,7 @@ def _chains(descs: Sequence[OpDesc]) -> list[list[int]]:
     chains: list[list[int]] = []  # by id; an open chain's values map to it in ``owner``
     closed: set[int] = set()
     owner: dict[str, int] = {}
+    owned: list[list[str]] = []  # by chain id: the values given to it (to re-own on a join)
 
     def close(c: int) -> None:
         closed.add(c)
@@ -131,16 +132,22 @@ def _chains(descs: Sequence[OpDesc]) -> list[list[int]]:
                 chains[c].extend(chains[other])
                 chains[other] = []
                 closed.add(other)
-                for n in [n for n, k in owner.items() if k == other]:
-                    owner[n] = c
-            chains[c].sort()
+                for n in owned[other]:
+                    if owner[n] == other:
+                        owner[n] = c
+                        owned[c].append(n)
+                owned[other] = []
+            if len(mine) > 1:
+                chains[c].sort()
             chains[c].append(i)
             owner[d.output[0]] = c
+            owned[c].append(d.output[0])
         elif _is_kernel(d):
             for c in mine:
                 close(c)
             if _fusible(d) and d.kind == "compute":
                 owner[d.output[0]] = len(chains)
+                owned.append([d.output[0]])
                 chains.append([i])
     for c in range(len(chains)):
         if c not in closed:
