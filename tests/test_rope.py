@@ -110,6 +110,22 @@ def test_rope_runs_without_a_restickify_and_matches_jax_jit(rope, d):
     assert_matches_jax_jit(rope, x, cos, sin, ops=3)
 
 
+def test_stacked_pairs_fill_their_sticks():
+    # The stack of the rotated pairs is built with its stick over both dims (the
+    # default layout of [T, H, D]), so the reshape back is a view and the sum with x
+    # needs no restickify; no value takes more memory than its data.
+    def f(x, cos, sin):
+        return rope_pairs_reshape(x, cos, sin) + x
+
+    x = rand((T, H, 128), jnp.float16, seed=7)
+    cos, sin = _angles(128)
+    report = sj.explain(f, x, cos, sin)
+    assert not report.restickifies
+    assert report.copy_cost == 3 * x.size  # two slices (each reads x) and the stack
+    _padding_bounded(report, factor=1)
+    assert_matches_jax_jit(f, x, cos, sin, ops=4)
+
+
 def _attention_block(rope):
     def block(p, x, cos, sin):
         s, dm = x.shape

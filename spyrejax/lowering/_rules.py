@@ -35,6 +35,7 @@ from ..primitives._stick import (
     canon,
     default_layout,
     dim_order_for,
+    grouped_layout,
     stick_of,
     stick_options,
 )
@@ -560,12 +561,18 @@ class _Concatenate(Rule):
     def modes(self, node: Node) -> list[Mode]:
         if any(isinstance(v, Scalar) for v in node.ins):
             raise SpyreUnsupportedError(f"concatenate of scalars at {node.source}")
-        return [Mode((None,) * len(node.ins), s) for s in stick_options(node.outs[0].shape)]
+        out = node.outs[0]
+        modes = [Mode((None,) * len(node.ins), s) for s in stick_options(out.shape)]
+        if grouped_layout(out.shape, out.dtype) is not None:  # pairs stacked: one stick
+            modes.append(Mode((None,) * len(node.ins), out.ndim - 1, "grouped"))
+        return modes
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         out = node.outs[0]
-        dim_order = dim_order_for(out.shape, mode.out)
-        return [sp.concatenate(args, node.params["dimension"], dim_order=dim_order)]
+        dim = node.params["dimension"]
+        if mode.variant == "grouped":
+            return [sp.concatenate(args, dim, layout=grouped_layout(out.shape, out.dtype))]
+        return [sp.concatenate(args, dim, dim_order=dim_order_for(out.shape, mode.out))]
 
 
 _register(_Concatenate(), "concatenate")

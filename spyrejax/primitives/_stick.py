@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .._errors import LayoutError
+from ..layout._dtypes import format_for_dtype
 from ..layout._layout import SpyreTensorLayout
 from ._array import SpyreType
 
@@ -21,6 +23,7 @@ __all__ = [
     "default_layout",
     "default_type",
     "dim_order_for",
+    "grouped_layout",
     "restickify_cost",
     "serves",
     "stick_name",
@@ -89,3 +92,30 @@ def serves(t: SpyreType, required: int | None) -> bool:
 def restickify_cost(t: SpyreType) -> int:
     """Elements a restickify (or copy) of ``t`` moves: ``prod(device_size)`` (spec 7)."""
     return math.prod(t.layout.device_size)
+
+
+def grouped_layout(shape: tuple[int, ...], dtype: Any) -> SpyreTensorLayout | None:
+    """The layout whose stick walks the trailing dims of ``shape`` together, or None.
+
+    A last dim shorter than a stick (RoPE's pairs, ``[..., D/2, 2]``) stuck alone is
+    padded to a whole stick: ``eps / n`` times its data. Merged with the dims before it
+    until they fill whole sticks exactly (the stick ``2*d2 + d3``), it takes no
+    padding: the default layout of the merged shape, which holds ``shape`` as it is
+    (the reshape back to ``[..., D]`` is a view). None when the last dim is 1 or fills
+    a stick, or the trailing dims fill no whole number of sticks.
+    """
+    eps = format_for_dtype(dtype).elems_per_stick()
+    if len(shape) < 2 or not 1 < shape[-1] < eps:
+        return None
+    merged, k = 1, len(shape)
+    while k > 0 and merged < eps:
+        k -= 1
+        merged *= shape[k]
+    if merged < eps or merged % eps:
+        return None
+    layout = SpyreTensorLayout((*shape[:k], merged), dtype)
+    try:
+        layout.for_host(shape)
+    except LayoutError:
+        return None
+    return layout
