@@ -9,12 +9,15 @@ for it, and the shape and dtype of its equation; anything else is a
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .. import primitives as sp
@@ -29,6 +32,7 @@ from ..device import (
 )
 from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import SpyreType
+from ..primitives._reduce import widened_sum
 from . import _record as recorded
 from ._cores import CoreCheck, CoreExecutor
 from ._device import node_hints, node_scope
@@ -258,8 +262,19 @@ class Interpreter:
         for c in self.graph.consts:
             for t in self.plan.sources.get(c, []):
                 env[c, t] = sp.to_device(c.const, t.layout)
+        # Traced by the record or run per core, each node binds what the device runs.
+        plain = recorded.active() is None and sp.current_executor() is None
+        widened = self._widened if plain else {}
+        skipped = {w[0] for w in widened.values()}
         for node in self.graph.nodes:
+            if node in skipped:  # the widening of a sum: computed inside the sum
+                continue
             for i, option in enumerate(self.plan.runs.get(node, [])):
+                if node in widened:
+                    _, x, t = widened[node]
+                    out = widened_sum(env[x, t], node.params["axes"], node.outs[0].dtype)
+                    env[node.outs[0], option.out] = _check(node, node.outs[0], out, option.out)
+                    continue
                 ins = [
                     u if isinstance(u, Scalar) else env[u, t]
                     for u, t in zip(node.ins, option.ins, strict=True)
@@ -288,6 +303,42 @@ class Interpreter:
             for o, t in zip(self.graph.outputs, self.plan.outputs, strict=True)
         ]
 
+    @functools.cached_property
+    def _widened(self) -> dict[Node, tuple[Node, Value, SpyreType]]:
+        """Sums of a half float widened by a convert nothing else reads.
+
+        Per such ``reduce_sum`` node: the convert, its operand and the type it reads.
+
+        The emulator runs each pair as one :func:`widened_sum` (the widened image is
+        never written); the record, the device model and the per-core mode see both.
+        """
+        readers = collections.Counter(
+            u for n in self.graph.nodes for u in n.ins if isinstance(u, Value)
+        )
+        readers.update(o for o in self.graph.outputs if isinstance(o, Value))
+        made_by = {v: n for n in self.graph.nodes for v in n.outs}
+        pairs = {}
+        for node in self.graph.nodes:
+            y = node.ins[0] if node.prim == "reduce_sum" else None
+            conv = made_by.get(y) if isinstance(y, Value) else None
+            if conv is None or conv.prim != "convert_element_type" or readers[y] != 1:
+                continue
+            x, runs, conv_runs = (
+                conv.ins[0],
+                self.plan.runs.get(node, []),
+                self.plan.runs.get(conv, []),
+            )
+            if (
+                isinstance(x, Value)
+                and x.dtype in _HALF_FLOATS
+                and y.dtype == np.float32
+                and len(runs) == len(conv_runs) == 1
+                and not self.plan.moves.get(y)
+                and conv_runs[0].out == runs[0].ins[0]
+            ):
+                pairs[node] = (conv, x, conv_runs[0].ins[0])
+        return pairs
+
     @contextlib.contextmanager
     def _recorded(
         self, node: Node, index: int, option: Any, ins: list[Any]
@@ -311,6 +362,9 @@ class Interpreter:
         if isinstance(o, Scalar):
             return sp.to_device(np.asarray(o.value, dtype=o.dtype))
         return env[o, t]
+
+
+_HALF_FLOATS = (np.dtype(np.float16), np.dtype(jnp.bfloat16))
 
 
 def device_program(

@@ -32,6 +32,7 @@ import numpy as np
 from .._errors import LayoutError, SpyreTypeError
 from ..layout._devdims import DevDim, layout_from_dims
 from ._array import PadFill, SpyreArray, SpyreType
+from ._astype import Astype
 from ._axes import collapsed, merge_axes
 from ._base import SpyrePrim, normalize_axes
 from ._masks import (
@@ -52,7 +53,9 @@ __all__ = [
     "Reduce",
     "Reduction",
     "ReductionOp",
+    "WidenedSum",
     "reduce",
+    "widened_sum",
 ]
 
 
@@ -224,6 +227,7 @@ def _reduce_data(
     axes: tuple[int, ...],
     op: ReductionOp,
     identity: Any,
+    widen: _Widen | None = None,
 ) -> jax.Array:
     """``op`` over ``axes`` of the data positions of ``img`` (``mask`` True on data).
 
@@ -237,22 +241,51 @@ def _reduce_data(
     reduced last (staged for large images). Images over :data:`STAGED_REDUCTION_BYTES`
     reduce the axes without padding first instead (lanes: one read in memory order,
     which fuses a half float's conversion too), then the box of that small result.
+
+    ``widen`` (a half-float sum) converts the values first, each reading on its own
+    (see :class:`_Widen`); those reduce the lanes first at every size (a window over
+    tiles that converts ran at 1.2-2.6x of it, bfloat16 at 256-4096 rows).
     """
     reduce = _lax_reduce(op)
+    wide = img if widen is None else widen.of(img)
     if mask is None:
-        return _staged(img, axes, reduce)
+        return _staged(wide, axes, reduce)
     fill = jnp.asarray(identity, img.dtype)
     if box is None or img.dtype == bool or any(box[a][0] < 1 for a in axes):
-        return _staged(select(mask, img, fill), axes, reduce)
+        return _staged(_widened(select(mask, img, fill), widen), axes, reduce)
     cut = [a for a in axes if box[a][0] < img.shape[a]]
     if not cut:
-        return _staged(img, axes, reduce)
+        return _staged(wide, axes, reduce)
     bound = [b for b, _ in box]
     inner = tuple(a for a in axes if a not in cut)
-    cuts = _Cuts(mask, box, axes, cut, [a for a in cut if not box[a][1]], bound, fill)
-    if img.nbytes > STAGED_REDUCTION_BYTES and inner:
-        return _reduce_large(img, inner, cuts, reduce, _COMBINE[op.lax])
-    return _reduce_window(img, identity, cuts, reduce, _COMBINE[op.lax])
+    cuts = _Cuts(mask, box, axes, cut, [a for a in cut if not box[a][1]], bound, fill, widen)
+    if inner and (widen is not None or wide.nbytes > STAGED_REDUCTION_BYTES):
+        return _reduce_large(wide, img, inner, cuts, reduce, _COMBINE[op.lax])
+    return _reduce_window(wide, img, identity, cuts, reduce, _COMBINE[op.lax])
+
+
+@dataclass(frozen=True)
+class _Widen:
+    """A half-float sum's conversion to ``dtype`` (float32), read by read.
+
+    XLA's CSE merges conversions of one image into one instruction, and YNNPACK's
+    reduction fusions take no producer that has other readers: the widened image was
+    then written whole (twice the bytes, a pass of its own) and read back. So the
+    slabs select on the narrow image and convert after, and the box converts behind
+    an optimization barrier. (Without the barrier where nothing else reads the image,
+    a bfloat16 producer's conversion shared upstream still made XLA write its float32
+    result: layer norm's ``(x - m) ** 2``, 1.2-1.5x slower.)
+    """
+
+    dtype: Any
+
+    def of(self, img: jax.Array) -> jax.Array:
+        """The box's widened image."""
+        return jax.lax.optimization_barrier(img).astype(self.dtype)
+
+
+def _widened(x: jax.Array, widen: _Widen | None) -> jax.Array:
+    return x if widen is None else x.astype(widen.dtype)
 
 
 @dataclass(frozen=True)
@@ -266,20 +299,27 @@ class _Cuts:
     slabs: list[int]
     bound: list[int]
     fill: Any
+    widen: _Widen | None
 
     def slab(self, img: jax.Array, i: int) -> jax.Array:
-        """The ``i``-th slab of ``img``, padding replaced by the fill."""
+        """The ``i``-th slab of ``img``, padding replaced by the fill (then widened)."""
         parts = _slab(img, self.mask, self.cut, self.slabs, i, self.bound, self.box)
-        return select(*parts, self.fill)
+        return _widened(select(*parts, self.fill), self.widen)
 
 
 def _reduce_large(
-    img: jax.Array, inner: tuple[int, ...], cuts: _Cuts, reduce: Any, combine: Any
+    img: jax.Array,
+    narrow: jax.Array,
+    inner: tuple[int, ...],
+    cuts: _Cuts,
+    reduce: Any,
+    combine: Any,
 ) -> jax.Array:
     """Large images: the axes without padding first, then the box of the small result.
 
     The first reduction reads the image once in memory order (a window over the outer
-    tile axis would walk a large image across tiles).
+    tile axis would walk a large image across tiles). The slabs are cut from ``narrow``
+    (``img`` before a half float's widening).
     """
     part = jax.lax.optimization_barrier(reduce(img, inner))
     kept = [a for a in range(img.ndim) if a not in inner]
@@ -287,14 +327,17 @@ def _reduce_large(
     box_part = part[tuple(slice(0, cuts.bound[a]) if a in cuts.cut else slice(None) for a in kept)]
     out = reduce(box_part, at)
     for i in range(len(cuts.slabs)):
-        out = combine(out, reduce(cuts.slab(img, i), cuts.axes))
+        out = combine(out, reduce(cuts.slab(narrow, i), cuts.axes))
     return out
 
 
 def _reduce_window(
-    img: jax.Array, identity: Any, cuts: _Cuts, reduce: Any, combine: Any
+    img: jax.Array, narrow: jax.Array, identity: Any, cuts: _Cuts, reduce: Any, combine: Any
 ) -> jax.Array:
-    """The box reduced by one ``reduce_window`` covering it, then the slabs, then the rest."""
+    """The box reduced by one ``reduce_window`` covering it, then the slabs, then the rest.
+
+    The slabs are cut from ``narrow`` (``img`` before a half float's widening).
+    """
     cut = cuts.cut
     window = tuple(cuts.bound[a] if a in cut else 1 for a in range(img.ndim))
     # A concrete identity picks lax's sum/max/min window primitives (with derivatives).
@@ -302,7 +345,7 @@ def _reduce_window(
     part = jax.lax.reduce_window(img, init, combine, window, window, "VALID")
     part = part[tuple(slice(0, 1) if a in cut else slice(None) for a in range(img.ndim))]
     for i in range(len(cuts.slabs)):
-        part = combine(part, reduce(cuts.slab(img, i), tuple(cut)).reshape(part.shape))
+        part = combine(part, reduce(cuts.slab(narrow, i), tuple(cut)).reshape(part.shape))
     return _staged(part, cuts.axes, reduce, img.nbytes)
 
 
@@ -365,6 +408,14 @@ class Reduce(SpyrePrim):
         super().__init__()
 
     def kernel(self, img: jax.Array) -> jax.Array:
+        out, windowed = self.data_result(img)
+        return self.finish(out, windowed)
+
+    def data_result(self, img: jax.Array) -> tuple[jax.Array, bool]:
+        """The reduction over the result's data device dims, and whether it was windowed.
+
+        In the accumulator's dtype (float32 for half-float sums), before any division.
+        """
         t = self.in_avals[0]
         op = self.op
         mask = data_mask(t)
@@ -378,11 +429,10 @@ class Reduce(SpyrePrim):
         runs = _runs(img.shape, data_dims, dev_axes)
         img, mask = merge_axes(img, runs), None if mask is None else merge_axes(mask, runs)
         dev_axes = tuple(i for i, r in enumerate(runs) if r[0] in dev_axes)
-        acc = accumulator(t.dtype)
-        if op.additive and acc is not None:
-            img = img.astype(acc)
+        acc = accumulator(t.dtype) if op.additive else None
+        widen = None if acc is None else _Widen(acc)
         box = None if mask is None else _data_box(t, take, runs)
-        out = _reduce_data(img, mask, box, dev_axes, op, op.identity(t.dtype))
+        out = _reduce_data(img, mask, box, dev_axes, op, op.identity(t.dtype), widen)
         if op.additive:
             # Broadcast (stride-0) logical dims hold one copy of each value.
             copies = math.prod(
@@ -392,9 +442,13 @@ class Reduce(SpyrePrim):
                 out = out / math.prod(t.shape[d] for d in self.axes if t.strides[d] != 0)
             elif copies > 1:
                 out = out * copies
-        out = from_data_dims(out.astype(t.dtype), self.out_aval)
+        return out, box is not None
+
+    def finish(self, out: jax.Array, windowed: bool) -> jax.Array:
+        """The result's image from :meth:`data_result`: converted, padded, filled."""
+        out = from_data_dims(out.astype(self.out_aval.dtype), self.out_aval)
         if padding_in_data_dims(self.out_aval):
-            out = self._fill_padding(out, windowed=box is not None)
+            out = self._fill_padding(out, windowed=windowed)
         return out
 
     def _fill_padding(self, out: jax.Array, windowed: bool) -> jax.Array:
@@ -417,6 +471,68 @@ REDUCTIONS = tuple(op.name for op in REDUCTIONS_TABLE)
 """Every reduction's name."""
 
 _CLASSES = {op.name: type(op.name.capitalize(), (Reduce,), {"op": op}) for op in REDUCTIONS_TABLE}
+
+
+class WidenedSum(SpyrePrim):
+    """``sum(astype(x, dtype), axes)`` of a float16/bfloat16 ``x``, as one primitive.
+
+    Its type is the pair's: the sum of the widened array. The kernel reads the narrow
+    image and accumulates in ``dtype``, as a half-float sum does anyway, so the widened
+    image is never written: jnp's ``mean`` of a bfloat16 array widens it to float32
+    first, and that image (twice the bytes, its sticks re-cut into other tiles by a
+    transpose) cost more than the sum itself (layer norm over 4096x1000 bfloat16).
+    Where the two sums' data dims differ (the stick dim kept: its tiles differ), the
+    kernel widens first.
+    """
+
+    axes: tuple[int, ...]
+    keepdims: bool
+    dtype: np.dtype
+
+    def __init__(
+        self, aval: SpyreType, *, axes: tuple[int, ...], keepdims: bool, dtype: np.dtype
+    ) -> None:
+        acc = accumulator(aval.dtype)
+        if acc is None or np.dtype(acc) != dtype:
+            raise SpyreTypeError(
+                f"widened sum: {aval.dtype} does not accumulate in {dtype}; use astype and sum"
+            )
+        self._narrow = _CLASSES["sum"](aval, axes=axes, keepdims=keepdims)
+        self._widen = Astype(aval, dtype=dtype)
+        self._wide = _CLASSES["sum"](self._widen.out_aval, axes=axes, keepdims=keepdims)
+        self._direct = _data_dims(self._narrow.out_aval) == _data_dims(self._wide.out_aval)
+        self.in_avals = (aval,)
+        self.out_aval = self._wide.out_aval
+        self.params = {"axes": axes, "keepdims": keepdims, "dtype": dtype}
+        super().__init__()
+
+    def kernel(self, img: jax.Array) -> jax.Array:
+        if not self._direct:
+            return self._wide.kernel(self._widen.kernel(img))
+        return self._wide.finish(*self._narrow.data_result(img))
+
+    def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
+        axes = tuple(a + 1 for a in self.axes)
+        return {"axes": axes, "keepdims": self.keepdims, "dtype": self.dtype}
+
+
+def _data_dims(t: SpyreType) -> list[DevDim]:
+    return [d for d in t.dims if d.is_data]
+
+
+def widened_sum(x: SpyreArray, axes: tuple[int, ...], dtype: Any) -> SpyreArray:
+    """``sum(astype(x, dtype), axes)`` of a half-float ``x``, without the widened image.
+
+    The result is the pair's, type and values (the order of the additions aside).
+
+    Raises:
+        SpyreTypeError: unless ``x`` is float16/bfloat16 and ``dtype`` float32.
+    """
+    aval = jax.typeof(x)
+    if not isinstance(aval, SpyreType):
+        raise SpyreTypeError(f"widened sum: needs a SpyreArray, got {aval}")
+    axes = tuple(sorted(normalize_axes(axes, aval.ndim, "sum")))
+    return WidenedSum(aval, axes=axes, keepdims=False, dtype=np.dtype(dtype))(x)
 
 
 def reduce(op: str, x: SpyreArray, axis: Any = None, keepdims: bool = False) -> SpyreArray:
