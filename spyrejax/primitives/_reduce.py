@@ -481,8 +481,9 @@ class WidenedSum(SpyrePrim):
     image is never written: jnp's ``mean`` of a bfloat16 array widens it to float32
     first, and that image (twice the bytes, its sticks re-cut into other tiles by a
     transpose) cost more than the sum itself (layer norm over 4096x1000 bfloat16).
-    Where the two sums' data dims differ (the stick dim kept: its tiles differ), the
-    kernel widens first.
+    Where the two sums' data dims differ (the stick dim kept: its tiles differ) or the
+    narrow sum has no layout (a view folding reduced and kept dims), the kernel widens
+    first.
     """
 
     axes: tuple[int, ...]
@@ -497,17 +498,16 @@ class WidenedSum(SpyrePrim):
             raise SpyreTypeError(
                 f"widened sum: {aval.dtype} does not accumulate in {dtype}; use astype and sum"
             )
-        self._narrow = _CLASSES["sum"](aval, axes=axes, keepdims=keepdims)
         self._widen = Astype(aval, dtype=dtype)
         self._wide = _CLASSES["sum"](self._widen.out_aval, axes=axes, keepdims=keepdims)
-        self._direct = _data_dims(self._narrow.out_aval) == _data_dims(self._wide.out_aval)
+        self._narrow = _narrow_sum(aval, axes, keepdims, self._wide.out_aval)
         self.in_avals = (aval,)
         self.out_aval = self._wide.out_aval
         self.params = {"axes": axes, "keepdims": keepdims, "dtype": dtype}
         super().__init__()
 
     def kernel(self, img: jax.Array) -> jax.Array:
-        if not self._direct:
+        if self._narrow is None:
             return self._wide.kernel(self._widen.kernel(img))
         return self._wide.finish(*self._narrow.data_result(img))
 
@@ -516,8 +516,16 @@ class WidenedSum(SpyrePrim):
         return {"axes": axes, "keepdims": self.keepdims, "dtype": self.dtype}
 
 
-def _data_dims(t: SpyreType) -> list[DevDim]:
-    return [d for d in t.dims if d.is_data]
+def _narrow_sum(
+    aval: SpyreType, axes: tuple[int, ...], keepdims: bool, wide: SpyreType
+) -> Reduce | None:
+    """The sum of the narrow ``aval`` whose data dims are the ``wide`` result's, if any."""
+    try:  # a view may fold reduced and kept dims: the widened copy does not
+        narrow = _CLASSES["sum"](aval, axes=axes, keepdims=keepdims)
+    except LayoutError:
+        return None
+    same = [d for d in narrow.out_aval.dims if d.is_data] == [d for d in wide.dims if d.is_data]
+    return narrow if same else None
 
 
 def widened_sum(x: SpyreArray, axes: tuple[int, ...], dtype: Any) -> SpyreArray:
