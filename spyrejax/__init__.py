@@ -22,22 +22,9 @@ from ._errors import (
 from ._jax import float64_mode, poison_padding
 from .device import Machine
 from .dma import *  # noqa: F403  (each layer's package lists its public names)
+from .frontend import Compiled, FilterJit, Lowered, SpyreJit, Traced, filter_jit, jit
 from .layout import *  # noqa: F403
-from .lowering import (
-    Compiled,
-    Export,
-    FilterJit,
-    Lowered,
-    Report,
-    SpyreJit,
-    Traced,
-    explain,
-    export,
-    filter_jit,
-    jit,
-    with_division,
-    with_layout,
-)
+from .lowering import with_division, with_layout
 from .primitives import (
     P,
     _public,
@@ -64,6 +51,7 @@ from .primitives import (
 )
 from .primitives._array import PadFill, SpyreArray, SpyreType
 from .primitives._public import *  # noqa: F403  (one function per elementwise op and reduction)
+from .report import Export, Report, explain, export
 
 __all__ = [
     "Compiled",

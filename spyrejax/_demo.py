@@ -126,7 +126,7 @@ def _jit_demo() -> None:
     import jax
     import jax.numpy as jnp
 
-    from .lowering import explain, jit
+    from . import explain, jit
 
     _title("spyrejax.jit: a plain JAX function, layouts chosen by the planner")
     rng = np.random.default_rng(2)
@@ -179,7 +179,7 @@ def _model_demo() -> None:
     import jax
     import jax.numpy as jnp
 
-    from .lowering import explain, jit
+    from . import explain, jit
     from .primitives import to_device
 
     _title("a model: a transformer block through spyrejax.jit, and its time on the card")

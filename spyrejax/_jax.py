@@ -94,8 +94,11 @@ __all__ = [
 ]
 
 # spyrejax's own tracing wrappers (``flat_fun`` tracing a function passed as it is, as in
-# ``sj.explain(jnp.matmul, ...)``) are not the user's code.
-_OWN_FRAMES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lowering") + os.sep
+# ``sj.explain(jnp.matmul, ...)``) are not the user's code: the packages that trace.
+_OWN_FRAMES = tuple(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), package) + os.sep
+    for package in ("lowering", "frontend", "report")
+)
 
 
 def name_tracing(fun: Callable[..., Any], traced_for: str, name: str, arg_names: Any) -> None:

@@ -96,7 +96,7 @@ def pytest_runtest_call(item):
     if check is not None and item.get_closest_marker("xla_fusion_bits"):
         # Exact bits of a fused float chain: the check's reads of its intermediates would
         # make XLA fuse it otherwise (a rounding, not a division bug). Run it unchecked.
-        from spyrejax.lowering import _cores
+        from spyrejax.lowering.program import _cores
 
         _UNCHECKED.append(item.nodeid)
         token = _cores._CHECK.set(None)

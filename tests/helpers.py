@@ -158,7 +158,7 @@ def padding_is_poison(a):
 def spy_divisions(monkeypatch):
     """The divisions emulate="cores" uses, in call order (``divide_op`` spied on)."""
     from spyrejax.device import divide_op
-    from spyrejax.lowering import _cores
+    from spyrejax.lowering.program import _cores
 
     seen = []
 

@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 
 import spyrejax as sj
 from spyrejax.device import Machine, WorkDivision, divide_op
-from spyrejax.lowering import _cores, checking_cores
-from spyrejax.lowering._cores import _load, _store
-from spyrejax.lowering._device import _space, _spec
+from spyrejax.lowering import checking_cores
+from spyrejax.lowering.program import _cores
+from spyrejax.lowering.program._cores import _load, _store
+from spyrejax.lowering.program._device import _space, _spec
 
 F16 = np.float16
 

@@ -16,7 +16,7 @@ from test_explain import _block, _two_layers, _weights
 
 import spyrejax as sj
 from spyrejax.lowering import RULES
-from spyrejax.lowering._rules import is_host_fallback
+from spyrejax.lowering._registry import is_host_fallback
 
 # A primitive no device rule will ever be written for: the test's own.
 cube_p = Primitive("test_cube")

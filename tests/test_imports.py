@@ -78,6 +78,53 @@ def test_the_cycle_finder_finds_cycles():
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
+# The layers, bottom up: a module imports only from its own layer and those below it.
+# A module belongs to the longest layer name that prefixes it; a package's ``__init__``
+# may also import its own sub-packages (it re-exports them).
+LAYERS = (
+    "spyrejax._errors",
+    "spyrejax._jax",
+    "spyrejax.layout",
+    "spyrejax.dma",
+    "spyrejax.primitives",
+    "spyrejax.device",
+    "spyrejax.lowering",  # the graph, the rule registry, the planner
+    "spyrejax.lowering.program",  # the interpreter and the device model applied to a plan
+    "spyrejax.lowering.rules",  # the rules by family (control flow runs the interpreter)
+    "spyrejax.frontend",  # spyrejax.jit and its stages
+    "spyrejax.report",  # explain and export
+    "spyrejax.viz",
+    "spyrejax._demo",
+    "spyrejax.__main__",
+)
+
+
+def _layer(module):
+    names = [n for n in LAYERS if module == n or module.startswith(n + ".")]
+    assert names, f"{module} is in no layer: add its package to LAYERS"
+    return LAYERS.index(max(names, key=len))
+
+
+def _is_package(module):
+    return (ROOT.parent / module.replace(".", "/") / "__init__.py").exists()
+
+
+def test_every_import_points_down_the_layers():
+    up = []
+    for module, imported in _graph().items():
+        for target in imported:
+            inside = _is_package(module) and target.startswith(module + ".")
+            if _layer(target) > _layer(module) and not inside:
+                up.append(f"{module} -> {target}")
+    assert not up, "imports pointing up the layers: " + ", ".join(sorted(up))
+
+
+def test_every_package_is_a_layer():
+    packages = {p.parent for p in ROOT.rglob("__init__.py")} - {ROOT}
+    names = {_module_name(p / "__init__.py") for p in packages}
+    assert names <= set(LAYERS), names - set(LAYERS)
+
+
 def test_the_layout_core_imports_no_jax():
     core = (
         "spyrejax.layout._layout",

@@ -21,7 +21,7 @@ from oracles import same_bits
 
 import spyrejax as sj
 from spyrejax.lowering import RULES
-from spyrejax.lowering._rules import Mode, Rule
+from spyrejax.lowering._registry import Mode, Rule
 from spyrejax.primitives._stick import stick_options
 
 DTYPES = [jnp.float16, jnp.bfloat16, jnp.float32]
@@ -286,7 +286,7 @@ def test_repeated_calls_take_the_fast_path_to_the_same_lowering():
 
 
 def test_the_shared_cache_holds_functions_weakly_and_is_bounded():
-    from spyrejax.lowering import _cache
+    from spyrejax.frontend import _cache
 
     def f(x):
         return x + 1
@@ -314,7 +314,7 @@ def test_a_function_dying_mid_iteration_leaves_the_shared_cache_intact():
     """The collector may run a dead function's callback in the middle of an iteration
     over the shared cache (CI once failed "OrderedDict mutated during iteration"): the
     entry goes at the next use of the cache, not from inside the callback."""
-    from spyrejax.lowering import _cache
+    from spyrejax.frontend import _cache
 
     def f(x):
         return x + 1

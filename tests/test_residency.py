@@ -12,8 +12,8 @@ from jax.sharding import PartitionSpec as P
 import spyrejax as sj
 from spyrejax import primitives as sp
 from spyrejax._jax import Primitive
-from spyrejax.lowering import _residency
-from spyrejax.lowering._rules import RULES, Rule, _carried_modes
+from spyrejax.lowering._registry import RULES, Rule, _carried_modes
+from spyrejax.lowering.program import _residency
 
 S = jax.ShapeDtypeStruct
 F16 = np.float16

@@ -1,5 +1,5 @@
 """x64 mode (``jax_enable_x64``): int64 held as int32 on the device, float64 refused or
-computed in float32 on request (spyrejax.lowering._x64). Each test turns x64 on with
+computed in float32 on request (spyrejax.frontend._x64). Each test turns x64 on with
 ``jax.enable_x64`` for its own body only."""
 
 import jax

@@ -33,18 +33,13 @@ LONG_MODULES = {
     "device/_program.py": 675,  # the device model applied to a plan
     "dma/_dma.py": 700,  # descriptor generation and its box plans
     "layout/_layout.py": 925,  # SpyreTensorLayout and HostMapping
-    "lowering/_control.py": 800,  # scan, while and cond lowering (issue 27 item 3: split by job)
-    "lowering/_cores.py": 750,  # the per-core executor (issue 27 items 1-3)
-    "lowering/_explain.py": 775,  # explain and its report (issue 27 items 1, 3)
-    "lowering/_jit.py": 850,  # the jax.jit-compatible front end and its stages (item 3)
-    "lowering/_rules.py": 700,  # the lowering rules (item 3: a rules/ sub-package)
+    "frontend/_jit.py": 850,  # the jax.jit-compatible front end and its stages (item 3)
     "viz/_pictures.py": 675,  # the layout pictures
 }
 
 # Functions above MAX_COMPLEXITY today ("module: qualified name"), each with its figure then.
 COMPLEX_FUNCTIONS = {
     "device/_program.py: plan_program": 30,
-    "lowering/_explain.py: _ops": 30,
     "primitives/_matmul.py: _Plan.__init__": 27,
 }
 

@@ -46,7 +46,7 @@ from ..primitives._array import SpyreType
 from ..primitives._stick import SPARSE, default_type, restickify_cost, serves, stick_name, stick_of
 from ..primitives._stick import stick_options as _stick_options
 from ._graph import Graph, Node, Scalar, Value
-from ._rules import HOST_FALLBACK, Mode, rule_for
+from ._registry import HOST_FALLBACK, Mode, rule_for
 
 __all__ = ["FALLBACKS", "Move", "Option", "Plan", "host_input_type", "plan_graph"]
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import primitives as sp
-from .._errors import SpyreUnsupportedError
-from ..primitives._stick import SPARSE, canon, stick_options
-from ._graph import Node
-from ._rules import RULES, Mode, Rule
+from ... import primitives as sp
+from ..._errors import SpyreUnsupportedError
+from ...primitives._stick import SPARSE, canon, stick_options
+from .._graph import Node
+from .._registry import RULES, Mode, Rule
 
 __all__: list[str] = []
 

@@ -22,8 +22,8 @@ from typing import Any
 import jax
 
 from .._jax import ClosedJaxpr, jaxpr_as_fun
+from ..lowering.rules._with_layout import with_layout
 from ..primitives._array import SpyreType, batched_layout
-from ._with_layout import with_layout
 
 __all__ = ["can_batch_whole", "vmapped_call"]
 

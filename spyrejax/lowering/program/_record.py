@@ -7,7 +7,7 @@ which is their identity), inside the node run (:class:`NodeRun`) that bound it. 
 loop, branch and ``shard_map`` rules open a :class:`Body` around each body they trace
 (:func:`body`) and say which outer values its inputs and results stand for
 (:func:`finish`): a body's node runs nest inside it. The device model
-(:func:`spyrejax.lowering._program.program_ops`), the ``with_division`` hints and
+(:func:`spyrejax.lowering.program._program.program_ops`), the ``with_division`` hints and
 residency read this record: nothing traces a lowering again or walks a jaxpr.
 
 JAX may trace one body more than once (to settle a carry's type): the last trace is
@@ -22,9 +22,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import primitives as sp
-from ..primitives._base import Image
-from ._graph import Node
+from ... import primitives as sp
+from ...primitives._base import Image
+from .._graph import Node
 
 __all__ = ["Body", "Call", "Loop", "NodeRun", "Recorder", "body", "finish", "loop", "recording"]
 

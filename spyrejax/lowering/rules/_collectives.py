@@ -33,27 +33,20 @@ from typing import Any
 
 import jax
 
-from .. import primitives as sp
-from .._errors import LayoutError, SpyreUnsupportedError
-from .._jax import ClosedJaxpr, Jaxpr, hi_prim, inner_jaxprs, shard_map_body
-from ..primitives._array import SpyreType
-from ..primitives._collectives import (
-    AllGather,
-    AllToAll,
-    Collective,
-    PPermute,
-    Psum,
-    PsumScatter,
-)
-from ..primitives._shard import P, shard_type, unshard_type
-from ..primitives._stick import canon, default_type, restickify_cost, stick_of, stick_options
-from . import _record as record
+from ... import primitives as sp
+from ..._errors import LayoutError, SpyreUnsupportedError
+from ..._jax import ClosedJaxpr, Jaxpr, hi_prim, inner_jaxprs, shard_map_body
+from ...primitives._array import SpyreType
+from ...primitives._collectives import AllGather, AllToAll, Collective, PPermute, Psum, PsumScatter
+from ...primitives._shard import P, shard_type, unshard_type
+from ...primitives._stick import canon, default_type, restickify_cost, stick_of, stick_options
+from .._graph import Graph, Node, Scalar, Value, build_graph
+from .._planner import Plan, host_input_type, plan_graph
+from .._regions import host_regions
+from .._registry import RULES, Mode, Rule
+from ..program import _record as record
+from ..program._interpret import Interpreter
 from ._control import Charge, HostCharge, plan_charges
-from ._graph import Graph, Node, Scalar, Value, build_graph
-from ._interpret import Interpreter
-from ._planner import Plan, host_input_type, plan_graph
-from ._regions import host_regions
-from ._rules import RULES, Mode, Rule
 
 __all__ = ["body_plan", "collective_records"]
 

@@ -12,14 +12,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from .. import primitives as sp
-from .._errors import LayoutError
-from .._jax import Primitive, ad, batching, mlir
-from ..layout._layout import SpyreTensorLayout
-from ..primitives._array import SpyreType, batched_layout
-from ..primitives._stick import SPARSE, canon
-from ._graph import Node
-from ._rules import Mode, Rule, _register
+from ... import primitives as sp
+from ..._errors import LayoutError
+from ..._jax import Primitive, ad, batching, mlir
+from ...layout._layout import SpyreTensorLayout
+from ...primitives._array import SpyreType, batched_layout
+from ...primitives._stick import SPARSE, canon
+from .._graph import Node
+from .._registry import Mode, Rule, _register
 
 __all__ = ["with_layout", "with_layout_p"]
 

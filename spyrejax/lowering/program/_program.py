@@ -1,7 +1,7 @@
 """The device model's ops of a planned program, read from the record of its one trace.
 
 :func:`program_ops` lists the Spyre primitives a planned program runs, from the record
-the interpreter made while tracing it (:mod:`spyrejax.lowering._record`: every op keeps
+the interpreter made while tracing it (:mod:`spyrejax.lowering.program._record`: every op keeps
 its node's source line), as :class:`spyrejax.device.OpDesc` values for
 :func:`spyrejax.device.plan_program` (work division, LX residency and cost). The ops of
 loop bodies and ``cond`` branches are listed too, each with its
@@ -17,13 +17,13 @@ from typing import Any
 
 import jax
 
-from .._errors import DeviceError
-from ..device import OpDesc, Region
-from ..primitives._array import SpyreType
-from ..primitives._base import Wrap
+from ..._errors import DeviceError
+from ...device import OpDesc, Region
+from ...primitives._array import SpyreType
+from ...primitives._base import Wrap
+from .._graph import Graph, Node, Value
+from .._planner import Plan
 from ._device import _space, _spec, divided_space
-from ._graph import Graph, Node, Value
-from ._planner import Plan
 from ._record import Body, Call, Loop, NodeRun, Recorder
 
 __all__ = ["ProgramOps", "hinted_op", "program_ops"]

@@ -34,6 +34,14 @@ from jax.sharding import NamedSharding
 from .._errors import SpyreTypeError
 from .._jax import AD_TRACERS, ArrayImpl, BatchTracer, ClosedJaxpr, Var, trace_context
 from ..device import DeviceProgram, Machine, default_machine
+from ..lowering._graph import Graph, Value, build_graph
+from ..lowering._keys import key_data_outputs, unwrap_keys, wrap_keys
+from ..lowering._planner import FALLBACKS, Plan, host_input_type, plan_graph
+from ..lowering._regions import host_regions
+from ..lowering.program._cores import CoreCheck, core_check
+from ..lowering.program._interpret import Interpreter, check_emulate
+from ..lowering.program._record import Recorder, recording
+from ..lowering.program._residency import residency_jaxpr
 from ..primitives import abstract, image, to_host, wrap
 from ..primitives._array import SpyreArray, SpyreType
 from . import _x64
@@ -48,16 +56,8 @@ from ._arguments import (
     split_call,
 )
 from ._cache import MAX_SIGNATURES, Lru, signature_cache
-from ._cores import CoreCheck, core_check
 from ._gc import gc_paused
-from ._graph import Graph, Value, build_graph
-from ._interpret import Interpreter, check_emulate
-from ._keys import key_data_outputs, unwrap_keys, wrap_keys
 from ._outer_ad import vjp_function, with_own_derivatives
-from ._planner import FALLBACKS, Plan, host_input_type, plan_graph
-from ._record import Recorder, recording
-from ._regions import host_regions
-from ._residency import residency_jaxpr
 from ._vmap import can_batch_whole, vmapped_call
 
 __all__ = ["Compiled", "Lowered", "Lowering", "SpyreJit", "Traced", "jit"]

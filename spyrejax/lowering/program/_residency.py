@@ -19,11 +19,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from .._jax import ClosedJaxpr, Var, tracer_var, with_bodies
-from ..device import DeviceProgram, Machine, plan_program
-from ..primitives._array import SpyreType
-from ._graph import Graph, Value
-from ._planner import Plan
+from ..._jax import ClosedJaxpr, Var, tracer_var, with_bodies
+from ...device import DeviceProgram, Machine, plan_program
+from ...primitives._array import SpyreType
+from .._graph import Graph, Value
+from .._planner import Plan
 from ._program import ProgramOps, program_ops
 from ._record import Recorder
 
@@ -45,7 +45,7 @@ def residency_jaxpr(
         variables: the variable of ``closed`` holding each (graph value, planned type).
         graph: the planned graph.
         plan: its plan.
-        record: what the same trace bound (:mod:`spyrejax.lowering._record`).
+        record: what the same trace bound (:mod:`spyrejax.lowering.program._record`).
         machine: the machine profile (default ``Machine.spyre()``).
     """
     ops = program_ops(graph, plan, record)

@@ -19,7 +19,7 @@ exactly once shows up as NaN, never as a plausible number.
 
 Each op is divided exactly as the device model (``explain``, ``export``) divides it:
 the same machine (:func:`spyrejax.device.default_machine`) and the same
-``with_division`` hint, given to the same op (:func:`spyrejax.lowering._device.node_scope`,
+``with_division`` hint, given to the same op (:func:`spyrejax.lowering.program._device.node_scope`,
 loop bodies and branches included). Ops the device model
 does not divide run as in the default mode: only compute ops get a division
 (spyre-device spec section 2), so views, restickifies, copies, ``iota`` and host
@@ -45,9 +45,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._errors import SpyreUnsupportedError
-from ..device import Machine, WorkDivision, default_machine, divide_op
-from ..device._coremaps import (
+from ..._errors import SpyreUnsupportedError
+from ...device import Machine, WorkDivision, default_machine, divide_op
+from ...device._coremaps import (
     CoreMap,
     load_sources,
     local_shape,
@@ -56,15 +56,15 @@ from ..device._coremaps import (
     store_runs,
     valid_points,
 )
-from ..device._coremaps import starts as core_starts
-from ..primitives._array import PadFill
-from ..primitives._astype import Astype
-from ..primitives._base import image, wrap
-from ..primitives._elementwise import Elementwise
-from ..primitives._masks import masked, poison
-from ..primitives._matmul import Matmul
-from ..primitives._reduce import Reduce
-from ..primitives._values import accumulator
+from ...device._coremaps import starts as core_starts
+from ...primitives._array import PadFill
+from ...primitives._astype import Astype
+from ...primitives._base import image, wrap
+from ...primitives._elementwise import Elementwise
+from ...primitives._masks import masked, poison
+from ...primitives._matmul import Matmul
+from ...primitives._reduce import Reduce
+from ...primitives._values import accumulator
 from ._device import current_line, divided_space, take_hint
 
 __all__ = ["CoreCheck", "CoreExecutor", "Mismatch", "checking_cores", "core_check"]
@@ -74,7 +74,7 @@ class CoreExecutor:
     """Runs divided primitives core by core (vectorised); see the module docstring.
 
     Installed with ``spyrejax.primitives.executing`` by the interpreter, which opens a
-    :func:`spyrejax.lowering._device.node_scope` around each node it lowers: the scope
+    :func:`spyrejax.lowering.program._device.node_scope` around each node it lowers: the scope
     says which of the node's divided ops gets the node's ``with_division`` hint.
 
     Attributes:

@@ -15,12 +15,12 @@ from typing import Any
 
 from ..device import DeviceProgram, Machine, default_machine, plan_program
 from ..device._superdsc import launch_spec, program_superdsc
+from ..frontend._filter_jit import FilterJit, staged
+from ..frontend._gc import gc_paused
+from ..frontend._jit import SpyreJit
+from ..lowering._planner import host_input_type
+from ..lowering.program._program import program_ops
 from ..primitives._array import SpyreType
-from ._filter_jit import FilterJit, staged
-from ._gc import gc_paused
-from ._jit import SpyreJit
-from ._planner import host_input_type
-from ._program import program_ops
 
 __all__ = ["Export", "export"]
 

@@ -20,26 +20,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import primitives as sp
-from .._errors import DeviceError, SpyreInternalError
-from ..device import (
-    DeviceProgram,
-    Machine,
-    OpDesc,
-    default_machine,
-    plan_program,
-    validate_hint,
-)
-from ..layout._layout import SpyreTensorLayout
-from ..primitives._array import SpyreType
-from ..primitives._reduce import widened_sum
+from ... import primitives as sp
+from ..._errors import DeviceError, SpyreInternalError
+from ...device import DeviceProgram, Machine, OpDesc, default_machine, plan_program, validate_hint
+from ...layout._layout import SpyreTensorLayout
+from ...primitives._array import SpyreType
+from ...primitives._reduce import widened_sum
+from .._graph import Graph, Node, Scalar, Value
+from .._planner import Move, Plan
+from .._registry import rule_for
 from . import _record as recorded
 from ._cores import CoreCheck, CoreExecutor
 from ._device import node_hints, node_scope
-from ._graph import Graph, Node, Scalar, Value
-from ._planner import Move, Plan
 from ._program import hinted_op, program_ops
-from ._rules import rule_for
 
 __all__ = [
     "EMULATE_MODES",
@@ -148,7 +141,7 @@ class Interpreter:
         graph: the graph.
         plan: its plan.
         emulate: None (each primitive's whole-image kernel) or ``"cores"`` (each op the
-            device model divides runs core by core: :mod:`spyrejax.lowering._cores`,
+            device model divides runs core by core: :mod:`spyrejax.lowering.program._cores`,
             divided as the device model divides it, ``with_division`` hints included).
         machine: the machine the cores mode divides ops for (None: the device model's
             default).
@@ -219,7 +212,7 @@ class Interpreter:
     def hinted_ops(self) -> dict[tuple[Node, int], tuple[int, OpDesc]]:
         """Per ``(node, option index)`` with a ``with_division`` hint, the op that gets it.
 
-        The op is the one :func:`spyrejax.lowering._program.hinted_op` finds in the
+        The op is the one :func:`spyrejax.lowering.program._program.hinted_op` finds in the
         record of one trace of the program (the device model's own): its position among
         the divided ops the option binds, as the per-core executor counts them.
 

@@ -5,7 +5,7 @@
 its iteration space when the program is planned). :func:`divided_space` says which
 primitives the device model divides and their iteration space; the op a hint goes to
 is the one whose result is the hinted value, in the record of the program's trace
-(:func:`spyrejax.lowering._program.hinted_op`), and the node scopes
+(:func:`spyrejax.lowering.program._program.hinted_op`), and the node scopes
 (:func:`node_scope`, :func:`take_hint`) are how the per-core emulation gives each hint
 to that op.
 """
@@ -18,24 +18,17 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import DeviceError, SpyreInternalError
-from .._jax import Primitive, ad, batching, mlir
-from ..device import (
-    OpDesc,
-    OpSpace,
-    TensorSpec,
-    elementwise_space,
-    matmul_space,
-    reduce_space,
-)
-from ..device._division import _MATMUL_NAMES, _OTHER_NAMES
-from ..primitives._array import SpyreType
-from ..primitives._astype import Astype
-from ..primitives._elementwise import Elementwise
-from ..primitives._matmul import Matmul
-from ..primitives._reduce import Reduce
-from ._graph import Graph, Node, Value
-from ._rules import Mode, Rule, _carried_modes, _register
+from ..._errors import DeviceError, SpyreInternalError
+from ..._jax import Primitive, ad, batching, mlir
+from ...device import OpDesc, OpSpace, TensorSpec, elementwise_space, matmul_space, reduce_space
+from ...device._division import _MATMUL_NAMES, _OTHER_NAMES
+from ...primitives._array import SpyreType
+from ...primitives._astype import Astype
+from ...primitives._elementwise import Elementwise
+from ...primitives._matmul import Matmul
+from ...primitives._reduce import Reduce
+from .._graph import Graph, Node, Value
+from .._registry import Mode, Rule, _carried_modes, _register
 
 __all__ = [
     "Hint",

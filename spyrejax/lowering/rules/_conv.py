@@ -36,14 +36,15 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from .. import primitives as sp
-from .._errors import SpyreUnsupportedError
-from .._jax import reduce_window_body
-from ..primitives._reduce import REDUCTION
-from ..primitives._stick import SPARSE, canon, dim_order_for, stick_options
-from ..primitives._windows import window_out_size
-from ._graph import Node, Scalar
-from ._rules import Mode, Rule, _LaxCopy, _register, _reshape
+from ... import primitives as sp
+from ..._errors import SpyreUnsupportedError
+from ..._jax import reduce_window_body
+from ...primitives._reduce import REDUCTION
+from ...primitives._stick import SPARSE, canon, dim_order_for, stick_options
+from ...primitives._windows import window_out_size
+from .._graph import Node, Scalar
+from .._registry import Mode, Rule, _LaxCopy, _register
+from ._dot import _reshape
 
 __all__: list[str] = []
 
