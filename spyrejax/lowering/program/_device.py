@@ -133,13 +133,36 @@ def divided_space(prim: Any) -> tuple[OpSpace, list[TensorSpec]] | None:
         return None
     if not all(isinstance(t, SpyreType) for t in prim.in_avals):
         return None
+    key = (type(prim), _op_key(prim), tuple(prim.in_avals), prim.out_aval)
+    if key not in _SPACES:
+        if len(_SPACES) >= _SPACES_KEPT:
+            _SPACES.clear()
+        _SPACES[key] = _divided_space(prim)
+    found = _SPACES[key]
+    return None if found is None else (found[0], list(found[1]))
+
+
+_SPACES: dict[Any, tuple[OpSpace, tuple[TensorSpec, ...]] | None] = {}
+_SPACES_KEPT = 8192
+"""The spaces of the primitives seen, by what a space depends on (a repeated layer's ops
+share one): the primitive's class and op, its operand and result types (equal types
+have equal shapes, layouts and views)."""
+
+
+def _op_key(prim: Any) -> Any:
+    if isinstance(prim, Reduce):
+        return (prim.op.name, tuple(prim.axes), prim.keepdims)
+    return prim.op.name if isinstance(prim, Elementwise) else None
+
+
+def _divided_space(prim: Any) -> tuple[OpSpace, tuple[TensorSpec, ...]] | None:
     specs = [_spec(t, f"in{k}") for k, t in enumerate(prim.in_avals)]
     specs.append(_spec(prim.out_aval, "out"))
     try:
         kind, _, space = _space(prim, specs[:-1], specs[-1])
     except DeviceError:
         return None
-    return (space, specs) if kind == "compute" else None
+    return (space, tuple(specs)) if kind == "compute" else None
 
 
 # --- which op a node's hint goes to ---------------------------------------------------------
