@@ -79,7 +79,10 @@ class _DotGeneral(Rule):
         lc, rc, lb, rb, lfree, rfree = self._dims(node)
         if args[0].dtype != args[1].dtype:  # as JAX lowers mixed operands on CPU
             args = [x if x.dtype == want else sp.astype(x, want) for x in args]
-        a = sp.transpose(args[0], (*lb, *lfree, *lc))
+        # Several free dims of A: the largest is the matmul's M, the others batch dims
+        # B broadcasts over (q's tokens, not a group of 1 or 4 heads, are attention's M).
+        m_at = _m_dim(node.ins[0].shape, lfree)
+        a = sp.transpose(args[0], (*lb, *_m_last(lfree, m_at), *lc))
         b = sp.transpose(args[1], (*rb, *rc, *rfree))
         nb = len(lb)
         if len(lc) > 1:  # one k: the contracting dims merged, in the same order on both
@@ -115,6 +118,12 @@ class _DotGeneral(Rule):
             out = sp.squeeze(out, out.ndim - 1)
         if not lfree:
             out = sp.squeeze(out, len(lb))
+        moved = _m_last(lfree, m_at)
+        if moved != lfree:  # M back among A's free dims (a view)
+            nb_f = len(lb)
+            where = [nb_f + moved.index(d) for d in lfree]
+            rest = range(nb_f + len(lfree), out.ndim)
+            out = sp.transpose(out, (*range(nb_f), *where, *rest))
         if len(free_sizes) > 1:
             out = _reshape(out, (*out.shape[:-1], *free_sizes))
         return [out]
@@ -131,6 +140,18 @@ def _scaled_operand(node: Node) -> Value | None:
     if isinstance(lhs, Scalar) != isinstance(rhs, Scalar):
         return rhs if isinstance(lhs, Scalar) else lhs
     return None
+
+
+def _m_dim(shape: tuple[int, ...], free: Sequence[int]) -> int | None:
+    """The free dim of A that is the matmul's M: the largest (the last of equals)."""
+    if not free:
+        return None
+    return max(reversed(free), key=lambda d: shape[d])
+
+
+def _m_last(free: Sequence[int], m: int | None) -> list[int]:
+    """A's free dims with ``m`` moved last (the order of the matmul's batch dims, then M)."""
+    return [*(d for d in free if d != m), *([m] if m is not None else [])]
 
 
 def _last_sized(shape: tuple[int, ...], dims: Sequence[int]) -> int | None:
