@@ -257,6 +257,7 @@ def _grow(
         after = _reading_matmul(descs, readers, chain)
         if after is not None:
             ops = [*_path(descs, before, chain[-1]), *chain, *_path(descs, chain[-1], after)]
+            ops += _input_relayouts(descs, readers, ops)
             candidates.append(("attention", ops))
     if family == "elementwise":
         if before is None:
@@ -270,6 +271,34 @@ def _grow(
         if len(kernels) >= 2 and _one_kernel(descs, ops):
             return name, ops
     return None
+
+
+def _input_relayouts(
+    descs: Sequence[OpDesc], readers: dict[str, list[int]], ops: list[int]
+) -> list[int]:
+    """The restickifies of an attention's inputs (k, v) read by its matmuls alone.
+
+    The kernel loads each block of such an input from DDR and lays it out anew in LX
+    (flash-style): the restickify and the views from it to the matmul are its ops.
+    """
+    inside = set(ops)
+    out = []
+    for i in ops:
+        if descs[i].opfunc not in MATMUL_OPS:
+            continue
+        for name, _ in descs[i].inputs:
+            chain = []
+            p = next((j for j in range(i) if descs[j].output[0] == name), None)
+            while p is not None and descs[p].kind == "view" and descs[p].inputs:
+                chain.append(p)
+                src = descs[p].inputs[0][0]
+                p = next((j for j in range(p) if descs[j].output[0] == src), None)
+            if p is None or descs[p].kind != "restickify":
+                continue
+            uses = _readers_through_views(descs, readers, descs[p].output[0])
+            if all(j in inside or j in chain for j in uses):
+                out += [p, *chain]
+    return out
 
 
 def _one_kernel(descs: Sequence[OpDesc], ops: list[int]) -> bool:

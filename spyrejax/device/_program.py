@@ -524,6 +524,8 @@ def plan_program(
             cost = own
         else:
             kept = fusions[k].internal | loaded[k] if fits[k] else frozenset()
+            if fusions[k].family == "attention":  # costed as one kernel below
+                kept = kept | {n for j in fusions[k].ops for n, _ in descs[j].inputs}
             first = i == next(j for j in fusions[k].ops if descs[j].kind != "view")
             in_lx = lambda n, kept=kept: n in kept or lx.in_lx(n)  # noqa: E731
             cost = _own_cost(d, div, machine, fills, in_lx, fused=(kept, first))
@@ -531,8 +533,20 @@ def plan_program(
         streams = _streams(div, machine) if div is not None else ()
         cost = cost.repeated(d.repeat)
         ops.append(DeviceOp(i, d, div, cost, lx_in, lx_out, streams, peaks[i], d.repeat, k))
-    for f in fusions:
-        for i, op in _one_stream([ops[i] for i in f.ops], machine):
+    viewed = {d.output[0]: d.inputs[0] for d in descs if d.kind == "view" and d.inputs}
+
+    def root(name: str, t: TensorSpec) -> tuple[str, TensorSpec]:
+        while name in viewed:
+            name, t = viewed[name]
+        return name, t
+
+    for k, f in enumerate(fusions):
+        members = [ops[i] for i in f.ops]
+        if f.family == "attention":
+            parts = _attention_kernel(members, f, root, fits[k], fills, lx.in_lx, machine)
+        else:
+            parts = _one_stream(members, machine)
+        for i, op in parts:
             ops[i] = op
     counted = _counted(descs, [op.time_s for op in ops])
     ops = [op if c else replace(op, runs=0) for op, c in zip(ops, counted, strict=True)]
@@ -616,6 +630,72 @@ def _one_stream(members: list[DeviceOp], machine: Machine) -> list[tuple[int, De
         part = total * ((c.time_s - c.launch_s) / own if own else 1 / len(kernels))
         time = max(c.stage_s, part) + c.launch_s
         out.append((op.index, replace(op, cost=replace(c, time_s=time))))
+    return out
+
+
+def _attention_kernel(
+    members: list[DeviceOp],
+    fusion: Fusion,
+    root: Any,
+    fits: bool,
+    fills: set[str],
+    in_lx: Any,
+    machine: Machine,
+) -> list[tuple[int, DeviceOp]]:
+    """A fused attention as ONE kernel (flash-style, blocked over the keys and values).
+
+    Its time is ``max(stages, max(PT, DDR, LX) + ring) + launch``: PT the sum of its
+    matmuls' PT terms (the matmul model's rate at their divisions), DDR the bytes of
+    every value entering the kernel read once (q, k, v, a mask; a fill one stick) and
+    of every value leaving it written once, plus, when its intermediates do not fit
+    LX, their spill (each written and read once); LX the bytes its vector ops and
+    relayouts move through the cores' LX ports; ring a K split's partial sums; stages
+    ``stage_s`` per op. The PT, the DMA engines and the vector units overlap (an
+    assumption: the card's pipelining of a fused kernel is not measured). The time is
+    shared among its ops in proportion to their own times (each at least a stage).
+    """
+    kernels = [op for op in members if op.desc.kind != "view"]
+    if len(kernels) < 2:
+        return []
+    made = {op.desc.output[0] for op in kernels}
+    runs = kernels[0].desc.repeat
+    seen: set[str] = set()
+    reads, writes = [], []  # per op: what it brings into the kernel, what it sends out
+    for op in kernels:
+        read = 0
+        for name, t in op.desc.inputs:
+            name, t = root(name, t)  # a view of a value (a broadcast mask): the value
+            if name in made or name in seen or in_lx(name):
+                continue
+            seen.add(name)
+            read += machine.stick_bytes if name in fills else t.nbytes
+        name, t = op.desc.output
+        internal = name in fusion.internal
+        write = 0 if (internal and fits) or in_lx(name) else t.nbytes
+        if internal and not fits:  # to DDR and back once
+            read += t.nbytes
+        reads.append(read * runs)
+        writes.append(write * runs)
+    costs = [op.cost for op in kernels]
+    pt = sum(c.compute_s for c in costs)
+    ddr = memory_seconds(machine, sum(reads), sum(writes), machine.cores, "ddr")
+    lx = sum(c.lx_s for c in costs)
+    total = max(pt, ddr, lx) + sum(c.ring_s for c in costs)
+    own = sum(c.time_s - c.launch_s for c in costs)
+    bound = "compute" if pt >= max(ddr, lx) else "memory"
+    out = []
+    for op, c, rb, wb in zip(kernels, costs, reads, writes, strict=True):
+        w = (c.time_s - c.launch_s) / own if own else 1 / len(costs)
+        cost = replace(
+            c,
+            time_s=max(c.stage_s, total * w) + c.launch_s,
+            read_bytes=rb,
+            write_bytes=wb,
+            sticks=(rb + wb) // machine.stick_bytes,
+            memory_s=ddr * w,
+            bound=bound,
+        )
+        out.append((op.index, replace(op, cost=cost)))
     return out
 
 
