@@ -3,6 +3,7 @@ costed as one (one launch, DDR traffic only for the kernel's inputs and outputs)
 ``explain`` of a whole Granite-3.3-8B decoder layer from shapes alone."""
 
 import re
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -136,6 +137,46 @@ def test_explain_names_the_fused_kernels_and_times_each_line():
     assert re.search(r"fused kernels \(1\): layer_norm at test_device_fusion\.py:\d+", text)
     assert "device us" in text and "fused #0 layer_norm" in str(r.device)
     assert sum(r.line_times.values()) == pytest.approx(r.time_s)
+
+
+ATTENTION = {  # q, k and v shapes [batch, tokens, heads, head dim], and causal
+    "prefill 512 against 4096": ((1, 512, 32, 128), (1, 4096, 32, 128), False),
+    "GQA (8 KV heads)": ((1, 512, 32, 128), (1, 4096, 8, 128), False),
+    "decode (batch 4, GQA)": ((4, 1, 32, 128), (4, 4096, 8, 128), False),
+    "causal 512": ((1, 512, 32, 128), (1, 512, 32, 128), True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ATTENTION))
+def test_a_granite_sized_attention_is_one_kernel_near_its_pt_and_ddr_bounds(case):
+    """Issue 25: attention at Granite sizes, fp16, runs as ONE kernel.
+
+    The bounds: the two matmuls' MACs at the PT peak, q, k, v and the output read or
+    written once at the DDR's best (section 8's 150 GB/s), and the softmax's bytes
+    through the LX ports; the kernel takes at least the largest, and no more than the
+    largest with the matmul model's efficiency or the x * 2 sweep's 100 GB/s, plus a
+    launch and its stages (the scores never go to DDR).
+    """
+    qs, kvs, causal = ATTENTION[case]
+    q, kv = S(qs, F16), S(kvs, F16)
+    with jax.numpy_dtype_promotion("standard"):
+        d = sj.explain(partial(jax.nn.dot_product_attention, is_causal=causal), q, kv, kv).device
+    m = d.machine
+    (g,) = d.groups
+    macs = 2 * qs[0] * qs[1] * qs[2] * kvs[1] * qs[3]
+    operands = (2 * q.size + 2 * kv.size) * 2
+    assert g.family == "attention" and g.in_lx and d.macs == macs
+    moved = sum(d.ops[i].read_bytes + d.ops[i].write_bytes for i in g.ops)
+    if not causal:  # no intermediate leaves LX (a causal mask is read from outside)
+        assert moved == pytest.approx(operands, rel=0.01)  # (decode's q: a few sticks)
+    pt = macs / (m.peak_macs_per_s * m.cores)  # 477 us for the first at 32,768 MAC/cycle
+    stages = sum(1 for i in g.ops if d.ops[i].cost.stage_s) * m.stage_s
+    # the vector units pass the scores through the cores' LX ports (128 B/cycle/core),
+    # once per op of the softmax: GQA's 4 heads per K row make that the larger term
+    lx = sum(d.ops[i].cost.lx_s for i in g.ops)
+    lower = max(pt, operands / 150e9, lx)
+    upper = max(pt / m.matmul_efficiency, operands / 100e9, lx) + m.launch_s + stages
+    assert lower < g.time_s < upper
 
 
 # --- a whole Granite-3.3-8B decoder layer -----------------------------------------------------

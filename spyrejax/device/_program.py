@@ -16,9 +16,10 @@ from typing import Any
 
 from .._errors import DeviceError
 from ..layout._residency import DDR, Residency
-from ._cost import OpCost, memory_seconds, op_cost, relayout_cost, transfer_cost
+from ._cost import OpCost, op_cost, relayout_cost, transfer_cost
 from ._division import OpSpace, TensorSpec, WorkDivision, divide
-from ._fusion import MATMUL_OPS, Fusion, find_fusions, is_fill, is_relayout
+from ._fusion import Fusion, find_fusions, is_fill, is_relayout
+from ._kernels import fused_parts
 from ._lx import INPLACE_OPS, Buffer, LXPlan, Stream, place, stream
 from ._machine import Machine
 
@@ -520,33 +521,15 @@ def plan_program(
         own = _own_cost(d, div, machine, fills, lx.in_lx)
         unfused.append(own.repeated(d.repeat).time_s)
         k = member.get(i)
-        if k is None:
-            cost = own
-        else:
-            kept = fusions[k].internal | loaded[k] if fits[k] else frozenset()
-            if fusions[k].family == "attention":  # costed as one kernel below
-                kept = kept | {n for j in fusions[k].ops for n, _ in descs[j].inputs}
-            first = i == next(j for j in fusions[k].ops if descs[j].kind != "view")
-            in_lx = lambda n, kept=kept: n in kept or lx.in_lx(n)  # noqa: E731
-            cost = _own_cost(d, div, machine, fills, in_lx, fused=(kept, first))
+        cost = own
+        if k is not None:
+            cost = _member_cost(descs, i, div, fusions[k], fits[k], loaded[k], fills, lx, machine)
             loaded[k] = loaded[k] | {n for n, _ in d.inputs}  # its tile stays for the next
         streams = _streams(div, machine) if div is not None else ()
         cost = cost.repeated(d.repeat)
         ops.append(DeviceOp(i, d, div, cost, lx_in, lx_out, streams, peaks[i], d.repeat, k))
-    viewed = {d.output[0]: d.inputs[0] for d in descs if d.kind == "view" and d.inputs}
-
-    def root(name: str, t: TensorSpec) -> tuple[str, TensorSpec]:
-        while name in viewed:
-            name, t = viewed[name]
-        return name, t
-
-    for k, f in enumerate(fusions):
-        members = [ops[i] for i in f.ops]
-        if f.family == "attention":
-            parts = _attention_kernel(members, f, root, fits[k], fills, lx.in_lx, machine)
-        else:
-            parts = _one_stream(members, machine)
-        for i, op in parts:
+    for k, f in enumerate(fusions):  # each fused kernel's ops share its time
+        for i, op in fused_parts(descs, [ops[i] for i in f.ops], f, fits[k], fills, lx, machine):
             ops[i] = op
     counted = _counted(descs, [op.time_s for op in ops])
     ops = [op if c else replace(op, runs=0) for op, c in zip(ops, counted, strict=True)]
@@ -564,6 +547,30 @@ def plan_program(
         for k, f in enumerate(fusions)
     )
     return DeviceProgram(tuple(ops), machine, lx, groups)
+
+
+def _member_cost(
+    descs: Sequence[OpDesc],
+    i: int,
+    div: WorkDivision | None,
+    f: Fusion,
+    fits: bool,
+    loaded: frozenset[str],
+    fills: set[str],
+    lx: LXPlan,
+    machine: Machine,
+) -> OpCost:
+    """The cost of op ``i`` inside the fused kernel ``f`` (before the kernel shares its time).
+
+    Its internal values (and the inputs the kernel has loaded) are in LX when they fit;
+    an attention's inputs too (its DDR is counted once for the kernel, ``_kernels``).
+    """
+    kept = f.internal | loaded if fits else frozenset()
+    if f.family == "attention":
+        kept = kept | {n for j in f.ops for n, _ in descs[j].inputs}
+    first = i == next(j for j in f.ops if descs[j].kind != "view")
+    in_lx = lambda n: n in kept or lx.in_lx(n)  # noqa: E731
+    return _own_cost(descs[i], div, machine, fills, in_lx, fused=(kept, first))
 
 
 def _own_cost(
@@ -592,111 +599,6 @@ def _own_cost(
             return relayout_cost(machine, d.output[1].nbytes, launch)
     cost = _transfer(d, machine, fills)
     return cost if launch or d.kind == "view" else _no_launch(cost)
-
-
-def _one_stream(members: list[DeviceOp], machine: Machine) -> list[tuple[int, DeviceOp]]:
-    """A fused kernel's elementwise ops, reductions and relayouts as one stream.
-
-    Apart, each op's reads and writes are timed by themselves (a read-only ``max``, a
-    write-only ``div``); in one kernel the reads and writes interleave: the kernel's
-    DDR time is each op's bytes at its pattern's bandwidth plus the turnaround of
-    ``min(reads, writes)`` of them all, and its time ``max(compute, DDR, LX) + ring``,
-    shared among those ops in proportion to their own times; each op is a stage of the
-    kernel, so its share is at least ``stage_s``. Matmuls keep their own cost (their
-    model times their traffic). Returns ``(index, op)`` of the ops changed.
-    """
-    kernels = [op for op in members if op.desc.kind != "view" and op.opfunc not in MATMUL_OPS]
-    if len(kernels) < 2:
-        return []
-    costs = [op.cost for op in kernels]
-    read, write = sum(c.read_bytes for c in costs), sum(c.write_bytes for c in costs)
-    streams = sum(
-        memory_seconds(
-            machine,
-            c.read_bytes,
-            c.write_bytes,
-            op.division.cores_used if op.division else machine.cores,
-            c.pattern,
-        )
-        - machine.turnaround_ns_per_byte * min(c.read_bytes, c.write_bytes) * 1e-9
-        for op, c in zip(kernels, costs, strict=True)
-    )
-    memory = streams + machine.turnaround_ns_per_byte * min(read, write) * 1e-9
-    compute, lx = sum(c.compute_s for c in costs), sum(c.lx_s for c in costs)
-    total = max(compute, memory, lx) + sum(c.ring_s for c in costs)
-    own = sum(c.time_s - c.launch_s for c in costs)
-    out = []
-    for op, c in zip(kernels, costs, strict=True):
-        part = total * ((c.time_s - c.launch_s) / own if own else 1 / len(kernels))
-        time = max(c.stage_s, part) + c.launch_s
-        out.append((op.index, replace(op, cost=replace(c, time_s=time))))
-    return out
-
-
-def _attention_kernel(
-    members: list[DeviceOp],
-    fusion: Fusion,
-    root: Any,
-    fits: bool,
-    fills: set[str],
-    in_lx: Any,
-    machine: Machine,
-) -> list[tuple[int, DeviceOp]]:
-    """A fused attention as ONE kernel (flash-style, blocked over the keys and values).
-
-    Its time is ``max(stages, max(PT, DDR, LX) + ring) + launch``: PT the sum of its
-    matmuls' PT terms (the matmul model's rate at their divisions), DDR the bytes of
-    every value entering the kernel read once (q, k, v, a mask; a fill one stick) and
-    of every value leaving it written once, plus, when its intermediates do not fit
-    LX, their spill (each written and read once); LX the bytes its vector ops and
-    relayouts move through the cores' LX ports; ring a K split's partial sums; stages
-    ``stage_s`` per op. The PT, the DMA engines and the vector units overlap (an
-    assumption: the card's pipelining of a fused kernel is not measured). The time is
-    shared among its ops in proportion to their own times (each at least a stage).
-    """
-    kernels = [op for op in members if op.desc.kind != "view"]
-    if len(kernels) < 2:
-        return []
-    made = {op.desc.output[0] for op in kernels}
-    runs = kernels[0].desc.repeat
-    seen: set[str] = set()
-    reads, writes = [], []  # per op: what it brings into the kernel, what it sends out
-    for op in kernels:
-        read = 0
-        for name, t in op.desc.inputs:
-            name, t = root(name, t)  # a view of a value (a broadcast mask): the value
-            if name in made or name in seen or in_lx(name):
-                continue
-            seen.add(name)
-            read += machine.stick_bytes if name in fills else t.nbytes
-        name, t = op.desc.output
-        internal = name in fusion.internal
-        write = 0 if (internal and fits) or in_lx(name) else t.nbytes
-        if internal and not fits:  # to DDR and back once
-            read += t.nbytes
-        reads.append(read * runs)
-        writes.append(write * runs)
-    costs = [op.cost for op in kernels]
-    pt = sum(c.compute_s for c in costs)
-    ddr = memory_seconds(machine, sum(reads), sum(writes), machine.cores, "ddr")
-    lx = sum(c.lx_s for c in costs)
-    total = max(pt, ddr, lx) + sum(c.ring_s for c in costs)
-    own = sum(c.time_s - c.launch_s for c in costs)
-    bound = "compute" if pt >= max(ddr, lx) else "memory"
-    out = []
-    for op, c, rb, wb in zip(kernels, costs, reads, writes, strict=True):
-        w = (c.time_s - c.launch_s) / own if own else 1 / len(costs)
-        cost = replace(
-            c,
-            time_s=max(c.stage_s, total * w) + c.launch_s,
-            read_bytes=rb,
-            write_bytes=wb,
-            sticks=(rb + wb) // machine.stick_bytes,
-            memory_s=ddr * w,
-            bound=bound,
-        )
-        out.append((op.index, replace(op, cost=cost)))
-    return out
 
 
 def _no_launch(cost: OpCost) -> OpCost:
