@@ -9,8 +9,10 @@ import pytest
 from oracles import same_bits
 
 import spyrejax as sj
+from spyrejax import SpyreTensorLayout
 from spyrejax import primitives as sp
 from spyrejax.primitives import SpyrePrim, abstract_eval
+from spyrejax.primitives._in_place import assemble, fill_around, place, update_at, window_layout
 
 # --- names: jnp-style functions take jnp's parameters, lax-style ones lax's ------------
 
@@ -238,6 +240,11 @@ def _all_primitives():
         sp.slice_copy(a, (0, 0), (2, 10))
         sp.concatenate([a, a])
         sp.pad(a, 0.0, [(1, 0, 0), (0, 0, 0)])
+        dest, whole = SpyreTensorLayout((8, 150), np.float32), [(0, 0), (4, 0)]
+        halves = [place(a, window_layout(dest, (8, 150), (4, 150), o)) for o in whole]
+        assemble(halves, dest, (8, 150), whole)
+        fill_around(halves[1], 0.0, dest, (8, 150), (4, 0))
+        update_at(sj.to_device(np.ones((8, 150), np.float32)), a, [0, 0])
         sp.reshape_copy(a, (600,))
         sp.lax_copy(
             jax.lax.cumsum_p,

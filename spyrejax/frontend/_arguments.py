@@ -34,6 +34,7 @@ __all__ = [
     "Call",
     "HostAval",
     "check_formats",
+    "donations",
     "in_user_terms",
     "leaf_aval",
     "split_call",
@@ -150,6 +151,30 @@ def split_call(
         static.append((k, type(kwargs[k]), _hashable(kwargs[k], f"kwargs[{k!r}]")))
     positions = tuple(i for i in range(n) if i not in nums)
     return tuple(static), Call(args, kwargs, positions, names, argnums.params)
+
+
+def donations[T](argnums: ArgNums, sig: Any, leaves: Sequence[T]) -> frozenset[T]:
+    """The flat leaves of a call's donated arguments (their buffers may be reused).
+
+    Args:
+        argnums: the resolved static and donated arguments.
+        sig: the call's signature: its ``static`` key (:func:`split_call`: which
+            positions are static) and ``in_tree``, the dynamic arguments' structure.
+        leaves: one item per flat dynamic leaf (the graph's inputs).
+    """
+    if not (argnums.donate_argnums or argnums.donate_argnames):
+        return frozenset()
+    args, kwargs = jax.tree.unflatten(sig.in_tree, range(sig.in_tree.num_leaves))
+    fixed = {k for k, *_ in sig.static if isinstance(k, int)}
+    positions = [i for i in range(len(args) + len(fixed)) if i not in fixed]
+    out: set[int] = set()
+    for pos, sub in zip(positions, args, strict=False):
+        if pos in argnums.donate_argnums:
+            out.update(jax.tree.leaves(sub))
+    for name, sub in kwargs.items():
+        if name in argnums.donate_argnames:
+            out.update(jax.tree.leaves(sub))
+    return frozenset(leaves[i] for i in out)
 
 
 def _hashable(value: Any, where: str) -> Any:

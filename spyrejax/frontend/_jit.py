@@ -50,6 +50,7 @@ from ._arguments import (
     Call,
     HostAval,
     check_formats,
+    donations,
     in_user_terms,
     leaf_aval,
     leaf_avals,
@@ -686,7 +687,7 @@ class SpyreJit:
             return lowering
         graph = host_regions(build_graph(closed))
         types = {v: _input_type(a) for v, a in zip(graph.inputs, sig.in_avals, strict=True)}
-        plan = plan_graph(graph, types, self.fallback)
+        plan = plan_graph(graph, types, self.fallback, donations(self.argnums, sig, graph.inputs))
         interpreter = Interpreter(graph, plan, self.emulate, check=sig.check)
         in_types = [a if isinstance(a, SpyreType) else None for a in sig.in_avals]
 

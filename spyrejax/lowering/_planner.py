@@ -46,7 +46,8 @@ from ..primitives._array import SpyreType
 from ..primitives._stick import SPARSE, default_type, restickify_cost, serves, stick_name, stick_of
 from ..primitives._stick import stick_options as _stick_options
 from ._graph import Graph, Node, Scalar, Value
-from ._registry import HOST_FALLBACK, Mode, rule_for
+from ._registry import HOST_FALLBACK, Mode, lower_node, rule_for
+from ._windows import Windows
 
 __all__ = ["FALLBACKS", "Move", "Option", "Plan", "host_input_type", "plan_graph"]
 
@@ -68,12 +69,19 @@ class Option:
         copies: the copying primitives the lowering calls (restickifies, slices...,
             host calls, which move no elements between layouts: DMA bytes, and
             collectives, whose elements go between cards).
+        fresh: whether its (first) output is a buffer of its own that the lowering
+            writes (not a view of an input's): it can be written into a window of a
+            larger buffer instead.
+        owns: whether nothing else reads its (first) output's buffer: it is fresh, or
+            an update in place took over its input's (it can be updated in place).
     """
 
     mode: Mode
     ins: tuple[SpyreType | None, ...]
     outs: tuple[SpyreType, ...]
     copies: tuple[sp.SpyrePrim, ...] = ()
+    fresh: bool = False
+    owns: bool = False
 
     @property
     def out(self) -> SpyreType:
@@ -176,26 +184,36 @@ FALLBACKS = ("warn", "error")
 """What ``spyrejax.jit(f, fallback=...)`` does with a primitive without a device rule."""
 
 
-def plan_graph(graph: Graph, input_types: dict[Value, SpyreType], fallback: str = "warn") -> Plan:
+def plan_graph(
+    graph: Graph,
+    input_types: dict[Value, SpyreType],
+    fallback: str = "warn",
+    donated: frozenset[Value] = frozenset(),
+) -> Plan:
     """Plan types for a graph whose inputs arrive in ``input_types``.
 
     A one-result primitive without a device rule runs on the host (``"warn"``: a
     :class:`SpyreFallbackWarning` once per primitive and source line) or raises
-    (``"error"``).
+    (``"error"``). The ``donated`` inputs' buffers may be updated in place.
 
     Raises:
         SpyreUnsupportedError: for a primitive with no lowering rule (naming its line)
             that cannot, or with ``fallback="error"`` may not, run on the host.
         LayoutError: for a node no mode of which can run, naming it and the layouts.
     """
-    return _Planner(graph, input_types, fallback == "warn").plan()
+    return _Planner(graph, input_types, fallback == "warn", donated).plan()
 
 
 class _Planner:
     def __init__(
-        self, graph: Graph, input_types: dict[Value, SpyreType], fallback: bool = True
+        self,
+        graph: Graph,
+        input_types: dict[Value, SpyreType],
+        fallback: bool = True,
+        donated: frozenset[Value] = frozenset(),
     ) -> None:
         self.graph = graph
+        self.windows = Windows(graph, donated)
         self.input_types = input_types
         self.fallback = fallback
         self.warned: set[tuple[str, str]] = set()
@@ -246,9 +264,12 @@ class _Planner:
         tried: list[tuple[SpyreType | None, ...]] = []
         base = node_key(node)
         for mode in rule.modes(node):
-            choices = [
-                self._candidates(u, r)[:limit] for u, r in zip(node.ins, mode.ins, strict=True)
-            ]
+            if mode.takes is not None or mode.clobbers is not None:
+                choices = self.windows.choices(self, node, mode)
+            else:
+                choices = [
+                    self._candidates(u, r)[:limit] for u, r in zip(node.ins, mode.ins, strict=True)
+                ]
             for combo in itertools.product(*choices):
                 ins = tuple(t for t, _ in combo)
                 tried.append(ins)
@@ -329,16 +350,24 @@ class _Planner:
         args = [u if t is None else sp.abstract(t) for u, t in zip(node.ins, ins, strict=True)]
         try:
             with sp.abstract_eval() as called:
-                outs = rule_for(node, fallback=self.fallback).lower(node, args, mode)
+                outs = lower_node(node, args, mode, fallback=self.fallback)
             copies = tuple(p for p in called if p.role in _CHARGED)
             types = tuple(jax.typeof(o) for o in outs)
-            option: Option | None = Option(mode, ins, types, copies)
+            last = called[-1] if called else None  # the primitive giving the result
+            gives = getattr(last, "out_avals", ())[:1]
+            fresh = last is not None and last.role != "view" and gives == types[:1]
+            owns = fresh or mode.clobbers is not None
+            option: Option | None = Option(mode, ins, types, copies, fresh, owns)
         except LayoutError as err:
             why = self.refusals[node] = str(err)
             option = None
         if key is not None:
             self.cache[key] = (option, why)
         return option
+
+    def placed(self, node: Node, option: Option, layout: SpyreTensorLayout) -> Option | None:
+        """``option`` of ``node`` with its (first) result written in ``layout`` (a window)."""
+        return self._evaluate(node, node_key(node), replace(option.mode, place=layout), option.ins)
 
     # -- backward -------------------------------------------------------------------
 
@@ -396,6 +425,10 @@ class _Planner:
 
         if not runs:
             runs.append(min(produced, key=lambda p: (total(p), _tie_break(p))))
+        elif None in wanted and all(t.layout.has_gaps for t in runs):
+            # An output is no window of another value's buffer: made once more without gaps.
+            plain = [p for p in produced if not p.layout.has_gaps]
+            runs.insert(0, min(plain, key=lambda p: (produced[p][0], _tie_break(p))))
         moves = []
         for d, consumer in wanted.items():
             if d is None or d in runs:
@@ -447,7 +480,7 @@ class _Planner:
 def _tie_break(t: SpyreType) -> tuple[Any, ...]:
     """Among equal costs: dense before sparse, contiguous before views, lower sticks."""
     s = stick_of(t)
-    return (s == SPARSE, t.is_view, s)
+    return (s == SPARSE, t.is_view, t.layout.has_gaps, s)
 
 
 def _why(consumer: Node, source: SpyreType, target: SpyreType) -> str:

@@ -28,6 +28,8 @@ import numpy as np
 from .. import primitives as sp
 from .._errors import SpyreUnsupportedError
 from ..layout._layout import SpyreTensorLayout
+from ..primitives._array import SpyreType
+from ..primitives._in_place import place
 from ..primitives._stick import (
     SPARSE,
     canon,
@@ -36,7 +38,7 @@ from ..primitives._stick import (
 )
 from ._graph import Node, Scalar, Value
 
-__all__ = ["HOST_FALLBACK", "RULES", "Mode", "Rule", "is_host_fallback", "rule_for"]
+__all__ = ["HOST_FALLBACK", "RULES", "Mode", "Rule", "is_host_fallback", "lower_node", "rule_for"]
 
 
 @dataclass(frozen=True)
@@ -48,12 +50,26 @@ class Mode:
         out: the output's stick: what a copy or a fresh array is built in; for other
             nodes the stick their output has when the inputs are in ``ins``.
         variant: a rule's choice besides sticks (``"row_major"`` products, ``"fill"``
-            constants, reshape ``"view"`` or ``"copy"``); empty when there is one way.
+            constants, reshape ``"view"`` or ``"copy"``, ``"in_place"``); empty when
+            there is one way.
+        takes: the exact type each input must have (None: any serving ``ins``), for a
+            mode that joins values written into windows of its result's buffer.
+        clobbers: the input whose buffer the result reuses (an update in place): the
+            planner offers the mode only where nothing reads that input afterwards.
+        written: inputs their producers write straight into the result's buffer at a
+            place known only at run time: each must be a fresh result read by nothing
+            else.
+        place: the layout with gaps the (first) output is written in: a window of a
+            larger buffer (:func:`lower_node` places it; the planner asks for it).
     """
 
     ins: tuple[int | None, ...]
     out: int
     variant: str = ""
+    takes: tuple[SpyreType | None, ...] | None = None
+    clobbers: int | None = None
+    written: tuple[int, ...] = ()
+    place: SpyreTensorLayout | None = None
 
 
 def _req(v: Value | Scalar, stick: int) -> int | None:
@@ -99,6 +115,14 @@ def rule_for(node: Node, *, fallback: bool = False) -> Rule:
             "spyrejax.explain(f, ...).fallbacks lists each with its bytes)"
         )
     return rule
+
+
+def lower_node(node: Node, args: list[Any], mode: Mode, *, fallback: bool = False) -> list[Any]:
+    """The node's outputs for ``mode``: its rule's lowering, placed where the mode says."""
+    outs = rule_for(node, fallback=fallback).lower(node, args, mode)
+    if mode.place is not None:
+        outs = [place(outs[0], mode.place), *outs[1:]]
+    return outs
 
 
 def _where(line: str) -> str:

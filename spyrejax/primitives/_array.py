@@ -143,11 +143,6 @@ class SpyreType(HiType):
             )
         if len(self.strides) != len(self.shape):
             raise LayoutError(f"strides {self.strides} do not match shape {self.shape}")
-        if self.layout.has_gaps:
-            raise SpyreUnsupportedError(
-                f"{self.layout}: the primitives do not take layouts with gaps yet; "
-                "move such data with dma_h2d / dma_d2h"
-            )
         self.dims  # noqa: B018  (validates the view against the layout)
 
     @classmethod
@@ -249,7 +244,8 @@ class SpyreType(HiType):
     def str_short(self, short_dtypes: bool = False, mesh_axis_types: bool = False) -> str:
         """Compact form used in jaxprs: ``f16[5,100,150]{[100,3,5,64]/[150,64,15000,1]}``.
 
-        After the layout: ``view=`` (a view over another base), ``pad=0`` (zero
+        After the layout: ``gaps=`` (the ``(front, back)`` gaps of a window of a larger
+        buffer, on the dims that have one), ``view=`` (a view over another base), ``pad=0`` (zero
         padding), ``V:`` (the mesh axes it varies over) and ``@LX[c0:32]+0x4000`` (kept
         in the LX of cores 0..31 at that per-core byte address). A value with no ``@``
         lives in DDR.
@@ -257,6 +253,9 @@ class SpyreType(HiType):
         name = _SHORT_DTYPES.get(self.dtype.name, self.dtype.name)
         lay = self.layout
         text = f"{list(lay.device_size)}/{list(lay.stride_map)}".replace(" ", "")
+        if lay.has_gaps:
+            gaps = [f"{j}:{f}+{b}" for j, (f, b) in enumerate(lay.device_gaps) if f or b]
+            text += f" gaps={','.join(gaps)}"
         if self.is_view:
             text += f" view={list(self.base_shape)}:{list(self.strides)}".replace(", ", ",")
         if self.pad is PadFill.ZERO:

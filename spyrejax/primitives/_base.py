@@ -223,10 +223,14 @@ class SpyrePrim(HiPrim):
             program's own copies into a fresh layout (slice, concatenate, pad, a
             reshape that is no view); ``"restickify"``, a copy into another layout.
             Copies and restickifies say how many elements in :attr:`moves`.
+        takes_gaps: whether its kernel reads and writes layouts with gaps (a window of
+            a larger buffer, see ``SpyreTensorLayout.with_gap``); the others refuse
+            such operands and results by name (a ``LayoutError``: the planner moves them).
         param_names: the parameters the class declares.
     """
 
     role: ClassVar[str] = "compute"
+    takes_gaps: ClassVar[bool] = False
     param_names: ClassVar[frozenset[str]] = frozenset()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -239,12 +243,24 @@ class SpyrePrim(HiPrim):
                 f"{type(self).__name__} sets parameters {sorted(self.params)} but declares "
                 f"{sorted(self.param_names)}; declare each as a class annotation"
             )
+        if not self.takes_gaps:
+            self._refuse_gaps()
         varying = frozenset().union(*(_vma(a) for a in _flat(self.in_avals)))
         if isinstance(self.out_aval, SpyreType):
             vma = self.out_vma(varying | self.out_aval.vma)
             if vma != self.out_aval.vma:
                 self.out_aval = replace(self.out_aval, vma=vma)
         super().__init__()
+
+    def _refuse_gaps(self) -> None:
+        """Raise a LayoutError naming the primitive if an operand or result has gaps."""
+        for what, avals in (("operand", self.in_avals), ("result", self.out_aval)):
+            for a in _flat(avals):
+                if isinstance(a, SpyreType) and a.layout.has_gaps:
+                    raise LayoutError(
+                        f"{type(self).__name__} does not take layouts with gaps: its {what} "
+                        f"{a.str_short()} is a window of a larger buffer; restickify it first"
+                    )
 
     def out_vma(self, varying: frozenset[str]) -> frozenset[str]:
         """Mesh axes the result varies over, given those of the operands (their union)."""
@@ -418,6 +434,8 @@ def _lo_tangent(t: Any, lo_primal: Any, aval: Any) -> Any:
 class Image(SpyrePrim):
     """The raw device image of a Spyre array (padding included)."""
 
+    takes_gaps = True
+
     def __init__(self, aval: SpyreType) -> None:
         self.in_avals = (aval,)
         self.out_aval = _lo_aval(aval)
@@ -444,6 +462,8 @@ def image(x: Any) -> jax.Array:
 
 class Wrap(SpyrePrim):
     """A Spyre array of a given type around a device image."""
+
+    takes_gaps = True
 
     type: SpyreType
 

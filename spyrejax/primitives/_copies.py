@@ -44,6 +44,7 @@ class Copy(SpyrePrim):
     """
 
     role = "copy"
+    takes_gaps = True  # reads and writes through DMA descriptors
     layout: SpyreTensorLayout
     #: Whether ``compute`` selects (a pad): the result's bits are then fenced
     #: (see :func:`spyrejax.dma._dma.from_bits`).

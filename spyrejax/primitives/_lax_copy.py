@@ -41,6 +41,7 @@ class LaxCopy(SpyrePrim):
     """
 
     role = "copy"
+    takes_gaps = True  # reads and writes through DMA descriptors
     primitive: Any
     primitive_params: tuple[tuple[str, Any], ...]
     consts: tuple[tuple[int, Any], ...]

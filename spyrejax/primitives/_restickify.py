@@ -30,6 +30,7 @@ class Restickify(SpyrePrim):
     """Copy a Spyre array into a new layout (a device-to-device DMA)."""
 
     role = "restickify"
+    takes_gaps = True  # a DMA read and write: any window of a buffer
     layout: SpyreTensorLayout
 
     def __init__(self, aval: SpyreType, *, layout: SpyreTensorLayout) -> None:

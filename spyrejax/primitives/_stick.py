@@ -90,8 +90,11 @@ def serves(t: SpyreType, required: int | None) -> bool:
 
 
 def restickify_cost(t: SpyreType) -> int:
-    """Elements a restickify (or copy) of ``t`` moves: ``prod(device_size)`` (spec 7)."""
-    return math.prod(t.layout.device_size)
+    """Elements a restickify (or copy) of ``t`` moves: ``prod(device_size)`` (spec 7).
+
+    A window of a larger buffer (a layout with gaps) moves its valid range only.
+    """
+    return math.prod(t.layout.valid_size)
 
 
 def grouped_layout(shape: tuple[int, ...], dtype: Any) -> SpyreTensorLayout | None:

@@ -30,6 +30,8 @@ __all__ = ["ToDevice", "ToHost", "to_device", "to_host"]
 class ToDevice(SpyrePrim):
     """DMA a host array into a fresh device image."""
 
+    takes_gaps = True  # a DMA: any window of a buffer
+
     layout: SpyreTensorLayout
     pad_value: Any
 
@@ -109,6 +111,8 @@ def to_device(
 
 class ToHost(SpyrePrim):
     """DMA a device image back to a host array (and apply the array's view)."""
+
+    takes_gaps = True
 
     def __init__(self, aval: SpyreType) -> None:
         self.in_avals = (aval,)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,30 @@ def _ddr_bases(names: list[str], sizes: dict[str, int], align: int) -> dict[str,
     return out
 
 
+def _written_in_place(program: DeviceProgram) -> DeviceProgram:
+    """The program whose ops writing a result into a window of a larger buffer say so.
+
+    A result the plan places in a window (``primitives._in_place.Place``) is written
+    there by its producer: that op's output operand takes the window's layout, so its
+    SuperDSC carries the window's ``frontGap_``/``backGap_``.
+    """
+    windows = {
+        d.inputs[0][0]: d.output[1].layout
+        for d in (op.desc for op in program.ops)
+        if d.opfunc == "place" and d.inputs
+    }
+    ops = []
+    for op in program.ops:
+        div, name = op.division, op.desc.output[0]
+        if div is not None and name in windows:
+            out = div.space.output
+            placed = replace(out, tensor=replace(out.tensor, layout=windows[name]))
+            space = replace(div.space, operands=(*div.space.operands[:-1], placed))
+            op = replace(op, division=replace(div, space=space))
+        ops.append(op)
+    return replace(program, ops=tuple(ops))
+
+
 @gc_paused
 def export(
     fun: Callable[..., Any] | SpyreJit | FilterJit,
@@ -87,7 +111,7 @@ def export(
     machine = default_machine(machine)
     ops = program_ops(lowering.graph, lowering.plan, lowering.record)
     descs = ops.descs
-    program = plan_program(descs, machine, ops.ddr)
+    program = _written_in_place(plan_program(descs, machine, ops.ddr))
     sizes = {}
     for d in descs:
         for n, t in (*d.inputs, d.output):

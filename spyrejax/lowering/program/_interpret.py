@@ -28,7 +28,7 @@ from ...primitives._array import SpyreType
 from ...primitives._reduce import widened_sum
 from .._graph import Graph, Node, Scalar, Value
 from .._planner import Move, Plan
-from .._registry import rule_for
+from .._registry import lower_node
 from . import _record as recorded
 from ._cores import CoreCheck, CoreExecutor
 from ._device import node_hints, node_scope
@@ -279,7 +279,7 @@ class Interpreter:
                 )
                 # The planner refused host fallbacks where they are not allowed.
                 with scope, self._recorded(node, i, option, ins) as run:
-                    outs = rule_for(node, fallback=True).lower(node, ins, option.mode)
+                    outs = lower_node(node, ins, option.mode, fallback=True)
                     if run is not None:
                         run.outs = list(outs)
                 if len(outs) != len(node.outs):

@@ -7,6 +7,7 @@ from . import (
     _copies,  # noqa: F401  (gathers, scatters, dynamic slices, sorts: copies through values)
     _dot,  # noqa: F401  (dot_general)
     _elementwise,  # noqa: F401  (elementwise ops, conversions, reductions)
+    _in_place,  # noqa: F401  (in-place modes of concatenate, pad, dynamic_update_slice)
     _random,  # noqa: F401  (the random family)
     _scan,  # noqa: F401
     _shapes,  # noqa: F401  (shape ops, slices, concatenation, padding)

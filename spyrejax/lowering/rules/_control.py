@@ -247,8 +247,10 @@ class _Body:
         return Interpreter(self.graph, self.plan).run(*args)
 
 
-def _plan_body(graph: Graph, types: list[SpyreType]) -> _Body:
-    plan = plan_graph(graph, dict(zip(graph.inputs, types, strict=True)))
+def _plan_body(graph: Graph, types: list[SpyreType], carried: range = range(0)) -> _Body:
+    # A carry's buffer is the loop's own (as in XLA): the body may update it in place.
+    donated = frozenset(graph.inputs[i] for i in carried)
+    plan = plan_graph(graph, dict(zip(graph.inputs, types, strict=True)), donated=donated)
     outs = [
         host_input_type((), o.dtype) if t is None else t
         for o, t in zip(graph.outputs, plan.outputs, strict=True)
@@ -284,11 +286,13 @@ def _graph(node: Node, key: str, closed: Any, bound: list[Scalar | None]) -> Gra
     return c.graphs[key]
 
 
-def _body(node: Node, key: str, graph: Graph, types: list[SpyreType]) -> _Body:
+def _body(
+    node: Node, key: str, graph: Graph, types: list[SpyreType], carried: range = range(0)
+) -> _Body:
     c = _cache(node)
     k = (key, tuple(types))
     if k not in c.bodies:
-        c.bodies[k] = _plan_body(graph, types)
+        c.bodies[k] = _plan_body(graph, types, carried)
     return c.bodies[k]
 
 

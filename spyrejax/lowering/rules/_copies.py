@@ -1,7 +1,8 @@
 """Index-driven and cumulative ops: device copies through the values.
 
 Gathers, scatters, dynamic slices, cumulative ops, arg-reductions and sorts, each run by
-the registry's ``_LaxCopy`` rule (which the host fallback extends).
+the registry's ``_LaxCopy`` rule (which the host fallback extends);
+``dynamic_update_slice`` extends it with modes in place (``_in_place``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ _register(
     "scatter-max",
     "scatter_max",
     "dynamic_slice",
-    "dynamic_update_slice",
     "cumsum",
     "cumprod",
     "cummax",

@@ -63,7 +63,8 @@ class _Scan(_ControlRule):
             xs = [t.dec_rank(length, 0) for t in stacked]
 
             def plan_for(carry: list[SpyreType]) -> tuple[_Body, None]:
-                return _body(node, "body", graph, [*consts, *carry, *xs]), None
+                carried = range(len(consts), len(consts) + len(carry))
+                return _body(node, "body", graph, [*consts, *carry, *xs], carried), None
 
             return _choose_carry(init, plan_for, length)
 

@@ -108,8 +108,9 @@ class _While(_ControlRule):
         ]
 
         def plan_for(carry: list[SpyreType]) -> tuple[_Body, _Body]:
+            carried = range(len(bconsts), len(bconsts) + len(carry))  # updated in place
             return (
-                _body(node, "body", bgraph, [*bconsts, *carry]),
+                _body(node, "body", bgraph, [*bconsts, *carry], carried),
                 _body(node, "cond", cgraph, [*cconsts, *carry]),
             )
 
