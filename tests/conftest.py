@@ -69,6 +69,12 @@ def pytest_addoption(parser):
         action="store_true",
         help='check emulate="cores" against the default mode on every spyrejax.jit program',
     )
+    parser.addoption(
+        "--peer-ops",
+        metavar="DIR",
+        default=None,
+        help="also run torch-spyre's model op lists (*.yaml) in DIR (tests/test_peer_ops.py)",
+    )
 
 
 def pytest_configure(config):
