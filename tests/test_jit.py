@@ -1137,6 +1137,10 @@ _DOTS = {
     "ij,kl->ijkl": ((3, 4), (5, 6)),  # no contraction, free dims on both sides
     # B's free dims end in a size-1 dim (one query of grouped attention): n is stuck on r
     "grst,tgd->sgrd": ((2, 2, 1, 8), (8, 2, 20)),
+    # several free dims of A: the largest (not the last) is the matmul's M
+    "btkgh,bskh->bkgts": ((1, 6, 2, 1, 8), (1, 9, 2, 8)),  # dot_product_attention's q, G=1
+    "sgrd,tgd->grst": ((5, 2, 3, 8), (9, 2, 8)),  # grouped queries: M = s, not r
+    "abc,cd->abd": ((6, 3, 70), (70, 5)),
 }
 
 
