@@ -6,7 +6,7 @@
 - A Llama-style decoder block (RMSNorm, rotary embeddings computed inside, grouped-query
   causal attention, a SwiGLU MLP) and a ``lax.scan`` over stacked blocks.
 
-The tests (``tests/test_gpt.py``, ``tests/test_done_when.py``) check these against
+The tests (``tests/models/test_gpt.py``, ``tests/models/test_done_when.py``) check these against
 ``jax.jit``; ``benchmarks/bench.py`` times them. Pytest finds this module through the
 ``pythonpath`` setting in ``pyproject.toml``; ``bench.py`` runs beside it.
 """

@@ -176,7 +176,7 @@ def tracer_var(x: object) -> Var | None:
 
 # --- jaxpr structure: which parameters hold primitives and bodies -----------------------
 # Nothing else in spyrejax reads an equation's parameters for its structure
-# (tests/test_imports.py checks it): a JAX upgrade that renames one changes this file.
+# (tests/project/test_imports.py checks it): a JAX upgrade that renames one changes this file.
 
 _CALL_BODIES = {
     "jit": "jaxpr",

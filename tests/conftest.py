@@ -25,7 +25,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 import jax
 
-# Eight emulated cards for the many-card tests (tests/test_shard.py). JAX reads the
+# Eight emulated cards for the many-card tests (tests/primitives/test_shard.py). JAX reads the
 # device count when its CPU backend starts, so it is set here, before any test module
 # computes anything; single-card tests use device 0 as before.
 jax.config.update("jax_num_cpu_devices", 8)

@@ -3,7 +3,7 @@
 ``make figures`` (or ``python tools/code_figures.py``) prints the modules over
 :data:`MAX_LINES` lines and the functions at cyclomatic complexity (radon's) of
 :data:`REPORTED` or more; ``--check`` exits 1 when a module or a function is over its bar
-and not on an allow-list below, or over the ceiling its entry records (tests/test_tools.py
+and not on an allow-list below, or over the ceiling its entry records (tests/project/test_tools.py
 runs the check). The bars are issue 27's: modules under 600 lines unless one concept needs
 more, no function above complexity 25.
 

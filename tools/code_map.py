@@ -24,7 +24,7 @@ HEADER = """\
 not current. Each line is the module's own docstring, first line, and the names its
 `__all__` exports.*
 
-Folders follow the layers, and imports flow one way (`tests/test_imports.py` fails on any
+Folders follow the layers, and imports flow one way (`tests/project/test_imports.py` fails on any
 import that points up or any cycle): `layout/` (pure Python/NumPy, no JAX) -> `dma/` ->
 `primitives/` (the array types and the Spyre primitives) -> `device/` (the device model) ->
 `lowering/` (the graph, the rule registry, the planner) -> `lowering/program/` (the

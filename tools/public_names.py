@@ -4,7 +4,7 @@ The op tables (``_elementwise.OPS``, ``_reduce.REDUCTIONS_TABLE``) stay the one 
 the elementwise ops and reductions; this tool spells their public functions out as
 assignments (``exp: Unary = _EW["exp"]``) so IDEs and type checkers find ``spyrejax.exp``.
 ``make public-names`` (or ``python tools/public_names.py``) rewrites the module;
-``--check`` exits 1 when it is not current (tests/test_tools.py runs the check).
+``--check`` exits 1 when it is not current (tests/project/test_tools.py runs the check).
 """
 
 from __future__ import annotations

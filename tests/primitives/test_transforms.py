@@ -93,7 +93,7 @@ def test_vmap_over_spyre_arrays_maps_any_dim():
     made = jax.vmap(sj.to_device)(xb)
     assert made.layout.device_size[0] == 3
     np.testing.assert_array_equal(sj.to_host(made), xb)  # a transfer: exact
-    # A batch dim that is not outermost is restickified first (tests/test_mapping.py).
+    # A batch dim that is not outermost is restickified first (tests/primitives/test_mapping.py).
     assert_close(sj.to_host(jax.vmap(lambda a: a * 2.0)(sj.to_device(xb))), 2 * xb)
     moved = jax.vmap(lambda a: a * 2.0, in_axes=1)(a)
     assert_close(sj.to_host(moved), 2 * jnp.moveaxis(xb, 1, 0))

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from blocks import CNN
 from helpers import assert_matches_jax_jit as _close
 from helpers import rand
 
@@ -212,29 +213,6 @@ def test_equinox_conv_gradients():
     x = rand((3, 9, 70), jnp.float32, 1)
     grad = jax.grad(lambda c, x: jnp.sin(c(x)).sum(), argnums=(0, 1))
     _close(grad, conv, x, reduce_len=9 * 70, ops=3)
-
-
-class CNN(eqx.Module):
-    """conv-relu-maxpool-conv-relu-avgpool-flatten-linear, on one image."""
-
-    conv1: eqx.nn.Conv2d
-    conv2: eqx.nn.Conv2d
-    pool1: eqx.nn.MaxPool2d
-    pool2: eqx.nn.AvgPool2d
-    head: eqx.nn.Linear
-
-    def __init__(self, key):
-        k1, k2, k3 = jax.random.split(key, 3)
-        self.conv1 = eqx.nn.Conv2d(1, 8, 3, padding=1, key=k1)
-        self.conv2 = eqx.nn.Conv2d(8, 16, 3, padding=1, key=k2)
-        self.pool1 = eqx.nn.MaxPool2d(2, 2)
-        self.pool2 = eqx.nn.AvgPool2d(2, 2)
-        self.head = eqx.nn.Linear(16 * 4 * 4, 10, key=k3)
-
-    def __call__(self, x):
-        x = self.pool1(jax.nn.relu(self.conv1(x)))
-        x = self.pool2(jax.nn.relu(self.conv2(x)))
-        return self.head(x.reshape(-1))
 
 
 def test_small_cnn_classifier_and_its_training_gradient():

@@ -2,39 +2,13 @@
 
 import re
 
-import jax
 import jax.numpy as jnp
 import pytest
+from blocks import D, T, _two_layers, _weights
 from helpers import rand
-from test_models import attention, rms_norm
 
 import spyrejax as sj
 from spyrejax.lowering._graph import source_line
-
-D, H, T = 64, 2, 16
-
-
-def _block(x, wq, wk, wv, wo, g1, w1, w2, g2):
-    y = rms_norm(x, g1)
-    q, k, v = ((y @ w).reshape(T, H, D // H).transpose(1, 0, 2) for w in (wq, wk, wv))
-    a = attention(q, k, v).transpose(1, 0, 2).reshape(T, D)
-    x = x + a @ wo
-    return x + jax.nn.gelu(rms_norm(x, g2) @ w1) @ w2
-
-
-def _two_layers(x, *weights):
-    return _block(_block(x, *weights), *weights)
-
-
-def _weights():
-    ws = [rand((D, D), jnp.float32, i, low=-0.2, high=0.2) for i in range(4)]
-    return (
-        *ws,
-        rand((D,), jnp.float32, 5),
-        rand((D, 128), jnp.float32, 6, low=-0.2, high=0.2),
-        rand((128, D), jnp.float32, 7, low=-0.2, high=0.2),
-        rand((D,), jnp.float32, 8),
-    )
 
 
 @pytest.fixture(scope="module")

@@ -83,7 +83,10 @@ def _free_port() -> int:
 
 def test_a_data_parallel_step_across_two_processes_matches_jax_jit():
     port = _free_port()
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    # The workers run this file as a script: helpers.py's folder (tests/) goes on their path.
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": path}
     procs = [
         subprocess.Popen(
             [sys.executable, __file__, str(pid), str(port)],

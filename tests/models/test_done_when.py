@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from blocks import CNN
 from helpers import assert_close, rand, tol
 from helpers import assert_matches_jax_jit as _close
 from models import (
@@ -31,7 +32,6 @@ from models import (
     rms_norm,
     swiglu,
 )
-from test_conv import CNN
 from test_gpt import SHAPES as GPT_SHAPES
 from test_gpt import _setup as gpt_setup
 

@@ -42,7 +42,7 @@ max, integers) get no slack beyond that of the output's scale. Comparisons are o
 drawn between exact values (inputs, iota, views, max/min...), whose bits both
 implementations agree on, so no mask can flip.
 
-``python tests/test_differential.py N`` runs N random programs and prints a table of
+``python tests/lowering/test_differential.py N`` runs N random programs and prints a table of
 the failure classes with a repro of each.
 """
 
@@ -320,7 +320,7 @@ class Program:
 
     def __repr__(self) -> str:
         lines = [
-            "# _loss, _jvp, _host, _softclip, _twice: see tests/test_differential.py",
+            "# _loss, _jvp, _host, _softclip, _twice: see tests/lowering/test_differential.py",
             self.source(),
         ]
         args = []
@@ -1273,7 +1273,7 @@ def test_once_refused_forms_now_match(f, shape, dtype):
     _assert_sums_close(got, want, 4 * shape[1])
 
 
-if __name__ == "__main__":  # the at-scale run: python tests/test_differential.py 1000
+if __name__ == "__main__":  # the at-scale run: python tests/lowering/test_differential.py 1000
     from collections import Counter
 
     from hypothesis import HealthCheck, Phase

@@ -4,6 +4,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import pytest
+from blocks import attention, rms_norm
 from helpers import assert_close, rand
 from helpers import assert_matches_jax_jit as _close
 
@@ -18,18 +19,6 @@ def layer_norm(x, g, b, eps=1e-5):
     m = x.mean(-1, keepdims=True)
     v = ((x - m) ** 2).mean(-1, keepdims=True)
     return (x - m) * jax.lax.rsqrt(v + eps) * g + b
-
-
-def rms_norm(x, g, eps=1e-6):
-    return x * jax.lax.rsqrt((x * x).mean(-1, keepdims=True) + eps) * g
-
-
-def attention(q, k, v):
-    t, d = q.shape[-2], q.shape[-1]
-    s = jnp.einsum("...qd,...kd->...qk", q, k) / jnp.sqrt(jnp.asarray(d, q.dtype))
-    mask = jnp.tril(jnp.ones((t, t), bool))
-    s = jnp.where(mask, s, jnp.asarray(-1e9, s.dtype))
-    return jnp.einsum("...qk,...kd->...qd", jax.nn.softmax(s, axis=-1), v)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float16, jnp.bfloat16], ids=str)

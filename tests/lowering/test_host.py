@@ -8,11 +8,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from blocks import _block, _two_layers, _weights
 from helpers import assert_close, rand
 from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, mlir
-from test_explain import _block, _two_layers, _weights
 
 import spyrejax as sj
 from spyrejax.lowering import RULES

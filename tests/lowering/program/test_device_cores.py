@@ -403,7 +403,7 @@ def test_a_division_that_splits_a_folded_variable_falls_back_visibly(monkeypatch
     ids=["div_by_broadcast", "max_of_signed_zeros"],
 )
 def test_the_check_mode_allows_xla_s_own_roundings_and_no_more(f, shape, seed):
-    """Both differed bit for bit in the suite's run (tests/test_jit.py's random graphs)."""
+    """Both differed bit for bit in the suite's run (tests/frontend/test_jit.py's random graphs)."""
     x = rand(shape, seed=seed, low=-1, high=1)
     with checking_cores() as check:
         got = sj.to_host(sj.jit(f)(x))
