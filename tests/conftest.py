@@ -73,7 +73,7 @@ def pytest_addoption(parser):
         "--peer-ops",
         metavar="DIR",
         default=None,
-        help="also run torch-spyre's model op lists (*.yaml) in DIR (tests/test_peer_ops.py)",
+        help="also run torch-spyre's model op lists (*.yaml) in DIR (tests/models/test_peer_ops)",
     )
 
 

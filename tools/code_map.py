@@ -1,7 +1,7 @@
 """Write docs/code-map.md from the tree: every package and module with its docstring's first line.
 
 `make code-map` (or ``python tools/code_map.py``) rewrites the page; ``--check`` exits 1 when
-the page is not current (tests/test_docs.py runs the check), so the map never drifts from
+the page is not current (tests/project/test_readme.py runs the check), so the map never drifts from
 the code. Modules are read with ``ast``: nothing is imported.
 """
 
