@@ -226,6 +226,8 @@ def _torch_op(name: str, tensors: list[dict], values: list[Any]) -> tuple[Callab
         keep = bool(values[1]) if len(values) > 1 else False
         k = int(np.prod([tensors[0]["shape"][a] for a in np.atleast_1d(axis)]))
         return (lambda x: jnp.mean(x, axis=axis, keepdims=keep)), k
+    if name == "torch.pow" and len(tensors) == 1 and values == [2]:
+        return jnp.square, 1
     if name == "torch.nn.functional.embedding" and len(tensors) == 2:
         return (lambda i, w: jnp.take(w, i, axis=0)), 1
     return f"{name} with {len(tensors)} tensor(s) and values {values!r} is not mapped"
@@ -256,6 +258,10 @@ def _torch_case(path: Path, i: int, entry: dict) -> Case:
     kwargs = entry.get("sample_inputs_func", {}).get("kwargs")
     tensors = [_torch_tensor(a["tensor"]) for a in args if "tensor" in a]
     values = [a["value"] for a in args if "value" in a]
+    if entry.get("name") == "torch.cat" and args and "tensor_list" in args[0] and not kwargs:
+        axis = args[1]["value"] if len(args) > 1 else 0
+        parts = tuple(_torch_tensor(t) for t in args[0]["tensor_list"])
+        return Case(cid, lambda *xs: jnp.concatenate(xs, axis=axis), parts)
     if kwargs or any("tensor_list" in a for a in args) or len(tensors) + len(values) != len(args):
         return Case(cid, None, skip="keyword or tensor-list arguments are not mapped")
     if any("tensor" in a for a in args[len(tensors) :]):

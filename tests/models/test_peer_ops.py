@@ -106,4 +106,89 @@ def test_every_list_names_its_sources():
     assert {p.stem for p in LISTS.glob("*.json")} >= {
         "granite-3.3-8b",
         "llama-3.1-8b",
+        "gpt-oss-20b",
     }
+
+
+# A file in torch-spyre's model_ops format (written here, from its documented fields): the
+# entries a user's file holds, one of each kind the reader maps or skips.
+TORCH_SPYRE_FILE = """
+test_suite_config:
+  files:
+    - path: tests/models/test_model_ops.py
+      tests:
+        - names: [TestModelOps::test_model_ops_db]
+          edits:
+            ops:
+              include:
+                - name: torch.mul
+                  sample_inputs_func:
+                    args:
+                      - tensor: {shape: [1, 5, 96], stride: [480, 96, 1], storage_offset: 0,
+                                 dtype: torch.bfloat16, init: rand}
+                      - value: 12.0
+                - name: torch.Tensor.float
+                  sample_inputs_func:
+                    args:
+                      - tensor:
+                          shape: [1, 1, 41]
+                          stride: [41, 41, 1]
+                          storage_offset: 0
+                          dtype: torch.int64
+                          init: randint
+                          init_args: {high: 4096}
+                          device_layout:
+                            device_size: [2, 1, 32]
+                            stride_map: [32, -1, 1]
+                            device_dtype: torch.int32
+                - name: torch.neg
+                  sample_inputs_func:
+                    args:
+                      - tensor: {shape: [1, 2, 5, 64], stride: [1280, 640, 128, 1],
+                                 storage_offset: 64, dtype: torch.float16, init: rand}
+                - name: torch.matmul
+                  sample_inputs_func:
+                    args:
+                      - tensor: {shape: [1, 64, 1], stride: [64, 1, 1], dtype: torch.float32}
+                      - tensor: {shape: [1, 1, 41], stride: [41, 41, 1], dtype: torch.float32}
+                - name: torch.Tensor.transpose
+                  sample_inputs_func:
+                    args:
+                      - tensor: {shape: [1, 64, 41], stride: [2624, 41, 1], dtype: torch.float32}
+                      - value: 1
+                      - value: 2
+                - name: torch.nn.functional.embedding
+                  sample_inputs_func:
+                    args:
+                      - tensor: {shape: [1, 7], stride: [7, 1], dtype: torch.int64, init: randint,
+                                 init_args: {high: 2147483647}}
+                      - tensor: {shape: [1000, 64], stride: [64, 1], dtype: torch.bfloat16}
+                - name: torch.cat
+                  sample_inputs_func:
+                    args:
+                      - tensor_list:
+                          - {shape: [1, 4, 64], stride: [256, 64, 1], dtype: torch.float32}
+                          - {shape: [1, 4, 64], stride: [256, 64, 1], dtype: torch.float32}
+                - name: torch.Tensor.to
+                  sample_inputs_func:
+                    args:
+                      - tensor: {shape: [1, 64, 1], stride: [64, 1, 1], dtype: torch.float32}
+                - name: torch.arange
+                  sample_inputs_func:
+                    args:
+                      - value: 1
+"""
+
+
+def test_torch_spyre_files_are_read_run_or_skipped_with_a_reason(tmp_path):
+    pytest.importorskip("yaml")
+    from peer_ops import torch_spyre_cases
+
+    (tmp_path / "tiny.yaml").write_text(TORCH_SPYRE_FILE)
+    cases = torch_spyre_cases(tmp_path)
+    assert [c.skip is None for c in cases] == [True] * 7 + [False] * 2
+    assert "torch.Tensor.to" in cases[7].skip and "torch.arange" in cases[8].skip
+    neg = cases[2].operands[0]
+    assert (neg["strides"], neg["offset"]) == ([1280, 640, 128, 1], 64)
+    for case in cases[:7]:
+        run_case(case)
