@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import assert_close, rand
+from helpers import assert_close, rand, tol
 from helpers import assert_matches_jax_jit as _check
 from hypothesis import given
 from hypothesis import strategies as st
@@ -974,6 +974,31 @@ def test_half_products_of_transposed_operands_run(dtype, m, k, n):
     # Both round one float32 sum of m exact products to the half dtype: one ulp apart.
     eps = float(jnp.finfo(dtype).eps)
     np.testing.assert_allclose(got, want, rtol=eps, atol=eps * np.abs(want).max())
+
+
+@pytest.mark.parametrize("poison", [True, False])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_half_intermediates_are_rounded_where_jax_jit_rounds_them(dtype, poison):
+    """docs/jit.md "Rounding of 16-bit values": one rule at every element.
+
+    ``jax.nn.standardize`` over 3 elements takes the variance as ``E[x^2] - E[x]^2`` in
+    the input's dtype: ill-conditioned, so one rounding more or less moves the result
+    far. Under ``jax.jit``, XLA keeps ``square(x)``'s float32 value for its float32 mean
+    (bfloat16 only); spyrejax applies that rule whatever its kernels' fusions (the
+    poison-padding selects used to block it at some elements).
+    """
+    x = rand((64, 3), dtype, low=5.0, high=6.0)
+    with sj.poison_padding(poison):
+        got = np.asarray(sj.jit(lambda a: jax.nn.standardize(a, axis=-1))(x), np.float32)
+    want = np.asarray(jax.jit(lambda a: jax.nn.standardize(a, axis=-1))(x), np.float32)
+    bound = tol(dtype, reduce_len=3, ops=4, scale=float(np.abs(want).max()))
+    chex.assert_trees_all_close(got, want, **bound)
+    with jax.disable_jit():  # op by op: every result rounded
+        eager = np.asarray(jax.nn.standardize(x, axis=-1), np.float32)
+    if dtype == jnp.bfloat16:  # the rule decides: rounding E[x^2] too is far off
+        assert np.abs(eager - want).max() > 2 * bound["atol"]
+    else:
+        chex.assert_trees_all_close(eager, want, **bound)
 
 
 @pytest.mark.parametrize(
