@@ -25,15 +25,7 @@ __all__ = ["Windows"]
 
 
 class Windows:
-    """The planner's rule for results written in place (issue 26: gaps).
-
-    A mode that joins values written into windows of its result's buffer names the
-    exact type each input must have (``Mode.takes``: a layout with gaps). A value can be
-    had in such a type only from its producer, writing its own fresh result there at
-    no extra cost (the producer's option, placed: ``Mode.place``), never from a
-    restickify. A mode that overwrites an input's buffer (``Mode.clobbers``) runs only
-    where that input is read by nothing else: produced fresh, or a donated input.
-    """
+    """One planning's windows: who produces each value, who reads it, what is donated."""
 
     def __init__(self, graph: Graph, donated: frozenset[Value]) -> None:
         self.producer = {v: n for n in graph.nodes for v in n.outs}
