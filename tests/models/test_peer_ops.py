@@ -192,3 +192,15 @@ def test_torch_spyre_files_are_read_run_or_skipped_with_a_reason(tmp_path):
     assert (neg["strides"], neg["offset"]) == ([1280, 640, 128, 1], 64)
     for case in cases[:7]:
         run_case(case)
+
+
+def test_same_placement_ignores_unit_dims_only():
+    """torch-spyre's [2, 1, 32] of a [1, 1, 41] int32 is spyrejax's [1, 2, 1, 32]; another
+    dim order of a [4, 41] tensor places its elements elsewhere."""
+    from peer_ops import layout_of
+
+    theirs = layout_of({"device_size": [2, 1, 32], "stride_map": [32, -1, 1]}, np.int32)
+    assert same_placement(theirs, sj.SpyreTensorLayout((1, 1, 41), np.int32), (1, 1, 41))
+    rows = sj.SpyreTensorLayout((4, 41), np.int32)
+    cols = sj.SpyreTensorLayout((4, 41), np.int32, [1, 0])
+    assert not same_placement(rows, cols, (4, 41))
