@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 
@@ -42,8 +44,8 @@ from ..lowering.program._cores import CoreCheck, core_check
 from ..lowering.program._interpret import Interpreter, check_emulate
 from ..lowering.program._record import Recorder, recording
 from ..lowering.program._residency import residency_jaxpr
-from ..primitives import abstract, image, to_host, wrap
-from ..primitives._array import SpyreArray, SpyreType
+from ..primitives import abstract, image, to_device, to_host, wrap
+from ..primitives._array import PadFill, SpyreArray, SpyreType
 from . import _x64
 from ._arguments import (
     ArgNums,
@@ -52,13 +54,13 @@ from ._arguments import (
     check_formats,
     donations,
     in_user_terms,
-    leaf_aval,
     leaf_avals,
     split_call,
 )
 from ._cache import MAX_SIGNATURES, Lru, signature_cache
 from ._gc import gc_paused
 from ._outer_ad import vjp_function, with_own_derivatives
+from ._stages import Compiled, Lowered, Traced, public_aval
 from ._vmap import can_batch_whole, vmapped_call
 
 __all__ = ["Compiled", "Lowered", "Lowering", "SpyreJit", "Traced", "jit"]
@@ -145,7 +147,7 @@ class Lowering:
         the device with default layouts), with the dtype and weak type ``jax.jit``
         gives them.
         """
-        return jax.tree.unflatten(self.in_tree, [_public_aval(a) for a in self.in_avals])
+        return jax.tree.unflatten(self.in_tree, [public_aval(a) for a in self.in_avals])
 
     @property
     def out_info(self) -> Any:
@@ -312,16 +314,26 @@ def _input_type(aval: Any) -> SpyreType:
 
 
 def _out_types(plan: Plan, graph: Graph) -> list[SpyreType]:
-    """The planned output types (a scalar result is a fresh 0-d array)."""
+    """The planned output types (a scalar result is a fresh 0-d array).
+
+    A result whose padding the plan knows to be zero is returned without that promise
+    (the weaker one holds): it then has the type a host argument of its shape gets, so
+    a program fed its own results meets the signature it was compiled for.
+    """
     return [
-        host_input_type((), o.dtype) if t is None else t
+        host_input_type((), o.dtype) if t is None else _unpromised(t)
         for o, t in zip(graph.outputs, plan.outputs, strict=True)
     ]
 
 
-def _public_aval(aval: SpyreType | HostAval) -> Any:
-    """A Spyre type, or a host leaf's ``jax.ShapeDtypeStruct``."""
-    return aval if isinstance(aval, SpyreType) else aval.struct()
+def _as_type(x: Any, t: SpyreType) -> Any:
+    """Result ``x`` with type ``t``: its own, or the same image without a padding promise."""
+    return x if jax.typeof(x) == t else wrap(image(x), t)
+
+
+def _unpromised(t: SpyreType) -> SpyreType:
+    """``t`` without a promise about its padding (the same image)."""
+    return t if t.pad is PadFill.POISON or t.is_view else replace(t, pad=PadFill.POISON)
 
 
 @dataclass(frozen=True)
@@ -345,188 +357,6 @@ class _Signature:
     context: Any
     keys: tuple[tuple[int, Any], ...] = ()
     check: CoreCheck | None = None
-
-
-# --- stages, as in jax.stages: Traced -> Lowered -> Compiled ----------------------------
-
-
-class Traced:
-    """A function traced for one input signature, ready to lower (``jax.stages.Traced``).
-
-    Attributes:
-        jaxpr: the function traced with plain JAX (a ``ClosedJaxpr``), before layouts.
-        fun_name: the function's name.
-        in_tree: the pytree structure of ``(args, kwargs)``, static arguments left out.
-        out_tree: the output pytree structure.
-    """
-
-    def __init__(
-        self,
-        jaxpr: ClosedJaxpr,
-        fun_name: str,
-        signature: _Signature,
-        out_tree: Any,
-        lower: Callable[[], Lowering],
-    ) -> None:
-        self.jaxpr = jaxpr
-        self.fun_name = fun_name
-        self.in_tree = signature.in_tree
-        self.out_tree = out_tree
-        self._in_avals = signature.in_avals
-        self._lower = lower
-
-    @property
-    def in_avals(self) -> Any:
-        """The inputs' abstract values in the ``(args, kwargs)`` structure.
-
-        Spyre types for Spyre arrays; ``jax.ShapeDtypeStruct`` for host leaves, with the
-        dtype and weak type ``jax.jit`` gives them.
-        """
-        return jax.tree.unflatten(self.in_tree, [_public_aval(a) for a in self._in_avals])
-
-    @property
-    def out_avals(self) -> Any:
-        """The outputs' abstract values (shapes and dtypes) in the output structure."""
-        return jax.tree.unflatten(self.out_tree, self.jaxpr.out_avals)
-
-    @property
-    def out_info(self) -> Any:
-        """The outputs' shapes and dtypes (``jax.ShapeDtypeStruct``), as ``jax.stages``."""
-        structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in self.jaxpr.out_avals]
-        return jax.tree.unflatten(self.out_tree, structs)
-
-    def lower(self) -> Lowered:
-        """Plan the layouts: a :class:`Lowered` (cached per signature)."""
-        return Lowered(self._lower())
-
-
-class _Stage:
-    """What the planned stages share: the lowering, its types and pytree structures."""
-
-    def __init__(self, lowering: Lowering) -> None:
-        self._lowering = lowering
-        self.out_types = lowering.out_types
-        self.in_tree = lowering.in_tree
-        self.out_tree = lowering.out_tree
-
-    @property
-    def in_avals(self) -> Any:
-        """The inputs' abstract values (see :attr:`Lowering.in_info`)."""
-        return self._lowering.in_info
-
-    @property
-    def out_info(self) -> Any:
-        """The outputs' Spyre types in the output structure."""
-        return self._lowering.out_info
-
-
-class Lowered(_Stage):
-    """A function planned for the Spyre emulator for one input signature.
-
-    The counterpart of ``jax.stages.Lowered``: :meth:`as_text` is the Spyre-level
-    jaxpr (a layout on every value) and :meth:`compile` compiles it ahead of time.
-
-    Attributes:
-        plan: the planner's decisions (``plan.cost``: elements its restickifies and
-            copies move).
-        graph: the function's flattened graph, as planned.
-        out_types: the outputs' Spyre types, flat.
-        in_tree: the pytree structure of ``(args, kwargs)``, static arguments left out.
-        out_tree: the output pytree structure.
-    """
-
-    def __init__(self, lowering: Lowering) -> None:
-        super().__init__(lowering)
-        self.plan = lowering.plan
-        self.graph = lowering.graph
-
-    def as_text(self, machine: Machine | None = None) -> str:
-        """The Spyre-level jaxpr: every Spyre primitive, the layout of every value.
-
-        The device model plans the program on ``machine`` (default ``Machine.spyre()``):
-        a value it keeps in LX shows where (``@LX[c0:32]+0x4000``: the LX of cores
-        0..31, at that byte of each); a value with no ``@`` lives in DDR.
-
-        Raises:
-            DeviceError: for a ``with_division`` hint the device model cannot follow.
-        """
-        return self._lowering.residency_jaxpr(machine)[0].pretty_print(use_color=False)
-
-    @gc_paused
-    def compile(self) -> Compiled:
-        """Compile ahead of time: a :class:`Compiled`, called with the same arguments."""
-        lo = [
-            jax.ShapeDtypeStruct(a.layout.device_size, a.dtype)
-            if isinstance(a, SpyreType)
-            else a.struct()
-            for a in self._lowering.in_avals
-        ]
-        return Compiled(self._lowering, self._lowering.on_images.lower(*lo).compile())
-
-
-class Compiled(_Stage):
-    """A function compiled for one input signature (``jax.stages.Compiled``).
-
-    Called with the arguments it was lowered for, static arguments left out (as with
-    ``jax.jit(f).lower(...).compile()``), on concrete arrays only: under ``jax.jit``,
-    ``jax.grad`` or ``jax.vmap``, call the :func:`spyrejax.jit` function itself.
-
-    Attributes:
-        out_types: the outputs' Spyre types, flat.
-        in_tree: the pytree structure of ``(args, kwargs)`` it takes.
-        out_tree: the output pytree structure.
-    """
-
-    def __init__(self, lowering: Lowering, executable: Any) -> None:
-        super().__init__(lowering)
-        self._executable = executable
-
-    def as_text(self) -> str:
-        """The XLA program it runs on the device images (``jax.stages.Compiled.as_text``)."""
-        return self._executable.as_text()
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        leaves, tree = jax.tree.flatten((list(args), kwargs))
-        leaves, _ = unwrap_keys(leaves)
-        if tree != self.in_tree:
-            raise SpyreTypeError(
-                f"Compiled: called with arguments {tree}, but compiled for {self.in_tree} "
-                "(static arguments are left out)"
-            )
-        if any(isinstance(x, jax.core.Tracer) for x in leaves):
-            raise SpyreTypeError(
-                "Compiled: cannot run under a JAX transformation (got a tracer); call the "
-                "spyrejax.jit function itself under jax.jit, jax.grad or jax.vmap"
-            )
-        if _x64.active():  # 64-bit leaves held in 32 bits, as a call holds them (_x64)
-            leaves = _x64.narrow_leaves(leaves, lambda i: f"leaf {i}")
-            with _x64.off():
-                return self._run(leaves)
-        return self._run(leaves)
-
-    def _run(self, leaves: list[Any]) -> Any:
-        want = self._lowering.in_avals
-        for i, (x, aval) in enumerate(zip(leaves, want, strict=True)):
-            try:
-                got = leaf_aval(x)
-            except TypeError:
-                raise SpyreTypeError(
-                    f"Compiled: argument leaf {i} is a {type(x).__name__}, not an array"
-                ) from None
-            if got != aval:
-                raise SpyreTypeError(
-                    f"Compiled: argument leaf {i} is {_describe(got)}, but it was compiled "
-                    f"for {_describe(aval)}"
-                )
-        outs = self._lowering.run_on_images(leaves, self._executable)
-        return jax.tree.unflatten(self.out_tree, outs)
-
-
-def _describe(aval: SpyreType | HostAval) -> str:
-    if isinstance(aval, SpyreType):
-        return aval.str_short()
-    weak = " (weakly typed: a Python scalar)" if aval.weak_type else ""
-    return f"a host array {np.dtype(aval.dtype).name}{list(aval.shape)}{weak}"
 
 
 # --- the jitted function ------------------------------------------------------------------
@@ -633,6 +463,7 @@ class SpyreJit:
         sig64, _, call64 = self._signature(args, kwargs)
         with _x64.off():
             sig, leaves, call = self._signature(args, kwargs, narrow=True)
+            sig, leaves, _ = _host_arrays_moved(sig, leaves, call)
             lowering = self._cached(sig)
             if lowering is None:
                 lowering = self._lower(sig, *self._trace(sig, call))
@@ -687,25 +518,31 @@ class SpyreJit:
             return lowering
         graph = host_regions(build_graph(closed))
         types = {v: _input_type(a) for v, a in zip(graph.inputs, sig.in_avals, strict=True)}
-        plan = plan_graph(graph, types, self.fallback, donations(self.argnums, sig, graph.inputs))
+        donated = donations(self.argnums, sig, graph.inputs)
+        plan = plan_graph(graph, types, self.fallback, donated, default_results=True)
         interpreter = Interpreter(graph, plan, self.emulate, check=sig.check)
         in_types = [a if isinstance(a, SpyreType) else None for a in sig.in_avals]
+        out_types = _out_types(plan, graph)
+
+        def run(*args: Any) -> list[Any]:
+            outs = interpreter.run(*args)
+            return [_as_type(o, t) for o, t in zip(outs, out_types, strict=True)]
 
         def run_images(*lo: Any) -> list[jax.Array]:
             hi = [x if t is None else wrap(x, t) for x, t in zip(lo, in_types, strict=True)]
-            return [image(o) for o in interpreter.run(*hi)]
+            return [image(o) for o in run(*hi)]
 
         lowering = Lowering(
             closed,
             graph,
             plan,
             interpreter,
-            jax.jit(interpreter.run),
+            jax.jit(run),
             sig.in_tree,
             sig.in_avals,
             out_tree,
             jax.jit(run_images),
-            _out_types(plan, graph),
+            out_types,
         )
         self._cache.put(sig, lowering)
         return lowering
@@ -730,7 +567,7 @@ class SpyreJit:
             with _x64.off() if x64 else contextlib.nullcontext():
                 return self._lower(sig, closed, out_tree)
 
-        return Traced(closed, name, sig, out_tree, lower)
+        return Traced(closed, name, sig.in_tree, sig.in_avals, out_tree, lower)
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """Trace and plan for these arguments, as ``jax.jit(f).lower``: a :class:`Lowered`.
@@ -765,10 +602,111 @@ class SpyreJit:
 
     @gc_paused  # the first call traces, plans, lowers and compiles
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any], fast: Any) -> Any:
-        lowering, leaves = self._lowering(*args, **kwargs)
+        sig, leaves, call = self._signature(args, kwargs)
+        sig, leaves, moved = _host_arrays_moved(sig, leaves, call)
+        lowering = self._cached(sig)
+        if lowering is None:
+            lowering = self._lower(sig, *self._trace(sig, call))
         if fast is not None:
-            self._cache.put(fast[0], lowering)
+            self._cache.put(fast[0], _HostArraysMoved(lowering, moved) if moved else lowering)
         return lowering.call(leaves)
+
+
+def _host_arrays_moved(
+    sig: _Signature, leaves: Sequence[Any], call: Call
+) -> tuple[_Signature, Sequence[Any], tuple[tuple[int, Any], ...]]:
+    """A concrete call's signature and leaves, its host arrays moved to the device.
+
+    Returns the signature and leaves of the call with the SpyreArrays of their default
+    layouts in place of its host arrays (see :func:`_host_arrays`), and ``(leaf index,
+    dtype)`` of each moved one.
+
+    Raises:
+        LayoutError: naming an argument whose dtype has no Spyre data format.
+    """
+    moved = _host_arrays(sig, leaves)
+    if not moved:
+        return sig, leaves, ()
+    check_formats(sig.in_avals, call.path)
+    dtypes = tuple((i, sig.in_avals[i].dtype) for i in moved)
+    leaves = _moved(leaves, dtypes)
+    avals = list(sig.in_avals)
+    for i in moved:
+        avals[i] = leaves[i].type
+    return replace(sig, in_avals=tuple(avals)), leaves, dtypes
+
+
+def _host_arrays(sig: _Signature, leaves: Sequence[Any]) -> tuple[int, ...]:
+    """The leaves of a concrete call moved to the device before it: its host arrays.
+
+    A host array (not a Python scalar, whose weak type the trace keeps, nor a PRNG
+    key's data) is what the program would otherwise move into the default layout of
+    its shape itself; moved first, the call has the signature of a call with the
+    SpyreArrays the program returns, so a training loop (host arrays in, SpyreArrays
+    back) runs one compiled program from its first step. None under a trace.
+    """
+    if any(isinstance(x, jax.core.Tracer) for x in leaves):
+        return ()
+    keys = {i for i, _ in sig.keys}
+    return tuple(
+        i
+        for i, (x, a) in enumerate(zip(leaves, sig.in_avals, strict=True))
+        if isinstance(a, HostAval)
+        and not a.weak_type
+        and i not in keys
+        and math.prod(a.shape)
+        and not _sharded(x)
+    )
+
+
+def _sharded(x: Any) -> bool:
+    """Whether ``x`` is spread over several devices (a shard_map reads its sharding)."""
+    sharding = getattr(x, "sharding", None)
+    return sharding is not None and len(sharding.device_set) > 1
+
+
+def _moved(
+    leaves: Sequence[Any], moved: tuple[tuple[int, Any], ...], *, images: bool = False
+) -> list[Any]:
+    """``leaves`` moved to the device in their default layouts where ``moved`` says.
+
+    ``moved`` holds ``(leaf index, dtype)``: the dtype ``jax.jit`` reads the leaf in
+    (a float64 NumPy array is float32 with x64 off). With ``images``, the moved leaves
+    are their device images (what :meth:`Lowering.call_concrete` passes on).
+    """
+    out = list(leaves)
+    hosts = tuple(
+        x if isinstance(x, jax.Array) and x.dtype == dtype else jnp.asarray(x, dtype)
+        for x, dtype in ((out[i], dtype) for i, dtype in moved)
+    )
+    for (i, _), x, img in zip(moved, hosts, _images_of(hosts), strict=True):
+        out[i] = img if images else SpyreArray(img, host_input_type(x.shape, x.dtype))
+    return out
+
+
+@jax.jit
+def _images_of(hosts: tuple[Any, ...]) -> list[jax.Array]:
+    """The device images of host arrays moved in their default layouts: one dispatch.
+
+    (An eager ``to_device`` per array takes hijax's Python path, near a millisecond.)
+    """
+    return [image(to_device(x)) for x in hosts]
+
+
+class _HostArraysMoved:
+    """A lowering for SpyreArrays, called on the dispatch fast path with host arrays.
+
+    The fast path's key of a call with host arrays finds this: it moves them, as
+    :meth:`SpyreJit._call` did the first time, and runs the lowering.
+    """
+
+    def __init__(self, lowering: Lowering, moved: tuple[tuple[int, Any], ...]) -> None:
+        self.lowering = lowering
+        self.moved = moved
+
+    def call_concrete(self, leaves: Sequence[Any]) -> Any:
+        """:meth:`Lowering.call_concrete` of the leaves, the host arrays moved."""
+        return self.lowering.call_concrete(_moved(leaves, self.moved, images=True))
 
 
 def jit(

@@ -6,20 +6,30 @@ candidate input types are those the inputs can be had in (as produced, or
 restickified into the default layout of a stick), and the rule's lowering is
 *evaluated on them* (``primitives.abstract_eval``: the Spyre primitives' constructors
 run, no data moves). A ``LayoutError`` means the mode cannot run on those types;
-otherwise the evaluated output type is the planned type, and the copies the lowering
-makes are its cost. Restickifying a value costs ``prod(device_size)`` of the type it
-is moved from (spec section 7). The cost counts every card: a collective costs the
-elements the cards send each other, and a ``shard_map`` body what it moves times the
-cards it runs on (``lowering._collectives``).
+otherwise the evaluated output type is the planned type.
+
+The objective is the device's memory traffic, in bytes, padding included
+(:func:`traffic`): every image a primitive of the lowering reads or writes, in its
+layout's ``nbytes`` (views read and write nothing). So a padded value costs what
+every op that writes or reads it pays: a slice, a reduction or a broadcast lands in
+the layout that costs least downstream, not only in the one that moves the fewest
+elements. A restickify reads its source image and writes its target's. The cost
+counts every card: a collective also costs the bytes the cards send each other, and a
+``shard_map`` body what it moves times the cards it runs on (``lowering._collectives``).
+What the plan *reports* (``Plan.cost``, ``explain``) stays the elements it moves
+between layouts (spec section 7).
 
 1. Forward dynamic programming in topological order: ``produced[v][t]`` is the least
    cost to produce ``v`` with type ``t``, over every mode of its producer and every
    candidate type of its inputs; a value can then also be had in the default type of
    any stick at one restickify more. This is exact on trees, such as the spec's cases.
 2. Backward reconstruction: from the outputs, consumers *demand* the types they were
-   planned on. A producer runs once for its cheapest demanded type and again only for
-   a demanded type no restickify can make (a view, a row-major product); every other
-   demanded type is one restickify, so shared values move once per target type.
+   planned on. With ``default_results`` (``spyrejax.jit``), each result is demanded in
+   the default layout of its shape, the type a host argument arrives in, so a program
+   fed its own results (a training loop) meets the types it was planned for. A
+   producer runs once for its cheapest demanded type and again only for a demanded
+   type no restickify can make (a view, a row-major product); every other demanded
+   type is one restickify, so shared values move once per target type.
 
 The interpreter then runs exactly this plan and checks every node gives its planned
 type. Evaluations are cached per node signature and input types, so repeated layers
@@ -42,14 +52,15 @@ import numpy as np
 from .. import primitives as sp
 from .._errors import LayoutError, SpyreFallbackWarning
 from ..layout._layout import SpyreTensorLayout
-from ..primitives._array import SpyreType
+from ..primitives._array import PadFill, SpyreType
 from ..primitives._stick import SPARSE, default_type, restickify_cost, serves, stick_name, stick_of
 from ..primitives._stick import stick_options as _stick_options
 from ._graph import Graph, Node, Scalar, Value
-from ._registry import HOST_FALLBACK, Mode, lower_node, rule_for
+from ._registry import HOST_FALLBACK, RULES, Mode, lower_node, rule_for
+from ._traffic import move_bytes, nbytes, traffic
 from ._windows import Windows
 
-__all__ = ["FALLBACKS", "Move", "Option", "Plan", "host_input_type", "plan_graph"]
+__all__ = ["FALLBACKS", "Move", "Option", "Plan", "host_input_type", "plan_graph", "traffic"]
 
 INF = float("inf")
 _WARNED: dict[Any, Any] = {}  # the fallback warnings' registry (see warnings.warn_explicit)
@@ -74,6 +85,8 @@ class Option:
             larger buffer instead.
         owns: whether nothing else reads its (first) output's buffer: it is fresh, or
             an update in place took over its input's (it can be updated in place).
+        traffic: the device bytes the lowering reads and writes (see :func:`traffic`):
+            what the planner minimises.
     """
 
     mode: Mode
@@ -82,6 +95,7 @@ class Option:
     copies: tuple[sp.SpyrePrim, ...] = ()
     fresh: bool = False
     owns: bool = False
+    traffic: int = 0
 
     @property
     def out(self) -> SpyreType:
@@ -189,6 +203,8 @@ def plan_graph(
     input_types: dict[Value, SpyreType],
     fallback: str = "warn",
     donated: frozenset[Value] = frozenset(),
+    *,
+    default_results: bool = False,
 ) -> Plan:
     """Plan types for a graph whose inputs arrive in ``input_types``.
 
@@ -196,12 +212,19 @@ def plan_graph(
     :class:`SpyreFallbackWarning` once per primitive and source line) or raises
     (``"error"``). The ``donated`` inputs' buffers may be updated in place.
 
+    With ``default_results``, every result the graph computes is given in the default
+    layout of its shape (:func:`host_input_type`; a result known to have zero padding
+    keeps that promise), restickified where it is made in another; an argument
+    returned as it is and a value put in a layout with ``with_layout`` keep their
+    types. Without, a result has the type it is cheapest in (loop and branch bodies,
+    whose results their loop's carries take).
+
     Raises:
         SpyreUnsupportedError: for a primitive with no lowering rule (naming its line)
             that cannot, or with ``fallback="error"`` may not, run on the host.
         LayoutError: for a node no mode of which can run, naming it and the layouts.
     """
-    return _Planner(graph, input_types, fallback == "warn", donated).plan()
+    return _Planner(graph, input_types, fallback == "warn", donated, default_results).plan()
 
 
 class _Planner:
@@ -211,11 +234,15 @@ class _Planner:
         input_types: dict[Value, SpyreType],
         fallback: bool = True,
         donated: frozenset[Value] = frozenset(),
+        default_results: bool = False,
     ) -> None:
         self.graph = graph
         self.windows = Windows(graph, donated)
         self.input_types = input_types
         self.fallback = fallback
+        self.default_results = default_results
+        self.results: dict[Value, SpyreType] = {}  # the type each result is demanded in
+        self.hinted: set[Value] = set()  # values a with_layout hint puts in a layout
         self.warned: set[tuple[str, str]] = set()
         self.produced: dict[Value, dict[SpyreType, tuple[float, Option | None]]] = {}
         self.avail: dict[Value, dict[SpyreType, float]] = {}
@@ -244,13 +271,13 @@ class _Planner:
     def _produce(self, v: Value, produced: dict[SpyreType, tuple[float, Option | None]]) -> None:
         self.produced[v] = produced
         avail = {t: cost for t, (cost, _) in produced.items()}
-        base = min(cost + restickify_cost(t) for t, cost in avail.items())
+        read = min(cost + nbytes(t) for t, cost in avail.items())  # a restickify's source
         # A value varies over the same mesh axes in every layout (types compare without
         # vma, so the restickified types must be given it).
         vma = frozenset().union(*(t.vma for t in avail))
         for d in _defaults(v):
             d = replace(d, vma=vma) if vma else d
-            avail[d] = min(avail.get(d, INF), base)
+            avail[d] = min(avail.get(d, INF), read + nbytes(d))
         self.avail[v] = avail
 
     def _node_options(self, node: Node) -> list[tuple[float, Option]]:
@@ -276,7 +303,7 @@ class _Planner:
                 option = self._evaluate(node, base, mode, ins)
                 if option is None:
                     continue
-                total = sum(c for _, c in combo) + option.cost
+                total = sum(c for _, c in combo) + option.traffic
                 if total < best.get(option.outs, (INF,))[0]:
                     best[option.outs] = (total, option)
         if not best:
@@ -321,14 +348,15 @@ class _Planner:
     def _candidates(self, u: Value | Scalar, r: int | None) -> list[tuple[Any, float]]:
         """The cheapest types ``u`` can be read in by a consumer needing stick ``r``.
 
-        The cheapest serving type, and the default type of ``r`` when that is not it
-        (a rule may refuse a view it can read from a fresh copy); else the next one.
+        The cheapest serving type (to have, and to read: its image's bytes), and the
+        default type of ``r`` when that is not it (a rule may refuse a view it can read
+        from a fresh copy); else the next one.
         """
         if isinstance(u, Scalar):
             return [(None, 0.0)]
         ranked = sorted(
             ((t, c) for t, c in self.avail[u].items() if serves(t, r)),
-            key=lambda tc: (tc[1], _tie_break(tc[0])),
+            key=lambda tc: (tc[1] + nbytes(tc[0]), _tie_break(tc[0])),
         )
         if r is not None:
             fallback = _default(u.shape, u.dtype, r)
@@ -357,7 +385,7 @@ class _Planner:
             gives = getattr(last, "out_avals", ())[:1]
             fresh = last is not None and last.role != "view" and gives == types[:1]
             owns = fresh or mode.clobbers is not None
-            option: Option | None = Option(mode, ins, types, copies, fresh, owns)
+            option: Option | None = Option(mode, ins, types, copies, fresh, owns, traffic(called))
         except LayoutError as err:
             why = self.refusals[node] = str(err)
             option = None
@@ -374,9 +402,31 @@ class _Planner:
     def _reconstruct(self) -> Plan:
         plan = Plan()
         demands: dict[Value, dict[SpyreType | None, Node | None]] = defaultdict(dict)
+        self.hinted = {v for n in self.graph.nodes if _sets_layout(n) for v in n.outs}
+        self._demand_results(demands)
+        self._run_nodes(plan, demands)
+        self._serve_sources(plan, demands)
+        made = {
+            v: options[0].outs[i]
+            for node, options in plan.runs.items()
+            for i, v in enumerate(node.outs)
+        }
+        plan.outputs = [self._output_type(plan, made, o) for o in self.graph.outputs]
+        return plan
+
+    def _demand_results(self, demands: dict[Value, dict[SpyreType | None, Node | None]]) -> None:
+        """The program's results, each in the type it is returned in."""
         for out in self.graph.outputs:
             if isinstance(out, Value):
-                demands[out].setdefault(None, None)
+                want = self._result_type(out)
+                if want is not None:
+                    self.results[out] = want
+                demands[out].setdefault(want, None)
+
+    def _run_nodes(
+        self, plan: Plan, demands: dict[Value, dict[SpyreType | None, Node | None]]
+    ) -> None:
+        """From the last node back: the options each runs, and what they demand of inputs."""
         for node in reversed(self.graph.nodes):
             wanted = [demands.pop(v, {}) for v in node.outs]
             if node.outs and not any(wanted):
@@ -392,6 +442,11 @@ class _Planner:
                 for u, t in zip(node.ins, option.ins, strict=True):
                     if isinstance(u, Value):
                         demands[u].setdefault(t, node)
+
+    def _serve_sources(
+        self, plan: Plan, demands: dict[Value, dict[SpyreType | None, Node | None]]
+    ) -> None:
+        """The graph's inputs (restickified where read in other types) and constants."""
         for v in self.graph.inputs:
             wanted = demands.pop(v, {})
             if wanted:
@@ -401,26 +456,19 @@ class _Planner:
             wanted = demands.pop(c, {})
             if wanted:
                 plan.sources[c] = [t for t in wanted if t is not None] or _defaults(c)[:1]
-        made = {
-            v: options[0].outs[i]
-            for node, options in plan.runs.items()
-            for i, v in enumerate(node.outs)
-        }
-        plan.outputs = [self._output_type(plan, made, o) for o in self.graph.outputs]
-        return plan
 
     def _serve(self, plan: Plan, v: Value, wanted: dict[SpyreType | None, Any]) -> list[Any]:
         """The types ``v``'s producer runs for; plans restickifies for the other demands."""
         produced = self.produced[v]
-        defaults = set(_defaults(v))
-        runs = [t for t in wanted if t is not None and t in produced and t not in defaults]
+        movable = self._movable(v)
+        runs = [t for t in wanted if t is not None and t in produced and t not in movable]
 
         def total(p: SpyreType) -> float:
             cost = produced[p][0]
             for d in wanted:
                 if d is not None and d != p:
                     make = produced[d][0] if d in produced else INF
-                    cost += min(make, restickify_cost(p) if d in defaults else INF)
+                    cost += min(make, move_bytes(p, d) if d in movable else INF)
             return cost
 
         if not runs:
@@ -433,8 +481,8 @@ class _Planner:
         for d, consumer in wanted.items():
             if d is None or d in runs:
                 continue
-            src = min(runs, key=restickify_cost)
-            if d in produced and produced[d][0] < restickify_cost(src):
+            src = min(runs, key=nbytes)
+            if d in produced and produced[d][0] < move_bytes(src, d):
                 runs.append(d)
             else:
                 moves.append(Move(v, src, d, _why(consumer, src, d), consumer))
@@ -453,13 +501,13 @@ class _Planner:
         runs = [min(self.options[node], key=lambda to: (to[0], _tie_break(to[1].out)))[1]]
         for i, (v, w) in enumerate(zip(node.outs, wanted, strict=True)):
             moves = []
-            defaults = set(_defaults(v))
+            movable = self._movable(v)
             for d, consumer in w.items():
                 if d is None or any(o.outs[i] == d for o in runs):
                     continue
                 src = runs[0].outs[i]
-                if d in defaults and not (
-                    d in self.produced[v] and self.produced[v][d][0] < restickify_cost(src)
+                if d in movable and not (
+                    d in self.produced[v] and self.produced[v][d][0] < move_bytes(src, d)
                 ):
                     moves.append(Move(v, src, d, _why(consumer, src, d)))
                 else:
@@ -471,19 +519,56 @@ class _Planner:
     def _output_type(
         self, plan: Plan, made: dict[Value, SpyreType], o: Value | Scalar
     ) -> SpyreType | None:
-        """An output's type: as its node's first run gives it, else as it arrives."""
+        """An output's type: as demanded, else as its node's first run gives it or it arrives."""
         if isinstance(o, Scalar):
             return None
+        if o in self.results:  # served: made in it, restickified into it or built in it
+            return self.results[o]
         return made[o] if o in made else plan.sources[o][0]
+
+    def _result_type(self, v: Value) -> SpyreType | None:
+        """The type result ``v`` is demanded in (None: any).
+
+        With ``default_results``, the default layout of its shape (the type a host
+        argument arrives in), or the same image known to have zero padding where ``v``
+        can be made so (a stronger promise, as good); an argument returned as it is
+        and a value the program put in a layout (``with_layout``) keep their types.
+        """
+        if not self.default_results or v in self.input_types or v in self.hinted:
+            return None
+        want = host_input_type(v.shape, v.dtype)
+        vma = frozenset().union(*(t.vma for t in self.avail[v]))
+        want = replace(want, vma=vma) if vma else want
+        zeroed = replace(want, pad=PadFill.ZERO)
+        return zeroed if zeroed in self.produced[v] else want
+
+    def _movable(self, v: Value) -> set[SpyreType]:
+        """The types a restickify of ``v`` can be demanded in: its defaults, and its result's."""
+        movable = set(_defaults(v))
+        if v in self.results:
+            movable.add(self.results[v])
+        return movable
+
+
+def _sets_layout(node: Node) -> bool:
+    """Whether ``node`` puts its value in a layout the program asks for (``with_layout``)."""
+    return getattr(RULES.get(node.prim), "sets_layout", False)
 
 
 def _tie_break(t: SpyreType) -> tuple[Any, ...]:
-    """Among equal costs: dense before sparse, contiguous before views, lower sticks."""
+    """Among equal costs: dense, contiguous, the default layout's stick, lower sticks.
+
+    Dense before sparse, contiguous before views, the stick of the default layout (the
+    last dim that is not size 1) before the others, then lower sticks.
+    """
     s = stick_of(t)
-    return (s == SPARSE, t.is_view, t.layout.has_gaps, s)
+    last = next((d for d in reversed(range(t.ndim)) if t.shape[d] > 1), SPARSE)
+    return (s == SPARSE, t.is_view, t.layout.has_gaps, s != last, s)
 
 
-def _why(consumer: Node, source: SpyreType, target: SpyreType) -> str:
+def _why(consumer: Node | None, source: SpyreType, target: SpyreType) -> str:
+    if consumer is None:
+        return f"returned in the default layout of its shape (it is made in {source.str_short()})"
     need = stick_name(stick_of(target))
     if stick_of(source) == SPARSE and stick_of(target) != SPARSE:
         return f"compact: {consumer.describe()} needs it dense, stuck on {need}"

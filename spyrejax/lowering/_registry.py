@@ -21,7 +21,7 @@ family in :mod:`spyrejax.lowering.rules`; a primitive without a rule raises
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -79,7 +79,14 @@ def _req(v: Value | Scalar, stick: int) -> int | None:
 
 
 class Rule:
-    """A lowering rule; subclasses implement ``modes`` and ``lower``."""
+    """A lowering rule; subclasses implement ``modes`` and ``lower``.
+
+    Attributes:
+        sets_layout: its outputs are in a layout the program asks for (a layout hint):
+            returned, they keep it.
+    """
+
+    sets_layout: ClassVar[bool] = False
 
     def modes(self, node: Node) -> list[Mode]:
         """The node's modes."""

@@ -328,7 +328,10 @@ def test_weights_a_loop_inside_the_body_slices_are_stacked_once_before_the_outer
     report = sj.explain(f, x, ws)
     stacked = [r for r in report.restickifies if r.value.startswith(f"float32[{layers}, {d}, {d}]")]
     assert len(stacked) == 1 and "[in the body" not in stacked[0].reason
-    assert stacked[0].cost == report.restickify_cost
+    # The only other move returns the stacked sums in the default layout of their shape.
+    returned = [r for r in report.restickifies if r is not stacked[0]]
+    assert all(r.reason.startswith("returned in the default layout") for r in returned)
+    assert stacked[0].cost + sum(r.cost for r in returned) == report.restickify_cost
 
 
 def test_vmap_of_a_jitted_scan_plans_the_batched_program_whole():

@@ -177,8 +177,13 @@ def test_a_split_the_default_layout_cannot_block_is_planned_with_a_restickify():
         check_vma=False,
     )
     np.testing.assert_array_equal(sj.to_host(sj.jit(f)(xh)), xh)
-    (move,) = sj.explain(f, xh).restickifies
-    assert "shard_map" in move.reason
+    moves = sj.explain(f, xh).restickifies
+    (move,) = [r for r in moves if "shard_map" in r.reason]
+    # The gathered result is returned in the default layout of its shape (issue 24): the
+    # only other move is that one.
+    assert all(
+        r.reason.startswith("returned in the default layout") for r in moves if r is not move
+    )
 
 
 def test_explain_shows_the_bytes_each_collective_moves():

@@ -87,6 +87,8 @@ def hinted_stick(shape: tuple[int, ...], params: dict[str, Any]) -> int:
 
 
 class _WithLayout(Rule):
+    sets_layout = True
+
     def modes(self, node: Node) -> list[Mode]:
         s = hinted_stick(node.ins[0].shape, node.params)
         return [Mode((s,), s)]

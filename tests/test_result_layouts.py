@@ -1,0 +1,86 @@
+"""Issue 24: the planner weighs device bytes, and results come in default layouts.
+
+A slice, a reduction or a broadcast lands in the layout that costs least downstream
+(the plan's objective is the device's traffic in bytes, padding included), and a
+result comes back in the default layout of its shape, the type a host array gets: so
+``x[:4]`` of a default-layout array is no 16-fold padded image, and a program fed its
+own results meets the signature it was compiled for.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import rand
+
+import spyrejax as sj
+
+
+def _default(a):
+    """The type a host array of ``a``'s shape and dtype gets."""
+    return sj.to_device(np.zeros(a.shape, a.dtype)).type
+
+
+X = rand((256, 512), jnp.float16)  # f16: 64 per stick, so a slice stuck on dim 0 pads 16x
+X3 = rand((4, 16, 96), jnp.float32, 1)
+
+SLICES = {
+    "x[:4]": (lambda x: x[:4], X),
+    "x[1:]": (lambda x: x[1:], X),
+    "x[:, :64]": (lambda x: x[:, :64], X),
+    "split": (lambda x: jnp.split(x, 4), X),
+    "x[:4] * 2": (lambda x: x[:4] * 2, X),
+    "last token": (lambda x: x[:, -1, :], X3),
+    "positions": (lambda x: x[0, :8] + 1, X3),
+}
+
+
+@pytest.mark.parametrize("name", SLICES)
+def test_a_slice_comes_back_in_the_default_layout_of_its_shape(name):
+    f, x = SLICES[name]
+    got = sj.jit(f)(sj.to_device(x))
+    want = f(x)
+    for g, w in zip(*(jax.tree.leaves(t) for t in (got, want)), strict=True):
+        assert g.type == _default(w)
+        np.testing.assert_array_equal(sj.to_host(g), w)  # copies and +1: exact
+
+
+def test_a_slice_is_made_dense_not_padded_along_the_sliced_dim():
+    f = SLICES["x[:4] * 2"][0]
+    lowered = sj.jit(f).lower(sj.to_device(X))
+    (cut,) = (n for n in lowered.graph.nodes if n.prim == "slice")
+    # 4 rows of 512 float16: 4096 bytes; stuck on the sliced dim they took 65,536.
+    assert lowered.plan.out_type(cut).layout.nbytes == 4 * 512 * 2
+    assert lowered.plan.restickify_cost == 0  # the copy is made so: nothing else moves
+
+
+def test_a_reduction_over_the_stick_comes_back_dense():
+    x = sj.to_device(X)
+    rows = sj.jit(lambda x: x.sum(1))(x)
+    assert rows.type == _default(rows)  # not one element per stick (16 KiB of sticks)
+    assert rows.type.layout.nbytes == 256 * 2
+
+
+def test_an_argument_returned_as_it_is_and_a_hinted_result_keep_their_types():
+    x = sj.to_device(X, dim_order=[1, 0])
+    assert sj.jit(lambda x: x)(x).type == x.type
+    hinted = sj.jit(lambda x: sj.with_layout(x * 2, dim_order=[1, 0]))(sj.to_device(X))
+    assert hinted.type.stick_dim == 0
+
+
+def test_a_loop_fed_its_results_compiles_once():
+    traces = []
+
+    def step(w, m, x):
+        traces.append(1)
+        g = jnp.tanh(x @ w).T @ x  # made stuck on dim 0 of w's transpose
+        m = 0.9 * m + g.T
+        return w - 0.1 * m, m, (x @ w).sum()
+
+    w, m, x = rand((96, 40), jnp.float32), np.zeros((96, 40), np.float32), rand((8, 96))
+    f = sj.jit(step)
+    state = (w, m)
+    for _ in range(3):  # host arrays first, then the SpyreArrays it returns
+        *state, _ = f(*state, x)
+        assert all(s.type == _default(s) for s in state)
+    assert len(traces) == 1
