@@ -161,9 +161,9 @@ class FilterJit:
         out_dynamic, out_static = self._staging(self._jit, args, kwargs)
         return _combine(out_dynamic, out_static.value)
 
-    def _lowering(self, *args: Any, **kwargs: Any) -> Any:
-        """The inner lowering for these arguments (what ``explain`` and ``export`` read)."""
-        return self._staging(self._jit._lowering, args, kwargs)
+    def _call_lowering(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The inner call's lowering and moved leaves (what ``explain`` and ``export`` read)."""
+        return self._staging(lambda *a: self._jit._call_lowering(a, {}), args, kwargs)
 
     def trace(self, *args: Any, **kwargs: Any) -> FilterTraced:
         """Trace for these arguments, as ``eqx.filter_jit``'s ``jax.jit`` would."""

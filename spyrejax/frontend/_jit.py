@@ -444,7 +444,7 @@ class SpyreJit:
     def _lowering(self, *args: Any, **kwargs: Any) -> tuple[Lowering, list[Any]]:
         """The lowering for these arguments (cached per signature) and the flat inputs."""
         if _x64.active():
-            lowering, leaves, _ = self._x64_lowering(args, kwargs)
+            lowering, leaves, _ = self._x64_lowering(args, kwargs, moved=None)
             return lowering, leaves
         sig, leaves, call = self._signature(args, kwargs)
         lowering = self._cached(sig)
@@ -452,18 +452,42 @@ class SpyreJit:
             lowering = self._lower(sig, *self._trace(sig, call))
         return lowering, leaves
 
-    def _x64_lowering(
+    def _call_lowering(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[Lowering, tuple[int, ...]]:
+        """The lowering a concrete call with these arguments runs, and its moved leaves.
+
+        Host arrays (or ``jax.ShapeDtypeStruct`` values standing for them) are planned
+        in the default layouts of their shapes, as a call moves them first
+        (:func:`_host_arrays`), without moving any data: ``explain`` and ``export``
+        share the call's plan (and its fallback warnings, given once).
+        """
+        moved: list[int] = []
+        if _x64.active():
+            return self._x64_lowering(args, kwargs, moved=moved)[0], tuple(moved)
+        sig, leaves, call = self._signature(args, kwargs)
+        sig = _as_called(sig, leaves, call, moved)
+        lowering = self._cached(sig)
+        if lowering is None:
+            lowering = self._lower(sig, *self._trace(sig, call))
+        return lowering, tuple(moved)
+
+    def _x64_lowering(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], moved: list[int] | None
     ) -> tuple[Lowering, list[Any], tuple[Any, ...]]:
         """x64 mode: the 32-bit lowering, narrowed inputs and results' x64 dtypes (_x64).
 
         ``jax.jit``'s own x64 trace (once per signature) gives the results' dtypes and
-        shows where the function computes float64.
+        shows where the function computes float64. With ``moved``, the lowering of a
+        call (the indices of its host arrays appended there), its leaves unmoved.
         """
         sig64, _, call64 = self._signature(args, kwargs)
         with _x64.off():
             sig, leaves, call = self._signature(args, kwargs, narrow=True)
-            sig, leaves, _ = _host_arrays_moved(sig, leaves, call)
+            if moved is None:
+                sig, leaves, _ = _host_arrays_moved(sig, leaves, call)
+            else:
+                sig = _as_called(sig, leaves, call, moved)
             lowering = self._cached(sig)
             if lowering is None:
                 lowering = self._lower(sig, *self._trace(sig, call))
@@ -594,7 +618,7 @@ class SpyreJit:
     @gc_paused
     def _x64_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A call in x64 mode: run with x64 off, results with ``jax.jit``'s dtypes."""
-        lowering, leaves, wide = self._x64_lowering(args, kwargs)
+        lowering, leaves, wide = self._x64_lowering(args, kwargs, moved=None)
         with _x64.off():
             outs = lowering.call(leaves)
         flat = _x64.widen(lowering.out_tree.flatten_up_to(outs), wide)
@@ -624,16 +648,28 @@ def _host_arrays_moved(
     Raises:
         LayoutError: naming an argument whose dtype has no Spyre data format.
     """
-    moved = _host_arrays(sig, leaves)
-    if not moved:
-        return sig, leaves, ()
-    check_formats(sig.in_avals, call.path)
+    moved: list[int] = []
+    called = _as_called(sig, leaves, call, moved)
     dtypes = tuple((i, sig.in_avals[i].dtype) for i in moved)
-    leaves = _moved(leaves, dtypes)
+    return called, _moved(leaves, dtypes) if moved else leaves, dtypes
+
+
+def _as_called(sig: _Signature, leaves: Sequence[Any], call: Call, moved: list[int]) -> _Signature:
+    """The signature of a concrete call: its host arrays in their default layouts.
+
+    Appends the indices of those leaves (see :func:`_host_arrays`) to ``moved``.
+
+    Raises:
+        LayoutError: naming an argument whose dtype has no Spyre data format.
+    """
+    moved.extend(_host_arrays(sig, leaves))
+    if not moved:
+        return sig
+    check_formats(sig.in_avals, call.path)
     avals = list(sig.in_avals)
     for i in moved:
-        avals[i] = leaves[i].type
-    return replace(sig, in_avals=tuple(avals)), leaves, dtypes
+        avals[i] = host_input_type(tuple(avals[i].shape), avals[i].dtype)
+    return replace(sig, in_avals=tuple(avals))
 
 
 def _host_arrays(sig: _Signature, leaves: Sequence[Any]) -> tuple[int, ...]:

@@ -46,15 +46,14 @@ def explain(
         A :class:`Report`: ``str()`` is a text report, and notebooks render it as HTML.
     """
     jitted = staged(fun, args, kwargs)
-    lowering, _ = jitted._lowering(*args, **kwargs)
+    lowering, moved = jitted._call_lowering(args, kwargs)
     plan = lowering.plan
     closed, program = lowering.residency_jaxpr(machine)
     restickifies = tuple(records(plan))
     inputs = []
-    for v, var in zip(lowering.graph.inputs, closed.jaxpr.invars, strict=True):
-        t = var.aval
-        if isinstance(t, SpyreType):
-            continue  # already on the device
+    for i, (v, var) in enumerate(zip(lowering.graph.inputs, closed.jaxpr.invars, strict=True)):
+        if isinstance(var.aval, SpyreType) and i not in moved:
+            continue  # already on the device (a host array is moved by the call, first)
         layout = SpyreTensorLayout(var.aval.shape, var.aval.dtype)
         inputs.append((v.name, layout.for_host(v.shape).dci(host_dtype=var.aval.dtype)))
     outputs = []

@@ -107,7 +107,7 @@ def export(
         **kwargs: its keyword arguments.
     """
     jitted = staged(fun, args, kwargs)
-    lowering, _ = jitted._lowering(*args, **kwargs)
+    lowering, _ = jitted._call_lowering(args, kwargs)
     machine = default_machine(machine)
     ops = program_ops(lowering.graph, lowering.plan, lowering.record)
     descs = ops.descs
