@@ -57,7 +57,7 @@ from ..primitives._stick import SPARSE, default_type, restickify_cost, serves, s
 from ..primitives._stick import stick_options as _stick_options
 from ._graph import Graph, Node, Scalar, Value
 from ._registry import HOST_FALLBACK, RULES, Mode, lower_node, rule_for
-from ._traffic import move_bytes, nbytes, traffic
+from ._traffic import move_bytes, nbytes, read_bytes, traffic
 from ._windows import Windows
 
 __all__ = ["FALLBACKS", "Move", "Option", "Plan", "host_input_type", "plan_graph", "traffic"]
@@ -256,7 +256,7 @@ class _Planner:
         for v in self.graph.inputs:
             self._produce(v, {self.input_types[v]: (0, None)})
         for c in self.graph.consts:
-            self._produce(c, {t: (0, None) for t in _defaults(c)})
+            self._produce(c, {t: (nbytes(t), None) for t in _defaults(c)})  # moved in
         for node in self.graph.nodes:
             options = self._node_options(node)
             self.options[node] = options
@@ -356,7 +356,7 @@ class _Planner:
             return [(None, 0.0)]
         ranked = sorted(
             ((t, c) for t, c in self.avail[u].items() if serves(t, r)),
-            key=lambda tc: (tc[1] + nbytes(tc[0]), _tie_break(tc[0])),
+            key=lambda tc: (tc[1] + read_bytes(tc[0]), _tie_break(tc[0])),
         )
         if r is not None:
             fallback = _default(u.shape, u.dtype, r)
@@ -558,8 +558,9 @@ def _sets_layout(node: Node) -> bool:
 def _tie_break(t: SpyreType) -> tuple[Any, ...]:
     """Among equal costs: dense, contiguous, the default layout's stick, lower sticks.
 
-    Dense before sparse, contiguous before views, the stick of the default layout (the
-    last dim that is not size 1) before the others, then lower sticks.
+    Dense before sparse, contiguous before views, without gaps before with, the stick of
+    the default layout (the last dim that is not size 1) before the others, then lower
+    sticks.
     """
     s = stick_of(t)
     last = next((d for d in reversed(range(t.ndim)) if t.shape[d] > 1), SPARSE)

@@ -7,18 +7,42 @@ reduction or a broadcast lands in the layout that costs least downstream.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+import numpy as np
+
 from .. import primitives as sp
+from ..layout import BYTES_PER_STICK, SpyreTensorLayout
 from ..primitives._array import SpyreType
+from ..primitives._iota import Full
 from ..primitives._stick import restickify_cost
 
-__all__ = ["move_bytes", "nbytes", "traffic"]
+__all__ = ["move_bytes", "nbytes", "read_bytes", "traffic"]
 
 
 def nbytes(t: SpyreType) -> int:
     """The device bytes of ``t``'s image, padding included (a view: its base image)."""
     return t.layout.nbytes
+
+
+def read_bytes(t: SpyreType) -> int:
+    """The device bytes an op reading ``t`` pays: its image's (:func:`nbytes`).
+
+    A view broadcasting its base along a dim (stride 0) is read at the bytes of its
+    shape in the default layout: the device model runs an op with a broadcast operand
+    at the broadcast pattern's bandwidth, as slow as reading it whole; so a broadcast
+    constant is filled (``full``: one stick its readers read) rather than moved to the
+    device and broadcast as a view.
+    """
+    if t.is_view and any(n > 1 and s == 0 for n, s in zip(t.shape, t.strides, strict=True)):
+        return max(nbytes(t), _dense_bytes(t.shape, t.dtype))
+    return nbytes(t)
+
+
+@functools.lru_cache(maxsize=4096)
+def _dense_bytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
+    return SpyreTensorLayout(shape, dtype).nbytes
 
 
 def move_bytes(source: SpyreType, target: SpyreType) -> int:
@@ -46,8 +70,10 @@ def traffic(called: list[Any]) -> int:
     for p in called:
         if p.role == "view":
             continue
-        if isinstance(p, sp.SpyrePrim):
-            total += sum(map(nbytes, _spyre_types(p.in_avals)))
+        if isinstance(p, Full):  # a fill writes one stick, its readers broadcast it
+            total += BYTES_PER_STICK
+        elif isinstance(p, sp.SpyrePrim):
+            total += sum(map(read_bytes, _spyre_types(p.in_avals)))
             total += sum(map(nbytes, _spyre_types(p.out_avals)))
             if p.role == "collective":
                 total += _elements_bytes(p.moves, _spyre_types(p.in_avals))
