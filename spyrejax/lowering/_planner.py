@@ -56,6 +56,7 @@ from ..primitives._array import PadFill, SpyreType
 from ..primitives._stick import SPARSE, default_type, restickify_cost, serves, stick_name, stick_of
 from ..primitives._stick import stick_options as _stick_options
 from ._graph import Graph, Node, Scalar, Value
+from ._node_key import NodeKey, evaluation_key, node_key
 from ._registry import HOST_FALLBACK, RULES, Mode, lower_node, rule_for
 from ._traffic import move_bytes, nbytes, read_bytes, traffic
 from ._windows import Windows
@@ -368,7 +369,7 @@ class _Planner:
     def _evaluate(
         self, node: Node, base: NodeKey | None, mode: Mode, ins: tuple[SpyreType | None, ...]
     ) -> Any:
-        key = _signature(base, mode, ins)
+        key = evaluation_key(base, mode, ins)
         if key is not None and key in self.cache:
             option, why = self.cache[key]
             if why:
@@ -577,47 +578,3 @@ def _why(consumer: Node | None, source: SpyreType, target: SpyreType) -> str:
     if stick_of(source) == stick_of(target):
         return f"{consumer.describe()} refused its layout; copied to the default layout of {need}"
     return f"{consumer.describe()} needs it stuck on {need} (it is on {have})"
-
-
-class NodeKey:
-    """What a node's lowering depends on besides its mode and input types, hashed once.
-
-    A hashable key of the node's primitive, parameters, scalar inputs and shapes; the
-    planner and the device model key their per-evaluation caches on it, many times per
-    node, so its hash is computed once.
-    """
-
-    __slots__ = ("_hash", "key")
-
-    def __init__(self, key: tuple[Any, ...]) -> None:
-        self.key = key
-        self._hash = hash(key)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, NodeKey):
-            return NotImplemented
-        return self is other or (self._hash == other._hash and self.key == other.key)
-
-
-def node_key(node: Node) -> NodeKey | None:
-    """The node's :class:`NodeKey`, or None if its parameters are not hashable."""
-    scalars = tuple((u.value, u.dtype) if isinstance(u, Scalar) else None for u in node.ins)
-    outs = tuple((o.shape, o.dtype) for o in node.outs)
-    in_shapes = tuple(None if isinstance(u, Scalar) else (u.shape, u.dtype) for u in node.ins)
-    try:
-        params = tuple(sorted(node.params.items()))
-        return NodeKey((node.prim, params, scalars, outs, in_shapes))
-    except TypeError:
-        return None
-
-
-def _signature(base: NodeKey | None, mode: Mode, ins: tuple[SpyreType | None, ...]) -> Any:
-    """A hashable key for an evaluation of a node (``base``: its :func:`node_key`)."""
-    if base is None:
-        return None
-    # Types compare without vma, but a result varies over the mesh axes its operands do.
-    vma = tuple(frozenset() if t is None else t.vma for t in ins)
-    return (base, mode, ins, vma)
