@@ -8,13 +8,16 @@ reduction or a broadcast lands in the layout that costs least downstream.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import numpy as np
 
 from .. import primitives as sp
 from ..layout import BYTES_PER_STICK, SpyreTensorLayout
+from ..layout._gaps import valid_size
 from ..primitives._array import SpyreType
+from ..primitives._in_place import FillAround
 from ..primitives._iota import Full
 from ..primitives._stick import restickify_cost
 
@@ -22,8 +25,16 @@ __all__ = ["move_bytes", "nbytes", "read_bytes", "traffic"]
 
 
 def nbytes(t: SpyreType) -> int:
-    """The device bytes of ``t``'s image, padding included (a view: its base image)."""
-    return t.layout.nbytes
+    """The device bytes of ``t``'s image, padding included (a view: its base image).
+
+    A layout with gaps (a slot of a larger buffer) is read and written in its valid
+    range only: the gaps are the buffer's other slots, written by their own producers.
+    """
+    layout = t.layout
+    if layout.has_gaps:
+        valid = valid_size(tuple(layout.device_size), layout.device_gaps)
+        return BYTES_PER_STICK * math.prod(valid[:-1])
+    return layout.nbytes
 
 
 def read_bytes(t: SpyreType) -> int:
@@ -72,6 +83,8 @@ def traffic(called: list[Any]) -> int:
             continue
         if isinstance(p, Full):  # a fill writes one stick, its readers broadcast it
             total += BYTES_PER_STICK
+        elif isinstance(p, FillAround):  # an in-place pad writes its border only
+            total += _elements_bytes(p.moves, _spyre_types(p.out_avals))
         elif isinstance(p, sp.SpyrePrim):
             total += sum(map(read_bytes, _spyre_types(p.in_avals)))
             total += sum(map(nbytes, _spyre_types(p.out_avals)))
