@@ -240,6 +240,7 @@ class _Planner:
         self.graph = graph
         self.windows = Windows(graph, donated)
         self.input_types = input_types
+        self.input_shapes = {(u.shape, u.dtype) for u in input_types}
         self.fallback = fallback
         self.default_results = default_results
         self.results: dict[Value, SpyreType] = {}  # the type each result is demanded in
@@ -533,11 +534,19 @@ class _Planner:
         With ``default_results``, the default layout of its shape (the type a host
         argument arrives in), or the same image known to have zero padding where ``v``
         can be made so (a stronger promise, as good); an argument returned as it is
-        and a value the program put in a layout (``with_layout``) keep their types.
+        and a value the program put in a layout (``with_layout``) keep their types, and
+        so does a value whose default layout pads it to more than twice the bytes of the
+        most compact type it is made in (a trailing dim of 2 padded to a stick: RoPE's
+        ``[..., D/2, 2]`` view, issue 26's "no value over twice its data bytes") unless
+        an argument has its shape and dtype: a training step's new weights come back as
+        its weights arrived, so a loop feeding them back meets its plan (issue 24).
         """
         if not self.default_results or v in self.input_types or v in self.hinted:
             return None
         want = host_input_type(v.shape, v.dtype)
+        compact = min((nbytes(t) for t in self.produced[v]), default=nbytes(want))
+        if nbytes(want) > 2 * compact and (v.shape, v.dtype) not in self.input_shapes:
+            return None
         vma = frozenset().union(*(t.vma for t in self.avail[v]))
         want = replace(want, vma=vma) if vma else want
         zeroed = replace(want, pad=PadFill.ZERO)
