@@ -70,6 +70,7 @@ __all__ = [
     "jaxpr_as_fun",
     "key_impl",
     "mlir",
+    "name_like",
     "name_tracing",
     "poison_padding",
     "random_bits_impl_base",
@@ -112,6 +113,18 @@ def name_tracing(fun: Callable[..., Any], traced_for: str, name: str, arg_names:
     """
     info = _lu.DebugInfo(traced_for, name, tuple(arg_names), _lu.initial_result_paths)
     save_wrapped_fun_debug_info(fun, info)
+
+
+def name_like(fun: Callable[..., Any], closed: Any) -> None:
+    """Have JAX's errors in ``fun`` name what ``closed`` was traced from, as it does.
+
+    ``fun`` runs ``closed``'s program on the same flat leaves (the interpreter's jitted
+    runners): an error in it would name its own parameters (``lo[0]``) instead of the
+    user's function and argument paths that :func:`name_tracing` gave ``closed``.
+    """
+    info = closed.jaxpr.debug_info
+    if info is not None and info.arg_names is not None:
+        name_tracing(fun, "spyrejax.jit", info.func_src_info, info.arg_names)
 
 
 def summarize_source(source_info: Any) -> str:

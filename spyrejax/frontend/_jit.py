@@ -34,7 +34,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from .._errors import SpyreTypeError
-from .._jax import AD_TRACERS, ArrayImpl, BatchTracer, ClosedJaxpr, Var, trace_context
+from .._jax import AD_TRACERS, ArrayImpl, BatchTracer, ClosedJaxpr, Var, name_like, trace_context
 from ..device import DeviceProgram, Machine, default_machine
 from ..lowering._graph import Graph, Value, build_graph
 from ..lowering._keys import key_data_outputs, unwrap_keys, wrap_keys
@@ -555,6 +555,9 @@ class SpyreJit:
         def run_images(*lo: Any) -> list[jax.Array]:
             hi = [x if t is None else wrap(x, t) for x, t in zip(lo, in_types, strict=True)]
             return [image(o) for o in run(*hi)]
+
+        name_like(run, closed)
+        name_like(run_images, closed)
 
         lowering = Lowering(
             closed,

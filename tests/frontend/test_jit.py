@@ -578,6 +578,20 @@ def test_tracing_errors_name_the_users_function_and_argument_paths():
         assert "flat_fun" not in msg and "leaves[" not in msg, msg
 
 
+def test_the_compiled_runners_name_the_users_arguments():
+    # The interpreter's jitted runners take the call's flat leaves: JAX's errors in them
+    # would name their own parameters (lo[0]) without the debug info of the user's trace.
+    x = sj.to_device(rand((4, 64), jnp.float16))
+
+    def g(p, q):
+        return p["a"] + q
+
+    lowering = sj.jit(g).lower({"a": x}, x)._lowering
+    info = lowering.on_images.trace(x.image, x.image).jaxpr.jaxpr.debug_info
+    assert info.arg_names == ("args[0]['a'] (parameter 'p')", "args[1] (parameter 'q')")
+    assert info.func_src_info.startswith("test_the_compiled_runners_name_the_users_arguments")
+
+
 def test_bad_arguments():
     x = rand((2, 2), jnp.float32)
     with pytest.raises(sj.SpyreTypeError, match="needs a callable"):
