@@ -15,7 +15,6 @@ import numpy as np
 
 from .. import primitives as sp
 from ..layout import BYTES_PER_STICK, SpyreTensorLayout
-from ..layout._gaps import valid_size
 from ..primitives._array import SpyreType
 from ..primitives._in_place import FillAround
 from ..primitives._iota import Full
@@ -32,8 +31,7 @@ def nbytes(t: SpyreType) -> int:
     """
     layout = t.layout
     if layout.has_gaps:
-        valid = valid_size(tuple(layout.device_size), layout.device_gaps)
-        return BYTES_PER_STICK * math.prod(valid[:-1])
+        return BYTES_PER_STICK * math.prod(layout.valid_size[:-1])
     return layout.nbytes
 
 
