@@ -6,32 +6,23 @@ Pure Python/NumPy planning on layout types (spyre-device spec); the integration 
 
 from ._calibrate import Calibration, calibrate
 from ._cost import OpCost, op_cost, transfer_cost
-from ._division import (
-    Fold,
-    IterDim,
-    Operand,
-    OpSpace,
-    TensorSpec,
-    WorkDivision,
-    divide,
-    elementwise_space,
-    matmul_space,
-    reduce_space,
-    validate_hint,
-)
+from ._division import WorkDivision, divide, validate_hint
 from ._fusion import Fusion, find_fusions
 from ._lx import Buffer, LXPlan, Stream, place, stream
 from ._machine import Machine, default_machine
 from ._matmul_cost import MatmulTime, matmul_time
 from ._percore import core_dci
-from ._program import (
-    DeviceOp,
-    DeviceProgram,
-    FusedGroup,
-    OpDesc,
-    Region,
-    divide_op,
-    plan_program,
+from ._plan import divide_op, plan_program
+from ._program import DeviceOp, DeviceProgram, FusedGroup, OpDesc, Region
+from ._space import (
+    Fold,
+    IterDim,
+    Operand,
+    OpSpace,
+    TensorSpec,
+    elementwise_space,
+    matmul_space,
+    reduce_space,
 )
 
 __all__ = [

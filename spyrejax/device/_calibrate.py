@@ -23,8 +23,9 @@ import numpy as np
 from .._errors import DeviceError
 from ..layout._layout import SpyreTensorLayout
 from ._cost import op_cost
-from ._division import TensorSpec, WorkDivision, matmul_space, order
+from ._division import WorkDivision, order
 from ._machine import Machine
+from ._space import TensorSpec, matmul_space
 
 __all__ = [
     "Calibration",

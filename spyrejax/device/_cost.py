@@ -36,7 +36,8 @@ from ._machine import Machine
 from ._matmul_cost import matmul_time, pt_rate
 
 if TYPE_CHECKING:
-    from ._division import OpSpace, WorkDivision
+    from ._division import WorkDivision
+    from ._space import OpSpace
 
 __all__ = [
     "OpCost",
@@ -74,7 +75,7 @@ class OpCost:
         ring_s: ring time.
         time_s: predicted time, ``max(stage, max(compute, memory, lx) + ring) +
             launch`` (an op inside a fused kernel: its share of the kernel's time, see
-            ``device._program``).
+            ``device._plan``).
         bound: ``"compute"`` or ``"memory"``.
         pattern: the access pattern whose bandwidth was used.
         lx_s: time of the bytes through the cores' LX ports.

@@ -1,4 +1,4 @@
-"""The time of a fused kernel, shared among its ops (``device._program`` plans them).
+"""The time of a fused kernel, shared among its ops (``device._plan`` plans them).
 
 - An elementwise chain, a softmax or a norm (and a matmul's epilogue): one stream of
   DDR reads and writes (:func:`one_stream`); its matmuls keep their own cost.
@@ -16,16 +16,13 @@ from typing import TYPE_CHECKING, Any
 from ._cost import memory_seconds
 from ._fusion import MATMUL_OPS, Fusion
 from ._machine import Machine
+from ._program import DeviceOp, OpDesc
 
 if TYPE_CHECKING:
-    from ._division import TensorSpec
     from ._lx import LXPlan
+    from ._space import TensorSpec
 
 __all__ = ["attention_kernel", "fused_parts", "one_stream"]
-
-# ``device._program``'s DeviceOp and OpDesc (it imports this module): read, not imported.
-DeviceOp = Any
-OpDesc = Any
 
 
 def fused_parts(

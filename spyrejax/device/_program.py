@@ -1,27 +1,24 @@
-"""A program on the device: its ops divided, its intermediates placed in LX, its cost.
+"""A program on the device: its ops, their divisions, LX placement and predicted cost.
 
 The lowering side lists a program's ops as :class:`OpDesc` values (pure data: names of
 the values each reads and writes, their :class:`TensorSpec`, the iteration space of a
-compute op); :func:`plan_program` divides every compute op, decides which
-intermediates live in LX (spyre-device spec section 3), and costs every op.
+compute op); :func:`~spyrejax.device.plan_program` (:mod:`._plan`) makes of them a
+:class:`DeviceProgram`: every op a :class:`DeviceOp` with its division and cost.
 """
 
 from __future__ import annotations
 
 import functools
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from .._errors import DeviceError
 from ..layout._residency import DDR, Residency
-from ._cost import OpCost, op_cost, relayout_cost, transfer_cost
-from ._division import OpSpace, TensorSpec, WorkDivision, divide
-from ._fusion import Fusion, find_fusions, is_fill, is_relayout
-from ._kernels import fused_parts
-from ._lx import INPLACE_OPS, Buffer, LXPlan, Stream, place, stream
+from ._cost import OpCost
+from ._division import WorkDivision
+from ._lx import LXPlan, Stream
 from ._machine import Machine
+from ._space import OpSpace, TensorSpec
 
 __all__ = [
     "DeviceOp",
@@ -29,9 +26,6 @@ __all__ = [
     "FusedGroup",
     "OpDesc",
     "Region",
-    "divide_op",
-    "is_fill",
-    "plan_program",
 ]
 
 
@@ -369,284 +363,3 @@ def _where(op: DeviceOp) -> str:
     if op.region is None:
         return ""
     return op.region.describe() + ("" if op.runs else " (not counted: a cheaper branch)")
-
-
-def _counted(descs: Sequence[OpDesc], times: Sequence[float]) -> list[bool]:
-    """Which ops the totals count: of each ``cond``, the costliest branch's only.
-
-    Inner ``cond``s are decided first, so a branch's cost is what it counts itself.
-    """
-    chains = [d.region.chain() if d.region else () for d in descs]
-    conds: dict[int, tuple[int, dict[int, Region]]] = {}  # index -> (depth, branches)
-    for chain in chains:
-        for depth, r in enumerate(chain):
-            if r.kind == "cond" and r.branch is not None:
-                conds.setdefault(r.index, (depth, {}))[1][r.branch] = r
-    dropped: set[Region] = set()
-    for _, branches in sorted(conds.values(), key=lambda c: -c[0]):
-
-        def cost(r: Region) -> float:
-            return sum(
-                t
-                for t, chain in zip(times, chains, strict=True)
-                if r in chain and not dropped.intersection(chain)
-            )
-
-        best = max(sorted(branches.values(), key=lambda r: r.branch or 0), key=cost)
-        dropped.update(r for r in branches.values() if r != best)
-    return [not dropped.intersection(chain) for chain in chains]
-
-
-def _same_slices(prod: WorkDivision, p_op: int, cons: WorkDivision, c_op: int) -> bool:
-    if prod.cores_used != cons.cores_used:
-        return False
-    return all(prod.box(p_op, c) == cons.box(c_op, c) for c in range(prod.cores_used))
-
-
-def _buffers(
-    descs: Sequence[OpDesc], divisions: list[WorkDivision | None], keep: set[str]
-) -> list[Buffer]:
-    """Per-core buffers of the intermediates that may live in LX.
-
-    A value written or read in more than one loop body or branch (``OpDesc.region``:
-    a loop's operand, carry or result, a branch's result) lives in DDR: it cannot stay
-    in one op's LX from one iteration (or branch) to the next. So does a value two ops
-    write (the branches of a ``cond`` writing its result).
-    """
-    producer = {d.output[0]: i for i, d in enumerate(descs)}
-    regions: dict[str, set[Region | None]] = {}
-    writes: dict[str, int] = {}
-    readers: dict[str, list[tuple[int, int]]] = {}
-    for i, d in enumerate(descs):
-        writes[d.output[0]] = writes.get(d.output[0], 0) + 1
-        regions.setdefault(d.output[0], set()).add(d.region)
-        for k, (name, _) in enumerate(d.inputs):
-            readers.setdefault(name, []).append((i, k))
-            regions.setdefault(name, set()).add(d.region)
-    out = []
-    for name, i in producer.items():
-        div, uses = divisions[i], readers.get(name, [])
-        if name in keep or div is None or not uses:
-            continue
-        if writes[name] > 1 or len(regions[name]) > 1:
-            continue  # crosses a loop body's or branch's boundary: DDR
-        n_out = len(div.space.operands) - 1
-        ok = all(
-            divisions[j] is not None and _same_slices(div, n_out, divisions[j], k) for j, k in uses
-        )
-        if not ok:
-            continue
-        size = div.space.output.tensor.nbytes // div.cores_used
-        parent = None
-        if descs[i].opfunc in INPLACE_OPS:
-            parent = next((n for n, _ in descs[i].inputs if n in producer), None)
-        last = max(j for j, _ in uses)
-        out.append(Buffer(name, size, i, last, parent, len(uses)))
-    return out
-
-
-def divide_op(
-    space: OpSpace, machine: Machine, hint: Mapping[str, int] | None = None
-) -> WorkDivision:
-    """An op's division as a program plan makes it (pass 2 scored by predicted time)."""
-
-    def score(div: WorkDivision) -> float:
-        return op_cost(div, machine).time_s
-
-    return divide(space, machine, hint, score)
-
-
-def _divide_alike(
-    space: OpSpace,
-    hint: Mapping[str, int] | None,
-    machine: Machine,
-    alike: dict[Any, WorkDivision],
-) -> WorkDivision:
-    """``divide_op``, or the division of an op of the same geometry and hint.
-
-    The division is made for this op's own space (its tensors' names), with the splits
-    of the op it repeats; the two share their per-core boxes, computed once.
-    """
-    key = (space.geometry(), None if hint is None else tuple(sorted(hint.items())))
-    seen = alike.get(key)
-    if seen is None:
-        alike[key] = seen = divide_op(space, machine, hint)
-        return seen
-    return replace(seen, space=space)
-
-
-def plan_program(
-    descs: Sequence[OpDesc],
-    machine: Machine,
-    keep_in_ddr: Sequence[str] = (),
-    strategy: str = "greedy",
-    fuse: bool = True,
-) -> DeviceProgram:
-    """Divide, place and cost a program's ops.
-
-    A value written or read in more than one region (``OpDesc.region``) lives in DDR;
-    of each ``cond``, the ops of the branches other than the costliest get ``runs=0``.
-    The chains torch-spyre runs as one kernel (``device._fusion``) are costed as one:
-    one launch, and no DDR traffic for the values they keep in LX.
-
-    Args:
-        descs: the ops in program order.
-        machine: the machine profile.
-        keep_in_ddr: value names that live in DDR whatever happens (graph inputs and
-            outputs).
-        strategy: the LX placer (``greedy``, ``first_fit``, ``best_fit``).
-        fuse: whether to find fused kernels (False: every op is its own kernel).
-    """
-    divisions: list[WorkDivision | None] = []
-    alike: dict[Any, WorkDivision] = {}  # by geometry and hint: repeated layers divide once
-    for d in descs:
-        if d.kind == "compute" and d.space is not None:
-            divisions.append(_divide_alike(d.space, d.hint, machine, alike))
-        else:
-            divisions.append(None)
-    buffers = _buffers(descs, divisions, set(keep_in_ddr))
-    lx = place(buffers, machine, strategy)
-    ops = []
-    peaks = lx.live_bytes(len(descs))
-    fills = {d.output[0] for d in descs if is_fill(d)} - set(keep_in_ddr)
-    fusions = find_fusions(descs, frozenset(keep_in_ddr)) if fuse else []
-    member = {i: k for k, f in enumerate(fusions) for i in f.ops}
-    made = {d.output[0]: d.output[1] for d in descs}
-    fits = [_fits(f, made, machine) for f in fusions]
-    unfused: list[float] = []
-    loaded: list[frozenset[str]] = [frozenset()] * len(fusions)  # inputs a kernel has read
-    for i, (d, div) in enumerate(zip(descs, divisions, strict=True)):
-        lx_in = tuple(n for n, _ in d.inputs if lx.in_lx(n))
-        lx_out = lx.in_lx(d.output[0])
-        own = _own_cost(d, div, machine, fills, lx.in_lx)
-        unfused.append(own.repeated(d.repeat).time_s)
-        k = member.get(i)
-        cost = own
-        if k is not None:
-            cost = _member_cost(descs, i, div, fusions[k], fits[k], loaded[k], fills, lx, machine)
-            loaded[k] = loaded[k] | {n for n, _ in d.inputs}  # its tile stays for the next
-        streams = _streams(div, machine) if div is not None else ()
-        cost = cost.repeated(d.repeat)
-        ops.append(DeviceOp(i, d, div, cost, lx_in, lx_out, streams, peaks[i], d.repeat, k))
-    for k, f in enumerate(fusions):  # each fused kernel's ops share its time
-        for i, op in fused_parts(descs, [ops[i] for i in f.ops], f, fits[k], fills, lx, machine):
-            ops[i] = op
-    counted = _counted(descs, [op.time_s for op in ops])
-    ops = [op if c else replace(op, runs=0) for op, c in zip(ops, counted, strict=True)]
-    groups = tuple(
-        FusedGroup(
-            k,
-            f.family,
-            f.ops,
-            descs[f.anchor].source,
-            f.internal,
-            fits[k],
-            sum(ops[i].time_s for i in f.ops),
-            sum(unfused[i] for i in f.ops),
-        )
-        for k, f in enumerate(fusions)
-    )
-    return DeviceProgram(tuple(ops), machine, lx, groups)
-
-
-def _member_cost(
-    descs: Sequence[OpDesc],
-    i: int,
-    div: WorkDivision | None,
-    f: Fusion,
-    fits: bool,
-    loaded: frozenset[str],
-    fills: set[str],
-    lx: LXPlan,
-    machine: Machine,
-) -> OpCost:
-    """The cost of op ``i`` inside the fused kernel ``f`` (before the kernel shares its time).
-
-    Its internal values (and the inputs the kernel has loaded) are in LX when they fit;
-    an attention's inputs too (its DDR is counted once for the kernel, ``_kernels``).
-    """
-    kept = f.internal | loaded if fits else frozenset()
-    if f.family == "attention":
-        kept = kept | {n for j in f.ops for n, _ in descs[j].inputs}
-    first = i == next(j for j in f.ops if descs[j].kind != "view")
-    in_lx = lambda n: n in kept or lx.in_lx(n)  # noqa: E731
-    return _own_cost(descs[i], div, machine, fills, in_lx, fused=(kept, first))
-
-
-def _own_cost(
-    d: OpDesc,
-    div: WorkDivision | None,
-    machine: Machine,
-    fills: set[str],
-    in_lx: Any,
-    fused: tuple[frozenset[str], bool] | None = None,
-) -> OpCost:
-    """An op's cost, the values ``in_lx(name)`` says in LX; ``fused``: (kept, first).
-
-    An op inside a fused kernel launches none unless it is the kernel's first, and a
-    restickify between two of its values kept in LX is a relayout over the ring.
-    """
-    launch = fused is None or fused[1]
-    if div is not None:
-        where = {k for k, (n, _) in enumerate(d.inputs) if in_lx(n)}
-        if in_lx(d.output[0]):
-            where.add(len(d.inputs))
-        filled = frozenset(k for k, (n, _) in enumerate(d.inputs) if n in fills)
-        return op_cost(div, machine, frozenset(where), filled, launch)
-    if fused is not None and is_relayout(d):
-        kept = fused[0]
-        if d.output[0] in kept and all(n in kept for n, _ in d.inputs):
-            return relayout_cost(machine, d.output[1].nbytes, launch)
-    cost = _transfer(d, machine, fills)
-    return cost if launch or d.kind == "view" else _no_launch(cost)
-
-
-def _no_launch(cost: OpCost) -> OpCost:
-    return replace(cost, time_s=cost.time_s - cost.launch_s, launch_s=0.0)
-
-
-def _fits(f: Fusion, made: Mapping[str, TensorSpec], machine: Machine) -> bool:
-    """Whether a row (last dim) of each of a fused kernel's internal values fits LX."""
-    need = 0
-    for name in f.internal:
-        t = made[name]
-        rows = math.prod(t.shape[:-1]) if len(t.shape) > 1 else 1
-        need += -(-t.nbytes // max(rows, 1))
-    return need <= machine.lx_usable
-
-
-def _transfer(d: OpDesc, machine: Machine, fills: set[str]) -> OpCost:
-    """The cost of an op that is not divided: a view, a fill, a copy or a restickify.
-
-    A view moves nothing and runs no kernel; a fill that is no program output is one
-    stick, written with no kernel of its own. A copy reads of each input what its
-    result needs: the part of the input's image its result's elements are (a slice
-    ``x[:4]`` reads 4 rows, a pad or a concatenate whole inputs).
-    """
-    if d.kind == "view":
-        return transfer_cost(machine, 0, 0, kernel=False)
-    if d.output[0] in fills:
-        return transfer_cost(machine, 0, machine.stick_bytes, kernel=False)
-    out = d.output[1]
-    read = 0
-    for name, t in d.inputs:
-        if name in fills:
-            read += machine.stick_bytes
-        elif d.kind == "copy" and math.prod(t.shape) > math.prod(out.shape):
-            read += -(-t.nbytes * math.prod(out.shape) // math.prod(t.shape))
-        else:
-            read += t.nbytes
-    pattern = "restickify" if d.kind == "restickify" else "ddr"
-    return transfer_cost(machine, read, out.nbytes, pattern)
-
-
-def _streams(div: WorkDivision, machine: Machine) -> tuple[tuple[int, Stream], ...]:
-    """Operands whose per-core slice does not fit its share of LX."""
-    n = len(div.space.operands)
-    budget = machine.lx_usable // n
-    out = []
-    for i, op in enumerate(div.space.operands):
-        s = stream(div.box_shape(i, 0), op.tensor.itemsize, budget)
-        if s is not None:
-            out.append((i, s))
-    return tuple(out)

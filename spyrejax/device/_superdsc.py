@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._errors import DeviceError
-from ._division import Operand, WorkDivision
+from ._division import WorkDivision
 from ._program import DeviceOp, DeviceProgram
+from ._space import Operand
 
 __all__ = ["DS_TYPES", "launch_spec", "superdsc", "validate_superdsc"]
 

@@ -21,7 +21,7 @@ from typing import Any
 from ..._errors import DeviceError, SpyreInternalError
 from ..._jax import Primitive, ad, batching, mlir
 from ...device import OpDesc, OpSpace, TensorSpec, elementwise_space, matmul_space, reduce_space
-from ...device._division import _MATMUL_NAMES, _OTHER_NAMES
+from ...device._space import MATMUL_NAMES, OTHER_NAMES
 from ...primitives._array import SpyreType
 from ...primitives._astype import Astype
 from ...primitives._elementwise import Elementwise
@@ -41,7 +41,7 @@ __all__ = [
     "with_division_p",
 ]
 
-_DIM_NAMES = frozenset({*_OTHER_NAMES, *_MATMUL_NAMES, "out"})
+_DIM_NAMES = frozenset({*OTHER_NAMES, *MATMUL_NAMES, "out"})
 
 with_division_p = Primitive("spyre_with_division")
 with_division_p.def_impl(lambda x, **_: x)
