@@ -118,8 +118,14 @@ class Call:
 
     def path(self, leaf: int) -> str:
         """The path of a dynamic leaf in the call: ``args[1]['w']`` or ``kwargs['s']``."""
-        paths, _ = jax.tree_util.tree_flatten_with_path(self.dynamic())
-        keys = paths[leaf][0]
+        return self.paths()[leaf]
+
+    def paths(self) -> list[str]:
+        """The path of every dynamic leaf, in flat order (one flattening for them all)."""
+        flat, _ = jax.tree_util.tree_flatten_with_path(self.dynamic())
+        return [self._path(keys) for keys, _ in flat]
+
+    def _path(self, keys: tuple[Any, ...]) -> str:
         head, rest = keys[0].idx, keys[2:]
         if head == 0:
             pos = self.positions[keys[1].idx]

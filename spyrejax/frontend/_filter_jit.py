@@ -106,7 +106,7 @@ class FilterJit:
             emulate=emulate,
             cache_key=(fun, ("filter_jit", fallback, emulate)),
             user_fun=fun,
-            leaf_path=self._leaf_path,
+            leaf_paths=self._leaf_paths,
         )
         self.fallback, self.emulate = fallback, self._jit.emulate
         functools.update_wrapper(self, fun, updated=())
@@ -119,18 +119,22 @@ class FilterJit:
         out_dynamic, out_static = _partition(out)
         return out_dynamic, _Static(out_static)
 
-    def _leaf_path(self, inner: Call, i: int) -> str:
-        """The user's path of the inner call's leaf ``i`` (``args[0].lin.weight``).
+    def _leaf_paths(self, inner: Call) -> list[str]:
+        """The user's path of each of the inner call's leaves (``args[0].lin.weight``).
 
-        The inner call is ``((function leaves, argument leaves), static key)``.
+        The inner call is ``((function leaves, argument leaves), static key)``; each
+        tree is flattened once (a path per leaf from one flattening, not one each).
         """
-        keys = jax.tree_util.tree_flatten_with_path(inner.dynamic())[0][i][0]
-        which, j = keys[2].idx, keys[3].idx
-        if which == 0:
-            path = jax.tree_util.tree_flatten_with_path(self.fun)[0][j][0]
-            return f"{type(self.fun).__name__}{jax.tree_util.keystr(path)}"
+        flat, _ = jax.tree_util.tree_flatten_with_path(inner.dynamic())
+        whose = [(keys[2].idx, keys[3].idx) for keys, _ in flat]
+        fun_paths: list[str] = []
+        if any(which == 0 for which, _ in whose):
+            name = type(self.fun).__name__
+            fun_flat, _ = jax.tree_util.tree_flatten_with_path(self.fun)
+            fun_paths = [f"{name}{jax.tree_util.keystr(path)}" for path, _ in fun_flat]
         _, treedef = inner.args[1][1]
-        return _paths(jax.tree.unflatten(treedef, range(treedef.num_leaves)))[j][0]
+        arg_paths = [p for p, _ in _paths(jax.tree.unflatten(treedef, range(treedef.num_leaves)))]
+        return [fun_paths[j] if which == 0 else arg_paths[j] for which, j in whose]
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if self._signature is None:

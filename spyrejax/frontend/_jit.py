@@ -386,7 +386,7 @@ class SpyreJit:
         *,
         cache_key: tuple[Callable[..., Any], Hashable] | None = None,
         user_fun: Any = None,
-        leaf_path: Callable[[Call, int], str] | None = None,
+        leaf_paths: Callable[[Call], Sequence[str]] | None = None,
     ) -> None:
         if not callable(fun):
             raise SpyreTypeError(f"spyrejax.jit needs a callable, got {fun!r}")
@@ -398,7 +398,7 @@ class SpyreJit:
         self.fun = fun
         # Errors name the user's function and argument paths (a wrapper gives its own).
         self.user_fun = fun if user_fun is None else user_fun
-        self._leaf_path = leaf_path or Call.path
+        self._leaf_paths = leaf_paths or Call.paths
         self.argnums = ArgNums.resolve(
             fun, static_argnums, static_argnames, donate_argnums, donate_argnames
         )
@@ -528,9 +528,7 @@ class SpyreJit:
             else jax.ShapeDtypeStruct(a.shape, (x64 and a.x64_dtype) or a.dtype)
             for a in sig.in_avals
         ]
-        in_user_terms(
-            flat_fun, self.user_fun, [self._leaf_path(call, i) for i in range(len(structs))]
-        )
+        in_user_terms(flat_fun, self.user_fun, self._leaf_paths(call))
         closed, out_shape = jax.make_jaxpr(flat_fun, return_shape=True)(*structs)
         return closed, jax.tree.structure(out_shape)
 
