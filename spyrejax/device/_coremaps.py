@@ -20,8 +20,10 @@ usual case: constants of one core's size), else whole.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -33,6 +35,7 @@ from ._percore import core_dci
 
 __all__ = [
     "CoreMap",
+    "Strided",
     "load_sources",
     "local_shape",
     "lx_index",
@@ -88,6 +91,29 @@ class CoreMap:
                 return CoreMap(rows, a[0], None, **facts)
         return CoreMap(None, None, a, **facts)
 
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(cores, points)``."""
+        if self.full is not None:
+            return (int(self.full.shape[0]), int(self.full.shape[1]))
+        assert self.rows is not None and self.cols is not None
+        return (len(self.rows), len(self.cols))
+
+    @cached_property
+    def strided(self) -> Strided | None:
+        """The map as a strided view of the flat image (:class:`Strided`), or None.
+
+        Only a complete map can be one; computed once per map (maps are memoised with
+        their division).
+        """
+        if not self.complete:
+            return None
+        a = self.full
+        if a is None:
+            assert self.rows is not None and self.cols is not None
+            a = self.rows[:, None] + self.cols[None, :]
+        return Strided.of(a.reshape(-1))
+
     def indices(self, size: int) -> tuple[np.ndarray, np.ndarray | None]:
         """``(a, b)`` whose broadcast sum is the array, ``-1`` entries mapped past ``size``.
 
@@ -99,6 +125,53 @@ class CoreMap:
         past = size - min(0, int(self.rows.min()))  # any row + past >= size
         cols = np.where(self.cols < 0, past, self.cols)
         return self.rows.astype(np.int32)[:, None], cols.astype(np.int32)[None, :]
+
+
+@dataclass(frozen=True)
+class Strided:
+    """A flat index array that is ``offset + sum_k i_k * stride_k`` over a loop nest.
+
+    Such a map reads (or writes) the image as a view: a slice, a reshape into nested
+    blocks and a transpose, instead of an index per element. Only nests whose strides,
+    largest first, each divide the one before and whose blocks do not overlap
+    (``size * stride <= `` the next larger stride) are kept: exactly the views a
+    reshape and slice can take. A stride of 0 repeats (a broadcast).
+
+    Attributes:
+        offset: the first index.
+        dims: ``(size, stride)`` per loop, outermost first (the array's order).
+    """
+
+    offset: int
+    dims: tuple[tuple[int, int], ...]
+
+    @staticmethod
+    def of(flat: np.ndarray) -> Strided | None:
+        """``flat`` (int, no -1) as a strided nest, or None if it is not one.
+
+        Peels the innermost loop off repeatedly: the first run of one step is that
+        loop's size (a run that crosses a loop boundary merges two loops that are one),
+        and every other row must repeat it from its own start.
+        """
+        dims: list[tuple[int, int]] = []
+        cur = flat.astype(np.int64, copy=False)
+        while cur.size > 1:
+            step = int(cur[1] - cur[0])
+            off = np.flatnonzero(np.diff(cur) != step)
+            n = int(off[0]) + 1 if off.size else cur.size
+            if cur.size % n or step < 0:
+                return None
+            rows = cur.reshape(-1, n)
+            if n > 1 and not (rows == rows[:, :1] + step * np.arange(n)).all():
+                return None
+            dims.append((n, step))
+            cur = rows[:, 0]
+        nest = tuple(reversed(dims))
+        moving = sorted((t, n) for n, t in nest if t > 0 and n > 1)
+        for (t, n), (t_out, _) in itertools.pairwise(moving):
+            if t_out % t or n * t > t_out:
+                return None
+        return Strided(int(cur[0]) if cur.size else 0, nest)
 
 
 def _affine(sizes: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:

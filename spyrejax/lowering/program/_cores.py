@@ -47,16 +47,8 @@ import numpy as np
 
 from ..._errors import SpyreUnsupportedError
 from ...device import Machine, WorkDivision, default_machine, divide_op
-from ...device._coremaps import (
-    CoreMap,
-    load_sources,
-    local_shape,
-    lx_index,
-    lx_sources,
-    store_runs,
-    valid_points,
-)
 from ...device._coremaps import starts as core_starts
+from ...device._coremaps import valid_points
 from ...primitives._array import PadFill
 from ...primitives._astype import Astype
 from ...primitives._base import image, wrap
@@ -65,6 +57,7 @@ from ...primitives._masks import masked, poison
 from ...primitives._matmul import Matmul
 from ...primitives._reduce import Reduce
 from ...primitives._values import accumulator
+from ._coremoves import loaded, stored
 from ._device import current_line, divided_space, take_hint
 
 __all__ = ["CoreCheck", "CoreExecutor", "Mismatch", "checking_cores", "core_check"]
@@ -121,9 +114,9 @@ class CoreExecutor:
 def _per_core(prim: Any, div: WorkDivision, imgs: list[jax.Array]) -> jax.Array:
     """The image of ``prim``'s result computed core by core (padding as its type says)."""
     starts = core_starts(div)
-    vals = [_loaded(div, k, img) for k, img in enumerate(imgs)]
+    vals = [loaded(div, k, img) for k, img in enumerate(imgs)]
     result = _kernel(prim, div, vals, starts)
-    img = _stored(div, len(div.space.operands) - 1, result)
+    img = stored(div, len(div.space.operands) - 1, result)
     t = prim.out_aval
     return masked(img, t, 0 if t.pad is PadFill.ZERO else poison(t.dtype))
 
@@ -417,70 +410,6 @@ def _check_supported(div: WorkDivision) -> None:
                     f"{d.dims}; per-core execution reads a folded device dim whole (do not "
                     "split it, restickify first, or use the default mode)"
                 )
-
-
-# --- DDR <-> LX by descriptors ---------------------------------------------------------
-# The index maps (descriptors, LX boxes, iteration order) are composed in NumPy when the
-# op is traced (spyrejax.device._coremaps): one gather per operand, one scatter per store
-# descriptor, with index constants of one core's size.
-
-
-def _take(flat: jax.Array, where: CoreMap, fill: Any) -> jax.Array:
-    """``flat[where]`` as ``[cores, points]``, ``fill`` where the map says -1."""
-    idx = _indices(where, flat.shape[0])
-    if where.complete:  # every index in bounds: a plain gather, no mask
-        return flat.at[idx].get(
-            mode="promise_in_bounds",
-            indices_are_sorted=where.ascending,
-            unique_indices=where.unique,
-        )
-    return flat.at[idx].get(mode="fill", fill_value=fill)
-
-
-def _indices(where: CoreMap, size: int) -> jax.Array:
-    """The map's ``[cores, points]`` indices in the program (-1: ``size``, out of range)."""
-    a, b = where.indices(size)
-    return jnp.asarray(a) if b is None else jnp.asarray(a) + jnp.asarray(b)
-
-
-def _load(div: WorkDivision, operand: int, img: jax.Array) -> jax.Array:
-    """Every core's LX image of an operand: ``[cores, box elements]`` (poison where unread)."""
-    return _take(img.reshape(-1), CoreMap.of(lx_sources(div, operand)), poison(img.dtype))
-
-
-def _store(div: WorkDivision, operand: int, lx: jax.Array) -> jax.Array:
-    """The DDR image of an operand from every core's LX image (poison where none writes)."""
-    shape = local_shape(div, operand)
-    idx = lx_index(div, operand)
-    result = jnp.take(lx, jnp.asarray(idx.reshape(-1), np.int32), axis=1)
-    return _stored(div, operand, result.reshape((lx.shape[0], *shape)))
-
-
-def _loaded(div: WorkDivision, operand: int, img: jax.Array) -> jax.Array:
-    """A core's LX data of an operand in iteration order: ``[cores, *local shape]``."""
-    vals = _take(img.reshape(-1), load_sources(div, operand), poison(img.dtype))
-    return vals.reshape((div.cores_used, *local_shape(div, operand)))
-
-
-def _stored(div: WorkDivision, operand: int, result: jax.Array) -> jax.Array:
-    """The output's DDR image from every core's result in iteration order.
-
-    Poison where no core writes; only points inside the logical extents reach LX.
-    """
-    t = div.space.operands[operand].tensor
-    size = math.prod(t.layout.device_size)
-    cores = div.cores_used
-    values = jnp.broadcast_to(result, (cores, *local_shape(div, operand))).reshape(-1)
-    fill = poison(result.dtype)
-    flat = jnp.full((size,), fill, result.dtype)
-    for dst, held in store_runs(div, operand):
-        flat = flat.at[_indices(dst, size).reshape(-1)].set(
-            _take(values, held, fill).reshape(-1),
-            mode="promise_in_bounds" if dst.complete else "drop",
-            indices_are_sorted=dst.ascending,
-            unique_indices=dst.unique,
-        )
-    return flat.reshape(t.layout.device_size)
 
 
 # --- the kernels on LX data ---------------------------------------------------------------
