@@ -4,8 +4,9 @@ Every op the device model divides (elementwise ops, ``astype``, reductions, matm
 runs here instead of with its whole-image kernel, vectorised over the cores:
 
 1. **load**: each core's box of every operand moves from the DDR image into an LX
-   image by the descriptors of :func:`spyrejax.device.core_dci` (one gather for all
-   cores: the descriptors of every core are core 0's moved by the core's offset);
+   image by the descriptors of :func:`spyrejax.device.core_dci`, composed with the
+   iteration order into one map per operand for all cores, moved as a view of the
+   image where the map is strided, else one gather (``_coremoves``);
 2. **compute**: the core's kernel runs on its LX data, read in the order of the op's
    iteration space (one variable per output and reduced dim, counted from the core's
    slice); a reduction or matmul whose reduced dim is split leaves partial results
