@@ -19,6 +19,7 @@ from ._axes import broadcast_all
 
 __all__ = [
     "data_mask",
+    "data_positions_count",
     "from_data_dims",
     "has_padding",
     "masked",
@@ -29,7 +30,7 @@ __all__ = [
 ]
 
 
-def _data_positions_count(t: SpyreType) -> int:
+def data_positions_count(t: SpyreType) -> int:
     """How many image positions hold data: each element once per broadcast (stride-0) copy."""
     layout = t.layout
     copies = math.prod(
@@ -40,7 +41,7 @@ def _data_positions_count(t: SpyreType) -> int:
 
 def has_padding(t: SpyreType) -> bool:
     """Whether the image of ``t`` has positions that hold no data."""
-    return _data_positions_count(t) != math.prod(t.layout.device_size)
+    return data_positions_count(t) != math.prod(t.layout.device_size)
 
 
 def padding_in_data_dims(t: SpyreType) -> bool:
@@ -49,7 +50,7 @@ def padding_in_data_dims(t: SpyreType) -> bool:
     :func:`from_data_dims` already poisons those lanes, so a kernel whose output has
     no other padding need not mask it again.
     """
-    return _data_positions_count(t) != math.prod(d.size for d in t.dims if d.is_data)
+    return data_positions_count(t) != math.prod(d.size for d in t.dims if d.is_data)
 
 
 def data_mask(t: SpyreType) -> jax.Array | None:
