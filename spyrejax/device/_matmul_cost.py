@@ -17,9 +17,14 @@ bytes a division must read explain little of its time; what does (section 8):
   it does not walk) is read once and multicast, so the DDR reads the operand's unique
   bytes, times its LX re-reads (below); reads and writes pay the DDR's read/write
   turnaround on ``min(read, write)`` (spec section 1), as every other op does. With
-  fewer than ``stream_sharers`` sharers the cores drive too many distinct streams at
-  once (bank conflicts): the operand's bytes cost ``1 + penalty x
-  log2(stream_sharers / g)^2`` times more.
+  more distinct streams (``cores / g``) than the DDR serves cleanly (``max_cores /
+  stream_sharers``: 8), the banks conflict: the operand's bytes cost ``1 + penalty x
+  log2(streams / 8)^2`` times more (on 32 cores: fewer than 4 sharers; one core
+  reading alone, section 8's pure-N split on 1-8 cores, pays nothing). A core whose
+  other operand's slice is small (at most ``mm_alone_fraction`` of ``lx_usable``:
+  loaded once, a decode activation) reads one stream and pays nothing either: section
+  8's decode weight streaming (M <= 4, every core on its own weight tile) runs at
+  145-157 GB/s.
 - **LX re-reads**: a core keeps an output block in fp32 accumulators in its share of LX
   (``lx_usable``, set by ``lx_fraction``) with a double-buffered K step of A and B
   beside it; the block of least traffic that fits gives how many times A and B pass.
@@ -197,7 +202,10 @@ def matmul_time(
         per_core = division.core_bytes(i)
         unique = per_core * cores // g * p
         read_bytes += unique
-        few = max(0.0, math.log2(machine.mm_stream_sharers / g))
+        streams = cores / g  # distinct tiles read at once
+        if division.core_bytes(1 - i) <= machine.mm_alone_fraction * machine.lx_usable:
+            streams = 1.0  # read alone: the other operand's slice is loaded once, small
+        few = max(0.0, math.log2(streams * machine.mm_stream_sharers / machine.max_cores))
         read += unique * (1 + machine.mm_stream_penalty * few * few)
         runs += _core_runs(division, i, machine) * p
         over = max(0.0, g / machine.mm_multicast_sharers - 1)

@@ -33,7 +33,7 @@ def test_the_model_ranks_the_granite_sweep_as_the_card_does(sweep):
     assert len(sweep.shapes) == 12 and sweep.hangs == 4
     assert sum(len(s.splits) for s in sweep.shapes) == 236
     assert sweep.picks_within(0.10) == 11  # target: >= 10
-    assert sweep.median_rho == pytest.approx(0.85, abs=0.01)  # target: >= 0.6
+    assert sweep.median_rho == pytest.approx(0.857, abs=0.01)  # target: >= 0.6
     assert sweep.best_within(0.30) == 12  # target: 12
     worst = min(sweep.shapes, key=lambda s: s.best_error)
     assert worst.shape == "B64_M32_N576_K128" and worst.best_error == pytest.approx(-0.23, abs=0.02)
