@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 import spyrejax as sj
 from spyrejax.device import Machine, op_cost
 from spyrejax.device._calibrate import Measurement, sweep_division
-from spyrejax.device._division import TensorSpec, WorkDivision, _divisors, matmul_space, order
+from spyrejax.device._division import WorkDivision, _divisors, order
+from spyrejax.device._space import TensorSpec, matmul_space
 from spyrejax.layout import SpyreTensorLayout
 
 S = jax.ShapeDtypeStruct
