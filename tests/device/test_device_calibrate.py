@@ -4,7 +4,7 @@ The sweep is ``../shared/data/spyre/granite_splits_lx0.2.txt`` (every 32-core di
 of 12 Granite matmul shapes at lx_fraction 0.2). Issue 25's targets: the model's pick
 within 10% of the card's best on >= 10 of 12 shapes (11 reached: the decode QK^T shape
 B64_M32_N576_K128 picks 4_8_1_1, 1.48x the card's best), median Spearman rho >= 0.6
-(0.85), the best division's time predicted within 30% on 12 of 12 (reached).
+(0.86), the best division's time predicted within 30% on 12 of 12 (reached).
 """
 
 import dataclasses
