@@ -26,8 +26,9 @@ not current. Each line is the module's own docstring, first line, and the names 
 
 Folders follow the layers, and imports flow one way (`tests/project/test_imports.py` fails on any
 import that points up or any cycle): `layout/` (pure Python/NumPy, no JAX) -> `dma/` ->
-`primitives/` (the array types and the Spyre primitives) -> `device/` (the device model) ->
-`lowering/` (the graph, the rule registry, the planner) -> `lowering/program/` (the
+`device/` (the device model: pure Python/NumPy planning) -> `primitives/` (the array types
+and the Spyre primitives; each divided one builds its own iteration space and per-core
+kernel) -> `lowering/` (the graph, the rule registry, the planner) -> `lowering/program/` (the
 interpreter, the device model applied to a plan, per-core runs) -> `lowering/rules/` (the
 rules by family) -> `frontend/` (`spyrejax.jit` and its stages) -> `report/` (`explain`,
 `export`) -> the API and `viz/`.

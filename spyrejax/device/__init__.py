@@ -1,7 +1,9 @@
 """The device model: machine profiles, work division over cores, LX plans, cost, SuperDSC.
 
-Pure Python/NumPy planning on layout types (spyre-device spec); the integration with
-``spyrejax.jit`` programs lives in :mod:`spyrejax.lowering`.
+Pure Python/NumPy planning on layout types (spyre-device spec), below the primitives: it
+imports none. Each divided primitive builds its own iteration space (``SpyrePrim.space``),
+its op record's facts included; the integration with ``spyrejax.jit`` programs lives in
+:mod:`spyrejax.lowering`.
 """
 
 from ._calibrate import Calibration, calibrate

@@ -48,14 +48,6 @@ __all__ = [
     "transfer_cost",
 ]
 
-# Ops the vector units run as transcendentals (ktir-cpu charges them 4x).
-TRANSCENDENTAL = frozenset(
-    ("exp", "exp2", "log", "log1p", "expm1", "tanh", "sigmoid", "gelu", "gelu_erf", "silu",
-     "erf", "erfc", "erf_inv", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
-     "asinh", "acosh", "atanh", "pow", "atan2", "lgamma", "digamma", "rsqrt", "sqrt", "cbrt")
-)  # fmt: skip
-
-
 # Format conversions: inside a fused kernel they ride in the stages around them.
 CASTS = frozenset(("astype", "convert_element_type"))
 
@@ -249,7 +241,7 @@ def op_cost(
         elements = 1
         for n in space.output.tensor.shape:
             elements *= n
-        factor = machine.transcendental_factor if space.opfunc in TRANSCENDENTAL else 1.0
+        factor = machine.transcendental_factor if space.transcendental else 1.0
         compute = elements * factor / cores / machine.vector_lanes_per_cycle / machine.clock_hz
     if space.kind != "matmul":
         lx = lx_seconds(machine, moved, cores)

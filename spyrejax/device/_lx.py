@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from .._errors import DeviceError
 from ._machine import Machine
 
-__all__ = ["INPLACE_OPS", "Buffer", "LXPlan", "Stream", "place", "stream"]
+__all__ = ["Buffer", "LXPlan", "Stream", "place", "stream"]
 
-INPLACE_OPS = frozenset({"exp", "sub", "add", "rsqrt"})
 STRATEGIES = ("greedy", "first_fit", "best_fit")
 
 

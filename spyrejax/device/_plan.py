@@ -17,7 +17,7 @@ from ._cost import OpCost, op_cost, relayout_cost, transfer_cost
 from ._division import WorkDivision, divide
 from ._fusion import Fusion, find_fusions, is_fill, is_relayout
 from ._kernels import fused_parts
-from ._lx import INPLACE_OPS, Buffer, LXPlan, Stream, place, stream
+from ._lx import Buffer, LXPlan, Stream, place, stream
 from ._machine import Machine
 from ._program import DeviceOp, DeviceProgram, FusedGroup, OpDesc, Region
 from ._space import OpSpace, TensorSpec
@@ -92,7 +92,7 @@ def _buffers(
             continue
         size = div.space.output.tensor.nbytes // div.cores_used
         parent = None
-        if descs[i].opfunc in INPLACE_OPS:
+        if div.space.in_place:
             parent = next((n for n, _ in descs[i].inputs if n in producer), None)
         last = max(j for j, _ in uses)
         out.append(Buffer(name, size, i, last, parent, len(uses)))

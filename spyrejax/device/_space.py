@@ -184,6 +184,10 @@ class OpSpace:
         operands: inputs first, then the output.
         macs: multiply-accumulates (matmul only).
         broadcast: whether an input is broadcast along some variable.
+        transcendental: whether the vector units run it as a transcendental
+            (``Machine.transcendental_factor``); the op's record says so.
+        in_place: whether its result may take the LX space of an input dying at it;
+            the op's record says so.
     """
 
     opfunc: str
@@ -192,6 +196,8 @@ class OpSpace:
     operands: tuple[Operand, ...]
     macs: int = 0
     broadcast: bool = False
+    transcendental: bool = False
+    in_place: bool = False
 
     def dim(self, name: str) -> IterDim:
         """The variable called ``name``."""
@@ -237,6 +243,8 @@ def _space(
     reduced: Sequence[bool],
     operands: Sequence[tuple[TensorSpec, str, Callable[[int], str | None]]],
     macs: int = 0,
+    transcendental: bool = False,
+    in_place: bool = False,
 ) -> OpSpace:
     """An :class:`OpSpace`; ``operands`` give each tensor's logical dim -> variable."""
     stick = dict.fromkeys(names, 1)
@@ -276,7 +284,7 @@ def _space(
         IterDim(n, e, stick[n], r, n in pinned)
         for n, e, r in zip(names, extents, reduced, strict=True)
     )
-    return OpSpace(opfunc, kind, dims, tuple(ops), macs, broadcast)
+    return OpSpace(opfunc, kind, dims, tuple(ops), macs, broadcast, transcendental, in_place)
 
 
 def _follows(op: Operand, var: str, stick: int) -> bool:
@@ -319,16 +327,26 @@ def _right_aligned(t: TensorSpec, names: Sequence[str], shape: Sequence[int]) ->
     return var_of
 
 
-def elementwise_space(opfunc: str, out: TensorSpec, ins: Sequence[TensorSpec]) -> OpSpace:
-    """The iteration space of an elementwise op (inputs broadcast right-aligned)."""
+def elementwise_space(
+    opfunc: str,
+    out: TensorSpec,
+    ins: Sequence[TensorSpec],
+    *,
+    transcendental: bool = False,
+    in_place: bool = False,
+) -> OpSpace:
+    """The iteration space of an elementwise op (inputs broadcast right-aligned).
+
+    ``transcendental`` and ``in_place``: the op's facts, from its record (:class:`OpSpace`).
+    """
     names = _names(len(out.shape))
     order = list(reversed(names))  # iteration order: mb (innermost dim) first, out last
     extents = {n: out.shape[i] for i, n in enumerate(names)}
     operands = [(t, "input", _right_aligned(t, names, out.shape)) for t in ins]
     operands.append((out, "output", lambda i: names[i]))
-    return _space(
-        opfunc, "elementwise", order, [extents[n] for n in order], [False] * len(order), operands
-    )
+    ext = [extents[n] for n in order]
+    red = [False] * len(order)
+    return _space(opfunc, "elementwise", order, ext, red, operands, 0, transcendental, in_place)
 
 
 def reduce_space(

@@ -14,6 +14,7 @@ read in another format, stick by stick, layout kept.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -22,6 +23,8 @@ import numpy as np
 
 from .._errors import LayoutError, SpyreTypeError
 from .._jax import poison_padding
+from ..device._division import WorkDivision
+from ..device._space import OpSpace, TensorSpec, elementwise_space
 from ..dma._dma import as_bits, dma_h2d, from_bits, h2d_values
 from ..layout._devdims import DevDim, layout_from_dims
 from ..layout._dtypes import format_for_dtype, host_dtype
@@ -63,6 +66,14 @@ class Astype(SpyrePrim):
 
     def tangent_kernel(self, img: jax.Array) -> jax.Array:
         return self._convert(img, exact=False)
+
+    def space(self, ins: Sequence[TensorSpec], out: TensorSpec) -> OpSpace:
+        """An elementwise space: one variable per dim."""
+        return elementwise_space("astype", out, ins)
+
+    def core_kernel(self, div: WorkDivision, vals: list[jax.Array]) -> jax.Array:
+        """Each core converts its own elements."""
+        return vals[0].astype(self.out_aval.dtype)
 
     def _convert(self, img: jax.Array, exact: bool) -> jax.Array:
         out_t = self.out_aval

@@ -19,7 +19,7 @@ computation would have: the planner evaluates lowering rules this way.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -30,6 +30,8 @@ import numpy as np
 
 from .._errors import LayoutError, SpyreInternalError, SpyreUnsupportedError
 from .._jax import GradAccum, HiPrim, ShapedArray, Zero, vjp_from_jvp
+from ..device._division import WorkDivision
+from ..device._space import OpSpace, TensorSpec
 from ..layout._layout import SpyreTensorLayout
 from ._array import MOVES, SpyreArray, SpyreType, batched_type
 
@@ -270,6 +272,43 @@ class SpyrePrim(HiPrim):
     def moves(self) -> int:
         """Elements this primitive moves between layouts (0 unless it copies)."""
         return 0
+
+    # --- its device side: what a division of it over the cores computes -------------------
+    # A divided primitive (elementwise ops, astype, reductions, matmuls) defines both
+    # ``space`` and ``core_kernel``; the device model and ``emulate="cores"`` read them.
+
+    def space(self, ins: Sequence[TensorSpec], out: TensorSpec) -> OpSpace | None:
+        """Its iteration space for a division over the cores, None if it is not divided.
+
+        Args:
+            ins: its operands' specs (their types' shapes, layouts and views).
+            out: its result's spec.
+
+        Raises:
+            DeviceError: when its operands have no space (a matmul of rank < 2...).
+        """
+        return None
+
+    def space_key(self) -> Hashable:
+        """What its space depends on besides its class and its operand and result types."""
+        return ()
+
+    def core_kernel(self, div: WorkDivision, vals: list[jax.Array]) -> jax.Array:
+        """Its per-core compute: every core's result from its LX data (``emulate="cores"``).
+
+        Args:
+            div: its division (over :meth:`space`).
+            vals: per operand, every core's data in the space's iteration order,
+                ``[cores, *local shape]`` (see ``spyrejax.device._coremaps``).
+
+        Returns:
+            Every core's result in iteration order: ``[cores, *local shape]`` of the
+            output (partial results of a split reduced dim already combined).
+
+        Raises:
+            SpyreInternalError: for a primitive that is not divided.
+        """
+        raise SpyreInternalError(f"{type(self).__name__} is not divided: it has no core kernel")
 
     @property
     def out_avals(self) -> tuple[Any, ...]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -27,6 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import LayoutError, SpyreTypeError
+from ..device._division import WorkDivision
+from ..device._space import OpSpace, TensorSpec, elementwise_space
 from ..layout._devdims import AlignPlan, align
 from ..layout._layout import SpyreTensorLayout
 from ._array import SpyreArray, SpyreType
@@ -91,6 +93,13 @@ class ElementwiseOp:
         public: exported as ``spyrejax.<name>``.
         from_jax: the op's operands from a JAX equation's operands and parameters
             (``select_n(pred, on_false, on_true)`` is ``where(pred, on_true, on_false)``).
+        transcendental: the device's vector units run it as a transcendental
+            (``Machine.transcendental_factor`` of an op's time; ktir-cpu charges them 4x).
+        approximated: XLA computes it on floats by approximation, not correctly
+            rounded: two array shapes may round it differently, within 4 ulps (what
+            ``emulate="cores"``'s check allows).
+        in_place: the device may write its result over an input dying at it (the LX
+            planner lets the result take that input's space).
     """
 
     name: str
@@ -104,6 +113,9 @@ class ElementwiseOp:
     doc: str = ""
     public: bool = True
     from_jax: Callable[[list[Any], dict[str, Any]], list[Any]] = lambda xs, params: xs
+    transcendental: bool = False
+    approximated: bool = False
+    in_place: bool = False
 
     @property
     def arity(self) -> int:
@@ -116,14 +128,22 @@ class ElementwiseOp:
         return tuple(range(self.arity)) if self.values is None else self.values
 
 
-def _unary(name: str, fn: Any, lax: Any = None, lowers: Any = None, doc: str = "") -> Any:
+def _unary(
+    name: str, fn: Any, lax: Any = None, lowers: Any = None, doc: str = "", **facts: bool
+) -> Any:
     prims = (name,) if lowers is None else lowers
-    return ElementwiseOp(name, ("x",), fn, lax, prims, doc=doc or f"``{name}(x)``.")
+    return ElementwiseOp(name, ("x",), fn, lax, prims, doc=doc or f"``{name}(x)``.", **facts)
 
 
-def _binary(name: str, fn: Any, lax: Any = None, lowers: Any = None, doc: str = "") -> Any:
+def _binary(
+    name: str, fn: Any, lax: Any = None, lowers: Any = None, doc: str = "", **facts: bool
+) -> Any:
     prims = (name,) if lowers is None else lowers
-    return ElementwiseOp(name, ("x", "y"), fn, lax, prims, doc=doc or f"``{name}(x, y)``.")
+    return ElementwiseOp(name, ("x", "y"), fn, lax, prims, doc=doc or f"``{name}(x, y)``.", **facts)
+
+
+_MATH: dict[str, bool] = {"transcendental": True, "approximated": True}
+"""The facts of most math functions: a transcendental on the device, approximated by XLA."""
 
 
 def _lax(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -146,54 +166,56 @@ def _compare(name: str, fn: Any, symbol: str) -> ElementwiseOp:
 OPS: tuple[ElementwiseOp, ...] = (
     _unary("neg", jnp.negative, jax.lax.neg, doc="``-x``."),
     _unary("abs", jnp.abs, jax.lax.abs, doc="``|x|``."),
-    _unary("exp", jnp.exp, jax.lax.exp),
-    _unary("log", jnp.log, jax.lax.log, doc="Natural logarithm."),
-    _unary("log2", jax.lax.log2, jax.lax.log2, doc="Base-2 logarithm."),
-    _unary("sqrt", jnp.sqrt, jax.lax.sqrt),
-    _unary("rsqrt", jax.lax.rsqrt, doc="``1 / sqrt(x)``."),
+    _unary("exp", jnp.exp, jax.lax.exp, in_place=True, **_MATH),
+    _unary("log", jnp.log, jax.lax.log, doc="Natural logarithm.", **_MATH),
+    _unary("log2", jax.lax.log2, jax.lax.log2, doc="Base-2 logarithm.", approximated=True),
+    _unary("sqrt", jnp.sqrt, jax.lax.sqrt, transcendental=True),
+    _unary("rsqrt", jax.lax.rsqrt, doc="``1 / sqrt(x)``.", in_place=True, **_MATH),
     _unary("reciprocal", jnp.reciprocal, lowers=(), doc="``1 / x``."),
     _unary("square", jnp.square, doc="``x * x``."),
-    _unary("tanh", jnp.tanh, jax.lax.tanh),
-    _unary("sigmoid", jax.nn.sigmoid, lowers=("logistic",), doc="``1 / (1 + exp(-x))``."),
+    _unary("tanh", jnp.tanh, jax.lax.tanh, **_MATH),
+    _unary("sigmoid", jax.nn.sigmoid, lowers=("logistic",), doc="``1 / (1 + exp(-x))``.", **_MATH),
     _unary("relu", jax.nn.relu, lowers=(), doc="``max(x, 0)``."),
     _unary(
         "gelu",
         functools.partial(jax.nn.gelu, approximate=True),
         lowers=(),
         doc="GELU, tanh approximation (``jax.nn.gelu``).",
+        transcendental=True,
     ),
     _unary(
         "gelu_erf",
         functools.partial(jax.nn.gelu, approximate=False),
         lowers=(),
         doc="Exact GELU (``jax.nn.gelu(x, approximate=False)``).",
+        transcendental=True,
     ),
-    _unary("silu", jax.nn.silu, lowers=(), doc="``x * sigmoid(x)``."),
-    _unary("erf", jax.lax.erf, doc="The error function."),
-    _unary("erfc", jax.lax.erfc, doc="``1 - erf(x)``."),
-    _unary("log1p", jnp.log1p, doc="``log(1 + x)``."),
-    _unary("expm1", jnp.expm1, doc="``exp(x) - 1``."),
+    _unary("silu", jax.nn.silu, lowers=(), doc="``x * sigmoid(x)``.", **_MATH),
+    _unary("erf", jax.lax.erf, doc="The error function.", **_MATH),
+    _unary("erfc", jax.lax.erfc, doc="``1 - erf(x)``.", **_MATH),
+    _unary("log1p", jnp.log1p, doc="``log(1 + x)``.", **_MATH),
+    _unary("expm1", jnp.expm1, doc="``exp(x) - 1``.", **_MATH),
     _unary("sign", jnp.sign, doc="-1, 0 or 1."),
     _unary("one_minus_square", lambda x: 1 - x * x, doc="``1 - x * x`` (tanh's derivative)."),
     _unary("bitwise_not", jnp.bitwise_not, lowers=("not",), doc="``~x`` (logical on bools)."),
     _unary("floor", jax.lax.floor, doc="Round down."),
     _unary("ceil", jax.lax.ceil, doc="Round up."),
-    _unary("sin", jax.lax.sin),
-    _unary("cos", jax.lax.cos),
-    _unary("tan", jax.lax.tan),
-    _unary("asin", jax.lax.asin),
-    _unary("acos", jax.lax.acos),
-    _unary("atan", jax.lax.atan),
-    _unary("sinh", jax.lax.sinh),
-    _unary("cosh", jax.lax.cosh),
-    _unary("asinh", jax.lax.asinh),
-    _unary("acosh", jax.lax.acosh),
-    _unary("atanh", jax.lax.atanh),
-    _unary("exp2", jax.lax.exp2, doc="``2 ** x``."),
-    _unary("cbrt", jax.lax.cbrt, doc="Cube root."),
-    _unary("erf_inv", jax.lax.erf_inv, doc="The inverse error function."),
-    _unary("lgamma", jax.lax.lgamma, doc="``log |gamma(x)|``."),
-    _unary("digamma", jax.lax.digamma, doc="The derivative of ``lgamma``."),
+    _unary("sin", jax.lax.sin, **_MATH),
+    _unary("cos", jax.lax.cos, **_MATH),
+    _unary("tan", jax.lax.tan, **_MATH),
+    _unary("asin", jax.lax.asin, **_MATH),
+    _unary("acos", jax.lax.acos, **_MATH),
+    _unary("atan", jax.lax.atan, **_MATH),
+    _unary("sinh", jax.lax.sinh, **_MATH),
+    _unary("cosh", jax.lax.cosh, **_MATH),
+    _unary("asinh", jax.lax.asinh, **_MATH),
+    _unary("acosh", jax.lax.acosh, **_MATH),
+    _unary("atanh", jax.lax.atanh, **_MATH),
+    _unary("exp2", jax.lax.exp2, doc="``2 ** x``.", **_MATH),
+    _unary("cbrt", jax.lax.cbrt, doc="Cube root.", **_MATH),
+    _unary("erf_inv", jax.lax.erf_inv, doc="The inverse error function.", **_MATH),
+    _unary("lgamma", jax.lax.lgamma, doc="``log |gamma(x)|``.", **_MATH),
+    _unary("digamma", jax.lax.digamma, doc="The derivative of ``lgamma``.", **_MATH),
     _unary("population_count", jax.lax.population_count, doc="Set bits of an integer."),
     _unary("clz", jax.lax.clz, doc="Leading zero bits of an integer."),
     ElementwiseOp(
@@ -213,8 +235,8 @@ OPS: tuple[ElementwiseOp, ...] = (
         doc="Round to an integer: ``rounding_method`` 0 away from zero, 1 to even.",
         from_jax=lambda xs, params: [*xs, int(params["rounding_method"])],
     ),
-    _binary("add", jnp.add, jax.lax.add, ("add", "add_any"), doc="``x + y``."),
-    _binary("sub", jnp.subtract, jax.lax.sub, doc="``x - y``."),
+    _binary("add", jnp.add, jax.lax.add, ("add", "add_any"), doc="``x + y``.", in_place=True),
+    _binary("sub", jnp.subtract, jax.lax.sub, doc="``x - y``.", in_place=True),
     _binary("mul", jnp.multiply, jax.lax.mul, doc="``x * y``."),
     _binary(
         "div",
@@ -227,6 +249,7 @@ OPS: tuple[ElementwiseOp, ...] = (
         "atan2",
         _lax(jax.lax.atan2),
         doc="``arctan(x / y)`` in the quadrant of the point ``(y, x)``.",
+        **_MATH,
     ),
     _binary("nextafter", _lax(jax.lax.nextafter), doc="The next float after ``x`` toward ``y``."),
     _binary("bitwise_xor", jnp.bitwise_xor, lowers=("xor",), doc="``x ^ y``."),
@@ -251,6 +274,7 @@ OPS: tuple[ElementwiseOp, ...] = (
         values=(0,),
         others="integer",
         doc="``x ** y``; ``y`` an integer array, or of ``x``'s dtype (as ``lax.pow``).",
+        **_MATH,
     ),
     ElementwiseOp(
         "integer_pow",
@@ -445,6 +469,23 @@ class Elementwise(SpyrePrim):
 
     def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
         return {"consts": self.consts}
+
+    def space(self, ins: Sequence[TensorSpec], out: TensorSpec) -> OpSpace:
+        """One variable per result dim; inputs broadcast right-aligned; its record's facts."""
+        op = self.op
+        return elementwise_space(
+            op.name, out, ins, transcendental=op.transcendental, in_place=op.in_place
+        )
+
+    def core_kernel(self, div: WorkDivision, vals: list[jax.Array]) -> jax.Array:
+        """The op's own computation (:meth:`_compute`) on the cores' data."""
+        out_t = self.out_aval
+        ops: list[Any] = list(vals)
+        for pos, value in self.consts:
+            ops.insert(pos, value)
+        if self.op.result == "same" and self.op.values is None:
+            ops = [o if isinstance(o, jax.Array) else jnp.asarray(o, out_t.dtype) for o in ops]
+        return self._compute(ops).astype(out_t.dtype)
 
 
 def _out_dtype(op: ElementwiseOp, avals: tuple[SpyreType, ...], consts: Any) -> Any:

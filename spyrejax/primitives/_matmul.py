@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import string
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -32,6 +33,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import LayoutError, SpyreTypeError
+from ..device._coremaps import valid_points
+from ..device._division import WorkDivision
+from ..device._space import OpSpace, TensorSpec, matmul_space
 from ..dma._dma import d2h_values, h2d_values
 from ..layout._devdims import DevDim
 from ..layout._dtypes import poison_value
@@ -39,6 +43,7 @@ from ..layout._layout import SpyreTensorLayout
 from ._array import PadFill, SpyreArray, SpyreType, batched_layout
 from ._base import SpyrePrim
 from ._masks import data_positions_count, from_data_dims, masked, poisoned
+from ._ring import combine
 from ._values import accumulator
 from ._views import align_batch_dims
 
@@ -193,6 +198,40 @@ class Matmul(SpyrePrim):
         mid, dst = self._mid, self.out_aval
         values = d2h_values(from_data_dims(out, mid), mid.shape, mid.layout)
         return h2d_values(values.astype(out_dtype), dst.layout, poison_value(out_dtype))
+
+    def space(self, ins: Sequence[TensorSpec], out: TensorSpec) -> OpSpace:
+        """Batch dims, M, N, then K (reduced): SuperDSC's matmul names."""
+        return matmul_space(ins[0], ins[1], out)
+
+    def core_kernel(self, div: WorkDivision, vals: list[jax.Array]) -> jax.Array:
+        """Each core's product over its K slice (zeros outside K), then the K partners' sum."""
+        a, b = vals
+        out_dtype = np.dtype(self.out_aval.dtype)
+        acc = np.dtype(accumulator(self.in_avals[0].dtype) or out_dtype)
+        if out_dtype.itemsize > acc.itemsize:
+            acc = out_dtype
+        k = div.space.names[-1]
+        ok_a = valid_points(div, [k], a.shape[1:])
+        ok_b = valid_points(div, [k], b.shape[1:])
+        a = a.astype(acc) if ok_a is None else jnp.where(ok_a, a, 0).astype(acc)
+        b = b.astype(acc) if ok_b is None else jnp.where(ok_b, b, 0).astype(acc)
+        # axes: cores, batch..., M, N, K; A has N = 1 and B has M = 1.
+        partial = _contract_cores(a, b, acc)
+        total = combine(div, partial, lambda v, ax: jnp.sum(v, axis=ax, dtype=acc))
+        return total.astype(out_dtype)
+
+
+def _contract_cores(a: jax.Array, b: jax.Array, acc: np.dtype) -> jax.Array:
+    """``out[c, ..., m, n, 0] = sum_k a[c, ..., m, 0, k] * b[c, ..., 0, n, k]``."""
+    a2 = a[..., :, 0, :]
+    b2 = b[..., 0, :, :]
+    batch = jnp.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    a2 = jnp.broadcast_to(a2, (*batch, *a2.shape[-2:]))
+    b2 = jnp.broadcast_to(b2, (*batch, *b2.shape[-2:]))
+    nb = len(batch)
+    dims = (((nb + 1,), (nb + 1,)), (tuple(range(nb)), tuple(range(nb))))
+    out = jax.lax.dot_general(a2, b2, dims, preferred_element_type=acc)
+    return out[..., None]
 
 
 def _contract_whole(subscripts: str, a: jax.Array, b: jax.Array, acc: Any) -> jax.Array:

@@ -21,7 +21,7 @@ A dense ``sum``/``mean`` leaves exact zeros in its padding, and its type says so
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -30,9 +30,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import LayoutError, SpyreTypeError
+from ..device._coremaps import valid_points
+from ..device._division import WorkDivision
+from ..device._space import OpSpace, TensorSpec, reduce_space
 from ..layout._devdims import DevDim, layout_from_dims
 from ._array import PadFill, SpyreArray, SpyreType
-from ._astype import Astype
 from ._axes import collapsed, merge_axes
 from ._base import SpyrePrim, normalize_axes
 from ._masks import (
@@ -44,18 +46,18 @@ from ._masks import (
     poisoned,
     select,
 )
+from ._ring import combine, reduced
 from ._values import accumulator
 
 __all__ = [
+    "CLASSES",
     "REDUCTION",
     "REDUCTIONS",
     "REDUCTIONS_TABLE",
     "Reduce",
     "Reduction",
     "ReductionOp",
-    "WidenedSum",
     "reduce",
-    "widened_sum",
 ]
 
 
@@ -466,81 +468,50 @@ class Reduce(SpyrePrim):
     def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
         return {"axes": tuple(a + 1 for a in self.axes), "keepdims": self.keepdims}
 
+    def space(self, ins: Sequence[TensorSpec], out: TensorSpec) -> OpSpace:
+        """One variable per operand dim, those of :attr:`axes` reduced."""
+        return reduce_space(self.op.name, ins[0], out, self.axes, self.keepdims)
+
+    def space_key(self) -> Hashable:
+        return (self.axes, self.keepdims)
+
+    def core_kernel(self, div: WorkDivision, vals: list[jax.Array]) -> jax.Array:
+        """The reduction of each core's slice, identity outside the extents, then the ring."""
+        (x,) = vals
+        t = self.in_avals[0]
+        op = self.op
+        names = reduced(div)
+        # A broadcast (stride-0) reduced dim holds one copy: every copy takes part.
+        full = tuple(
+            div.chunk(n) if n in names else s
+            for n, s in zip(div.space.names, x.shape[1:], strict=True)
+        )
+        x = jnp.broadcast_to(x, (x.shape[0], *full))
+        ok = valid_points(div, names, full)
+        if ok is not None:
+            x = jnp.where(ok, x, jnp.asarray(op.identity(t.dtype), x.dtype))
+        acc = accumulator(t.dtype) if op.additive else None
+        if acc is not None:
+            x = x.astype(acc)
+        axes = tuple(1 + div.space.names.index(n) for n in names)
+
+        def reduce(v: jax.Array, ax: Any) -> jax.Array:
+            ax = (ax,) if isinstance(ax, int) else ax
+            return op.jnp(v, axis=ax) if v.dtype == bool else op.lax(v, ax)
+
+        total = combine(div, jnp.expand_dims(reduce(x, axes), axes), reduce)
+        if op.mean:
+            total = total / math.prod(div.space.dim(n).extent for n in names)
+        return total.astype(t.dtype)
+
 
 REDUCTIONS = tuple(op.name for op in REDUCTIONS_TABLE)
 """Every reduction's name."""
 
-_CLASSES = {op.name: type(op.name.capitalize(), (Reduce,), {"op": op}) for op in REDUCTIONS_TABLE}
-
-
-class WidenedSum(SpyrePrim):
-    """``sum(astype(x, dtype), axes)`` of a float16/bfloat16 ``x``, as one primitive.
-
-    Its type is the pair's: the sum of the widened array. The kernel reads the narrow
-    image and accumulates in ``dtype``, as a half-float sum does anyway, so the widened
-    image is never written: jnp's ``mean`` of a bfloat16 array widens it to float32
-    first, and that image (twice the bytes, its sticks re-cut into other tiles by a
-    transpose) cost more than the sum itself (layer norm over 4096x1000 bfloat16).
-    Where the two sums' data dims differ (the stick dim kept: its tiles differ) or the
-    narrow sum has no layout (a view folding reduced and kept dims), the kernel widens
-    first.
-    """
-
-    axes: tuple[int, ...]
-    keepdims: bool
-    dtype: np.dtype
-
-    def __init__(
-        self, aval: SpyreType, *, axes: tuple[int, ...], keepdims: bool, dtype: np.dtype
-    ) -> None:
-        acc = accumulator(aval.dtype)
-        if acc is None or np.dtype(acc) != dtype:
-            raise SpyreTypeError(
-                f"widened sum: {aval.dtype} does not accumulate in {dtype}; use astype and sum"
-            )
-        self._widen = Astype(aval, dtype=dtype)
-        self._wide = _CLASSES["sum"](self._widen.out_aval, axes=axes, keepdims=keepdims)
-        self._narrow = _narrow_sum(aval, axes, keepdims, self._wide.out_aval)
-        self.in_avals = (aval,)
-        self.out_aval = self._wide.out_aval
-        self.params = {"axes": axes, "keepdims": keepdims, "dtype": dtype}
-        super().__init__()
-
-    def kernel(self, img: jax.Array) -> jax.Array:
-        if self._narrow is None:
-            return self._wide.kernel(self._widen.kernel(img))
-        return self._wide.finish(*self._narrow.data_result(img))
-
-    def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
-        axes = tuple(a + 1 for a in self.axes)
-        return {"axes": axes, "keepdims": self.keepdims, "dtype": self.dtype}
-
-
-def _narrow_sum(
-    aval: SpyreType, axes: tuple[int, ...], keepdims: bool, wide: SpyreType
-) -> Reduce | None:
-    """The sum of the narrow ``aval`` whose data dims are the ``wide`` result's, if any."""
-    try:  # a view may fold reduced and kept dims: the widened copy does not
-        narrow = _CLASSES["sum"](aval, axes=axes, keepdims=keepdims)
-    except LayoutError:
-        return None
-    same = [d for d in narrow.out_aval.dims if d.is_data] == [d for d in wide.dims if d.is_data]
-    return narrow if same else None
-
-
-def widened_sum(x: SpyreArray, axes: tuple[int, ...], dtype: Any) -> SpyreArray:
-    """``sum(astype(x, dtype), axes)`` of a half-float ``x``, without the widened image.
-
-    The result is the pair's, type and values (the order of the additions aside).
-
-    Raises:
-        SpyreTypeError: unless ``x`` is float16/bfloat16 and ``dtype`` float32.
-    """
-    aval = jax.typeof(x)
-    if not isinstance(aval, SpyreType):
-        raise SpyreTypeError(f"widened sum: needs a SpyreArray, got {aval}")
-    axes = tuple(sorted(normalize_axes(axes, aval.ndim, "sum")))
-    return WidenedSum(aval, axes=axes, keepdims=False, dtype=np.dtype(dtype))(x)
+CLASSES: dict[str, type[Reduce]] = {
+    op.name: type(op.name.capitalize(), (Reduce,), {"op": op}) for op in REDUCTIONS_TABLE
+}
+"""Every reduction's primitive class, by name."""
 
 
 def reduce(op: str, x: SpyreArray, axis: Any = None, keepdims: bool = False) -> SpyreArray:
@@ -559,7 +530,7 @@ def reduce(op: str, x: SpyreArray, axis: Any = None, keepdims: bool = False) -> 
         LayoutError: on a bad axis.
         SpyreTypeError: if ``x`` is not a Spyre array or ``op`` is unknown.
     """
-    if op not in _CLASSES:
+    if op not in CLASSES:
         raise SpyreTypeError(f"unknown reduction {op!r}; known: {REDUCTIONS}")
     aval = jax.typeof(x)
     if not isinstance(aval, SpyreType):
@@ -574,7 +545,7 @@ def reduce(op: str, x: SpyreArray, axis: Any = None, keepdims: bool = False) -> 
         raise SpyreTypeError(f"mean: needs a float array, got {aval.dtype}")
     if record.bools and aval.dtype != np.bool_:
         raise SpyreTypeError(f"{op}: needs a bool array, got {aval.dtype}")
-    return _CLASSES[op](aval, axes=axes, keepdims=bool(keepdims))(x)
+    return CLASSES[op](aval, axes=axes, keepdims=bool(keepdims))(x)
 
 
 def _make_public(op: ReductionOp) -> Callable[..., SpyreArray]:

@@ -86,8 +86,8 @@ LAYERS = (
     "spyrejax._jax",
     "spyrejax.layout",
     "spyrejax.dma",
-    "spyrejax.primitives",
-    "spyrejax.device",
+    "spyrejax.device",  # pure Python/NumPy planning: imports no primitive
+    "spyrejax.primitives",  # each divided primitive builds its own iteration space
     "spyrejax.lowering",  # the graph, the rule registry, the planner
     "spyrejax.lowering.program",  # the interpreter and the device model applied to a plan
     "spyrejax.lowering.rules",  # the rules by family (control flow runs the interpreter)

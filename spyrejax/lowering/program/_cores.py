@@ -48,15 +48,13 @@ import numpy as np
 
 from ..._errors import SpyreUnsupportedError
 from ...device import Machine, WorkDivision, default_machine, divide_op
-from ...device._coremaps import starts as core_starts
-from ...device._coremaps import valid_points
 from ...primitives._array import PadFill
-from ...primitives._astype import Astype
 from ...primitives._base import image, wrap
 from ...primitives._elementwise import Elementwise
 from ...primitives._masks import masked, poison
 from ...primitives._matmul import Matmul
 from ...primitives._reduce import Reduce
+from ...primitives._ring import reduced
 from ...primitives._values import accumulator
 from ._coremoves import loaded, stored
 from ._device import current_line, divided_space, take_hint
@@ -114,9 +112,8 @@ class CoreExecutor:
 
 def _per_core(prim: Any, div: WorkDivision, imgs: list[jax.Array]) -> jax.Array:
     """The image of ``prim``'s result computed core by core (padding as its type says)."""
-    starts = core_starts(div)
     vals = [loaded(div, k, img) for k, img in enumerate(imgs)]
-    result = _kernel(prim, div, vals, starts)
+    result = prim.core_kernel(div, vals)
     img = stored(div, len(div.space.operands) - 1, result)
     t = prim.out_aval
     return masked(img, t, 0 if t.pad is PadFill.ZERO else poison(t.dtype))
@@ -259,7 +256,7 @@ def _rounding(prim: Any, div: WorkDivision) -> _Bound | None:
       split: XLA orders a sum by the shape it reduces (lanes, tiles), and a core reduces
       its slice, not the whole image. Two orders of ``n`` terms differ by at most
       ``n * eps(acc) * sum|terms|``, then one rounding to the result's dtype.
-    - XLA's CPU backend evaluates a transcendental (:data:`_APPROXIMATED`) by
+    - XLA's CPU backend evaluates a transcendental (``ElementwiseOp.approximated``) by
       polynomials that differ in the last bits between its vectorised loop and its
       scalar remainder, so the same input gives another rounding at another position
       of another array shape: within 4 ulps.
@@ -272,50 +269,14 @@ def _rounding(prim: Any, div: WorkDivision) -> _Bound | None:
         return None
     eps_out = float(jnp.finfo(out).eps)
     if isinstance(prim, Elementwise):
-        if prim.op.name in _APPROXIMATED:
+        if prim.op.approximated:
             return _Bound(0, 0.0, eps_out, 4)
         return _Bound(0, 0.0, eps_out, 2) if _divides_by_broadcast(prim, div) else None
     if not isinstance(prim, Matmul) and not (isinstance(prim, Reduce) and prim.op.additive):
         return None
     acc = np.dtype(accumulator(prim.in_avals[0].dtype) or out)
-    n = math.prod(div.space.dim(name).extent for name in _reduced(div))
+    n = math.prod(div.space.dim(name).extent for name in reduced(div))
     return _Bound(n, float(jnp.finfo(acc).eps), eps_out)
-
-
-_APPROXIMATED = frozenset(
-    {
-        "exp",
-        "exp2",
-        "expm1",
-        "log",
-        "log1p",
-        "log2",
-        "rsqrt",
-        "tanh",
-        "sigmoid",
-        "silu",
-        "erf",
-        "erfc",
-        "erf_inv",
-        "sin",
-        "cos",
-        "tan",
-        "asin",
-        "acos",
-        "atan",
-        "atan2",
-        "sinh",
-        "cosh",
-        "asinh",
-        "acosh",
-        "atanh",
-        "cbrt",
-        "lgamma",
-        "digamma",
-        "pow",
-    }
-)
-"""Elementwise float ops XLA computes by approximation (not correctly rounded)."""
 
 
 def _divides_by_broadcast(prim: Elementwise, div: WorkDivision) -> bool:
@@ -411,107 +372,3 @@ def _check_supported(div: WorkDivision) -> None:
                     f"{d.dims}; per-core execution reads a folded device dim whole (do not "
                     "split it, restickify first, or use the default mode)"
                 )
-
-
-# --- the kernels on LX data ---------------------------------------------------------------
-
-
-def _kernel(prim: Any, div: WorkDivision, vals: list[jax.Array], starts: dict) -> jax.Array:
-    if isinstance(prim, Matmul):
-        return _matmul(prim, div, vals, starts)
-    if isinstance(prim, Reduce):
-        return _reduce(prim, div, vals[0], starts)
-    if isinstance(prim, Astype):
-        return vals[0].astype(prim.out_aval.dtype)
-    return _elementwise(prim, vals)
-
-
-def _elementwise(prim: Elementwise, vals: list[jax.Array]) -> jax.Array:
-    """The op's own computation (``Elementwise._compute``) on the cores' data."""
-    out_t = prim.out_aval
-    ops: list[Any] = list(vals)
-    for pos, value in prim.consts:
-        ops.insert(pos, value)
-    if prim.op.result == "same" and prim.op.values is None:
-        ops = [o if isinstance(o, jax.Array) else jnp.asarray(o, out_t.dtype) for o in ops]
-    return prim._compute(ops).astype(out_t.dtype)
-
-
-def _reduced(div: WorkDivision) -> list[str]:
-    return [d.name for d in div.space.dims if d.reduced]
-
-
-def _combine(div: WorkDivision, partial: jax.Array, combine: Any) -> jax.Array:
-    """Partial results combined over the cores that split a reduced dim (the ring).
-
-    Cores are numbered mixed-radix over ``div.order``, fastest first; the partners of
-    one output box differ only in the split reduced dim's digit.
-    """
-    split = [n for n in _reduced(div) if div.splits[n] > 1]
-    if not split:
-        return partial
-    radix = tuple(div.splits[n] for n in reversed(div.order))
-    axis = list(reversed(div.order)).index(split[0])
-    grouped = partial.reshape(radix + partial.shape[1:])
-    total = combine(grouped, axis)
-    return jnp.broadcast_to(jnp.expand_dims(total, axis), grouped.shape).reshape(partial.shape)
-
-
-def _reduce(prim: Reduce, div: WorkDivision, x: jax.Array, starts: dict) -> jax.Array:
-    """The reduction of each core's slice, identity outside the extents, then the ring."""
-    t = prim.in_avals[0]
-    op = prim.op
-    names = _reduced(div)
-    # A broadcast (stride-0) reduced dim holds one copy: every copy takes part.
-    full = tuple(
-        div.chunk(n) if n in names else s for n, s in zip(div.space.names, x.shape[1:], strict=True)
-    )
-    x = jnp.broadcast_to(x, (x.shape[0], *full))
-    ok = valid_points(div, names, full)
-    if ok is not None:
-        x = jnp.where(ok, x, jnp.asarray(op.identity(t.dtype), x.dtype))
-    acc = accumulator(t.dtype) if op.additive else None
-    if acc is not None:
-        x = x.astype(acc)
-    axes = tuple(1 + div.space.names.index(n) for n in names)
-
-    def reduce(v: jax.Array, ax: Any) -> jax.Array:
-        ax = (ax,) if isinstance(ax, int) else ax
-        return op.jnp(v, axis=ax) if v.dtype == bool else op.lax(v, ax)
-
-    partial = jnp.expand_dims(reduce(x, axes), axes)
-    total = _combine(div, partial, reduce)
-    if op.mean:
-        total = total / math.prod(div.space.dim(n).extent for n in names)
-    return total.astype(t.dtype)
-
-
-def _matmul(prim: Matmul, div: WorkDivision, vals: list[jax.Array], starts: dict) -> jax.Array:
-    """Each core's product over its K slice (zeros outside K), then the K partners' sum."""
-    a, b = vals
-    out_dtype = np.dtype(prim.out_aval.dtype)
-    acc = np.dtype(accumulator(prim.in_avals[0].dtype) or out_dtype)
-    if out_dtype.itemsize > acc.itemsize:
-        acc = out_dtype
-    k = div.space.names[-1]
-    ok_a = valid_points(div, [k], a.shape[1:])
-    ok_b = valid_points(div, [k], b.shape[1:])
-    a = a.astype(acc) if ok_a is None else jnp.where(ok_a, a, 0).astype(acc)
-    b = b.astype(acc) if ok_b is None else jnp.where(ok_b, b, 0).astype(acc)
-    # axes: cores, batch..., M, N, K; A has N = 1 and B has M = 1.
-    partial = _contract(a, b, acc)
-    total = _combine(div, partial, lambda v, ax: jnp.sum(v, axis=ax, dtype=acc))
-    return total.astype(out_dtype)
-
-
-def _contract(a: jax.Array, b: jax.Array, acc: np.dtype) -> jax.Array:
-    """``out[c, ..., m, n, 0] = sum_k a[c, ..., m, 0, k] * b[c, ..., 0, n, k]``."""
-    a2 = a[..., :, 0, :]
-    b2 = b[..., 0, :, :]
-    batch = jnp.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
-    a2 = jnp.broadcast_to(a2, (*batch, *a2.shape[-2:]))
-    b2 = jnp.broadcast_to(b2, (*batch, *b2.shape[-2:]))
-    nb = len(batch)
-    dims = (((nb + 1,), (nb + 1,)), (tuple(range(nb)), tuple(range(nb))))
-    out = jax.lax.dot_general(a2, b2, dims, preferred_element_type=acc)
-    return out[..., None]

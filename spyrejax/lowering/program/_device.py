@@ -3,7 +3,8 @@
 ``with_division(x, /, **splits)`` is the identity under plain JAX and a hint under
 ``spyrejax.jit``: the op producing ``x`` is divided with those splits (validated against
 its iteration space when the program is planned). :func:`divided_space` says which
-primitives the device model divides and their iteration space; the op a hint goes to
+primitives the device model divides (those defining ``SpyrePrim.space``) and their
+iteration space; the op a hint goes to
 is the one whose result is the hinted value, in the record of the program's trace
 (:func:`spyrejax.lowering.program._program.hinted_op`), and the node scopes
 (:func:`node_scope`, :func:`take_hint`) are how the per-core emulation gives each hint
@@ -20,18 +21,16 @@ from typing import Any
 
 from ..._errors import DeviceError, SpyreInternalError
 from ..._jax import Primitive, ad, batching, mlir
-from ...device import OpDesc, OpSpace, TensorSpec, elementwise_space, matmul_space, reduce_space
+from ...device import OpDesc, OpSpace, TensorSpec
 from ...device._space import MATMUL_NAMES, OTHER_NAMES
 from ...primitives._array import SpyreType
-from ...primitives._astype import Astype
-from ...primitives._elementwise import Elementwise
-from ...primitives._matmul import Matmul
-from ...primitives._reduce import Reduce
+from ...primitives._base import SpyrePrim
 from .._graph import Graph, Node, Value
 from .._registry import Mode, Rule, _carried_modes, _register
 
 __all__ = [
     "Hint",
+    "classify",
     "current_line",
     "divided_space",
     "node_hints",
@@ -102,38 +101,37 @@ def _spec(t: SpyreType, name: str) -> TensorSpec:
     return TensorSpec(t.shape, t.layout, t.dims, name, t.base_shape, t.strides)
 
 
-def _space(prim: Any, ins: list[TensorSpec], out: TensorSpec) -> Any:
-    if isinstance(prim, Matmul):
-        return (
-            "compute",
-            "matmul" if len(out.shape) == 2 else "batchmatmul",
-            matmul_space(*ins, out),
-        )
-    if isinstance(prim, Elementwise):
-        return "compute", prim.op.name, elementwise_space(prim.op.name, out, ins)
-    if isinstance(prim, Astype):
-        return "compute", "astype", elementwise_space("astype", out, ins)
-    if isinstance(prim, Reduce):
-        space = reduce_space(prim.op.name, ins[0], out, prim.axes, prim.keepdims)
-        return "compute", prim.op.name, space
+def classify(prim: Any, ins: list[TensorSpec], out: TensorSpec) -> tuple[str, str, Any]:
+    """What the device model makes of a primitive: ``(kind, op name, space)``.
+
+    ``"compute"`` with its own iteration space (``SpyrePrim.space``) for a divided one;
+    else its ``role`` (``"view"``, ``"copy"``, ``"restickify"``; any other: a copy) and
+    no space.
+
+    Raises:
+        DeviceError: when a divided primitive's operands have no space.
+    """
+    space = prim.space(ins, out) if isinstance(prim, SpyrePrim) else None
+    if space is not None:
+        return "compute", space.opfunc, space
     role = getattr(prim, "role", "compute")
     kind = role if role in ("view", "copy", "restickify") else "copy"
     return kind, type(prim).__name__.lower(), None
 
 
-_DIVIDED = (Elementwise, Astype, Reduce, Matmul)
-
-
 def divided_space(prim: Any) -> tuple[OpSpace, list[TensorSpec]] | None:
     """The iteration space of a primitive the device model divides, and its operands' specs.
 
-    None for a primitive it does not divide (only compute ops on Spyre operands are).
+    None for a primitive it does not divide: one that defines no ``space()``
+    (``SpyrePrim.space``), or not on Spyre operands.
     """
-    if not isinstance(prim, _DIVIDED) or not isinstance(prim.out_aval, SpyreType):
+    if not isinstance(prim, SpyrePrim) or type(prim).space is SpyrePrim.space:
+        return None
+    if not isinstance(prim.out_aval, SpyreType):
         return None
     if not all(isinstance(t, SpyreType) for t in prim.in_avals):
         return None
-    key = (type(prim), _op_key(prim), tuple(prim.in_avals), prim.out_aval)
+    key = (type(prim), prim.space_key(), tuple(prim.in_avals), prim.out_aval)
     if key not in _SPACES:
         if len(_SPACES) >= _SPACES_KEPT:
             _SPACES.clear()
@@ -145,24 +143,18 @@ def divided_space(prim: Any) -> tuple[OpSpace, list[TensorSpec]] | None:
 _SPACES: dict[Any, tuple[OpSpace, tuple[TensorSpec, ...]] | None] = {}
 _SPACES_KEPT = 8192
 """The spaces of the primitives seen, by what a space depends on (a repeated layer's ops
-share one): the primitive's class and op, its operand and result types (equal types
-have equal shapes, layouts and views)."""
+share one): the primitive's class and ``space_key()``, its operand and result types
+(equal types have equal shapes, layouts and views)."""
 
 
-def _op_key(prim: Any) -> Any:
-    if isinstance(prim, Reduce):
-        return (prim.op.name, tuple(prim.axes), prim.keepdims)
-    return prim.op.name if isinstance(prim, Elementwise) else None
-
-
-def _divided_space(prim: Any) -> tuple[OpSpace, tuple[TensorSpec, ...]] | None:
+def _divided_space(prim: SpyrePrim) -> tuple[OpSpace, tuple[TensorSpec, ...]] | None:
     specs = [_spec(t, f"in{k}") for k, t in enumerate(prim.in_avals)]
     specs.append(_spec(prim.out_aval, "out"))
     try:
-        kind, _, space = _space(prim, specs[:-1], specs[-1])
+        space = prim.space(specs[:-1], specs[-1])
     except DeviceError:
         return None
-    return (space, tuple(specs)) if kind == "compute" else None
+    return None if space is None else (space, tuple(specs))
 
 
 # --- which op a node's hint goes to ---------------------------------------------------------

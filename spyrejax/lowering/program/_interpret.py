@@ -25,7 +25,7 @@ from ..._errors import DeviceError, SpyreInternalError
 from ...device import DeviceProgram, Machine, OpDesc, default_machine, plan_program, validate_hint
 from ...layout._layout import SpyreTensorLayout
 from ...primitives._array import SpyreType
-from ...primitives._reduce import widened_sum
+from ...primitives._widened_sum import widened_sum
 from .._graph import Graph, Node, Scalar, Value
 from .._planner import Move, Plan
 from .._registry import lower_node

@@ -23,7 +23,7 @@ from ...primitives._array import SpyreType
 from ...primitives._base import Wrap
 from .._graph import Graph, Node, Value
 from .._planner import Plan
-from ._device import _space, _spec, divided_space
+from ._device import _spec, classify, divided_space
 from ._record import Body, Call, Loop, NodeRun, Recorder
 
 __all__ = ["ProgramOps", "hinted_op", "program_ops"]
@@ -156,7 +156,7 @@ class _Walk:
         in_specs = [_spec(t, n) for n, t in ins]
         out_spec = _spec(jax.typeof(out), self.env[id(out)])
         try:
-            kind, opfunc, space = _space(prim, in_specs, out_spec)
+            kind, opfunc, space = classify(prim, in_specs, out_spec)
         except DeviceError:
             kind, opfunc, space = "copy", type(prim).__name__.lower(), None
         if isinstance(prim, Wrap) and id(call.args[0]) in self.images:

@@ -20,7 +20,9 @@ from spyrejax.device import Machine, WorkDivision, divide_op
 from spyrejax.lowering import checking_cores
 from spyrejax.lowering.program import _cores
 from spyrejax.lowering.program._coremoves import lx_image, lx_stored
-from spyrejax.lowering.program._device import _space, _spec
+from spyrejax.lowering.program._device import _spec, classify
+from spyrejax.primitives import _reduce
+from spyrejax.primitives._elementwise import Elementwise
 
 F16 = np.float16
 
@@ -137,7 +139,7 @@ def test_per_core_equals_default_for_any_shape(rows, cols, axis):
 def test_load_then_store_by_descriptors_tiles_the_output_exactly_once(rows, cols):
     """Every data position of the output comes back from exactly the core that owns it."""
     t = jax.typeof(sj.to_device(rand((rows, cols))))
-    space = _space(_add_prim(t), [_spec(t, "a"), _spec(t, "b")], _spec(t, "out"))[2]
+    space = classify(_add_prim(t), [_spec(t, "a"), _spec(t, "b")], _spec(t, "out"))[2]
     div = divide_op(space, Machine.spyre())
     img = jnp.arange(np.prod(t.layout.device_size), dtype=jnp.float32).reshape(t.layout.device_size)
     back = np.asarray(lx_stored(div, 2, lx_image(div, 2, img)))
@@ -254,13 +256,13 @@ def test_explain_and_as_text_show_the_program_without_the_checks_comparisons():
 def test_the_check_mode_reports_a_wrong_per_core_result_with_its_op_division_and_line(
     monkeypatch,
 ):
-    kernel = _cores._kernel
+    kernel = Elementwise.core_kernel
 
-    def off_by_one_on_core_3(prim, div, vals, starts):
-        out = kernel(prim, div, vals, starts)
+    def off_by_one_on_core_3(prim, div, vals):
+        out = kernel(prim, div, vals)
         return out.at[3].add(1) if out.shape[0] > 3 else out
 
-    monkeypatch.setattr(_cores, "_kernel", off_by_one_on_core_3)
+    monkeypatch.setattr(Elementwise, "core_kernel", off_by_one_on_core_3)
     with checking_cores() as check:
         sj.jit(lambda a: jnp.exp(a) + 1)(rand((100, 150)))
         jax.effects_barrier()
@@ -279,12 +281,12 @@ def test_a_split_sum_within_rounding_passes_and_a_lost_slice_does_not(monkeypatc
         sj.jit(lambda a: a.sum(-1))(a)
         jax.effects_barrier()
     assert check.take() == [] and check.checked["sum"] == 1
-    combine = _cores._combine
+    combine = _reduce.combine
 
     def lose_core_0(div, partial, op):
         return combine(div, partial.at[0].set(0), op)
 
-    monkeypatch.setattr(_cores, "_combine", lose_core_0)
+    monkeypatch.setattr(_reduce, "combine", lose_core_0)
     with checking_cores() as check:
         sj.jit(lambda a: a.sum(-1))(a)
         jax.effects_barrier()
@@ -420,3 +422,28 @@ def test_the_check_mode_allows_xla_s_own_roundings_and_no_more(f, shape, seed):
         jax.effects_barrier()
     assert check.take() == []
     assert_close(got, f(x), reduce_len=64, ops=4)
+
+
+# -- each divided primitive owns its device side --------------------------------------------
+
+
+def test_every_divided_primitive_defines_its_space_and_its_core_kernel_together():
+    """A primitive is divided iff it defines ``space``; then it must run per core too."""
+    from spyrejax.primitives._base import SpyrePrim
+
+    def subclasses(c):
+        return {c, *(s for d in c.__subclasses__() for s in subclasses(d))}
+
+    divided = {c for c in subclasses(SpyrePrim) if c.space is not SpyrePrim.space}
+    assert {"Elementwise", "Astype", "Reduce", "Matmul"} <= {c.__name__ for c in divided}
+    assert all(c.core_kernel is not SpyrePrim.core_kernel for c in divided)
+
+
+def test_the_op_records_facts_reach_the_device_model_through_the_space():
+    """Transcendental and in-place are fields of the elementwise op records."""
+    r = sj.explain(lambda a: jnp.exp(a) - jnp.sqrt(a) * jnp.log2(a), rand((64, 128)))
+    facts = {
+        op.opfunc: (op.division.space.transcendental, op.division.space.in_place) for op in r.ops
+    }
+    assert facts["exp"] == (True, True) and facts["sqrt"] == (True, False)
+    assert facts["log2"] == (False, False) and facts["sub"] == (False, True)
