@@ -66,7 +66,17 @@ class SpyreTensorLayout:
 device_dtype=DataFormats.SEN169_FP16)
     """
 
-    __slots__ = ("_hash", "device_dtype", "device_gaps", "device_size", "stride_map")
+    # _gapped and _sticks: has_gaps and num_sticks, read per type by the planner and the
+    # device model many times, computed once with the fields.
+    __slots__ = (
+        "_gapped",
+        "_hash",
+        "_sticks",
+        "device_dtype",
+        "device_gaps",
+        "device_size",
+        "stride_map",
+    )
 
     device_size: tuple[int, ...]
     stride_map: tuple[int, ...]
@@ -133,6 +143,8 @@ device_dtype=DataFormats.SEN169_FP16)
         object.__setattr__(self, "device_dtype", fmt)
         object.__setattr__(self, "device_gaps", gaps)
         object.__setattr__(self, "_hash", hash((dsize, smap, int(fmt), gaps)))
+        object.__setattr__(self, "_gapped", any(f or b for f, b in gaps))
+        object.__setattr__(self, "_sticks", math.prod(dsize[:-1]))
 
     @classmethod
     def from_stride_map(
@@ -337,7 +349,7 @@ device_dtype=DataFormats.SEN169_FP16)
     @property
     def has_gaps(self) -> bool:
         """Whether some device dim has a gap (:meth:`with_gap`)."""
-        return any(f or b for f, b in self.device_gaps)
+        return self._gapped
 
     @property
     def gap_offsets(self) -> tuple[int, ...]:
@@ -367,7 +379,7 @@ device_dtype=DataFormats.SEN169_FP16)
     @property
     def num_sticks(self) -> int:
         """Sticks in the device image: ``prod(device_size[:-1])``."""
-        return math.prod(self.device_size[:-1])
+        return self._sticks
 
     @property
     def nbytes(self) -> int:

@@ -565,6 +565,7 @@ def _sets_layout(node: Node) -> bool:
     return getattr(RULES.get(node.prim), "sets_layout", False)
 
 
+@functools.lru_cache(maxsize=65536)
 def _tie_break(t: SpyreType) -> tuple[Any, ...]:
     """Among equal costs: dense, contiguous, the default layout's stick, lower sticks.
 

@@ -35,6 +35,7 @@ def nbytes(t: SpyreType) -> int:
     return layout.nbytes
 
 
+@functools.lru_cache(maxsize=65536)
 def read_bytes(t: SpyreType) -> int:
     """The device bytes an op reading ``t`` pays: its image's (:func:`nbytes`).
 

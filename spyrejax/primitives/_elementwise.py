@@ -361,9 +361,20 @@ def broadcast_rule(
 ) -> tuple[SpyreType, tuple[AlignPlan, ...]]:
     """Result type of an n-ary pointwise op and how each operand aligns to it.
 
+    A function of the operands' types (their metadata aside) and the result's dtype:
+    computed once per signature (the planner tries each op on its candidate types, and
+    a model's repeated layers have the same signatures).
+
     Raises:
         LayoutError: if the shapes do not broadcast or an operand is stuck elsewhere.
     """
+    return _broadcast_rule(name, tuple(avals), out_dtype)
+
+
+@functools.lru_cache(maxsize=65536)
+def _broadcast_rule(
+    name: str, avals: tuple[SpyreType, ...], out_dtype: Any
+) -> tuple[SpyreType, tuple[AlignPlan, ...]]:
     try:
         out_shape = tuple(np.broadcast_shapes(*(a.shape for a in avals)))
     except ValueError:
