@@ -43,6 +43,7 @@ import itertools
 import re
 import warnings
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -249,6 +250,8 @@ class _Planner:
         self.produced: dict[Value, dict[SpyreType, tuple[float, Option | None]]] = {}
         self.avail: dict[Value, dict[SpyreType, float]] = {}
         self.cache: dict[Any, tuple[Option | None, str]] = {}
+        # A node's best options by _options_key: a repeated layer's nodes search once.
+        self.chosen: dict[Any, list[Option]] = {}
         self.options: dict[Node, list[tuple[float, Option]]] = {}
         self.refusals: dict[Node, str] = {}  # the last LayoutError a node's lowering raised
 
@@ -292,7 +295,11 @@ class _Planner:
         best: dict[tuple[SpyreType, ...], tuple[float, Option]] = {}
         tried: list[tuple[SpyreType | None, ...]] = []
         base = node_key(node)
-        for mode in rule.modes(node):
+        modes = rule.modes(node)
+        key = self._options_key(node, base, modes)
+        if key is not None and key in self.chosen:
+            return [(self._total(node, option), option) for option in self.chosen[key]]
+        for mode in modes:
             if mode.takes is not None or mode.clobbers is not None:
                 choices = self.windows.choices(self, node, mode)
             else:
@@ -310,7 +317,34 @@ class _Planner:
                     best[option.outs] = (total, option)
         if not best:
             raise self._infeasible(node, tried)
+        if key is not None:
+            self.chosen[key] = [option for _, option in best.values()]
         return list(best.values())
+
+    def _options_key(self, node: Node, base: NodeKey | None, modes: Sequence[Mode]) -> Any:
+        """What a node's options depend on, or None (not cached): a repeated layer's node.
+
+        Its primitive and parameters (``base``), and per input the types it is available
+        in, in order, with their costs less the cheapest one's (every total of the node
+        then differs by the same sum). Modes that take windows or clobber an input depend
+        on the rest of the graph: not cached.
+        """
+        if base is None or any(m.takes is not None or m.clobbers is not None for m in modes):
+            return None
+        ins: list[Any] = []
+        for u in node.ins:
+            if isinstance(u, Scalar):
+                ins.append(None)
+                continue
+            avail = self.avail[u]
+            least = min(avail.values())
+            ins.append(tuple((t, t.vma, c - least) for t, c in avail.items()))
+        return (base, tuple(ins))
+
+    def _total(self, node: Node, option: Option) -> float:
+        """A cached option's total for this node: its inputs' costs (as the search adds)."""
+        pairs = zip(node.ins, option.ins, strict=True)
+        return sum(0.0 if t is None else self.avail[u][t] for u, t in pairs) + option.traffic
 
     def _warn_fallback(self, node: Node) -> None:
         """A visible fallback: warn once per primitive and source line."""
