@@ -66,17 +66,9 @@ class SpyreTensorLayout:
 device_dtype=DataFormats.SEN169_FP16)
     """
 
-    # _gapped and _sticks: has_gaps and num_sticks, read per type by the planner and the
-    # device model many times, computed once with the fields.
-    __slots__ = (
-        "_gapped",
-        "_hash",
-        "_sticks",
-        "device_dtype",
-        "device_gaps",
-        "device_size",
-        "stride_map",
-    )
+    # has_gaps and num_sticks (_gapped, _sticks), read very often, computed with the fields.
+    __slots__ = ("_gapped", "_hash", "_sticks", "device_dtype", "device_gaps", "device_size")
+    __slots__ += ("stride_map",)
 
     device_size: tuple[int, ...]
     stride_map: tuple[int, ...]

@@ -43,7 +43,6 @@ import itertools
 import re
 import warnings
 from collections import defaultdict
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -56,6 +55,7 @@ from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import PadFill, SpyreType
 from ..primitives._stick import SPARSE, default_type, restickify_cost, serves, stick_name, stick_of
 from ..primitives._stick import stick_options as _stick_options
+from ._chosen import option_total, options_key
 from ._graph import Graph, Node, Scalar, Value
 from ._node_key import NodeKey, evaluation_key, node_key
 from ._registry import HOST_FALLBACK, RULES, Mode, lower_node, rule_for
@@ -250,7 +250,7 @@ class _Planner:
         self.produced: dict[Value, dict[SpyreType, tuple[float, Option | None]]] = {}
         self.avail: dict[Value, dict[SpyreType, float]] = {}
         self.cache: dict[Any, tuple[Option | None, str]] = {}
-        # A node's best options by _options_key: a repeated layer's nodes search once.
+        # A node's best options by options_key (_chosen): a repeated layer's nodes search once.
         self.chosen: dict[Any, list[Option]] = {}
         self.options: dict[Node, list[tuple[float, Option]]] = {}
         self.refusals: dict[Node, str] = {}  # the last LayoutError a node's lowering raised
@@ -296,9 +296,9 @@ class _Planner:
         tried: list[tuple[SpyreType | None, ...]] = []
         base = node_key(node)
         modes = rule.modes(node)
-        key = self._options_key(node, base, modes)
+        key = options_key(node, base, modes, self.avail)
         if key is not None and key in self.chosen:
-            return [(self._total(node, option), option) for option in self.chosen[key]]
+            return [(option_total(node, o.ins, o.traffic, self.avail), o) for o in self.chosen[key]]
         for mode in modes:
             if mode.takes is not None or mode.clobbers is not None:
                 choices = self.windows.choices(self, node, mode)
@@ -320,31 +320,6 @@ class _Planner:
         if key is not None:
             self.chosen[key] = [option for _, option in best.values()]
         return list(best.values())
-
-    def _options_key(self, node: Node, base: NodeKey | None, modes: Sequence[Mode]) -> Any:
-        """What a node's options depend on, or None (not cached): a repeated layer's node.
-
-        Its primitive and parameters (``base``), and per input the types it is available
-        in, in order, with their costs less the cheapest one's (every total of the node
-        then differs by the same sum). Modes that take windows or clobber an input depend
-        on the rest of the graph: not cached.
-        """
-        if base is None or any(m.takes is not None or m.clobbers is not None for m in modes):
-            return None
-        ins: list[Any] = []
-        for u in node.ins:
-            if isinstance(u, Scalar):
-                ins.append(None)
-                continue
-            avail = self.avail[u]
-            least = min(avail.values())
-            ins.append(tuple((t, t.vma, c - least) for t, c in avail.items()))
-        return (base, tuple(ins))
-
-    def _total(self, node: Node, option: Option) -> float:
-        """A cached option's total for this node: its inputs' costs (as the search adds)."""
-        pairs = zip(node.ins, option.ins, strict=True)
-        return sum(0.0 if t is None else self.avail[u][t] for u, t in pairs) + option.traffic
 
     def _warn_fallback(self, node: Node) -> None:
         """A visible fallback: warn once per primitive and source line."""

@@ -356,14 +356,11 @@ def _target(avals: list[SpyreType], out_shape: tuple[int, ...], out_dtype: Any) 
     return SpyreType.contiguous(out_shape, out_dtype, SpyreTensorLayout(out_shape, fmt, order))
 
 
-def broadcast_rule(
-    name: str, avals: list[SpyreType], out_dtype: Any
-) -> tuple[SpyreType, tuple[AlignPlan, ...]]:
-    """Result type of an n-ary pointwise op and how each operand aligns to it.
+_Broadcast = tuple[SpyreType, tuple[AlignPlan, ...]]  # the result's type, each operand's plan
 
-    A function of the operands' types (their metadata aside) and the result's dtype:
-    computed once per signature (the planner tries each op on its candidate types, and
-    a model's repeated layers have the same signatures).
+
+def broadcast_rule(name: str, avals: list[SpyreType], out_dtype: Any) -> _Broadcast:
+    """Result type of an n-ary pointwise op and how each operand aligns to it.
 
     Raises:
         LayoutError: if the shapes do not broadcast or an operand is stuck elsewhere.
@@ -371,10 +368,8 @@ def broadcast_rule(
     return _broadcast_rule(name, tuple(avals), out_dtype)
 
 
-@functools.lru_cache(maxsize=65536)
-def _broadcast_rule(
-    name: str, avals: tuple[SpyreType, ...], out_dtype: Any
-) -> tuple[SpyreType, tuple[AlignPlan, ...]]:
+@functools.lru_cache(maxsize=65536)  # once per signature: the planner's tries, repeated layers
+def _broadcast_rule(name: str, avals: tuple[SpyreType, ...], out_dtype: Any) -> _Broadcast:
     try:
         out_shape = tuple(np.broadcast_shapes(*(a.shape for a in avals)))
     except ValueError:
