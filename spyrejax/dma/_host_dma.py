@@ -40,7 +40,7 @@ element transposes take this path (:func:`host_engine_suits`). The kernel is an
 optional extension: built without a C compiler, spyrejax runs large element-granular
 transfers in XLA instead (:data:`NATIVE_TRANSPOSE` says which).
 
-Every descriptor is validated by :func:`spyrejax.dma._dma.box_plan` before any view is built,
+Every descriptor is validated by :func:`spyrejax.dma._boxes.box_plan` before any view is built,
 so no view can reach outside its buffer.
 """
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -86,16 +86,8 @@ class _Plan:
         sizes = {lab: d.size for lab, d in zip(a_sub + b_sub, a_data + b_data, strict=True)}
         if self.has_k:
             b_sub[self.b_k_axis : self.b_k_axis + 1] = k_labels
-        out_data = [d for d in out.dims if d.is_data]
-        out_sub = [label(d.dims[0], d.ratio) for d in out_data]
         kept = set(a_sub + b_sub) - set(k_labels)
-        if kept != set(out_sub) or any(
-            sizes[lab] != d.size for lab, d in zip(out_sub, out_data, strict=True)
-        ):
-            raise LayoutError(
-                f"matmul: A {a.str_short()} and B {b.str_short()} tile their dims unlike the "
-                f"result {out.str_short()}; restickify them to default layouts"
-            )
+        out_sub = _out_labels(a, b, out, label, kept, sizes)
         self.subscripts = f"{''.join(a_sub)},{''.join(b_sub)}->{''.join(out_sub)}"
         # B's and C's leading device dim are n's tiles: the product can run tile group
         # by tile group (see ``_contract_by_tiles``).
@@ -111,6 +103,31 @@ class _Plan:
         pad[ax] = (0, self.k_padded - b_img.shape[ax], 0)
         b_img = jax.lax.pad(b_img, jnp.zeros((), b_img.dtype), pad)
         return b_img.reshape(b_img.shape[:ax] + self.k_sizes + b_img.shape[ax + 1 :])
+
+
+def _out_labels(
+    a: SpyreType,
+    b: SpyreType,
+    out: SpyreType,
+    label: Callable[[Any, int], str],
+    kept: set[str],
+    sizes: dict[str, int],
+) -> list[str]:
+    """The result's labels: exactly those A and B keep, at their sizes.
+
+    Raises:
+        LayoutError: if the operands tile their dims unlike the result.
+    """
+    out_data = [d for d in out.dims if d.is_data]
+    out_sub = [label(d.dims[0], d.ratio) for d in out_data]
+    if kept != set(out_sub) or any(
+        sizes[lab] != d.size for lab, d in zip(out_sub, out_data, strict=True)
+    ):
+        raise LayoutError(
+            f"matmul: A {a.str_short()} and B {b.str_short()} tile their dims unlike the "
+            f"result {out.str_short()}; restickify them to default layouts"
+        )
+    return out_sub
 
 
 def _data_dims(t: SpyreType, name: str) -> tuple[list[DevDim], tuple[int, ...]]:

@@ -7,7 +7,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ..dma._dma import box_plan, d2h_bits, d2h_values, dma_d2h, from_bits, read_box
+from ..dma._boxes import box_plan, read_box
+from ..dma._dma import d2h_bits, d2h_values, dma_d2h, from_bits
 from ._array import SpyreType
 
 __all__ = ["accumulator", "logical_bits", "logical_values"]

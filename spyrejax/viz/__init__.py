@@ -4,16 +4,8 @@ from typing import Any
 
 from ..layout._layout import SpyreTensorLayout
 from ._device import CoreMap, Roofline, core_colours, core_ownership, roofline
-from ._pictures import (
-    PALETTE,
-    Picture,
-    device_memory,
-    host_memory,
-    logical_view,
-    loop_nest,
-    share_colours,
-    stick_colours,
-)
+from ._picture import PALETTE, Picture, share_colours, stick_colours
+from ._pictures import device_memory, host_memory, logical_view, loop_nest
 
 __all__ = [
     "PALETTE",

@@ -18,7 +18,7 @@ from strategies import dim_orders, dtypes, seeds, shapes, shapes_and_orders, til
 
 import spyrejax as sj
 from spyrejax import SpyreTensorLayout
-from spyrejax.dma import _dma
+from spyrejax.dma import _boxes, _dma
 from spyrejax.dma._host_dma import NATIVE_TRANSPOSE
 
 F16 = np.float16
@@ -500,11 +500,11 @@ def _tiled_and_boxed(x, layout):
     mapping = layout.for_host(x.shape)
     bits = _dma.as_bits(jnp.asarray(x))
     fill = _dma._fill(sj.poison_value(x.dtype), np.dtype(x.dtype))
-    boxed = _dma._execute(
+    boxed = _boxes.execute(
         bits, jnp.full(layout.device_size, fill, bits.dtype), mapping.dci(host_to_device=True)
     )
     tiled = _dma._h2d_values(bits, mapping, fill)
-    back = _dma._execute(boxed, jnp.zeros(x.shape, bits.dtype), mapping.dci(host_to_device=False))
+    back = _boxes.execute(boxed, jnp.zeros(x.shape, bits.dtype), mapping.dci(host_to_device=False))
     return (tiled, _dma._d2h_values(boxed, mapping)), (boxed, back)
 
 
