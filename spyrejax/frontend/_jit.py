@@ -23,29 +23,22 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import jax
-import jax.numpy as jnp
-import numpy as np
-from jax.sharding import NamedSharding
 
 from .._errors import SpyreTypeError
-from .._jax import AD_TRACERS, ArrayImpl, BatchTracer, ClosedJaxpr, Var, name_like, trace_context
-from ..device import DeviceProgram, Machine, default_machine
-from ..lowering._graph import Graph, Value, build_graph
+from .._jax import ClosedJaxpr, name_like, trace_context
+from ..lowering._graph import Graph, build_graph
 from ..lowering._keys import key_data_outputs, unwrap_keys, wrap_keys
 from ..lowering._planner import FALLBACKS, Plan, host_input_type, plan_graph
 from ..lowering._regions import host_regions
-from ..lowering.program._cores import CoreCheck, core_check
+from ..lowering.program._cores import core_check
 from ..lowering.program._interpret import Interpreter, check_emulate
-from ..lowering.program._record import Recorder, recording
-from ..lowering.program._residency import residency_jaxpr
-from ..primitives import abstract, image, to_device, to_host, wrap
-from ..primitives._array import PadFill, SpyreArray, SpyreType
+from ..primitives import image, wrap
+from ..primitives._array import PadFill, SpyreType
 from . import _x64
 from ._arguments import (
     ArgNums,
@@ -58,252 +51,12 @@ from ._arguments import (
     split_call,
 )
 from ._cache import MAX_SIGNATURES, Lru, signature_cache
+from ._dispatch import HostArraysMoved, as_called, fast_key, host_arrays_moved
 from ._gc import gc_paused
-from ._outer_ad import vjp_function, with_own_derivatives
-from ._stages import Compiled, Lowered, Traced, public_aval
-from ._vmap import can_batch_whole, vmapped_call
+from ._lowering import Lowering, Signature
+from ._stages import Compiled, Lowered, Traced
 
 __all__ = ["Compiled", "Lowered", "Lowering", "SpyreJit", "Traced", "jit"]
-
-
-@dataclass
-class Lowering:
-    """Everything spyrejax.jit built for one input signature (cached per signature).
-
-    Attributes:
-        jaxpr: the user's function traced with plain JAX.
-        graph: its flattened graph.
-        plan: the planner's decisions.
-        interpreter: runs the plan with Spyre primitives.
-        compiled: ``jax.jit`` of the interpreter (Spyre arrays in and out).
-        in_tree: the input pytree structure (``(args, kwargs)``, static arguments left out).
-        in_avals: the flat inputs' abstract values (Spyre types, or host shapes and dtypes).
-        out_tree: the output pytree structure.
-        on_images: ``jax.jit`` of the interpreter on device images (see
-            :meth:`run_on_images`).
-        out_types: the outputs' Spyre types, as planned.
-    """
-
-    jaxpr: ClosedJaxpr
-    graph: Graph
-    plan: Plan
-    interpreter: Interpreter
-    compiled: Callable[..., Any]
-    in_tree: Any
-    in_avals: tuple[Any, ...]
-    out_tree: Any
-    on_images: Callable[..., Any]
-    out_types: list[SpyreType]
-
-    def run_on_images(
-        self, leaves: Sequence[Any], run: Callable[..., Any] | None = None
-    ) -> list[SpyreArray]:
-        """Run on concrete leaves: images in, images out, wrapped back into SpyreArrays.
-
-        ``run`` replaces :attr:`on_images` (an ahead-of-time compiled executable of it).
-        """
-        lo = [x.image if isinstance(x, SpyreArray) else x for x in leaves]
-        outs = (run or self.on_images)(*lo)
-        return [SpyreArray(o, t) for o, t in zip(outs, self.out_types, strict=True)]
-
-    def call_concrete(self, leaves: Sequence[Any]) -> Any:
-        """:meth:`call` of leaves known concrete (no tracers), the results unchecked.
-
-        The dispatch fast path: the compiled program's results are the planned types'
-        images by construction (the interpreter checked every type when it was traced).
-        """
-        outs = self.on_images(*[x.image if type(x) is SpyreArray else x for x in leaves])
-        if self._one_array:  # no structure to rebuild
-            return SpyreArray.of_checked(outs[0], self.out_types[0])
-        return self.out_tree.unflatten(map(SpyreArray.of_checked, outs, self.out_types))
-
-    @functools.cached_property
-    def _one_array(self) -> bool:
-        """Whether the function returns one array (not in a container)."""
-        return self.out_tree.num_nodes == 1 and self.out_tree.num_leaves == 1
-
-    def call(self, leaves: Sequence[Any]) -> Any:
-        """The outputs for flat inputs, in the output structure.
-
-        Traced, a function with its own derivative rules (``custom_jvp``,
-        ``custom_vjp``, ``stop_gradient``) runs under a ``jax.custom_vjp`` whose backward
-        pass is ``spyrejax.jit`` of ``jax.vjp`` of the plain function (see
-        ``_outer_ad``): ``jax.grad`` may be outside any other transformation
-        (``jax.grad(jax.vmap(sj.jit(f)))``), so every traced call keeps the rules.
-        """
-        if self.graph.derivative_rules and any(isinstance(x, jax.core.Tracer) for x in leaves):
-            outs = with_own_derivatives(
-                self._flat_call, self.backward, leaves, self.in_avals, self.jaxpr.out_avals
-            )
-        else:
-            outs = self._flat_call(leaves)
-        return jax.tree.unflatten(self.out_tree, outs)
-
-    @property
-    def in_info(self) -> Any:
-        """The inputs' abstract values in the ``(args, kwargs)`` structure.
-
-        Spyre types for Spyre arrays; ``jax.ShapeDtypeStruct`` for host leaves (moved to
-        the device with default layouts), with the dtype and weak type ``jax.jit``
-        gives them.
-        """
-        return jax.tree.unflatten(self.in_tree, [public_aval(a) for a in self.in_avals])
-
-    @property
-    def out_info(self) -> Any:
-        """The outputs' Spyre types in the output structure."""
-        return jax.tree.unflatten(self.out_tree, self.out_types)
-
-    def _flat_call(self, leaves: Sequence[Any]) -> list[Any]:
-        if not any(isinstance(x, jax.core.Tracer) for x in leaves):
-            return self.run_on_images(leaves)
-        if (
-            any(isinstance(x, BatchTracer) for x in leaves)
-            and not any(isinstance(x, AD_TRACERS) for x in leaves)
-            and can_batch_whole(self.out_types)
-        ):  # jax.vmap: the batched function is planned whole (see _vmap)
-            return vmapped_call(
-                self.jaxpr, self.out_types, self.compiled, self._batched, SpyreJit, leaves
-            )
-        outs = self.compiled(*leaves)
-        if any(isinstance(x, AD_TRACERS) for x in leaves):
-            # jax.grad wants a plain scalar: a 0-d result comes out as one.
-            outs = [to_host(o) if jax.typeof(o).shape == () else o for o in outs]
-        return outs
-
-    @functools.cached_property
-    def _batched(self) -> dict[tuple[Any, ...], SpyreJit]:
-        """``spyrejax.jit`` of the vmapped function, per batch size and batched inputs."""
-        return {}
-
-    @functools.cached_property
-    def _vjp(self) -> SpyreJit:
-        return SpyreJit(vjp_function(self.jaxpr))
-
-    def backward(self, primals: list[Any], cotangents: list[Any]) -> Any:
-        """``spyrejax.jit`` of the plain function's VJP, with host results."""
-        lowering, leaves = self._vjp._lowering(primals, cotangents)
-        return jax.tree.unflatten(lowering.out_tree, lowering.on_host(*leaves))
-
-    @functools.cached_property
-    def on_host(self) -> Callable[..., list[jax.Array]]:
-        """``jax.jit`` of the interpreter with its results moved to the host.
-
-        Under ``jax.vmap`` a host result is batched as any array, where a Spyre
-        result must have the batch dim outermost on the device.
-        """
-        return jax.jit(lambda *leaves: [to_host(o) for o in self.interpreter.run(*leaves)])
-
-    @property
-    def spyre_jaxpr(self) -> ClosedJaxpr:
-        """The interpreter traced on the input types: a layout on every value."""
-        return self._spyre_trace[0]
-
-    @functools.cached_property
-    def _spyre_trace(self) -> tuple[ClosedJaxpr, dict[tuple[Value, SpyreType], Any]]:
-        """The Spyre-level jaxpr, and the variable holding each (graph value, type).
-
-        The interpreter is traced once, with every value it computes as an extra
-        result (then dropped): that says which variable holds which value.
-        """
-        closed, variables, _ = self._traced
-        return closed, variables
-
-    @property
-    def record(self) -> Recorder:
-        """What the program binds, node run by node run (recorded by the same one trace)."""
-        return self._traced[2]
-
-    @functools.cached_property
-    def _traced(self) -> tuple[ClosedJaxpr, dict[tuple[Value, SpyreType], Any], Recorder]:
-        """The interpreter traced once: the Spyre-level jaxpr, its variables, its record.
-
-        Every value the interpreter computes is an extra result (then dropped): that says
-        which variable holds which value. Under ``emulate="cores"`` the jaxpr is the
-        per-core program; the record is the program's own ops either way.
-        """
-        keys: list[tuple[Value, SpyreType]] = []
-        interpreter = self.interpreter.unchecked()
-
-        def run(*args: Any) -> list[Any]:
-            env: dict[tuple[Value, SpyreType], Any] = {}
-            outs = interpreter.run(*args, env=env)
-            keys.extend(env)
-            return [*outs, *env.values()]
-
-        args = [abstract(a) for a in self.in_avals]
-        if interpreter.emulate is None:
-            with recording() as rec:
-                closed = jax.make_jaxpr(run)(*args)
-        else:
-            closed = jax.make_jaxpr(run)(*args)
-            rec = interpreter.record()
-        outvars = closed.jaxpr.outvars
-        n = len(outvars) - len(keys)
-        variables = {k: v for k, v in zip(keys, outvars[n:], strict=True) if isinstance(v, Var)}
-        return closed.replace(outvars=outvars[:n]), variables, rec
-
-    @gc_paused
-    def residency_jaxpr(self, machine: Machine | None = None) -> tuple[ClosedJaxpr, DeviceProgram]:
-        """The Spyre-level jaxpr with the values kept in LX marked, and the device program.
-
-        The device model plans the program on ``machine`` (default ``Machine.spyre()``);
-        each value its LX plan keeps in LX has that :class:`~spyrejax.Residency` on its
-        type (``@LX[c0:32]+0x0``); the others live in DDR. Inner jaxprs (loop,
-        branch and ``shard_map`` bodies) are not annotated.
-
-        Planned once per machine (``explain`` and ``as_text`` of one lowering share it).
-        """
-        key = default_machine(machine)
-        if key not in self._residency:
-            closed, variables, rec = self._traced
-            self._residency[key] = residency_jaxpr(
-                closed, variables, self.graph, self.plan, rec, key
-            )
-        return self._residency[key]
-
-    @functools.cached_property
-    def _residency(self) -> dict[Machine, tuple[ClosedJaxpr, DeviceProgram]]:
-        return {}
-
-
-def _fast_key(args: tuple[Any, ...]) -> tuple[Hashable, Sequence[Any]] | None:
-    """A call's key for the dispatch fast path, and its leaves; None to take the full path.
-
-    Only calls whose leaves are all concrete Spyre arrays or concrete ``jax.Array``s of a
-    NumPy dtype (no PRNG keys, tracers, NumPy arrays or Python scalars) and that have no
-    keyword or static arguments: for those the full signature (:meth:`SpyreJit._signature`)
-    is a function of the pytree structure, each leaf's type (shape, dtype, weak type of
-    host arrays), the JAX configuration and the per-core check, which this key holds.
-    The key is cached beside the full signature, for the same lowering. Arguments that are all Spyre
-    arrays (the common case) are their own leaves: no flattening.
-    """
-    flat: list[Any] = [_FLAT, trace_context(), core_check()]
-    for x in args:
-        if type(x) is not SpyreArray:
-            break
-        flat.append(x.type)
-    else:
-        return tuple(flat), args
-    leaves, treedef = jax.tree.flatten(args)
-    key: list[Any] = [_TREE, treedef, trace_context(), core_check()]
-    for x in leaves:
-        cls = type(x)
-        if cls is SpyreArray:
-            key.append(x.type)
-        elif cls is ArrayImpl and isinstance(x.dtype, np.dtype):
-            if isinstance(x.sharding, NamedSharding):  # maybe Explicit: in its type
-                return None
-            key.append((x.shape, x.dtype, x.weak_type))
-        else:
-            return None
-    return tuple(key), leaves
-
-
-# Mark fast-path keys in a signature cache (never equal to a _Signature): arguments all
-# Spyre arrays (the arguments are the leaves), or another pytree of arrays.
-_FLAT = object()
-_TREE = object()
 
 
 def _input_type(aval: Any) -> SpyreType:
@@ -334,29 +87,6 @@ def _as_type(x: Any, t: SpyreType) -> Any:
 def _unpromised(t: SpyreType) -> SpyreType:
     """``t`` without a promise about its padding (the same image)."""
     return t if t.pad is PadFill.POISON or t.is_view else replace(t, pad=PadFill.POISON)
-
-
-@dataclass(frozen=True)
-class _Signature:
-    """What one compiled computation is specialised to: the key of the cache.
-
-    Attributes:
-        static: ``(index or name, type, value)`` of each static argument.
-        in_tree: the dynamic arguments' pytree structure (``(args, kwargs)``).
-        in_avals: the flat dynamic leaves' abstract values.
-        context: the JAX configuration ``jax.jit`` keys its traces on (x64, dtype
-            promotion...): another one traces again.
-        keys: ``(leaf index, key implementation)`` of PRNG key leaves, which travel as
-            their key data.
-        check: the per-core check active when called (``checking_cores``), or None.
-    """
-
-    static: tuple[tuple[Any, ...], ...]
-    in_tree: Any
-    in_avals: tuple[SpyreType | HostAval, ...]
-    context: Any
-    keys: tuple[tuple[int, Any], ...] = ()
-    check: CoreCheck | None = None
 
 
 # --- the jitted function ------------------------------------------------------------------
@@ -409,7 +139,7 @@ class SpyreJit:
         self.emulate = check_emulate(emulate)  # None, or "cores": ops run per core
         # Shared by every SpyreJit of this function object (as jax.jit shares its traces).
         owner, config = cache_key or (fun, (self.argnums, fallback, self.emulate))
-        self._cache: Lru[_Signature, Lowering] = signature_cache(owner, config)
+        self._cache: Lru[Signature, Lowering] = signature_cache(owner, config)
         # x64 mode: results' dtypes per signature, bounded as the signatures are.
         self._x64_dtypes: Lru[Hashable, tuple[Any, ...]] = Lru(MAX_SIGNATURES)
         # Name and docstring only: ``updated=()`` keeps ``fun.__dict__`` (``jax.grad``
@@ -418,7 +148,7 @@ class SpyreJit:
 
     def _signature(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], narrow: bool = False
-    ) -> tuple[_Signature, list[Any], Call]:
+    ) -> tuple[Signature, list[Any], Call]:
         """The signature of a call, its flat dynamic inputs and the call itself.
 
         With ``narrow`` (x64 mode), 64-bit leaves are first held in 32 bits (``_x64``).
@@ -429,10 +159,10 @@ class SpyreJit:
         if narrow:
             leaves = _x64.narrow_leaves(leaves, call.path)
         avals = leaf_avals(leaves, call)
-        sig = _Signature(static, treedef, avals, trace_context(), keys, core_check())
+        sig = Signature(static, treedef, avals, trace_context(), keys, core_check())
         return sig, leaves, call
 
-    def _cached(self, sig: _Signature) -> Lowering | None:
+    def _cached(self, sig: Signature) -> Lowering | None:
         try:
             return self._cache.get(sig)
         except TypeError as err:  # static arguments are checked: a pytree node's aux data
@@ -466,7 +196,7 @@ class SpyreJit:
         if _x64.active():
             return self._x64_lowering(args, kwargs, moved=moved)[0], tuple(moved)
         sig, leaves, call = self._signature(args, kwargs)
-        sig = _as_called(sig, leaves, call, moved)
+        sig = as_called(sig, leaves, call, moved)
         lowering = self._cached(sig)
         if lowering is None:
             lowering = self._lower(sig, *self._trace(sig, call))
@@ -485,9 +215,9 @@ class SpyreJit:
         with _x64.off():
             sig, leaves, call = self._signature(args, kwargs, narrow=True)
             if moved is None:
-                sig, leaves, _ = _host_arrays_moved(sig, leaves, call)
+                sig, leaves, _ = host_arrays_moved(sig, leaves, call)
             else:
-                sig = _as_called(sig, leaves, call, moved)
+                sig = as_called(sig, leaves, call, moved)
             lowering = self._cached(sig)
             if lowering is None:
                 lowering = self._lower(sig, *self._trace(sig, call))
@@ -499,7 +229,7 @@ class SpyreJit:
             self._x64_dtypes.put(key, wide)
         return lowering, leaves, wide
 
-    def _trace(self, sig: _Signature, call: Call) -> tuple[ClosedJaxpr, Any]:
+    def _trace(self, sig: Signature, call: Call) -> tuple[ClosedJaxpr, Any]:
         """The function traced with plain JAX on the signature's shapes, and its out tree.
 
         Raises:
@@ -508,9 +238,7 @@ class SpyreJit:
         check_formats(sig.in_avals, call.path)
         return self._make_jaxpr(sig, call)
 
-    def _make_jaxpr(
-        self, sig: _Signature, call: Call, x64: bool = False
-    ) -> tuple[ClosedJaxpr, Any]:
+    def _make_jaxpr(self, sig: Signature, call: Call, x64: bool = False) -> tuple[ClosedJaxpr, Any]:
         """``jax.make_jaxpr`` on the signature's shapes (``x64``: Spyre arrays' x64 dtypes)."""
         positional = sorted((k, v) for k, _, v in sig.static if isinstance(k, int))
         keywords = {k: v for k, _, v in sig.static if isinstance(k, str)}
@@ -533,7 +261,7 @@ class SpyreJit:
         return closed, jax.tree.structure(out_shape)
 
     @gc_paused
-    def _lower(self, sig: _Signature, closed: ClosedJaxpr, out_tree: Any) -> Lowering:
+    def _lower(self, sig: Signature, closed: ClosedJaxpr, out_tree: Any) -> Lowering:
         """Plan a traced signature and jit its interpreter (once per signature)."""
         lowering = self._cached(sig)
         if lowering is not None:
@@ -568,6 +296,7 @@ class SpyreJit:
             out_tree,
             jax.jit(run_images),
             out_types,
+            SpyreJit,
         )
         self._cache.put(sig, lowering)
         return lowering
@@ -605,7 +334,7 @@ class SpyreJit:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if _x64.active():
             return self._x64_call(args, kwargs)
-        fast = None if kwargs or self.static_argnums else _fast_key(args)
+        fast = None if kwargs or self.static_argnums else fast_key(args)
         if fast is not None:
             key, leaves = fast
             try:
@@ -628,122 +357,13 @@ class SpyreJit:
     @gc_paused  # the first call traces, plans, lowers and compiles
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any], fast: Any) -> Any:
         sig, leaves, call = self._signature(args, kwargs)
-        sig, leaves, moved = _host_arrays_moved(sig, leaves, call)
+        sig, leaves, moved = host_arrays_moved(sig, leaves, call)
         lowering = self._cached(sig)
         if lowering is None:
             lowering = self._lower(sig, *self._trace(sig, call))
         if fast is not None:
-            self._cache.put(fast[0], _HostArraysMoved(lowering, moved) if moved else lowering)
+            self._cache.put(fast[0], HostArraysMoved(lowering, moved) if moved else lowering)
         return lowering.call(leaves)
-
-
-def _host_arrays_moved(
-    sig: _Signature, leaves: Sequence[Any], call: Call
-) -> tuple[_Signature, Sequence[Any], tuple[tuple[int, Any], ...]]:
-    """A concrete call's signature and leaves, its host arrays moved to the device.
-
-    Returns the signature and leaves of the call with the SpyreArrays of their default
-    layouts in place of its host arrays (see :func:`_host_arrays`), and ``(leaf index,
-    dtype)`` of each moved one.
-
-    Raises:
-        LayoutError: naming an argument whose dtype has no Spyre data format.
-    """
-    moved: list[int] = []
-    called = _as_called(sig, leaves, call, moved)
-    dtypes = tuple((i, sig.in_avals[i].dtype) for i in moved)
-    return called, _moved(leaves, dtypes) if moved else leaves, dtypes
-
-
-def _as_called(sig: _Signature, leaves: Sequence[Any], call: Call, moved: list[int]) -> _Signature:
-    """The signature of a concrete call: its host arrays in their default layouts.
-
-    Appends the indices of those leaves (see :func:`_host_arrays`) to ``moved``.
-
-    Raises:
-        LayoutError: naming an argument whose dtype has no Spyre data format.
-    """
-    moved.extend(_host_arrays(sig, leaves))
-    if not moved:
-        return sig
-    check_formats(sig.in_avals, call.path)
-    avals = list(sig.in_avals)
-    for i in moved:
-        avals[i] = host_input_type(tuple(avals[i].shape), avals[i].dtype)
-    return replace(sig, in_avals=tuple(avals))
-
-
-def _host_arrays(sig: _Signature, leaves: Sequence[Any]) -> tuple[int, ...]:
-    """The leaves of a concrete call moved to the device before it: its host arrays.
-
-    A host array (not a Python scalar, whose weak type the trace keeps, nor a PRNG
-    key's data) is what the program would otherwise move into the default layout of
-    its shape itself; moved first, the call has the signature of a call with the
-    SpyreArrays the program returns, so a training loop (host arrays in, SpyreArrays
-    back) runs one compiled program from its first step. None under a trace.
-    """
-    if any(isinstance(x, jax.core.Tracer) for x in leaves):
-        return ()
-    keys = {i for i, _ in sig.keys}
-    return tuple(
-        i
-        for i, (x, a) in enumerate(zip(leaves, sig.in_avals, strict=True))
-        if isinstance(a, HostAval)
-        and not a.weak_type
-        and i not in keys
-        and math.prod(a.shape)
-        and not _sharded(x)
-    )
-
-
-def _sharded(x: Any) -> bool:
-    """Whether ``x`` is spread over several devices (a shard_map reads its sharding)."""
-    sharding = getattr(x, "sharding", None)
-    return sharding is not None and len(sharding.device_set) > 1
-
-
-def _moved(
-    leaves: Sequence[Any], moved: tuple[tuple[int, Any], ...], *, images: bool = False
-) -> list[Any]:
-    """``leaves`` moved to the device in their default layouts where ``moved`` says.
-
-    ``moved`` holds ``(leaf index, dtype)``: the dtype ``jax.jit`` reads the leaf in
-    (a float64 NumPy array is float32 with x64 off). With ``images``, the moved leaves
-    are their device images (what :meth:`Lowering.call_concrete` passes on).
-    """
-    out = list(leaves)
-    hosts = tuple(
-        x if isinstance(x, jax.Array) and x.dtype == dtype else jnp.asarray(x, dtype)
-        for x, dtype in ((out[i], dtype) for i, dtype in moved)
-    )
-    for (i, _), x, img in zip(moved, hosts, _images_of(hosts), strict=True):
-        out[i] = img if images else SpyreArray(img, host_input_type(x.shape, x.dtype))
-    return out
-
-
-@jax.jit
-def _images_of(hosts: tuple[Any, ...]) -> list[jax.Array]:
-    """The device images of host arrays moved in their default layouts: one dispatch.
-
-    (An eager ``to_device`` per array takes hijax's Python path, near a millisecond.)
-    """
-    return [image(to_device(x)) for x in hosts]
-
-
-class _HostArraysMoved:
-    """A lowering for SpyreArrays, called on the dispatch fast path with host arrays.
-
-    The fast path's key of a call with host arrays finds this: it moves them, as
-    :meth:`SpyreJit._call` did the first time, and runs the lowering.
-    """
-
-    def __init__(self, lowering: Lowering, moved: tuple[tuple[int, Any], ...]) -> None:
-        self.lowering = lowering
-        self.moved = moved
-
-    def call_concrete(self, leaves: Sequence[Any]) -> Any:
-        """:meth:`Lowering.call_concrete` of the leaves, the host arrays moved."""
-        return self.lowering.call_concrete(_moved(leaves, self.moved, images=True))
 
 
 def jit(

@@ -3,7 +3,7 @@
 ``SpyreJit.trace`` gives a :class:`Traced` (the plain JAX jaxpr), its ``lower()`` a
 :class:`Lowered` (the plan and the Spyre-level jaxpr), and that one's ``compile()`` a
 :class:`Compiled`, called with the same arguments. Each stage reads the one
-:class:`~spyrejax.lowering._jit.Lowering` of its input signature.
+:class:`~spyrejax.frontend._lowering.Lowering` of its input signature.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from . import _x64
 from ._arguments import HostAval, leaf_aval
 from ._gc import gc_paused
 
-# The stages read the one ``lowering._jit.Lowering`` of their signature (which builds them:
+# The stages read the one ``frontend._lowering.Lowering`` of their signature (which builds them:
 # importing it here would be a cycle), typed by what they read of it.
 Lowering = Any
 
