@@ -67,6 +67,9 @@ __all__ = ["FALLBACKS", "Move", "Option", "Plan", "host_input_type", "plan_graph
 INF = float("inf")
 _WARNED: dict[Any, Any] = {}  # the fallback warnings' registry (see warnings.warn_explicit)
 _CANDIDATES = 2  # input types tried per input and mode: the cheapest, and one more
+# A restickify's extra cost, far below a byte: at equal bytes, a node's own copy (which
+# explain reports with its source line) is planned rather than a restickify before a view.
+_MOVE_TIE = 1e-3
 # The roles of primitives an option records (see ``SpyrePrim.role``): what it moves.
 _CHARGED = ("copy", "restickify", "host", "collective")
 
@@ -282,7 +285,7 @@ class _Planner:
         vma = frozenset().union(*(t.vma for t in avail))
         for d in _defaults(v):
             d = replace(d, vma=vma) if vma else d
-            avail[d] = min(avail.get(d, INF), read + nbytes(d))
+            avail[d] = min(avail.get(d, INF), read + nbytes(d) + _MOVE_TIE)
         self.avail[v] = avail
 
     def _node_options(self, node: Node) -> list[tuple[float, Option]]:
@@ -482,8 +485,11 @@ class _Planner:
                     cost += min(make, move_bytes(p, d) if d in movable else INF)
             return cost
 
-        if not runs:
-            runs.append(min(produced, key=lambda p: (total(p), _tie_break(p))))
+        def unmet(p: SpyreType) -> int:  # demands a run of ``p`` leaves to restickifies
+            return sum(d is not None and d != p for d in wanted)
+
+        if not runs:  # at equal cost, the producer makes a demanded type itself (a copy)
+            runs.append(min(produced, key=lambda p: (total(p), unmet(p), _tie_break(p))))
         elif None in wanted and all(t.layout.has_gaps for t in runs):
             # An output is no window of another value's buffer: made once more without gaps.
             plain = [p for p in produced if not p.layout.has_gaps]

@@ -18,7 +18,7 @@ from ..layout import BYTES_PER_STICK, SpyreTensorLayout
 from ..primitives._array import SpyreType
 from ..primitives._in_place import FillAround
 from ..primitives._iota import Full
-from ..primitives._stick import restickify_cost
+from ..primitives._stick import default_layout, restickify_cost
 
 __all__ = ["move_bytes", "nbytes", "read_bytes", "traffic"]
 
@@ -41,18 +41,22 @@ def read_bytes(t: SpyreType) -> int:
 
     A view broadcasting its base along a dim (stride 0) is read at the bytes of its
     shape in the default layout: the device model runs an op with a broadcast operand
-    at the broadcast pattern's bandwidth, as slow as reading it whole; so a broadcast
+    at the broadcast pattern's bandwidth, as slow as reading it whole (in the default
+    layout of its own stick: a broadcast along a short last dim, ``jnp.repeat``'s
+    ``[..., D/2, 2]``, is not charged that dim padded to sticks); so a broadcast
     constant is filled (``full``: one stick its readers read) rather than moved to the
     device and broadcast as a view.
     """
     if t.is_view and any(n > 1 and s == 0 for n, s in zip(t.shape, t.strides, strict=True)):
-        return max(nbytes(t), _dense_bytes(t.shape, t.dtype))
+        return max(nbytes(t), _dense_bytes(t.shape, t.dtype, t.stick_dim))
     return nbytes(t)
 
 
 @functools.lru_cache(maxsize=4096)
-def _dense_bytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
-    return SpyreTensorLayout(shape, dtype).nbytes
+def _dense_bytes(shape: tuple[int, ...], dtype: np.dtype, stick: int | None) -> int:
+    if stick is None or not shape:
+        return SpyreTensorLayout(shape, dtype).nbytes
+    return default_layout(shape, dtype, stick).nbytes
 
 
 def move_bytes(source: SpyreType, target: SpyreType) -> int:

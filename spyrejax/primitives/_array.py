@@ -26,7 +26,7 @@ import numpy as np
 
 from .._errors import LayoutError, SpyreTypeError, SpyreUnsupportedError
 from .._jax import HiType, ShapedArray, register_hitype
-from ..layout._devdims import DevDim, device_dims, is_contiguous, stick_dim
+from ..layout._devdims import DevDim, device_dims, fold_index, is_contiguous, stick_dim
 from ..layout._dtypes import format_for_dtype, host_dtype
 from ..layout._layout import SpyreTensorLayout
 from ..layout._residency import DDR, Residency
@@ -156,6 +156,30 @@ class SpyreType(HiType):
         """The type of a fresh array whose layout was built for its own shape."""
         shape = _ints(shape)
         return cls(shape, dtype, layout, shape, row_major_strides(shape), pad)
+
+    def canonical(self) -> SpyreType:
+        """This type with the same index map, stated over its own shape where it can be.
+
+        A view whose layout, bound to the view's own shape, walks the device image
+        exactly as the view does (RoPE's pairs: ``[..., D/2, 2]`` of a ``D``-stick
+        tensor, and ``[..., D]`` of the pairs' stick) is that contiguous array: views
+        and the results computed from them (a fresh buffer in the operand's layout) are
+        given in this form, so equal index maps compare equal and a consumer or the
+        program's result asking for the default type of a shape finds it. Broadcast
+        views, and views no layout of their own shape states, are returned as they are.
+        """
+        if not self.is_view or any(
+            s == 0 and n > 1 for n, s in zip(self.shape, self.strides, strict=True)
+        ):
+            return self
+        try:
+            flat = SpyreType.contiguous(self.shape, self.dtype, self.layout, self.pad)
+        except LayoutError:
+            return self
+        same = flat.dims == self.dims and fold_index(
+            self.layout, self.base_shape, self.shape, self.strides
+        ) == fold_index(flat.layout, flat.base_shape, flat.shape, flat.strides)
+        return replace(flat, vma=self.vma, x64_dtype=self.x64_dtype) if same else self
 
     # -- derived ------------------------------------------------------------------
 

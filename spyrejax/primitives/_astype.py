@@ -52,7 +52,7 @@ class Astype(SpyrePrim):
                 lay = SpyreTensorLayout.from_stride_map(
                     lay.device_size, lay.stride_map, format_for_dtype(dtype)
                 )
-            out = SpyreType(aval.shape, dtype, lay, aval.base_shape, aval.strides)
+            out = SpyreType(aval.shape, dtype, lay, aval.base_shape, aval.strides).canonical()
         else:
             out = SpyreType.contiguous(aval.shape, dtype, _rebuilt_layout(aval, dtype))
         self._regroup = None if self._same_sticks else _stick_regroup(aval.dims, out.dims)

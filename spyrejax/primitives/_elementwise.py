@@ -342,7 +342,7 @@ def _target(avals: list[SpyreType], out_shape: tuple[int, ...], out_dtype: Any) 
             full = a.shape == out_shape
             no_bcast = all(s != 0 or n == 1 for n, s in zip(a.shape, a.strides, strict=True))
             if full and no_bcast:
-                return SpyreType(a.shape, out_dtype, a.layout, a.base_shape, a.strides)
+                return SpyreType(a.shape, out_dtype, a.layout, a.base_shape, a.strides).canonical()
             def_format = def_format or a.layout.device_dtype
     rank = len(out_shape)
     stick = rank - 1

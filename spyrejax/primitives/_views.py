@@ -40,7 +40,9 @@ class _View(SpyrePrim):
     ) -> None:
         layout = layout or aval.layout
         try:
-            out = SpyreType(out_shape, aval.dtype, layout, aval.base_shape, out_strides, aval.pad)
+            out = SpyreType(
+                out_shape, aval.dtype, layout, aval.base_shape, out_strides, aval.pad
+            ).canonical()
         except LayoutError as err:
             raise LayoutError(
                 f"{type(self).__name__.lower()}: {aval.str_short()} -> shape {list(out_shape)} "

@@ -67,16 +67,6 @@ def rope_repeat_interleave(x, cos, sin):
 
 ROPES = (rope_pairs_reshape, rope_pairs_slices, rope_fms, rope_rotate_half, rope_repeat_interleave)
 
-# Under the planner's bytes objective (issue 24) the pairs stacked back are copied at the
-# reshape instead of being built with their stick over the pairs: one copy more, and for
-# repeat_interleave a restickify of the swapped pairs. Not reconciled yet (issue 26).
-_BYTES_PLAN = pytest.mark.xfail(
-    strict=True, reason="bytes objective copies at the reshape instead of a grouped stack"
-)
-PLANNED = tuple(
-    pytest.param(r, marks=_BYTES_PLAN) if r is rope_repeat_interleave else r for r in ROPES
-)
-
 
 def _padding_bounded(report, factor=2):
     """Every value with memory of its own takes at most ``factor`` times its data."""
@@ -112,7 +102,7 @@ def test_astype_and_reductions_over_other_dims_keep_a_stick_over_pairs():
 
 
 @pytest.mark.parametrize("d", [64, 128])
-@pytest.mark.parametrize("rope", PLANNED, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("rope", ROPES, ids=lambda f: f.__name__)
 def test_rope_runs_without_a_restickify_and_matches_jax_jit(rope, d):
     x = rand((T, H, d), jnp.float16, seed=5)
     cos, sin = _angles(d)
@@ -120,7 +110,6 @@ def test_rope_runs_without_a_restickify_and_matches_jax_jit(rope, d):
     assert not sj.explain(rope, x, cos, sin).restickifies
 
 
-@_BYTES_PLAN
 def test_stacked_pairs_fill_their_sticks():
     # The stack of the rotated pairs is built with its stick over both dims (the
     # default layout of [T, H, D]), so the reshape back is a view and the sum with x
@@ -163,7 +152,7 @@ def _moved_besides(report, name):
     return report.restickify_cost + report.copy_cost - own
 
 
-@pytest.mark.parametrize("rope", PLANNED, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("rope", ROPES, ids=lambda f: f.__name__)
 def test_llama_attention_block_with_each_rope_convention(rope):
     dm, hd = 128, 64
     names = ("wq", "wk", "wv", "wo")
