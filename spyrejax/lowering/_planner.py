@@ -370,7 +370,13 @@ class _Planner:
             return [(None, 0.0)]
         ranked = sorted(
             ((t, c) for t, c in self.avail[u].items() if serves(t, r)),
-            key=lambda tc: (tc[1] + read_bytes(tc[0]), _tie_break(tc[0])),
+            # At equal cost, a window first: a value written into a larger buffer is read
+            # there by the kernels that take gaps, not restickified out of it.
+            key=lambda tc: (
+                tc[1] + read_bytes(tc[0]),
+                not tc[0].layout.has_gaps,
+                _tie_break(tc[0]),
+            ),
         )
         if r is not None:
             fallback = _default(u.shape, u.dtype, r)

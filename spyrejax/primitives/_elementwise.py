@@ -34,6 +34,7 @@ from ..layout._layout import SpyreTensorLayout
 from ._array import SpyreArray, SpyreType
 from ._axes import aligned, broadcast_all, collapsed, merge_axes, merged_shape
 from ._base import SpyrePrim
+from ._in_place import ungapped, valid_image
 from ._masks import from_data_dims, masked, padding_in_data_dims, poisoned, select
 from ._views import align_batch_dims
 
@@ -407,9 +408,11 @@ class Elementwise(SpyrePrim):
     op: ClassVar[ElementwiseOp]
     consts: tuple[tuple[int, Scalar], ...]
 
+    takes_gaps = True  # iterates its operands' valid ranges; its result has no gaps
+
     def __init__(self, *avals: SpyreType, consts: tuple[tuple[int, Scalar], ...] = ()) -> None:
         out_dtype = _out_dtype(self.op, avals, consts)
-        out, plans = broadcast_rule(self.op.name, list(avals), out_dtype)
+        out, plans = broadcast_rule(self.op.name, [ungapped(a) for a in avals], out_dtype)
         self._plans = plans
         self.in_avals = tuple(avals)
         self.out_aval = out
@@ -421,6 +424,9 @@ class Elementwise(SpyrePrim):
 
     def kernel(self, *images: jax.Array) -> jax.Array:
         out_t = self.out_aval
+        images = tuple(
+            valid_image(img, a.layout) for img, a in zip(images, self.in_avals, strict=True)
+        )
         ops: list[Any] = [aligned(img, p) for img, p in zip(images, self._plans, strict=True)]
         for pos, value in self.consts:
             ops.insert(pos, value)

@@ -51,8 +51,10 @@ __all__ = [
     "assemble",
     "fill_around",
     "place",
+    "ungapped",
     "update_at",
     "update_dims",
+    "valid_image",
     "window_layout",
     "without_gaps",
 ]
@@ -416,11 +418,22 @@ def _like(value: np.ndarray, x: jax.Array) -> jax.Array:
     return jax.numpy.asarray(np.asarray(value).view(x.dtype))
 
 
+def valid_image(img: jax.Array, window: SpyreTensorLayout) -> jax.Array:
+    """The valid range of ``img`` (in layout ``window``): an image in ``without_gaps(window)``."""
+    if not window.has_gaps:
+        return img
+    stop = [n - b for n, (_, b) in zip(img.shape, window.device_gaps, strict=True)]
+    return jax.lax.slice(img, window.gap_offsets, stop)
+
+
+def ungapped(t: SpyreType) -> SpyreType:
+    """The type of ``t``'s valid range alone (:func:`valid_image` of its image)."""
+    return replace(t, layout=without_gaps(t.layout)) if t.layout.has_gaps else t
+
+
 def _window_into(out: jax.Array, img: jax.Array, window: SpyreTensorLayout) -> jax.Array:
     """``out`` with the valid range of ``img`` (in layout ``window``) written over it."""
-    start = window.gap_offsets
-    stop = [n - b for n, (_, b) in zip(img.shape, window.device_gaps, strict=True)]
-    return jax.lax.dynamic_update_slice(out, jax.lax.slice(img, start, stop), start)
+    return jax.lax.dynamic_update_slice(out, valid_image(img, window), window.gap_offsets)
 
 
 def _scalar(x: Any, t: Any) -> jax.Array:

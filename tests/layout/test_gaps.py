@@ -183,17 +183,24 @@ def test_dci_json_carries_valid_gap_pairs():
     assert "validGap_" not in plain
 
 
-def test_a_spyre_array_in_a_window_moves_and_the_kernels_without_gaps_refuse_it():
-    # The DMA primitives take a window of a larger buffer; a kernel that would read the
-    # gap as data refuses it by name (a LayoutError: the planner moves such a value).
+def test_a_spyre_array_in_a_window_moves_and_pointwise_kernels_read_its_valid_range():
+    # The DMA primitives take a window of a larger buffer; a pointwise kernel iterates
+    # its valid range (the gaps are other values' slots) and writes a result without
+    # gaps; a kernel that would read the gap as data refuses it by name (a LayoutError:
+    # the planner moves such a value).
     layout = SpyreTensorLayout.row_major((5, 70), F16).with_gap(0, back=3)
     x = random_bits((5, 70), F16, np.random.default_rng(1))
     a = sj.to_device(x, layout)
     assert a.layout == layout and a.image.shape == (8, 2, 64)
     assert same_bits(sj.to_host(a), x)
     assert same_bits(sj.to_host(sj.restickify(a)), x)
-    with pytest.raises(sj.LayoutError, match="Add does not take layouts with gaps"):
-        a + 1
+    y = (np.arange(5 * 70, dtype=F16) / 8).reshape(5, 70)  # finite: exact doubles
+    a, b = sj.to_device(y, layout), sj.to_device(y)
+    for total in (a + b, jax.jit(lambda u, v: u + v)(a, b)):
+        assert not total.layout.has_gaps
+        assert same_bits(sj.to_host(total), y + y)
+    with pytest.raises(sj.LayoutError, match="Sum does not take layouts with gaps"):
+        a.sum(axis=0)
 
 
 @pytest.mark.parametrize("dim, front, back", [(0, 1, 2), (1, 2, 0), (2, 0, 1)])

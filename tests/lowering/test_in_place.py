@@ -130,6 +130,19 @@ def test_a_piece_that_is_also_a_result_is_returned_without_gaps():
     assert_matches_jax_jit(f, *args, exact=True)
 
 
+def test_a_piece_read_again_by_a_pointwise_op_is_read_in_its_window():
+    # y is written into its window of the join's buffer; tanh reads it there (its
+    # valid range), so nothing moves it out again.
+    def f(a, b):
+        y = a * 2
+        return jnp.concatenate([y, b + 1], axis=0), jnp.tanh(y) + 1
+
+    args = rand((100, 64), F16), rand((30, 64), F16, seed=1)
+    report = sj.explain(f, *args)
+    assert report.cost == 0 and "Place" in report.jaxpr
+    assert_matches_jax_jit(f, *args, ops=2)
+
+
 # --- dynamic_update_slice: a KV cache --------------------------------------------------
 
 B, H, S, D = 1, 2, 64, 64
