@@ -55,6 +55,7 @@ from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import PadFill, SpyreType
 from ..primitives._stick import SPARSE, default_type, restickify_cost, serves, stick_name, stick_of
 from ..primitives._stick import stick_options as _stick_options
+from ..primitives._views import ShapeView
 from ._chosen import option_total, options_key
 from ._graph import Graph, Node, Scalar, Value
 from ._node_key import NodeKey, evaluation_key, node_key
@@ -92,6 +93,9 @@ class Option:
             an update in place took over its input's (it can be updated in place).
         traffic: the device bytes the lowering reads and writes (see :func:`traffic`):
             what the planner minimises.
+        view: whether its lowering is shape views only (reshape, transpose...): its
+            outputs are its input's image, though a type may state them without a view
+            (``SpyreType.canonical``), so they take no memory of their own.
     """
 
     mode: Mode
@@ -101,6 +105,7 @@ class Option:
     fresh: bool = False
     owns: bool = False
     traffic: int = 0
+    view: bool = False
 
     @property
     def out(self) -> SpyreType:
@@ -405,7 +410,10 @@ class _Planner:
             gives = getattr(last, "out_avals", ())[:1]
             fresh = last is not None and last.role != "view" and gives == types[:1]
             owns = fresh or mode.clobbers is not None
-            option: Option | None = Option(mode, ins, types, copies, fresh, owns, traffic(called))
+            view = bool(called) and all(isinstance(p, ShapeView) for p in called)
+            option: Option | None = Option(
+                mode, ins, types, copies, fresh, owns, traffic(called), view
+            )
         except LayoutError as err:
             why = self.refusals[node] = str(err)
             option = None

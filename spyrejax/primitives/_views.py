@@ -25,7 +25,7 @@ from ._base import SpyrePrim, normalize_axes
 __all__ = ["align_batch_dims", "broadcast_to", "expand_dims", "reshape", "squeeze", "transpose"]
 
 
-class _View(SpyrePrim):
+class ShapeView(SpyrePrim):
     """A primitive whose kernel reshapes the image at most; subclasses set the type."""
 
     role = "view"
@@ -69,7 +69,7 @@ def _spyre_aval(x: Any, op: str) -> SpyreType:
 # --- transpose ------------------------------------------------------------------------
 
 
-class Transpose(_View):
+class Transpose(ShapeView):
     """Permute logical dims (no data moves)."""
 
     perm: tuple[int, ...]
@@ -105,7 +105,7 @@ def transpose(a: SpyreArray, axes: Any = None) -> SpyreArray:
 # --- reshape --------------------------------------------------------------------------
 
 
-class Reshape(_View):
+class Reshape(ShapeView):
     """A copy-free reshape of the logical view."""
 
     new_shape: tuple[int, ...]
@@ -240,7 +240,7 @@ def reshaped(aval: SpyreType, shape: Any, op: str) -> tuple[int, ...]:
 # --- squeeze / expand_dims -------------------------------------------------------------
 
 
-class Squeeze(_View):
+class Squeeze(ShapeView):
     """Drop size-1 logical dims."""
 
     axes: tuple[int, ...]
@@ -272,7 +272,7 @@ def squeeze(a: SpyreArray, axis: Any = None) -> SpyreArray:
     return Squeeze(aval, axes=tuple(sorted(axes)))(a)
 
 
-class ExpandDims(_View):
+class ExpandDims(ShapeView):
     """Insert size-1 logical dims."""
 
     axes: tuple[int, ...]
@@ -299,7 +299,7 @@ def expand_dims(a: SpyreArray, axis: Any) -> SpyreArray:
 # --- broadcast_to ---------------------------------------------------------------------
 
 
-class BroadcastTo(_View):
+class BroadcastTo(ShapeView):
     """Broadcast to a larger shape: new and size-1 dims get stride 0 (no data moves)."""
 
     shape: tuple[int, ...]

@@ -103,7 +103,7 @@ def _op(node: Node, options: Any, moves: list[Move]) -> OpInfo:
     resticks = [p for p in prims if p.role == "restickify"]
     copies = [p for p in prims if p.role == "copy"]
     hosts = [p for p in prims if p.role == "host"]
-    nbytes = sum(t.layout.nbytes for o in options for t in o.outs if not t.is_view)
+    nbytes = sum(t.layout.nbytes for o in options for t in o.outs if not (o.view or t.is_view))
     nbytes += sum(m.target.layout.nbytes for m in moves)
     nbytes += sum(p.layout.nbytes for p in resticks)
     return OpInfo(
