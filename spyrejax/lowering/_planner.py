@@ -60,7 +60,7 @@ from ._chosen import option_total, options_key
 from ._graph import Graph, Node, Scalar, Value
 from ._node_key import NodeKey, evaluation_key, node_key
 from ._registry import HOST_FALLBACK, RULES, Mode, lower_node, rule_for
-from ._traffic import move_bytes, nbytes, read_bytes, traffic
+from ._traffic import MOVE_TIE, move_bytes, nbytes, read_bytes, tie_break, traffic
 from ._windows import Windows
 
 __all__ = ["FALLBACKS", "Move", "Option", "Plan", "host_input_type", "plan_graph", "traffic"]
@@ -68,9 +68,6 @@ __all__ = ["FALLBACKS", "Move", "Option", "Plan", "host_input_type", "plan_graph
 INF = float("inf")
 _WARNED: dict[Any, Any] = {}  # the fallback warnings' registry (see warnings.warn_explicit)
 _CANDIDATES = 2  # input types tried per input and mode: the cheapest, and one more
-# A restickify's extra cost, far below a byte: at equal bytes, a node's own copy (which
-# explain reports with its source line) is planned rather than a restickify before a view.
-_MOVE_TIE = 1e-3
 # The roles of primitives an option records (see ``SpyrePrim.role``): what it moves.
 _CHARGED = ("copy", "restickify", "host", "collective")
 
@@ -290,7 +287,7 @@ class _Planner:
         vma = frozenset().union(*(t.vma for t in avail))
         for d in _defaults(v):
             d = replace(d, vma=vma) if vma else d
-            avail[d] = min(avail.get(d, INF), read + nbytes(d) + _MOVE_TIE)
+            avail[d] = min(avail.get(d, INF), read + nbytes(d) + MOVE_TIE)
         self.avail[v] = avail
 
     def _node_options(self, node: Node) -> list[tuple[float, Option]]:
@@ -380,7 +377,7 @@ class _Planner:
             key=lambda tc: (
                 tc[1] + read_bytes(tc[0]),
                 not tc[0].layout.has_gaps,
-                _tie_break(tc[0]),
+                tie_break(tc[0]),
             ),
         )
         if r is not None:
@@ -503,11 +500,11 @@ class _Planner:
             return sum(d is not None and d != p for d in wanted)
 
         if not runs:  # at equal cost, the producer makes a demanded type itself (a copy)
-            runs.append(min(produced, key=lambda p: (total(p), unmet(p), _tie_break(p))))
+            runs.append(min(produced, key=lambda p: (total(p), unmet(p), tie_break(p))))
         elif None in wanted and all(t.layout.has_gaps for t in runs):
             # An output is no window of another value's buffer: made once more without gaps.
             plain = [p for p in produced if not p.layout.has_gaps]
-            runs.insert(0, min(plain, key=lambda p: (produced[p][0], _tie_break(p))))
+            runs.insert(0, min(plain, key=lambda p: (produced[p][0], tie_break(p))))
         moves = []
         for d, consumer in wanted.items():
             if d is None or d in runs:
@@ -529,7 +526,7 @@ class _Planner:
         The cheapest option runs; a demanded type it does not give is a restickify of
         its output when that is a default type, else a run of the option that gives it.
         """
-        runs = [min(self.options[node], key=lambda to: (to[0], _tie_break(to[1].out)))[1]]
+        runs = [min(self.options[node], key=lambda to: (to[0], tie_break(to[1].out)))[1]]
         for i, (v, w) in enumerate(zip(node.outs, wanted, strict=True)):
             moves = []
             movable = self._movable(v)
@@ -592,19 +589,6 @@ class _Planner:
 def _sets_layout(node: Node) -> bool:
     """Whether ``node`` puts its value in a layout the program asks for (``with_layout``)."""
     return getattr(RULES.get(node.prim), "sets_layout", False)
-
-
-@functools.lru_cache(maxsize=65536)
-def _tie_break(t: SpyreType) -> tuple[Any, ...]:
-    """Among equal costs: dense, contiguous, the default layout's stick, lower sticks.
-
-    Dense before sparse, contiguous before views, without gaps before with, the stick of
-    the default layout (the last dim that is not size 1) before the others, then lower
-    sticks.
-    """
-    s = stick_of(t)
-    last = next((d for d in reversed(range(t.ndim)) if t.shape[d] > 1), SPARSE)
-    return (s == SPARSE, t.is_view, t.layout.has_gaps, s != last, s)
 
 
 def _why(consumer: Node | None, source: SpyreType, target: SpyreType) -> str:

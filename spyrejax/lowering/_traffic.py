@@ -2,7 +2,8 @@
 
 One owner for what an option, a restickify and a host fallback cost the planner: bytes of
 device images in their layouts, padding included (``layout.nbytes``), so a slice, a
-reduction or a broadcast lands in the layout that costs least downstream.
+reduction or a broadcast lands in the layout that costs least downstream; and the order
+among equal costs (:data:`MOVE_TIE`, :func:`tie_break`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ from ..layout import BYTES_PER_STICK, SpyreTensorLayout
 from ..primitives._array import SpyreType
 from ..primitives._in_place import FillAround
 from ..primitives._iota import Full
-from ..primitives._stick import default_layout, restickify_cost
+from ..primitives._stick import SPARSE, default_layout, restickify_cost, stick_of
 
-__all__ = ["move_bytes", "nbytes", "read_bytes", "traffic"]
+__all__ = ["MOVE_TIE", "move_bytes", "nbytes", "read_bytes", "tie_break", "traffic"]
+
+MOVE_TIE = 1e-3
+"""A restickify's extra cost, far below a byte: at equal bytes, a node's own copy (which
+explain reports on its source line) is planned rather than a restickify before a view."""
 
 
 def nbytes(t: SpyreType) -> int:
@@ -106,3 +111,16 @@ def _elements_bytes(elements: int, avals: list[SpyreType]) -> int:
         return 0
     t = avals[0]
     return elements * nbytes(t) // restickify_cost(t)
+
+
+@functools.lru_cache(maxsize=65536)
+def tie_break(t: SpyreType) -> tuple[Any, ...]:
+    """Among equal costs: dense, contiguous, the default layout's stick, lower sticks.
+
+    Dense before sparse, contiguous before views, without gaps before with, the stick of
+    the default layout (the last dim that is not size 1) before the others, then lower
+    sticks.
+    """
+    s = stick_of(t)
+    last = next((d for d in reversed(range(t.ndim)) if t.shape[d] > 1), SPARSE)
+    return (s == SPARSE, t.is_view, t.layout.has_gaps, s != last, s)
