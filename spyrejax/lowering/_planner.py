@@ -60,7 +60,7 @@ from ._chosen import option_total, options_key
 from ._graph import Graph, Node, Scalar, Value
 from ._node_key import NodeKey, evaluation_key, node_key
 from ._registry import HOST_FALLBACK, RULES, Mode, lower_node, rule_for
-from ._traffic import MOVE_TIE, move_bytes, nbytes, read_bytes, tie_break, traffic
+from ._traffic import MOVE_TIE, move_bytes, nbytes, read_bytes, read_tie_break, tie_break, traffic
 from ._windows import Windows
 
 __all__ = ["FALLBACKS", "Move", "Option", "Plan", "host_input_type", "plan_graph", "traffic"]
@@ -90,9 +90,8 @@ class Option:
             an update in place took over its input's (it can be updated in place).
         traffic: the device bytes the lowering reads and writes (see :func:`traffic`):
             what the planner minimises.
-        view: whether its lowering is shape views only (reshape, transpose...): its
-            outputs are its input's image, though a type may state them without a view
-            (``SpyreType.canonical``), so they take no memory of their own.
+        view: whether its lowering is shape views only: its outputs are its input's
+            image (no memory of their own) even where typed as no view (``canonical``).
     """
 
     mode: Mode
@@ -372,13 +371,7 @@ class _Planner:
             return [(None, 0.0)]
         ranked = sorted(
             ((t, c) for t, c in self.avail[u].items() if serves(t, r)),
-            # At equal cost, a window first: a value written into a larger buffer is read
-            # there by the kernels that take gaps, not restickified out of it.
-            key=lambda tc: (
-                tc[1] + read_bytes(tc[0]),
-                not tc[0].layout.has_gaps,
-                tie_break(tc[0]),
-            ),
+            key=lambda tc: (tc[1] + read_bytes(tc[0]), read_tie_break(tc[0])),
         )
         if r is not None:
             fallback = _default(u.shape, u.dtype, r)

@@ -21,11 +21,20 @@ from ..primitives._in_place import FillAround
 from ..primitives._iota import Full
 from ..primitives._stick import SPARSE, default_layout, restickify_cost, stick_of
 
-__all__ = ["MOVE_TIE", "move_bytes", "nbytes", "read_bytes", "tie_break", "traffic"]
+__all__ = [
+    "MOVE_TIE",
+    "move_bytes",
+    "nbytes",
+    "read_bytes",
+    "read_tie_break",
+    "tie_break",
+    "traffic",
+]
 
-MOVE_TIE = 1e-3
+MOVE_TIE = 2.0**-10
 """A restickify's extra cost, far below a byte: at equal bytes, a node's own copy (which
-explain reports on its source line) is planned rather than a restickify before a view."""
+explain reports on its source line) is planned rather than a restickify before a view. A
+power of two: sums of byte counts and ties stay exact in floats."""
 
 
 def nbytes(t: SpyreType) -> int:
@@ -124,3 +133,12 @@ def tie_break(t: SpyreType) -> tuple[Any, ...]:
     s = stick_of(t)
     last = next((d for d in reversed(range(t.ndim)) if t.shape[d] > 1), SPARSE)
     return (s == SPARSE, t.is_view, t.layout.has_gaps, s != last, s)
+
+
+def read_tie_break(t: SpyreType) -> tuple[Any, ...]:
+    """Among types a consumer can read at equal cost: a window first, then :func:`tie_break`.
+
+    A value written into a window of a larger buffer is read there by the kernels that
+    take gaps (pointwise ops), not restickified out of it.
+    """
+    return (not t.layout.has_gaps, *tie_break(t))

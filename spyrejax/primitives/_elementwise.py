@@ -1,17 +1,16 @@
 """Elementwise primitives: unary math, binary arithmetic, comparisons and ``where``.
 
-Layout rule (spec section 7): after broadcasting, every operand and the result share
-the stick dim. The result takes the layout (and view) of the first operand that has
-the result's shape; other operands are brought onto its device dims on the device:
-device dims in another order are transposed, dims an operand is broadcast along get a
-size-1 axis, and a stick of size 1 broadcasts its lane 0. Operands stuck on another
-dim are a :class:`LayoutError` that points to ``restickify``.
+Layout rule (spec section 7): after broadcasting, every operand and the result share the
+stick dim. The result takes the layout (and view, ``canonical``) of the first operand of
+the result's shape; the others are brought onto its device dims on the device: dims in
+another order are transposed, broadcast dims get a size-1 axis, a stick of size 1
+broadcasts its lane 0. An operand in a window of a larger buffer (gaps) is read in its
+valid range. Operands stuck on another dim are a :class:`LayoutError` (``restickify``).
 
-Kernel: one vectorised jnp expression on the aligned images. The result's padding is
-undefined (``pad=poison``): it holds what the expression made of the operands' padding,
-and every kernel that reads padding masks it. Not writing poison there keeps a chain of
-elementwise ops (and a reduction's producers) in one XLA fusion; the debug option
-``spyrejax_poison_padding`` writes it (see ``_masks.poisoned``).
+Kernel: one vectorised jnp expression on the aligned images. The result's padding is undefined
+(``pad=poison``): it holds what the expression made of the operands' padding, and every kernel
+that reads padding masks it. Not writing poison keeps a chain of elementwise ops (and a
+reduction's producers) in one XLA fusion; debug option ``spyrejax_poison_padding`` writes it.
 """
 
 from __future__ import annotations
@@ -340,9 +339,8 @@ def _target(avals: list[SpyreType], out_shape: tuple[int, ...], out_dtype: Any) 
     def_format = None
     for a in avals:
         if a.dtype == out_dtype or out_dtype == np.bool_:
-            full = a.shape == out_shape
-            no_bcast = all(s != 0 or n == 1 for n, s in zip(a.shape, a.strides, strict=True))
-            if full and no_bcast:
+            pairs = zip(a.shape, a.strides, strict=True)
+            if a.shape == out_shape and all(s != 0 or n == 1 for n, s in pairs):
                 return SpyreType(a.shape, out_dtype, a.layout, a.base_shape, a.strides).canonical()
             def_format = def_format or a.layout.device_dtype
     rank = len(out_shape)
@@ -407,7 +405,6 @@ class Elementwise(SpyrePrim):
 
     op: ClassVar[ElementwiseOp]
     consts: tuple[tuple[int, Scalar], ...]
-
     takes_gaps = True  # iterates its operands' valid ranges; its result has no gaps
 
     def __init__(self, *avals: SpyreType, consts: tuple[tuple[int, Scalar], ...] = ()) -> None:
@@ -424,10 +421,8 @@ class Elementwise(SpyrePrim):
 
     def kernel(self, *images: jax.Array) -> jax.Array:
         out_t = self.out_aval
-        images = tuple(
-            valid_image(img, a.layout) for img, a in zip(images, self.in_avals, strict=True)
-        )
-        ops: list[Any] = [aligned(img, p) for img, p in zip(images, self._plans, strict=True)]
+        valid = [valid_image(m, a.layout) for m, a in zip(images, self.in_avals, strict=True)]
+        ops: list[Any] = [aligned(img, p) for img, p in zip(valid, self._plans, strict=True)]
         for pos, value in self.consts:
             ops.insert(pos, value)
         if self.op.result == "same":  # scalar values take the dtype
