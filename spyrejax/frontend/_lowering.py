@@ -20,10 +20,10 @@ from .._jax import AD_TRACERS, BatchTracer, ClosedJaxpr, Var
 from ..device import DeviceProgram, Machine, default_machine
 from ..lowering._graph import Graph, Value
 from ..lowering._planner import Plan
+from ..lowering.program._annotated import residency_jaxpr
 from ..lowering.program._cores import CoreCheck
 from ..lowering.program._interpret import Interpreter
 from ..lowering.program._record import Recorder, recording
-from ..lowering.program._residency import residency_jaxpr
 from ..primitives import abstract, to_host
 from ..primitives._array import SpyreArray, SpyreType
 from ._arguments import (

@@ -13,7 +13,7 @@ import spyrejax as sj
 from spyrejax import primitives as sp
 from spyrejax._jax import Primitive
 from spyrejax.lowering._registry import RULES, Rule, _carried_modes
-from spyrejax.lowering.program import _residency
+from spyrejax.lowering.program import _annotated
 
 S = jax.ShapeDtypeStruct
 F16 = np.float16
@@ -164,8 +164,8 @@ def test_unknown_names_are_named_errors():
 
 def test_calls_do_not_plan_the_device_program(monkeypatch):
     planned = []
-    real = _residency.program_ops
-    monkeypatch.setattr(_residency, "program_ops", lambda *a: planned.append(1) or real(*a))
+    real = _annotated.program_ops
+    monkeypatch.setattr(_annotated, "program_ops", lambda *a: planned.append(1) or real(*a))
     f = sj.jit(lambda a: jnp.exp(a) * 3 - 1)
     x = np.ones((64, 128), F16)
     f(x)

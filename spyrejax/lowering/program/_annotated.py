@@ -1,4 +1,8 @@
-"""Residency on the Spyre-level jaxpr: which values the device model keeps in LX.
+"""The Spyre-level jaxpr annotated with where the device model keeps each value.
+
+The residency value (DDR, or LX of which cores at which offset) is owned by
+:mod:`spyrejax.layout._residency`; which values are in LX is the device plan's
+(:func:`spyrejax.device.plan_program`). This module only writes that plan into types.
 
 :func:`residency_jaxpr` plans a program on a machine (:func:`program_ops`, then
 :func:`spyrejax.device.plan_program`) and gives the Spyre-level jaxpr again with the
