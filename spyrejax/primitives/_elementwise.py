@@ -35,6 +35,7 @@ from ._axes import aligned, broadcast_all, collapsed, merge_axes, merged_shape
 from ._base import SpyrePrim
 from ._in_place import ungapped, valid_image
 from ._masks import from_data_dims, masked, padding_in_data_dims, poisoned, select
+from ._pointwise import compute, pointwise
 from ._views import align_batch_dims
 
 __all__ = [
@@ -461,14 +462,7 @@ class Elementwise(SpyrePrim):
         return self.kernel(*safe)
 
     def _compute(self, ops: list[Any]) -> jax.Array:
-        """The op on aligned operands; float ops with a ``lax`` twin skip ``jnp``'s jit."""
-        lax_fn = self.op.lax
-        dt = self.out_aval.dtype
-        if lax_fn is None or not jnp.issubdtype(dt, jnp.floating):
-            return self.op.fn(*ops)
-        if any(not isinstance(o, jax.Array) or o.dtype != dt for o in ops):
-            return self.op.fn(*ops)
-        return lax_fn(*broadcast_all(ops))
+        return compute(self.op, ops, self.out_aval.dtype)
 
     def align_batched(self, args: list[Any], batched: tuple[bool, ...]) -> list[Any]:
         """vmap: lower-rank batched operands line their batch dim up with the others'."""
@@ -485,14 +479,8 @@ class Elementwise(SpyrePrim):
         )
 
     def core_kernel(self, div: WorkDivision, vals: list[jax.Array]) -> jax.Array:
-        """The op's own computation (:meth:`_compute`) on the cores' data."""
-        out_t = self.out_aval
-        ops: list[Any] = list(vals)
-        for pos, value in self.consts:
-            ops.insert(pos, value)
-        if self.op.result == "same" and self.op.values is None:
-            ops = [o if isinstance(o, jax.Array) else jnp.asarray(o, out_t.dtype) for o in ops]
-        return self._compute(ops).astype(out_t.dtype)
+        """The op's own computation (:func:`pointwise`) on the cores' data."""
+        return pointwise(self.op, self.consts, vals, self.out_aval.dtype)
 
 
 def _out_dtype(op: ElementwiseOp, avals: tuple[SpyreType, ...], consts: Any) -> Any:

@@ -254,7 +254,7 @@ def _reduce_data(
         return _staged(wide, axes, reduce)
     fill = jnp.asarray(identity, img.dtype)
     if box is None or img.dtype == bool or any(box[a][0] < 1 for a in axes):
-        return _staged(_widened(select(mask, img, fill), widen), axes, reduce)
+        return _staged(_selected(mask, img, fill, widen), axes, reduce)
     cut = [a for a in axes if box[a][0] < img.shape[a]]
     if not cut:
         return _staged(wide, axes, reduce)
@@ -280,14 +280,28 @@ class _Widen:
     """
 
     dtype: Any
+    then: Callable[[jax.Array], jax.Array] | None = None
 
     def of(self, img: jax.Array) -> jax.Array:
-        """The box's widened image."""
-        return jax.lax.optimization_barrier(img).astype(self.dtype)
+        """The box's widened image (then ``then`` of it)."""
+        return self._then(jax.lax.optimization_barrier(img).astype(self.dtype))
+
+    def select(self, mask: jax.Array, img: jax.Array, fill: Any) -> jax.Array:
+        """The widened values where ``mask`` holds, else ``fill``.
+
+        Selected on the narrow image, then widened, unless ``then`` must see the values
+        first (it need not map the fill to itself).
+        """
+        if self.then is None:
+            return select(mask, img, fill).astype(self.dtype)
+        return select(mask, self._then(img.astype(self.dtype)), jnp.asarray(fill, self.dtype))
+
+    def _then(self, x: jax.Array) -> jax.Array:
+        return x if self.then is None else self.then(x)
 
 
-def _widened(x: jax.Array, widen: _Widen | None) -> jax.Array:
-    return x if widen is None else x.astype(widen.dtype)
+def _selected(mask: jax.Array, img: jax.Array, fill: Any, widen: _Widen | None) -> jax.Array:
+    return select(mask, img, fill) if widen is None else widen.select(mask, img, fill)
 
 
 @dataclass(frozen=True)
@@ -306,7 +320,7 @@ class _Cuts:
     def slab(self, img: jax.Array, i: int) -> jax.Array:
         """The ``i``-th slab of ``img``, padding replaced by the fill (then widened)."""
         parts = _slab(img, self.mask, self.cut, self.slabs, i, self.bound, self.box)
-        return _widened(select(*parts, self.fill), self.widen)
+        return _selected(*parts, self.fill, self.widen)
 
 
 def _reduce_large(
@@ -413,10 +427,13 @@ class Reduce(SpyrePrim):
         out, windowed = self.data_result(img)
         return self.finish(out, windowed)
 
-    def data_result(self, img: jax.Array) -> tuple[jax.Array, bool]:
+    def data_result(
+        self, img: jax.Array, then: Callable[[jax.Array], jax.Array] | None = None
+    ) -> tuple[jax.Array, bool]:
         """The reduction over the result's data device dims, and whether it was windowed.
 
         In the accumulator's dtype (float32 for half-float sums), before any division.
+        ``then`` (half-float sums only) maps the widened values before they are summed.
         """
         t = self.in_avals[0]
         op = self.op
@@ -432,7 +449,7 @@ class Reduce(SpyrePrim):
         img, mask = merge_axes(img, runs), None if mask is None else merge_axes(mask, runs)
         dev_axes = tuple(i for i, r in enumerate(runs) if r[0] in dev_axes)
         acc = accumulator(t.dtype) if op.additive else None
-        widen = None if acc is None else _Widen(acc)
+        widen = None if acc is None else _Widen(acc, then)
         box = None if mask is None else _data_box(t, take, runs)
         out = _reduce_data(img, mask, box, dev_axes, op, op.identity(t.dtype), widen)
         if op.additive:

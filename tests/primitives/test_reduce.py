@@ -275,3 +275,27 @@ def test_mean_of_a_half_float_sums_the_narrow_image(dtype, axis):
     assert_close(got, want, reduce_len=1000, ops=3)
     hlo = f.lower(sj.to_device(x)).compile().as_text()
     assert ("transpose(" in hlo) == (axis == 0)
+
+
+def _variance(x):
+    return ((x - x.mean(-1, keepdims=True)) ** 2).mean(-1)
+
+
+def _sum_of_exp(x):  # exp(0) = 1: the map must see the values before padding is zeroed
+    return jnp.sum(jnp.exp(x.astype(jnp.float32) * 0.5), -1)
+
+
+@pytest.mark.parametrize("poison", [True, False], ids=["poison", "undefined"])
+@pytest.mark.parametrize("fn", [_variance, _sum_of_exp])
+def test_sums_of_maps_of_a_widened_half_float_read_the_narrow_image(fn, poison):
+    # The variance of a bfloat16 layer norm squares x - m in float32 (XLA's excess
+    # precision, kept by the graph): convert, integer_pow, sum. spyrejax.jit maps and sums
+    # the narrow image in one reduction, so no float32 image re-cut into 32-lane sticks
+    # (a transpose) is written; the values are jax.jit's.
+    x = rand((70, 1000), jnp.bfloat16, np.random.default_rng(4))
+    f = sj.jit(fn)
+    with sj.poison_padding(poison):
+        got = sj.to_host(f(sj.to_device(x)))
+        hlo = f.lower(sj.to_device(x)).compile().as_text()
+    assert_close(got, jax.jit(fn)(x), reduce_len=1000, ops=4)
+    assert "transpose(" not in hlo

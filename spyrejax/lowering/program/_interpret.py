@@ -25,7 +25,7 @@ from ..._errors import DeviceError, SpyreInternalError
 from ...device import DeviceProgram, Machine, OpDesc, default_machine, plan_program, validate_hint
 from ...layout._layout import SpyreTensorLayout
 from ...primitives._array import SpyreType
-from ...primitives._widened_sum import widened_sum
+from ...primitives._widened_sum import Pointwise, widened_sum
 from .._graph import Graph, Node, Scalar, Value
 from .._planner import Move, Plan
 from .._registry import lower_node
@@ -258,14 +258,15 @@ class Interpreter:
         # Traced by the record or run per core, each node binds what the device runs.
         plain = recorded.active() is None and sp.current_executor() is None
         widened = self._widened if plain else {}
-        skipped = {w[0] for w in widened.values()}
+        skipped = {n for w in widened.values() for n in w.skipped}
         for node in self.graph.nodes:
-            if node in skipped:  # the widening of a sum: computed inside the sum
+            if node in skipped:  # the widening of a sum (and its maps): inside the sum
                 continue
             for i, option in enumerate(self.plan.runs.get(node, [])):
                 if node in widened:
-                    _, x, t = widened[node]
-                    out = widened_sum(env[x, t], node.params["axes"], node.outs[0].dtype)
+                    w = widened[node]
+                    dtype = node.outs[0].dtype
+                    out = widened_sum(env[w.x, w.t], node.params["axes"], dtype, w.then)
                     env[node.outs[0], option.out] = _check(node, node.outs[0], out, option.out)
                     continue
                 ins = [
@@ -297,40 +298,53 @@ class Interpreter:
         ]
 
     @functools.cached_property
-    def _widened(self) -> dict[Node, tuple[Node, Value, SpyreType]]:
-        """Sums of a half float widened by a convert nothing else reads.
+    def _widened(self) -> dict[Node, _Widened]:
+        """Sums of a half float widened by a convert, maybe mapped by elementwise ops.
 
-        Per such ``reduce_sum`` node: the convert, its operand and the type it reads.
-
-        The emulator runs each pair as one :func:`widened_sum` (the widened image is
-        never written); the record, the device model and the per-core mode see both.
+        Per such ``reduce_sum`` node, what it reads (see :class:`_Widened`): the convert
+        and the ops in between have one reader each, one planned run, the same type in
+        and out (the ops) and no restickify. The emulator runs each chain as one
+        :func:`widened_sum` (the widened image is never written); the record, the
+        device model and the per-core mode see every op.
         """
         readers = collections.Counter(
             u for n in self.graph.nodes for u in n.ins if isinstance(u, Value)
         )
         readers.update(o for o in self.graph.outputs if isinstance(o, Value))
         made_by = {v: n for n in self.graph.nodes for v in n.outs}
-        pairs = {}
+        chains = {}
         for node in self.graph.nodes:
-            y = node.ins[0] if node.prim == "reduce_sum" else None
-            conv = made_by.get(y) if isinstance(y, Value) else None
-            if conv is None or conv.prim != "convert_element_type" or readers[y] != 1:
+            runs = self.plan.runs.get(node, [])
+            if node.prim != "reduce_sum" or len(runs) != 1:
                 continue
-            x, runs, conv_runs = (
-                conv.ins[0],
-                self.plan.runs.get(node, []),
-                self.plan.runs.get(conv, []),
-            )
-            if (
-                isinstance(x, Value)
-                and x.dtype in _HALF_FLOATS
-                and y.dtype == np.float32
-                and len(runs) == len(conv_runs) == 1
-                and not self.plan.moves.get(y)
-                and conv_runs[0].out == runs[0].ins[0]
-            ):
-                pairs[node] = (conv, x, conv_runs[0].ins[0])
-        return pairs
+            found = self._widening(node.ins[0], runs[0].ins[0], made_by, readers)
+            if found is not None:
+                chains[node] = found
+        return chains
+
+    def _widening(
+        self, y: Any, t: SpyreType, made_by: dict[Value, Node], readers: Any
+    ) -> _Widened | None:
+        """The convert of a half float (and the maps after it) making ``y``, read as ``t``."""
+        then: list[tuple[str, Any]] = []
+        skipped: list[Node] = []
+        while isinstance(y, Value) and readers[y] == 1 and not self.plan.moves.get(y):
+            node = made_by.get(y)
+            runs = self.plan.runs.get(node, []) if node is not None else []
+            if node is None or len(runs) != 1 or runs[0].out != t:
+                return None
+            skipped.append(node)
+            if node.prim == "convert_element_type":
+                x = node.ins[0]
+                if not (isinstance(x, Value) and x.dtype in _HALF_FLOATS and y.dtype == _F32):
+                    return None
+                return _Widened(x, runs[0].ins[0], tuple(reversed(then)), tuple(skipped))
+            step = _map_step(node)
+            if step is None or runs[0].ins[step[2]] != t or y.dtype != _F32:
+                return None
+            then.append(step[:2])
+            y = node.ins[step[2]]
+        return None
 
     @contextlib.contextmanager
     def _recorded(
@@ -358,6 +372,45 @@ class Interpreter:
 
 
 _HALF_FLOATS = (np.dtype(np.float16), np.dtype(jnp.bfloat16))
+_F32 = np.dtype(np.float32)
+_MAPS = {p: op for op in sp.ELEMENTWISE if op.result == "same" for p in op.lowers}
+
+
+@dataclass(frozen=True)
+class _Widened:
+    """What a sum read through a widening reads: ``x`` as type ``t``, mapped by ``then``.
+
+    ``skipped`` are the nodes the sum computes itself (the convert and the maps).
+    """
+
+    x: Value
+    t: SpyreType
+    then: Pointwise
+    skipped: tuple[Node, ...]
+
+
+def _map_step(node: Node) -> tuple[str, tuple[tuple[int, Any], ...], int] | None:
+    """An elementwise node of one array and scalars: its op, scalar consts, array index.
+
+    None for any other node (two arrays, a broadcast, a non-"same" result).
+    """
+    op = _MAPS.get(node.prim)
+    if op is None or len(node.outs) != 1:
+        return None
+    operands = op.from_jax(list(node.ins), node.params)
+    arrays = [k for k, a in enumerate(operands) if isinstance(a, Value)]
+    if len(operands) != op.arity or len(arrays) != 1 or arrays[0] not in op.value_positions:
+        return None
+    (pos,) = arrays
+    value = operands[pos]
+    if value.shape != node.outs[0].shape or value.dtype != node.outs[0].dtype:
+        return None
+    consts = tuple(
+        (k, np.asarray(a.value if isinstance(a, Scalar) else a).item())
+        for k, a in enumerate(operands)
+        if k != pos
+    )
+    return op.name, consts, node.ins.index(value)
 
 
 def device_program(
