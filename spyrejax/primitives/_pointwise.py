@@ -7,21 +7,18 @@ per-core kernels and fused kernels (a widened sum's maps) compute an op this way
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from ._axes import broadcast_all
 
-if TYPE_CHECKING:
-    from ._elementwise import ElementwiseOp
-
 __all__ = ["compute", "pointwise"]
 
 
-def compute(op: ElementwiseOp, ops: list[Any], dtype: Any) -> jax.Array:
-    """The op on aligned operands; float ops with a ``lax`` twin skip ``jnp``'s jit."""
+def compute(op: Any, ops: list[Any], dtype: Any) -> jax.Array:
+    """``op`` (an ``ElementwiseOp``) on aligned operands; a ``lax`` twin skips ``jnp``'s jit."""
     if op.lax is None or not jnp.issubdtype(dtype, jnp.floating):
         return op.fn(*ops)
     if any(not isinstance(o, jax.Array) or o.dtype != dtype for o in ops):
@@ -29,7 +26,7 @@ def compute(op: ElementwiseOp, ops: list[Any], dtype: Any) -> jax.Array:
     return op.lax(*broadcast_all(ops))
 
 
-def pointwise(op: ElementwiseOp, consts: Any, vals: Sequence[jax.Array], dtype: Any) -> jax.Array:
+def pointwise(op: Any, consts: Any, vals: Sequence[jax.Array], dtype: Any) -> jax.Array:
     """``op`` on plain arrays ``vals`` (its array operands) and ``(position, scalar)`` consts.
 
     Scalars take ``dtype`` where every operand is a value; the result is in ``dtype``.
