@@ -254,7 +254,9 @@ def _own_cost(
     """An op's cost, the values ``in_lx(name)`` says in LX; ``fused``: (kept, first).
 
     An op inside a fused kernel launches none unless it is the kernel's first, and a
-    restickify between two of its values kept in LX is a relayout over the ring.
+    restickify between two of its values kept in LX is a relayout over the ring; so is
+    a matmul's operand laid out anew as the matmul loads it (``LoadRelayout``: its
+    matmul reads the operand from DDR).
     """
     launch = fused is None or fused[1]
     if div is not None:
@@ -263,6 +265,8 @@ def _own_cost(
             where.add(len(d.inputs))
         filled = frozenset(k for k, (n, _) in enumerate(d.inputs) if n in fills)
         return op_cost(div, machine, frozenset(where), filled, launch)
+    if d.opfunc == "loadrelayout":  # a matmul's operand relaid out in LX as it loads it
+        return relayout_cost(machine, d.output[1].nbytes, launch)
     if fused is not None and is_relayout(d):
         kept = fused[0]
         if d.output[0] in kept and all(n in kept for n, _ in d.inputs):

@@ -23,7 +23,7 @@ from ._base import SpyrePrim, target_layout
 from ._stick import restickify_cost
 from ._values import logical_bits, logical_values
 
-__all__ = ["Restickify", "compact", "in_layout", "restickify"]
+__all__ = ["LoadRelayout", "Restickify", "compact", "in_layout", "load_relayout", "restickify"]
 
 
 class Restickify(SpyrePrim):
@@ -61,6 +61,18 @@ class Restickify(SpyrePrim):
 
     def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
         return {"layout": batched_layout(self.layout, self.in_avals[0].shape, size)}
+
+
+class LoadRelayout(Restickify):
+    """A matmul's operand laid out anew as the matmul loads it (its one reader).
+
+    The card's matmul brings each block of its operands from DDR into LX; a block of an
+    operand stuck on another dim is relaid out there (whole sticks through the LX
+    ports) before the PT reads it, so the new image never goes to DDR: the planner
+    charges it nothing beyond the matmul's read of its operand (``lowering._traffic``),
+    the device model its LX ports' time (``device._program``). Its kernel is a
+    restickify's (the same image).
+    """
 
 
 def _spyre_aval(x: Any, op: str) -> SpyreType:
@@ -112,3 +124,9 @@ def in_layout(x: SpyreArray, layout: SpyreTensorLayout) -> SpyreArray:
     """``x`` as a fresh array in ``layout``: itself if it already is, else a restickify."""
     t = _spyre_aval(x, "in_layout")
     return x if t.layout == layout and not t.is_view else restickify(x, layout=layout)
+
+
+def load_relayout(x: SpyreArray, layout: SpyreTensorLayout) -> SpyreArray:
+    """``x`` in ``layout`` as a matmul loads it (:class:`LoadRelayout`); itself if it is."""
+    t = _spyre_aval(x, "load_relayout")
+    return x if t.layout == layout and not t.is_view else LoadRelayout(t, layout=layout)(x)

@@ -13,6 +13,7 @@ from spyrejax import SpyreTensorLayout
 from spyrejax import primitives as sp
 from spyrejax.primitives import SpyrePrim, abstract_eval
 from spyrejax.primitives._in_place import assemble, fill_around, place, update_at, window_layout
+from spyrejax.primitives._restickify import load_relayout
 
 # --- names: jnp-style functions take jnp's parameters, lax-style ones lax's ------------
 
@@ -234,6 +235,7 @@ def _all_primitives():
         sj.matmul(a, sj.to_device(np.ones((150, 8), np.float32)))
         sj.sum(a, 1)
         sj.restickify(a, dim_order=[1, 0])
+        load_relayout(a, SpyreTensorLayout((4, 150), np.float32, [1, 0]))
         sj.astype(a, jnp.float16)
         sp.bitcast(a, jnp.uint32)
         sj.to_host(a)

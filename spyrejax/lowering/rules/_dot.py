@@ -12,6 +12,7 @@ import numpy as np
 from ... import primitives as sp
 from ..._errors import LayoutError
 from ...layout._layout import SpyreTensorLayout
+from ...primitives._restickify import load_relayout
 from ...primitives._stick import (
     SPARSE,
     canon,
@@ -46,6 +47,15 @@ class _DotGeneral(Rule):
         batched products (total batch > 1) can also be laid out
         ``SpyreTensorLayout.row_major`` (same stick and size). The planner weighs both
         by what their consumers then cost (a reshape may be a view of one only).
+
+        A batched product whose n is under half a stick (the 4 query heads of a KV head
+        under ``vmap``: ``jnp.einsum`` puts the cache first, ``K @ q^T``, ``V^T @ P^T``,
+        and pads their stick 16x) can also run with its operands swapped (the rhs as A,
+        the lhs as B, the product transposed back, a view), its result stuck on the
+        lhs's free dim: ``"swapped"`` reads the lhs stuck there, ``"swapped_load"`` reads
+        it stuck on its contracting dim (a KV cache stuck on the head dim) and lays each
+        block out anew as the matmul loads it (``LoadRelayout``). So decode attention
+        runs ``q @ K^T`` and ``P @ V`` with every value dense (spec section 7's rule).
         """
         scaled = _scaled_operand(node)
         if scaled is not None:  # a literal 0-d operand: a product by a scalar
@@ -53,20 +63,26 @@ class _DotGeneral(Rule):
                 Mode(tuple(None if u is not scaled else s for u in node.ins), s)
                 for s in stick_options(scaled.shape)
             ]
-        lc, _, lb, _, lfree, rfree = self._dims(node)
+        lc, rc, lb, _, lfree, rfree = self._dims(node)
         lhs, rhs = node.ins
         out = node.outs[0]
-        # Merged dims are stuck on the last of them that is no size-1 dim (which no
-        # stick can be on): B's free dims on n, A's contracting dims on k.
-        n = _last_sized(rhs.shape, rfree)
-        b_stick = SPARSE if n is None else n
-        out_n = None if n is None else len(lb) + len(lfree) + rfree.index(n)
-        out_stick = SPARSE if out_n is None else out_n
-        k = _last_sized(lhs.shape, lc)
-        a_stick = SPARSE if k is None else k  # no k: an outer product
+        a_stick, b_stick, out_stick = _sticks(lhs.shape, rhs.shape, lc, len(lb), lfree, rfree)
         modes = [Mode((a_stick, b_stick), out_stick)]
-        if rfree and out.shape[-1] > 1 and math.prod(lhs.shape[d] for d in lb) > 1:
+        batched = math.prod(lhs.shape[d] for d in lb) > 1
+        if rfree and out.shape[-1] > 1 and batched:
             modes.insert(0, Mode((a_stick, b_stick), out_stick, "row_major"))
+        if (
+            batched
+            and _pads(rhs.shape, rfree, out.dtype)
+            and not _pads(lhs.shape, lfree, out.dtype)
+        ):
+            a_s, b_s, _ = _sticks(rhs.shape, lhs.shape, rc, len(lb), rfree, lfree)
+            n = _last_sized(lhs.shape, lfree)
+            out_s = len(lb) + lfree.index(n) if n is not None else SPARSE
+            modes.append(Mode((b_s, a_s), out_s, "swapped"))
+            k = _last_sized(lhs.shape, lc)
+            if k is not None and k != b_s:
+                modes.append(Mode((k, a_s), out_s, "swapped_load"))
         return modes
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
@@ -79,54 +95,106 @@ class _DotGeneral(Rule):
         lc, rc, lb, rb, lfree, rfree = self._dims(node)
         if args[0].dtype != args[1].dtype:  # as JAX lowers mixed operands on CPU
             args = [x if x.dtype == want else sp.astype(x, want) for x in args]
-        # Several free dims of A: the largest is the matmul's M, the others batch dims
-        # B broadcasts over (q's tokens, not a group of 1 or 4 heads, are attention's M).
-        m_at = _m_dim(node.ins[0].shape, lfree)
-        a = sp.transpose(args[0], (*lb, *_m_last(lfree, m_at), *lc))
-        b = sp.transpose(args[1], (*rb, *rc, *rfree))
-        nb = len(lb)
-        if len(lc) > 1:  # one k: the contracting dims merged, in the same order on both
-            a = _reshape(a, (*a.shape[: -len(lc)], math.prod(a.shape[-len(lc) :])))
-            b = _reshape(
-                b, (*b.shape[:nb], math.prod(b.shape[nb : nb + len(rc)]), *b.shape[nb + len(rc) :])
-            )
-        free_sizes = tuple(b.shape[b.ndim - len(rfree) :])
-        if len(rfree) > 1:  # one n: B's free dims merged
-            b = _reshape(b, (*b.shape[: -len(rfree)], math.prod(free_sizes)))
-        merged_k, lc, rfree = lc, lc[:1], rfree[-1:]
-        if not lc:  # no contraction: a matmul with k = 1
-            a = sp.expand_dims(a, a.ndim)
-            b = sp.expand_dims(b, len(rb))
-        if not lfree:
-            a = sp.expand_dims(a, len(lb))
-        if not rfree:
-            b = sp.expand_dims(b, b.ndim)
-        if len(lfree) > 1:  # B broadcasts over A's outer free dims
-            b = sp.expand_dims(b, tuple(range(len(rb), len(rb) + len(lfree) - 1)))
-        layout = None
-        if mode.variant == "row_major":
-            shape = (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
-            layout = SpyreTensorLayout.row_major(shape, want)
-        try:
-            out = sp.matmul(a, b, layout=layout, preferred_element_type=want)
-        except LayoutError:
-            if len(merged_k) < 2 and len(free_sizes) < 2:
-                raise  # the operands as planned: the planner tries other layouts
-            a, b = _on_last(a), _on_last(b)  # a merged view the matmul cannot contract
-            out = sp.matmul(a, b, layout=layout, preferred_element_type=want)
-        if not rfree:
-            out = sp.squeeze(out, out.ndim - 1)
-        if not lfree:
-            out = sp.squeeze(out, len(lb))
-        moved = _m_last(lfree, m_at)
-        if moved != lfree:  # M back among A's free dims (a view)
-            nb_f = len(lb)
-            where = [nb_f + moved.index(d) for d in lfree]
-            rest = range(nb_f + len(lfree), out.ndim)
-            out = sp.transpose(out, (*range(nb_f), *where, *rest))
-        if len(free_sizes) > 1:
-            out = _reshape(out, (*out.shape[:-1], *free_sizes))
-        return [out]
+        if not mode.variant.startswith("swapped"):
+            row_major = mode.variant == "row_major"
+            return [_product(args[0], args[1], (lc, rc), (lb, rb), (lfree, rfree), want, row_major)]
+        lhs = args[0]
+        if mode.variant == "swapped_load":  # stuck on its free dim n as the matmul loads it
+            t = jax.typeof(lhs)
+            n = _last_sized(t.shape, lfree)
+            lhs = load_relayout(lhs, default_layout(t.shape, t.layout.device_dtype, n))
+        out = _product(args[1], lhs, (rc, lc), (rb, lb), (rfree, lfree), want, False)
+        nb, nr = len(lb), len(rfree)  # [batch, rhs free, lhs free] -> [batch, lhs free, rhs free]
+        back = (*range(nb), *range(nb + nr, out.ndim), *range(nb, nb + nr))
+        return [sp.transpose(out, back)]
+
+
+def _pads(shape: tuple[int, ...], free: Sequence[int], dtype: Any) -> bool:
+    """Whether a product stuck on these free dims (merged) pads its sticks over 2x."""
+    size = math.prod(shape[d] for d in free)
+    eps = SpyreTensorLayout((size,), dtype).elems_per_stick
+    return -(-size // eps) * eps > 2 * size
+
+
+def _sticks(
+    a_shape: tuple[int, ...],
+    b_shape: tuple[int, ...],
+    ac: Sequence[int],
+    nb: int,
+    afree: Sequence[int],
+    bfree: Sequence[int],
+) -> tuple[int, int, int]:
+    """The sticks of A, B and the product ``[batch, A free, B free]`` (``nb`` batch dims).
+
+    Merged dims are stuck on the last of them that is no size-1 dim (which no stick can
+    be on): B's free dims on n, A's contracting dims on k (none: an outer product).
+    """
+    n = _last_sized(b_shape, bfree)
+    k = _last_sized(a_shape, ac)
+    b_stick = SPARSE if n is None else n
+    out_stick = SPARSE if n is None else nb + len(afree) + list(bfree).index(n)
+    return (SPARSE if k is None else k), b_stick, out_stick
+
+
+def _product(
+    a: Any,
+    b: Any,
+    contract: tuple[Sequence[int], Sequence[int]],
+    batch: tuple[Sequence[int], Sequence[int]],
+    free: tuple[Sequence[int], Sequence[int]],
+    want: Any,
+    row_major: bool,
+) -> Any:
+    """``dot_general(a, b)`` as one matmul with ``a`` as A: ``[batch, a free, b free]``."""
+    (lc, rc), (lb, rb), (lfree, rfree) = contract, batch, free
+    # Several free dims of A: the largest is the matmul's M, the others batch dims B
+    # broadcasts over (q's tokens, not a group of 1 or 4 heads, are attention's M).
+    m_at = _m_dim(jax.typeof(a).shape, lfree)
+    a = sp.transpose(a, (*lb, *_m_last(lfree, m_at), *lc))
+    b = sp.transpose(b, (*rb, *rc, *rfree))
+    nb = len(lb)
+    if len(lc) > 1:  # one k: the contracting dims merged, in the same order on both
+        a = _reshape(a, (*a.shape[: -len(lc)], math.prod(a.shape[-len(lc) :])))
+        b = _reshape(
+            b, (*b.shape[:nb], math.prod(b.shape[nb : nb + len(rc)]), *b.shape[nb + len(rc) :])
+        )
+    free_sizes = tuple(b.shape[b.ndim - len(rfree) :])
+    if len(rfree) > 1:  # one n: B's free dims merged
+        b = _reshape(b, (*b.shape[: -len(rfree)], math.prod(free_sizes)))
+    merged_k, lc, rfree = lc, lc[:1], rfree[-1:]
+    if not lc:  # no contraction: a matmul with k = 1
+        a = sp.expand_dims(a, a.ndim)
+        b = sp.expand_dims(b, len(rb))
+    if not lfree:
+        a = sp.expand_dims(a, len(lb))
+    if not rfree:
+        b = sp.expand_dims(b, b.ndim)
+    if len(lfree) > 1:  # B broadcasts over A's outer free dims
+        b = sp.expand_dims(b, tuple(range(len(rb), len(rb) + len(lfree) - 1)))
+    layout = None
+    if row_major:
+        shape = (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
+        layout = SpyreTensorLayout.row_major(shape, want)
+    try:
+        out = sp.matmul(a, b, layout=layout, preferred_element_type=want)
+    except LayoutError:
+        if len(merged_k) < 2 and len(free_sizes) < 2:
+            raise  # the operands as planned: the planner tries other layouts
+        a, b = _on_last(a), _on_last(b)  # a merged view the matmul cannot contract
+        out = sp.matmul(a, b, layout=layout, preferred_element_type=want)
+    if not rfree:
+        out = sp.squeeze(out, out.ndim - 1)
+    if not lfree:
+        out = sp.squeeze(out, len(lb))
+    moved = _m_last(lfree, m_at)
+    if moved != lfree:  # M back among A's free dims (a view)
+        nb_f = len(lb)
+        where = [nb_f + moved.index(d) for d in lfree]
+        rest = range(nb_f + len(lfree), out.ndim)
+        out = sp.transpose(out, (*range(nb_f), *where, *rest))
+    if len(free_sizes) > 1:
+        out = _reshape(out, (*out.shape[:-1], *free_sizes))
+    return out
 
 
 def _scaled_operand(node: Node) -> Value | None:
