@@ -660,6 +660,7 @@ def bench_granite(only: list[str]) -> list[dict[str, Any]]:
             "explain_s": seconds,
             "device_ops": len(report.ops),
             "predicted_us": report.time_s * 1e6,
+            "attention_us": sum(g.time_s for g in groups if g.family == "attention") * 1e6,
             "fused_kernels": len(groups),
             "families": sorted({g.family for g in groups}),
             "lx_fraction": report.lx_fraction,
@@ -667,7 +668,8 @@ def bench_granite(only: list[str]) -> list[dict[str, Any]]:
         rows.append(row)
         print(
             f"  {name}: explain {seconds:.2f} s, {row['device_ops']} device ops,"
-            f" {len(groups)} fused kernels, predicted {row['predicted_us']:.0f} us",
+            f" {len(groups)} fused kernels, predicted {row['predicted_us']:.0f} us"
+            f" (attention {row['attention_us']:.0f} us)",
             flush=True,
         )
     return rows
@@ -819,14 +821,15 @@ def markdown(results: dict[str, Any]) -> str:
         lines += [
             "",
             "| `explain` from shapes (target < 2 s) | explain | device ops | fused kernels"
-            " | predicted device time (LX fraction) |",
-            "|---|---:|---:|---:|---:|",
+            " | predicted device time (LX fraction) | its attention kernel |",
+            "|---|---:|---:|---:|---:|---:|",
         ]
         for r in results["granite"]:
             lines.append(
                 f"| {r['case']} | {r['explain_s']:.2f} s | {r['device_ops']}"
                 f" | {r['fused_kernels']} ({', '.join(r['families'])})"
-                f" | {r['predicted_us']:.0f} us ({r['lx_fraction']:g}) |"
+                f" | {r['predicted_us']:.0f} us ({r['lx_fraction']:g})"
+                f" | {r.get('attention_us', 0):.0f} us |"
             )
     if results.get("dispatch"):
         lines += _ratio_table("dispatch (per call)", 1.5, results["dispatch"], "us")

@@ -211,6 +211,37 @@ def test_granite_decode_streams_its_weights_near_the_measured_rate(granite):
     assert mlp and 120e9 < weights / mlp_s < 180e9  # spec section 8: 145-157 GB/s
 
 
+def _decode_attention(granite):
+    _, decode = granite
+    (g,) = [g for g in decode.device.groups if g.family == "attention"]
+    return decode.device, g
+
+
+def test_granite_decode_attention_streams_its_cache_near_the_ddr_rate(granite):
+    """Issue 25 item 6: decode's attention reads its K and V caches once, from DDR at the
+    streaming rate, and the rest stays in LX: ``q @ K^T`` with K laid out anew as the
+    matmul loads it (not ``K @ q^T`` with the 4 query heads of a KV head padded to a stick
+    and the scores spilled), ``P @ V`` reading V as it is stored."""
+    d, g = _decode_attention(granite)
+    cache = 2 * 4 * 4096 * 8 * 128 * 2  # K and V [batch, T, KV heads, head dim] fp16
+    bound = cache / d.machine.ddr_bw
+    assert g.in_lx and bound < g.time_s < 1.5 * bound
+
+
+def test_granite_decode_attention_values_fill_their_sticks(granite):
+    """No value of decode's attention with a dim that can fill a stick pads over twice its
+    data (issue 26): the scores are stuck on the keys, q, k, v and the output on the head
+    dim. (A row's max and sum are sparse, one per stick: spec section 2.5.)"""
+    d, g = _decode_attention(granite)
+    values = {n: t for i in g.ops for n, t in (*d.ops[i].desc.inputs, d.ops[i].desc.output)}
+    padded = {
+        n: t.nbytes / (t.itemsize * np.prod(t.shape))
+        for n, t in values.items()
+        if max(t.shape) >= 64
+    }
+    assert len(padded) > 20 and max(padded.values()) <= 2, padded
+
+
 def test_the_budget_is_recorded_with_the_layer(granite):
     prefill, _ = granite
     wide = sj.explain(
