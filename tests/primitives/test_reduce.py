@@ -5,6 +5,7 @@ import pytest
 from helpers import FLOAT_DTYPES, assert_close, padding_is_poison, rand
 
 import spyrejax as sj
+from spyrejax.lowering.program._cores import core_check
 
 OPS = {"sum": (sj.sum, jnp.sum), "max": (sj.max, jnp.max), "min": (sj.min, jnp.min)}
 OPS["mean"] = (sj.mean, jnp.mean)
@@ -273,8 +274,11 @@ def test_mean_of_a_half_float_sums_the_narrow_image(dtype, axis):
     got = jax.tree.map(sj.to_host, f(sj.to_device(x)))
     want = jax.jit(f.__wrapped__)(x)
     assert_close(got, want, reduce_len=1000, ops=3)
-    hlo = f.lower(sj.to_device(x)).compile().as_text()
-    assert ("transpose(" in hlo) == (axis == 0)
+    # The program's text, not the check's: under --emulate-check (make test-cores) the
+    # compiled program also holds each divided op's per-core run, which moves sticks.
+    if core_check() is None:
+        hlo = f.lower(sj.to_device(x)).compile().as_text()
+        assert ("transpose(" in hlo) == (axis == 0)
 
 
 def _variance(x):
@@ -298,4 +302,5 @@ def test_sums_of_maps_of_a_widened_half_float_read_the_narrow_image(fn, poison):
         got = sj.to_host(f(sj.to_device(x)))
         hlo = f.lower(sj.to_device(x)).compile().as_text()
     assert_close(got, jax.jit(fn)(x), reduce_len=1000, ops=4)
-    assert "transpose(" not in hlo
+    if core_check() is None:  # the program's text, not the check's (see above)
+        assert "transpose(" not in hlo
