@@ -19,7 +19,6 @@ from ._axes import broadcast_all
 
 __all__ = [
     "data_mask",
-    "data_positions_count",
     "from_data_dims",
     "has_padding",
     "masked",
@@ -30,7 +29,7 @@ __all__ = [
 ]
 
 
-def data_positions_count(t: SpyreType) -> int:
+def _data_positions_count(t: SpyreType) -> int:
     """How many image positions hold data: each element once per broadcast (stride-0) copy."""
     layout = t.layout
     copies = math.prod(
@@ -41,7 +40,7 @@ def data_positions_count(t: SpyreType) -> int:
 
 def has_padding(t: SpyreType) -> bool:
     """Whether the image of ``t`` has positions that hold no data."""
-    return data_positions_count(t) != math.prod(t.layout.device_size)
+    return _data_positions_count(t) != math.prod(t.layout.device_size)
 
 
 def padding_in_data_dims(t: SpyreType) -> bool:
@@ -50,7 +49,7 @@ def padding_in_data_dims(t: SpyreType) -> bool:
     :func:`from_data_dims` already poisons those lanes, so a kernel whose output has
     no other padding need not mask it again.
     """
-    return data_positions_count(t) != math.prod(d.size for d in t.dims if d.is_data)
+    return _data_positions_count(t) != math.prod(d.size for d in t.dims if d.is_data)
 
 
 def data_mask(t: SpyreType) -> jax.Array | None:

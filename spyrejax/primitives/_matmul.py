@@ -8,9 +8,7 @@ which is exactly the order the kernel's ``dot_general`` emits.
 Kernel: one ``dot_general`` over device dims (A as lhs, B as rhs). A's k is tiled into
 sticks ``(T_k, eps)``; B's k dim is zero-padded to whole sticks and split the same way,
 so the contraction runs stick by stick. Padding never reaches C's data: A's padding is
-masked to zero, and so is B's, unless the type records that it is already zero (``pad=0``)
-or it lies only in n's last tile (a weight of a partial stick), which reaches only C's
-padding (undefined: ``pad=poison``).
+masked to zero, and so is B's, unless the type records that it is already zero (``pad=0``).
 
 XLA's dot wants B's contraction dim contiguous, so a single ``dot_general`` copies all
 of B's tiled image ``[T(n), k, S(n)]`` into a row-major ``[k, n]`` (in float32 for
@@ -42,7 +40,7 @@ from ..layout._dtypes import poison_value
 from ..layout._layout import SpyreTensorLayout
 from ._array import PadFill, SpyreArray, SpyreType, batched_layout
 from ._base import SpyrePrim
-from ._masks import data_positions_count, from_data_dims, masked, poisoned
+from ._masks import from_data_dims, masked
 from ._ring import combine
 from ._values import accumulator
 from ._views import align_batch_dims
@@ -193,10 +191,7 @@ class Matmul(SpyrePrim):
         plan = self._plan
         if a_t.pad is not PadFill.ZERO:
             a_img = masked(a_img, a_t, 0)
-        # B's padding in n's last tile reaches only C's padding (undefined: pad=poison),
-        # so only padding elsewhere is masked (a weight of a partial stick is not).
-        b_masked = b_t.pad is not PadFill.ZERO and not _pads_only_n(b_t)
-        if b_masked:
+        if b_t.pad is not PadFill.ZERO:
             b_img = masked(b_img, b_t, 0)
         a_img = _take0(a_img, plan.a_take)
         b_img = _take0(b_img, plan.b_take)
@@ -210,8 +205,7 @@ class Matmul(SpyrePrim):
         else:
             out = _contract_whole(plan.subscripts, a_img, plan.split_k(b_img), acc)
         if self._mid is self.out_aval:
-            img = from_data_dims(out.astype(out_dtype), self.out_aval)
-            return img if b_masked or b_t.pad is PadFill.ZERO else poisoned(img, self.out_aval)
+            return from_data_dims(out.astype(out_dtype), self.out_aval)
         mid, dst = self._mid, self.out_aval
         values = d2h_values(from_data_dims(out, mid), mid.shape, mid.layout)
         return h2d_values(values.astype(out_dtype), dst.layout, poison_value(out_dtype))
@@ -324,15 +318,6 @@ def _contract(subscripts: str, a: jax.Array, b: jax.Array, acc: Any) -> jax.Arra
     prod = jax.lax.dot_general(a, b, dims, preferred_element_type=acc)
     order = batch + [c for c in a_sub if c not in b_sub] + [c for c in b_sub if c not in a_sub]
     return prod.transpose(tuple(order.index(c) for c in out))
-
-
-def _pads_only_n(b: SpyreType) -> bool:
-    """Whether B's image pads only n's last tile (its stick dim's round-up, no other gaps)."""
-    if b.shape != b.base_shape:
-        return False  # a view: keep the mask of its base
-    n, eps = b.shape[-1], b.layout.elems_per_stick
-    padded_n = -(-n // eps) * eps
-    return data_positions_count(b) * padded_n == math.prod(b.layout.device_size) * n
 
 
 def _take0(img: jax.Array, take: tuple[int, ...]) -> jax.Array:
