@@ -14,6 +14,7 @@ from spyrejax import primitives as sp
 from spyrejax.primitives import SpyrePrim, abstract_eval
 from spyrejax.primitives._in_place import assemble, fill_around, place, update_at, window_layout
 from spyrejax.primitives._restickify import load_relayout
+from spyrejax.primitives._widened_sum import WidenedSum
 
 # --- names: jnp-style functions take jnp's parameters, lax-style ones lax's ------------
 
@@ -234,6 +235,8 @@ def _all_primitives():
         sj.exp(a) + a
         sj.matmul(a, sj.to_device(np.ones((150, 8), np.float32)))
         sj.sum(a, 1)
+        half = sj.astype(a, jnp.bfloat16)
+        WidenedSum(half.type, axes=(1,), keepdims=False, dtype=np.dtype(np.float32))(half)
         sj.restickify(a, dim_order=[1, 0])
         load_relayout(a, SpyreTensorLayout((4, 150), np.float32, [1, 0]))
         sj.astype(a, jnp.float16)
