@@ -37,9 +37,8 @@ test-slow: $(STAMP)
 
 # Every spyrejax.jit program of the suite with each divided op run per core as well, compared
 # with the default mode (docs/device-model.md), in TEST_WORKERS xdist workers like `make test`
-# (the workers' check counts are added up for the summary: tests/conftest.py). Slow: see
-# docs/testing.md for the last whole run (issue 24's target is 30 min; not re-measured on
-# 2026-11-28, when the VM stayed at load 15-30: only its first slices, which passed).
+# (the workers' check counts are added up for the summary: tests/conftest.py). 15 min on a
+# fresh clone of the idle 2-core VM (2026-11-28; issue 24's target is 30): docs/testing.md.
 test-cores: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" $(if $(TEST_WORKERS),-n $(TEST_WORKERS),) --emulate-check --durations=20
 
