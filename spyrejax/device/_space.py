@@ -379,23 +379,24 @@ def matmul_space(a: TensorSpec, b: TensorSpec, out: TensorSpec) -> OpSpace:
     batch, m, nn, k = names[: n - 2], names[n - 2], names[n - 1], names[n]
     ext = [*out.shape, a.shape[-1]]
 
-    def var_a(i: int) -> str | None:
-        if i == len(a.shape) - 1:
-            return k
-        if i == len(a.shape) - 2:
-            return m
-        j = i + n - len(a.shape)
-        return None if a.shape[i] == 1 and out.shape[j] != 1 else batch[j]
+    def walks(x: TensorSpec, last: str, second: str) -> Callable[[int], str | None]:
+        """An operand's dim -> its variable: its two last dims, then right-aligned batch."""
 
-    def var_b(i: int) -> str | None:
-        if i == len(b.shape) - 1:
-            return nn
-        if i == len(b.shape) - 2:
-            return k
-        j = i + n - len(b.shape)
-        return None if b.shape[i] == 1 and out.shape[j] != 1 else batch[j]
+        def var(i: int) -> str | None:
+            if i == len(x.shape) - 1:
+                return last
+            if i == len(x.shape) - 2:
+                return second
+            j = i + n - len(x.shape)
+            return None if x.shape[i] == 1 and out.shape[j] != 1 else batch[j]
 
-    operands = [(a, "input", var_a), (b, "input", var_b), (out, "output", lambda i: names[i])]
+        return var
+
+    operands = [
+        (a, "input", walks(a, k, m)),
+        (b, "input", walks(b, nn, k)),
+        (out, "output", lambda i: names[i]),
+    ]
     opfunc = "batchmatmul" if n > 2 else "matmul"
     macs = math.prod(out.shape) * a.shape[-1]
     reduced = [False] * n + [True]
