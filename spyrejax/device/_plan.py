@@ -9,7 +9,7 @@ divided over the cores, the intermediates that can stay in LX placed there
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -126,7 +126,49 @@ def _divide_alike(
     if seen is None:
         alike[key] = seen = divide_op(space, machine, hint)
         return seen
-    return replace(seen, space=space)
+    return replace(seen, space=space, _cache=seen._cache)  # boxes: of the geometry
+
+
+class _Memo:
+    """The costs and streams of one program's divided ops.
+
+    Each is computed once per :func:`_division_key` (a repeated layer's ops share them).
+    """
+
+    def __init__(self, machine: Machine) -> None:
+        self.machine = machine
+        self.costs: dict[Hashable, OpCost] = {}
+        self.streams: dict[Hashable, tuple[tuple[int, Stream], ...]] = {}
+
+    def op_cost(
+        self, div: WorkDivision, where: frozenset[int], filled: frozenset[int], launch: bool
+    ) -> OpCost:
+        """``op_cost`` of the division with these operands in LX and filled."""
+        key = (_division_key(div), where, filled, launch)
+        cost = self.costs.get(key)
+        if cost is None:
+            cost = self.costs[key] = op_cost(div, self.machine, where, filled, launch)
+        return cost
+
+    def streams_of(self, div: WorkDivision) -> tuple[tuple[int, Stream], ...]:
+        """``_streams`` of the division."""
+        key = _division_key(div)
+        found = self.streams.get(key)
+        if found is None:
+            found = self.streams[key] = _streams(div, self.machine)
+        return found
+
+
+def _division_key(div: WorkDivision) -> Hashable:
+    """What a division's costs depend on: everything but its tensors' names.
+
+    Of the names, only which operands are one value (``x + x`` reads ``x`` once).
+    """
+    space = div.space
+    names = [o.tensor.name for o in space.operands]
+    aliases = tuple(names.index(n) if n else k for k, n in enumerate(names))
+    shape = (space.geometry(), space.transcendental, space.in_place, aliases)
+    return (shape, tuple(div.splits.items()), div.cores, div.order, div.committed, div.how)
 
 
 def plan_program(
@@ -163,17 +205,18 @@ def plan_program(
     fits = [_fits(f, made, machine) for f in fusions]
     unfused: list[float] = []
     loaded: list[frozenset[str]] = [frozenset()] * len(fusions)  # inputs a kernel has read
+    memo = _Memo(machine)
     for i, (d, div) in enumerate(zip(descs, divisions, strict=True)):
         lx_in = tuple(n for n, _ in d.inputs if lx.in_lx(n))
         lx_out = lx.in_lx(d.output[0])
-        own = _own_cost(d, div, machine, fills, lx.in_lx)
+        own = _own_cost(d, div, memo, fills, lx.in_lx)
         unfused.append(own.repeated(d.repeat).time_s)
         k = member.get(i)
         cost = own
         if k is not None:
-            cost = _member_cost(descs, i, div, fusions[k], fits[k], loaded[k], fills, lx, machine)
+            cost = _member_cost(descs, i, div, fusions[k], fits[k], loaded[k], fills, lx, memo)
             loaded[k] = loaded[k] | {n for n, _ in d.inputs}  # its tile stays for the next
-        streams = _streams(div, machine) if div is not None else ()
+        streams = memo.streams_of(div) if div is not None else ()
         cost = cost.repeated(d.repeat)
         ops.append(DeviceOp(i, d, div, cost, lx_in, lx_out, streams, peaks[i], d.repeat, k))
     for k, f in enumerate(fusions):  # each fused kernel's ops share its time
@@ -228,7 +271,7 @@ def _member_cost(
     loaded: frozenset[str],
     fills: set[str],
     lx: LXPlan,
-    machine: Machine,
+    memo: _Memo,
 ) -> OpCost:
     """The cost of op ``i`` inside the fused kernel ``f`` (before the kernel shares its time).
 
@@ -240,13 +283,13 @@ def _member_cost(
         kept = kept | {n for j in f.ops for n, _ in descs[j].inputs}
     first = i == next(j for j in f.ops if descs[j].kind != "view")
     in_lx = lambda n: n in kept or lx.in_lx(n)  # noqa: E731
-    return _own_cost(descs[i], div, machine, fills, in_lx, fused=(kept, first))
+    return _own_cost(descs[i], div, memo, fills, in_lx, fused=(kept, first))
 
 
 def _own_cost(
     d: OpDesc,
     div: WorkDivision | None,
-    machine: Machine,
+    memo: _Memo,
     fills: set[str],
     in_lx: Any,
     fused: tuple[frozenset[str], bool] | None = None,
@@ -259,12 +302,13 @@ def _own_cost(
     matmul reads the operand from DDR).
     """
     launch = fused is None or fused[1]
+    machine = memo.machine
     if div is not None:
         where = {k for k, (n, _) in enumerate(d.inputs) if in_lx(n)}
         if in_lx(d.output[0]):
             where.add(len(d.inputs))
         filled = frozenset(k for k, (n, _) in enumerate(d.inputs) if n in fills)
-        return op_cost(div, machine, frozenset(where), filled, launch)
+        return memo.op_cost(div, frozenset(where), filled, launch)
     if d.opfunc == "loadrelayout":  # a matmul's operand relaid out in LX as it loads it
         return relayout_cost(machine, d.output[1].nbytes, launch)
     if fused is not None and is_relayout(d):

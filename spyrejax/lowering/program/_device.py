@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..._errors import DeviceError, SpyreInternalError
@@ -111,12 +111,33 @@ def classify(prim: Any, ins: list[TensorSpec], out: TensorSpec) -> tuple[str, st
     Raises:
         DeviceError: when a divided primitive's operands have no space.
     """
-    space = prim.space(ins, out) if isinstance(prim, SpyrePrim) else None
+    space = _named_space(prim, [*ins, out]) if isinstance(prim, SpyrePrim) else None
     if space is not None:
         return "compute", space.opfunc, space
     role = getattr(prim, "role", "compute")
     kind = role if role in ("view", "copy", "restickify") else "copy"
     return kind, type(prim).__name__.lower(), None
+
+
+def _named_space(prim: SpyrePrim, specs: list[TensorSpec]) -> OpSpace | None:
+    """``prim.space`` of ``specs`` (the inputs', then the result's).
+
+    The space :func:`divided_space` keeps for the primitive, with the specs' names, when
+    the specs are its specs but for their names (a repeated layer's ops: computed once).
+    """
+    found = divided_space(prim)
+    if found is not None and len(found[1]) == len(specs):
+        space, kept = found
+        if all(_unnamed(a) == _unnamed(b) for a, b in zip(kept, specs, strict=True)):
+            at = {id(s): k for k, s in enumerate(kept)}
+            if all(id(o.tensor) in at for o in space.operands):
+                operands = tuple(replace(o, tensor=specs[at[id(o.tensor)]]) for o in space.operands)
+                return replace(space, operands=operands)
+    return prim.space(specs[:-1], specs[-1])
+
+
+def _unnamed(s: TensorSpec) -> tuple[Any, ...]:
+    return (s.shape, s.layout, s.dims, s.base_shape, s.strides)
 
 
 def divided_space(prim: Any) -> tuple[OpSpace, list[TensorSpec]] | None:
