@@ -28,9 +28,7 @@ REPORTED = 15
 
 # Modules over MAX_LINES today, each with its ceiling (its size when listed, rounded up to
 # 25 lines so that small fixes elsewhere in a listed module do not trip the check).
-LONG_MODULES = {
-    "layout/_layout.py": 925,  # SpyreTensorLayout and HostMapping
-}
+LONG_MODULES: dict[str, int] = {}
 
 # Functions above MAX_COMPLEXITY today ("module: qualified name"), each with its figure then.
 COMPLEX_FUNCTIONS: dict[str, int] = {}

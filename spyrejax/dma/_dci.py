@@ -26,7 +26,8 @@ import numpy as np
 from .._errors import LayoutError
 from ..layout._dtypes import DataFormats, DTypeLike, fits_format, host_format
 from ..layout._gaps import valid_size
-from ..layout._layout import HostMapping, SpyreTensorLayout
+from ..layout._host_mapping import HostMapping
+from ..layout._layout import SpyreTensorLayout
 
 __all__ = ["DCI", "Descriptor", "LoopNest", "generate_dci"]
 

@@ -37,7 +37,8 @@ import numpy as np
 
 from .._errors import LayoutError
 from ..layout._dtypes import format_for_dtype, host_dtype, poison_value
-from ..layout._layout import HostMapping, SpyreTensorLayout
+from ..layout._host_mapping import HostMapping
+from ..layout._layout import SpyreTensorLayout
 from ..layout._segments import row_major_strides
 from ._boxes import box_plan, execute
 from ._dci import Descriptor

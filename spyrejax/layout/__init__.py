@@ -20,7 +20,8 @@ from ._dtypes import (
     host_format,
     poison_value,
 )
-from ._layout import HostMapping, SpyreTensorLayout
+from ._host_mapping import HostMapping
+from ._layout import SpyreTensorLayout
 from ._peers import MetalLayout, MorelloLayout
 from ._residency import Residency
 

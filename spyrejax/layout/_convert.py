@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from .._errors import LayoutConversionError
 from ._algebra import CuteLayout, coalesce, composition, flatten, make_layout
 from ._dtypes import DTypeLike, format_for_dtype
-from ._layout import HostMapping, SpyreTensorLayout
+from ._host_mapping import HostMapping
+from ._layout import SpyreTensorLayout
 from ._segments import row_major_strides
 
 __all__ = [

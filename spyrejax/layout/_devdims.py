@@ -21,7 +21,8 @@ from typing import Any
 
 from .._errors import LayoutError
 from ._dtypes import DataFormats
-from ._layout import HostMapping, SpyreTensorLayout
+from ._host_mapping import HostMapping
+from ._layout import SpyreTensorLayout
 from ._segments import Segmentation, axis_coord, row_major_strides, segment_axes
 
 __all__ = [

@@ -30,7 +30,8 @@ from .._errors import LayoutConversionError
 from ._convert import Piece, from_pieces, pieces, places_as
 from ._convert import normal_pieces as _normal
 from ._dtypes import DTypeLike
-from ._layout import HostMapping, SpyreTensorLayout
+from ._host_mapping import HostMapping
+from ._layout import SpyreTensorLayout
 
 __all__ = ["MetalLayout", "MorelloLayout"]
 

@@ -29,7 +29,8 @@ import numpy as np
 
 from .._errors import LayoutError
 from ..dma._dci import DCI
-from ..layout._layout import HostMapping, SpyreTensorLayout
+from ..layout._host_mapping import HostMapping
+from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import SpyreArray
 from ._picture import EMPTY, Picture, coords_name
 
