@@ -33,7 +33,7 @@ def test_quick_run_of_one_case_each_writes_every_figure(tmp_path):
     assert data["quick"] and data["runs"] >= 5
     assert {"jax", "numpy", "cpus", "platform", "spyrejax"} <= set(data["machine"])
     (mm, mlp) = data["compute"]
-    assert mm["case"].startswith("matmul") and mm["ratio"] == mm["spyrejax_s"] / mm["native_s"]
+    assert mm["case"].startswith("matmul") and mm["ratio_q1"] <= mm["ratio"] <= mm["ratio_q3"]
     assert mm["max_abs_err"] < 1e-2 and mlp["case"].startswith("MLP")
     (dma,) = data["dma"]
     assert dma["bytes"] == 16 * 2**20
@@ -54,8 +54,8 @@ def test_padded_cases_fill_their_last_stick_partly():
 
 
 def test_ratio_spread_is_the_quartiles_of_the_paired_ratios():
-    q1, q3 = bench.ratio_spread([1.0, 2.0, 3.0, 4.0, 5.0], [1.0] * 5)
-    assert q1 < 3.0 < q3 and (q1, q3) == pytest.approx((1.5, 4.5))
+    q1, q2, q3 = bench.ratio_spread([1.0, 2.0, 3.0, 4.0, 5.0], [1.0] * 5)
+    assert (q1, q2, q3) == pytest.approx((1.5, 3.0, 4.5))
 
 
 def test_whole_programs_plan_scale_dispatch_and_ktir_rows():
