@@ -58,7 +58,7 @@ def _same_slices(prod: WorkDivision, p_op: int, cons: WorkDivision, c_op: int) -
 
 
 def _buffers(
-    descs: Sequence[OpDesc], divisions: list[WorkDivision | None], keep: set[str]
+    descs: Sequence[OpDesc], divisions: list[WorkDivision | None], keep: set[str], memo: _Memo
 ) -> list[Buffer]:
     """Per-core buffers of the intermediates that may live in LX.
 
@@ -86,7 +86,7 @@ def _buffers(
             continue  # crosses a loop body's or branch's boundary: DDR
         n_out = len(div.space.operands) - 1
         ok = all(
-            divisions[j] is not None and _same_slices(div, n_out, divisions[j], k) for j, k in uses
+            (d := divisions[j]) is not None and memo.same_slices(div, n_out, d, k) for j, k in uses
         )
         if not ok:
             continue
@@ -130,21 +130,38 @@ def _divide_alike(
 
 
 class _Memo:
-    """The costs and streams of one program's divided ops.
+    """The costs, streams and slice comparisons of one program's divided ops.
 
     Each is computed once per :func:`_division_key` (a repeated layer's ops share them).
     """
 
     def __init__(self, machine: Machine) -> None:
         self.machine = machine
+        self.keys: dict[int, tuple[WorkDivision, Hashable]] = {}  # by id: each key once
         self.costs: dict[Hashable, OpCost] = {}
         self.streams: dict[Hashable, tuple[tuple[int, Stream], ...]] = {}
+        self.same: dict[Hashable, bool] = {}
+
+    def key(self, div: WorkDivision) -> Hashable:
+        """:func:`_division_key` of the division."""
+        found = self.keys.get(id(div))
+        if found is None:
+            found = self.keys[id(div)] = (div, _division_key(div))  # keeps div: its id
+        return found[1]
+
+    def same_slices(self, prod: WorkDivision, p_op: int, cons: WorkDivision, c_op: int) -> bool:
+        """Whether each core's boxes of ``prod``'s operand ``p_op``, ``cons``'s ``c_op`` match."""
+        key = (self.key(prod), p_op, self.key(cons), c_op)
+        found = self.same.get(key)
+        if found is None:
+            found = self.same[key] = _same_slices(prod, p_op, cons, c_op)
+        return found
 
     def op_cost(
         self, div: WorkDivision, where: frozenset[int], filled: frozenset[int], launch: bool
     ) -> OpCost:
         """``op_cost`` of the division with these operands in LX and filled."""
-        key = (_division_key(div), where, filled, launch)
+        key = (self.key(div), where, filled, launch)
         cost = self.costs.get(key)
         if cost is None:
             cost = self.costs[key] = op_cost(div, self.machine, where, filled, launch)
@@ -152,7 +169,7 @@ class _Memo:
 
     def streams_of(self, div: WorkDivision) -> tuple[tuple[int, Stream], ...]:
         """``_streams`` of the division."""
-        key = _division_key(div)
+        key = self.key(div)
         found = self.streams.get(key)
         if found is None:
             found = self.streams[key] = _streams(div, self.machine)
@@ -194,7 +211,8 @@ def plan_program(
         fuse: whether to find fused kernels (False: every op is its own kernel).
     """
     divisions = _divisions(descs, machine)
-    buffers = _buffers(descs, divisions, set(keep_in_ddr))
+    memo = _Memo(machine)
+    buffers = _buffers(descs, divisions, set(keep_in_ddr), memo)
     lx = place(buffers, machine, strategy)
     ops = []
     peaks = lx.live_bytes(len(descs))
@@ -205,7 +223,6 @@ def plan_program(
     fits = [_fits(f, made, machine) for f in fusions]
     unfused: list[float] = []
     loaded: list[frozenset[str]] = [frozenset()] * len(fusions)  # inputs a kernel has read
-    memo = _Memo(machine)
     for i, (d, div) in enumerate(zip(descs, divisions, strict=True)):
         lx_in = tuple(n for n, _ in d.inputs if lx.in_lx(n))
         lx_out = lx.in_lx(d.output[0])

@@ -45,6 +45,7 @@ def _searches(monkeypatch: pytest.MonkeyPatch, layers: int) -> tuple[Counter, fl
     counted(_plan, "divide_op")
     counted(_plan, "op_cost")
     counted(_plan, "_streams")
+    counted(_plan, "_same_slices")
     counted(Elementwise, "space")
     monkeypatch.setattr(_device, "_SPACES", {})  # the spaces kept across programs
     x = jax.ShapeDtypeStruct((16, 96), jnp.float32)
@@ -57,7 +58,10 @@ def _searches(monkeypatch: pytest.MonkeyPatch, layers: int) -> tuple[Counter, fl
 def test_repeated_layers_search_once(monkeypatch):
     few, few_s = _searches(monkeypatch, 3)
     many, many_s = _searches(monkeypatch, 6)
-    assert all(few[k] > 0 for k in ("_candidates", "divide_op", "op_cost", "_streams", "space"))
+    assert all(
+        few[k] > 0
+        for k in ("_candidates", "divide_op", "op_cost", "_streams", "space", "_same_slices")
+    )
     assert many == few
     # Each layer still runs: the deeper model's predicted time grows with its layers.
     assert many_s > 1.5 * few_s
