@@ -4,7 +4,9 @@ Per op, torch-spyre's form: ``time = max(compute, memory, lx) + ring + launch``,
 
 - memory = ``(read + write) / bandwidth + turnaround x min(read, write)``; the bandwidth
   is the access pattern's (DDR streams, restickify, cross-row reduce, broadcast operand)
-  derated by the cores the op keeps active;
+  derated by the cores the op keeps active; a kernel whose every DDR operand's per-core
+  slice is one burst (``Machine.ddr_burst_bytes``) loads, then stores, unpipelined, each
+  burst at one core's stream rate (:func:`burst_seconds`): memory is the larger of the two;
 - compute = ``MACs / cores / rate`` for matmuls on a ``roofline`` profile (ktir-cpu;
   the rate scaled by the operand format's PT rate); elementwise ops are memory-bound on
   Spyre (a machine with vector lanes, such as ktir-cpu's, charges them
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OpCost",
+    "burst_seconds",
     "lx_seconds",
     "memory_seconds",
     "op_cost",
@@ -134,6 +137,25 @@ def memory_seconds(machine: Machine, read: int, write: int, cores: int, pattern:
     return (read + write) / bw + ns * 1e-9
 
 
+def burst_seconds(
+    machine: Machine, reads: tuple[int, ...], writes: tuple[int, ...], cores: int
+) -> float:
+    """DDR time of a kernel whose operands each move as one burst per core (else 0).
+
+    ``reads`` and ``writes`` are the bytes of each DDR operand (every core's slices). When
+    the largest per-core slice is at most ``ddr_burst_bytes`` the kernel is unpipelined:
+    its loads (the operands' bursts side by side) end before its stores begin, and each
+    burst runs at ``ddr_burst_core_bw`` per core (the requests one DMA keeps in flight
+    over the DDR's latency): section 8's ``x * 2`` at 1 MB and its DDR round trip of 1 MB,
+    both ~66 GB/s where a streamed kernel reaches ~100 (read + write) and 150 (one way).
+    """
+    rate = machine.ddr_burst_core_bw * max(cores, 1)
+    biggest = max((*reads, *writes), default=0)
+    if not rate or not biggest or biggest > machine.ddr_burst_bytes * max(cores, 1):
+        return 0.0
+    return (max(reads, default=0) + max(writes, default=0)) / rate
+
+
 def _finish(
     machine: Machine,
     read: int,
@@ -146,8 +168,10 @@ def _finish(
     lx: float = 0.0,
     kernel: bool = True,
     stage: bool = True,
+    burst: float = 0.0,
 ) -> OpCost:
     memory = memory_seconds(machine, read, write, cores, pattern) if read + write else 0.0
+    memory = max(memory, burst)
     ring_s = ring / machine.ring_bw
     bound = "compute" if compute > max(memory, lx) else "memory"
     sticks = (read + write) // machine.stick_bytes
@@ -213,7 +237,7 @@ def op_cost(
     """
     space = division.space
     cores = division.cores_used
-    read, moved, seen = 0, 0, set()
+    read, moved, seen, reads = 0, 0, set(), []
     for i, op in enumerate(space.operands[:-1]):
         key = op.tensor.name or i  # one value read twice (x + x) is read once
         if key in seen:
@@ -223,6 +247,7 @@ def op_cost(
         moved += size
         if i not in in_lx:
             read += size
+            reads.append(size)
     out = len(space.operands) - 1
     write = 0 if out in in_lx else space.output.tensor.nbytes
     moved += space.output.tensor.nbytes
@@ -247,9 +272,11 @@ def op_cost(
         lx = lx_seconds(machine, moved, cores)
     pattern = _pattern(space)
     stage = launch or space.opfunc not in CASTS
+    burst = burst_seconds(machine, tuple(reads), (write,) if write else (), cores)
     return _finish(
-        machine, read, write, ring, space.macs, compute, cores, pattern, lx, launch, stage
-    )
+        machine, read, write, ring, space.macs, compute, cores, pattern, lx, launch, stage,
+        burst,
+    )  # fmt: skip
 
 
 def relayout_cost(machine: Machine, nbytes: int, launch: bool = False) -> OpCost:
@@ -271,4 +298,7 @@ def transfer_cost(
     and no stage.
     """
     cores = machine.cores
-    return _finish(machine, read, write, 0, 0, 0.0, cores, pattern, kernel=kernel, stage=kernel)
+    burst = burst_seconds(machine, (read,) if read else (), (write,) if write else (), cores)
+    return _finish(
+        machine, read, write, 0, 0, 0.0, cores, pattern, kernel=kernel, stage=kernel, burst=burst
+    )

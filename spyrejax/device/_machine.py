@@ -102,6 +102,15 @@ class Machine:
         ddr_peak_bw: DDR peak bandwidth.
         ddr_bw: DDR bandwidth of a read-only or write-only stream.
         turnaround_ns_per_byte: read/write turnaround, per byte of min(read, write).
+        ddr_burst_bytes: the largest per-core slice of an operand a kernel moves as one
+            DMA burst, unpipelined: a kernel whose every DDR operand's slice is at most
+            this loads them all, computes, then stores (no load in flight while it
+            stores); a larger slice is streamed in chunks, the next in flight while
+            the last is stored, and runs at the DDR's rate.
+        ddr_burst_core_bw: bytes per second one core moves one burst at (one DMA
+            stream: the bytes it keeps in flight over the DDR's latency); a kernel's
+            bursts of different operands run side by side, its loads before its stores.
+            0: no burst term (the DDR rate only).
         cores_derate: fraction of the 32-core DDR bandwidth reached with n active
             cores, as ``((n, fraction), ...)``; between entries the lower entry holds.
         restickify_bw: bandwidth of a restickify.
@@ -162,6 +171,8 @@ class Machine:
     ddr_peak_bw: float
     ddr_bw: float
     turnaround_ns_per_byte: float
+    ddr_burst_bytes: int
+    ddr_burst_core_bw: float
     cores_derate: tuple[tuple[int, float], ...]
     restickify_bw: float
     reduce_bw: float
@@ -346,6 +357,19 @@ class Machine:
                 f"{f} (torch-spyre); with ddr_bw it gives spec section 8's x*2 sweep "
                 "(2-32 MB, ~100 GB/s of read+write) within 6%"
             ),
+            "ddr_burst_bytes": (
+                "chosen between spec section 8's x*2 points of 1 MB (32 KB per core per "
+                "operand on 32 cores: 31.8 us, 66 GB/s, one burst) and 2 MB (64 KB: 38.7 us, "
+                "~100 GB/s, streamed): 48 KB, the middle; the 1-2 MB step (6.9 us for 2 MB "
+                "more, faster than the DDR's peak) is a change of regime, not a rate"
+            ),
+            "ddr_burst_core_bw": (
+                "fitted on spec section 8's x*2 at 1 MB: 1 MB read then 1 MB written in "
+                "31.8 us is 66 GB/s per direction over 32 cores, 2.06 GB/s per core "
+                "(about 2 KB in flight over ~1 us of DDR latency); the ring fact says the "
+                "same (a 1 MB DDR round trip ~34 us, 31.1 + 2.9); the tiny add's bursts "
+                "(1 KB per core per operand) then take 0.5 + 0.5 us"
+            ),
             "cores_derate": (
                 f"{f} (torch-spyre, on reductions: 4, 8, 16, 32 cores 0.43, 0.54, 0.54, 1.0); "
                 "1 and 2 cores raised from its 0.11 and 0.22 by spec section 8's pure-N "
@@ -411,6 +435,8 @@ class Machine:
             ddr_peak_bw=204.8e9,
             ddr_bw=150e9,
             turnaround_ns_per_byte=0.00574,
+            ddr_burst_bytes=48 * 1024,
+            ddr_burst_core_bw=66e9 / 32,
             cores_derate=((1, 0.16), (2, 0.25), (4, 0.43), (8, 0.54), (16, 0.54), (32, 1.0)),
             restickify_bw=116e9,
             reduce_bw=113e9,
@@ -451,6 +477,7 @@ class Machine:
             "ddr_peak_bw": 0.128e12,
             "ddr_bw": 0.128e12,
             "turnaround_ns_per_byte": 0.0,
+            "ddr_burst_core_bw": 0.0,
             "cores_derate": ((1, 1.0),),
             "restickify_bw": 0.128e12,
             "reduce_bw": 0.128e12,
