@@ -19,7 +19,6 @@ from ..layout import BYTES_PER_STICK, SpyreTensorLayout
 from ..primitives._array import SpyreType
 from ..primitives._in_place import FillAround
 from ..primitives._iota import Full
-from ..primitives._restickify import LoadRelayout
 from ..primitives._stick import SPARSE, default_layout, restickify_cost, stick_of
 
 __all__ = [
@@ -91,14 +90,15 @@ def traffic(called: list[Any]) -> int:
 
     Every primitive but a view reads its operands' images and writes its results', in
     their layouts' bytes (padding included); a collective also sends its elements
-    between cards. A matmul's operand laid out anew as it is loaded (``LoadRelayout``)
-    moves nothing through DDR but the matmul's read of it. A charge standing for a
-    body's copies (``lowering._control``) reads and writes the elements it moves, as
-    often as it runs; a host fallback in a body moves its DMA bytes.
+    between cards. A matmul's operand laid out anew as it is loaded (``LoadRelayout``,
+    ``through_ddr`` False) moves nothing through DDR but the matmul's read of it, in a
+    loop body as at the top level. A charge standing for a body's copies
+    (``lowering._control``) reads and writes the elements it moves, as often as it runs,
+    unless it stands for such a relayout; a host fallback in a body moves its DMA bytes.
     """
     total = 0
     for p in called:
-        if p.role == "view" or isinstance(p, LoadRelayout):
+        if p.role == "view" or not getattr(p, "through_ddr", True):
             continue
         if isinstance(p, Full):  # a fill writes one stick, its readers broadcast it
             total += BYTES_PER_STICK

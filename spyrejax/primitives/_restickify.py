@@ -31,6 +31,7 @@ class Restickify(SpyrePrim):
 
     role = "restickify"
     takes_gaps = True  # a DMA read and write: any window of a buffer
+    through_ddr = True  # its source image read from DDR, its target's written there
     layout: SpyreTensorLayout
 
     def __init__(self, aval: SpyreType, *, layout: SpyreTensorLayout) -> None:
@@ -70,9 +71,12 @@ class LoadRelayout(Restickify):
     operand stuck on another dim is relaid out there (whole sticks through the LX
     ports) before the PT reads it, so the new image never goes to DDR: the planner
     charges it nothing beyond the matmul's read of its operand (``lowering._traffic``),
-    the device model its LX ports' time (``device._program``). Its kernel is a
+    the device model its LX ports' time (``device._program``); a loop body's charge for
+    it carries the same flag (``lowering.rules._control``). Its kernel is a
     restickify's (the same image).
     """
+
+    through_ddr = False
 
 
 def _spyre_aval(x: Any, op: str) -> SpyreType:

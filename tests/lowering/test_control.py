@@ -360,3 +360,33 @@ def test_vmap_of_a_jitted_scan_plans_the_batched_program_whole():
     assert_close(jax.tree.map(sj.to_host, got), jax.vmap(f)(xb), reduce_len=24, ops=2, scale=8)
     # What spyrejax plans is jax.vmap of f: explain shows its restickifies.
     assert sj.explain(jax.vmap(f), xb).restickifies
+
+
+def test_a_load_relayout_in_a_loop_body_costs_the_planner_no_ddr_traffic():
+    """Decode attention (``q @ K^T`` with K laid out anew as the matmul loads it) in a
+    ``scan`` body: the body's charge for that ``LoadRelayout`` is listed every iteration
+    (elements laid out anew) but moves nothing through DDR, as at the top level, so the
+    outer planner's objective does not count it as a restickify of K each iteration."""
+    import models
+
+    from spyrejax.lowering._traffic import traffic
+
+    b, t, g, r, d = 4, 128, 2, 4, 64
+    mask = jnp.ones((1, t), bool)
+
+    def attn(q, k, v):
+        return jax.vmap(lambda q, k, v: models.gqa_attention(q, k, v, mask))(q, k, v)
+
+    def looped(q, k, v):
+        return jax.lax.scan(lambda c, _: (attn(c, k, v), None), q, None, length=3)[0]
+
+    s = jax.ShapeDtypeStruct
+    args = (s((b, 1, g, r, d), np.float16), *[s((b, t, g, d), np.float16)] * 2)
+    with jax.numpy_dtype_promotion("standard"):
+        plan = sj.jit(looped).lower(*args).plan
+    copies = [p for o in plan.options() for p in o.copies if p.role == "restickify"]
+    loads = [p for p in copies if not p.through_ddr]
+    k_elements = b * t * g * d
+    assert [p.moves for p in loads] == [3 * k_elements]  # K, every iteration
+    assert traffic(loads) == 0
+    assert sum(o.traffic for o in plan.options()) < 3 * 2 * k_elements * 2

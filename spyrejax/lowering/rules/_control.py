@@ -85,6 +85,10 @@ class Charge:
         value: the value moved.
         target: the type a loop's operand is put in once before the loop (the loop's
             own charge; None for others).
+        through_ddr: whether the copy goes through DDR: not for a matmul's operand
+            laid out anew in LX as the matmul loads it (the body's plan runs a
+            ``LoadRelayout``), which the planner's objective then charges nothing, as
+            at the top level (``lowering._traffic``).
     """
 
     role: str
@@ -95,6 +99,7 @@ class Charge:
     where: str
     value: Value | None = None
     target: SpyreType | None = None
+    through_ddr: bool = True
 
 
 @dataclass(frozen=True)
@@ -167,6 +172,7 @@ def plan_charges(
                         f"{why} [{context}: {base} per {unit} x {times}]",
                         f"{where} [{context}: {base} per {unit} x {times}]",
                         getattr(prim, "value", None) or node.outs[0],
+                        through_ddr=getattr(prim, "through_ddr", True),
                     )
                 )
     return out
