@@ -302,6 +302,10 @@ KERNELS = {
     "add [512, 4096]": (lambda a, b: a + b, [(512, 4096), (512, 4096)]),
     "softmax [32, 512, 4096]": (lambda s: jax.nn.softmax(s, -1), [(32, 512, 4096)]),
     "rms norm [512, 4096]": (_rms, [(512, 4096), (4096,)]),
+    # Decode sizes: a token per sequence of a batch of 4 (bursts of 1-32 KB a core).
+    "add [4, 1, 4096]": (lambda a, b: a + b, [(4, 1, 4096), (4, 1, 4096)]),
+    "softmax [4, 32, 1, 4096]": (lambda s: jax.nn.softmax(s, -1), [(4, 32, 1, 4096)]),
+    "rms norm [4, 1, 4096]": (_rms, [(4, 1, 4096), (4096,)]),
     "prefill attention q512 kv512 causal": (
         _attn(True), [(1, 512, 32, 128), (1, 512, 8, 128), (1, 512, 8, 128)]
     ),
