@@ -41,6 +41,11 @@ import optax
 
 import spyrejax as sj
 
+try:  # POSIX only: page faults are reported where it exists
+    import resource
+except ImportError:  # pragma: no cover
+    resource = None  # type: ignore[assignment]
+
 RUNS = 9
 MAX_RUNS = 101
 BUDGET_S = 0.2  # per function: fast cases get more runs (up to MAX_RUNS)
@@ -56,14 +61,19 @@ def _block(x: Any) -> Any:
 
 
 def timed_runs(
-    fns: dict[str, Callable[[], Any]], runs: int = RUNS, budget_s: float = BUDGET_S
+    fns: dict[str, Callable[[], Any]],
+    runs: int = RUNS,
+    budget_s: float = BUDGET_S,
+    usage: dict[str, dict[str, list[float]]] | None = None,
 ) -> dict[str, list[float]]:
     """Seconds of every run of each function, their runs interleaved, after one warm-up each.
 
     Interleaving (a, b, c, a, b, c, ...) exposes every function to the same background
     load, so the ratios between them are steadier than back-to-back medians. Fast
     functions get more than ``runs`` runs, as many as fit in ``budget_s`` seconds for
-    the slowest of them (at most :data:`MAX_RUNS`).
+    the slowest of them (at most :data:`MAX_RUNS`). ``usage``, if given, receives per
+    function the CPU seconds of each run (``"cpu"``: every thread of the process, so
+    XLA's pool too) and its minor page faults (``"faults"``), see :func:`_usage`.
     """
     slowest = 0.0
     for fn in fns.values():
@@ -72,12 +82,32 @@ def timed_runs(
         slowest = max(slowest, time.perf_counter() - t0)
     runs = max(runs, min(MAX_RUNS, int(budget_s / max(slowest, 1e-9))))
     times: dict[str, list[float]] = {k: [] for k in fns}
+    for k in fns if usage is not None else ():
+        usage[k] = {"cpu": [], "faults": []}
     for _ in range(runs):
         for k, fn in fns.items():
+            before = _usage() if usage is not None else (0.0, 0)
             t0 = time.perf_counter()
             _block(fn())
             times[k].append(time.perf_counter() - t0)
+            if usage is not None:
+                after = _usage()
+                usage[k]["cpu"].append(after[0] - before[0])
+                usage[k]["faults"].append(after[1] - before[1])
     return times
+
+
+def _usage() -> tuple[float, int]:
+    """CPU seconds of the process (all threads) and its minor page faults so far.
+
+    On a shared machine CPU time moves less with other jobs than wall time. Minor
+    faults count fresh pages first touched: XLA's CPU runtime allocates a program's
+    temporaries with ``malloc`` on every call, and a block over glibc's largest mmap
+    threshold (32 MiB) comes as fresh pages each time (``benchmarks/README.md``: the kernel
+    rows of issue 24, page faults).
+    """
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt if resource else 0
+    return time.process_time(), faults
 
 
 def timed_together(
@@ -101,16 +131,33 @@ def ratio_spread(num: list[float], den: list[float]) -> tuple[float, float, floa
 def _compare(
     native: Callable[[], Any], emulated: Callable[[], Any], runs: int = RUNS
 ) -> dict[str, Any]:
-    """Interleaved runs of both: medians, the median of the paired ratios and its quartiles."""
-    times = timed_runs({"native": native, "emulated": emulated}, runs)
+    """Interleaved runs of both: medians, the median of the paired ratios and its quartiles.
+
+    Also the median CPU seconds of each, the median of their paired ratios, and the minor
+    page faults of a call (median), from the same runs.
+    """
+    usage: dict[str, dict[str, list[float]]] = {}
+    times = timed_runs({"native": native, "emulated": emulated}, runs, usage=usage)
     t_native, t_emul = (statistics.median(times[k]) for k in ("native", "emulated"))
     q1, ratio, q3 = ratio_spread(times["emulated"], times["native"])
+    cpu_native, cpu_emul = (statistics.median(usage[k]["cpu"]) for k in ("native", "emulated"))
+    cpu_pairs = [
+        (e, n)
+        for e, n in zip(usage["emulated"]["cpu"], usage["native"]["cpu"], strict=True)
+        if n > 0
+    ]
+    cpu_ratio = statistics.median(e / n for e, n in cpu_pairs) if cpu_pairs else float("nan")
     return {
         "native_s": t_native,
         "spyrejax_s": t_emul,
         "ratio": ratio,
         "ratio_q1": q1,
         "ratio_q3": q3,
+        "native_cpu_s": cpu_native,
+        "spyrejax_cpu_s": cpu_emul,
+        "cpu_ratio": cpu_ratio,
+        "native_faults": statistics.median(usage["native"]["faults"]),
+        "spyrejax_faults": statistics.median(usage["emulated"]["faults"]),
     }
 
 
@@ -254,7 +301,8 @@ def _print_row(name: str, row: dict[str, Any]) -> None:
     print(
         f"  {name:52} native {row['native_s'] * 1e3:9.2f} ms"
         f"  spyrejax {row['spyrejax_s'] * 1e3:9.2f} ms  ratio {row['ratio']:5.2f}"
-        f" [{row['ratio_q1']:.2f}-{row['ratio_q3']:.2f}]",
+        f" [{row['ratio_q1']:.2f}-{row['ratio_q3']:.2f}]  CPU {row['cpu_ratio']:5.2f}"
+        f"  page faults {row['native_faults']:.0f} / {row['spyrejax_faults']:.0f}",
         flush=True,
     )
 
@@ -889,13 +937,23 @@ def _find(rows: list[dict[str, Any]], part: str) -> dict[str, Any] | None:
     return found[-1] if found else None
 
 
+def _usage_note(r: dict[str, Any]) -> str:
+    """CPU time ratio and page faults per call of a row, where the run measured them."""
+    if "cpu_ratio" not in r:
+        return ""
+    return (
+        f"; CPU {r['cpu_ratio']:.2f}x; page faults per call"
+        f" {r['native_faults']:,.0f} / {r['spyrejax_faults']:,.0f}"
+    )
+
+
 def targets_markdown(results: dict[str, Any]) -> str:
     """Issue 24's rows from a run, as the README's targets table (rows not run: "not run")."""
     lines = ["| case | latest | target |", "|---|---:|---:|"]
     for label, section, part, target in TARGETS:
         r = _find(results.get(section, []), part)
         head = "" if r is None else f"{r['ratio']:.2f}"
-        cell = "not run" if r is None else f"{head}x{_ratio(r)[len(head) :]}"
+        cell = "not run" if r is None else f"{head}x{_ratio(r)[len(head) :]}{_usage_note(r)}"
         lines.append(f"| {label} | {cell} | {target} |")
     dma = _find(results.get("dma", []), "(issue 24)")
     cell = (

@@ -35,6 +35,8 @@ def test_quick_run_of_one_case_each_writes_every_figure(tmp_path):
     (mm, mlp) = data["compute"]
     assert mm["case"].startswith("matmul") and mm["ratio_q1"] <= mm["ratio"] <= mm["ratio_q3"]
     assert mm["max_abs_err"] < 1e-2 and mlp["case"].startswith("MLP")
+    assert mm["cpu_ratio"] > 0 and mm["spyrejax_cpu_s"] > 0 and mm["native_cpu_s"] > 0
+    assert mm["native_faults"] >= 0 and mm["spyrejax_faults"] >= 0
     (dma,) = data["dma"]
     assert dma["bytes"] == 16 * 2**20
     for k in ("h2d", "d2h", "h2d_jit", "d2h_jit"):
@@ -110,7 +112,10 @@ def test_issue_24_rows_are_cases_of_the_full_run():
 def test_targets_table_has_every_row_and_says_what_was_not_run():
     row = {"native_s": 1.0, "spyrejax_s": 1.5, "ratio": 1.5}
     gpt = "GPT training step (adamw), 4 layers d 256 seq 128 batch 8"
+    usage = {"cpu_ratio": 1.25, "native_faults": 378.0, "spyrejax_faults": 16769.0}
+    norm = {"case": "padded: layer norm 4096x1000 bfloat16", **row, **usage}
     results = {
+        "compute": [norm],
         "programs": [{"case": gpt, **row}, {"case": f"{gpt}, dropout 0.1", **row, "ratio": 2.0}],
         "plan_scale": [{"layers": 32, "total_s": 4.25}],
     }
@@ -119,7 +124,9 @@ def test_targets_table_has_every_row_and_says_what_was_not_run():
     by_label = {line.split(" | ")[0].removeprefix("| "): line for line in lines[2:]}
     assert "| 1.50x |" in by_label[bench.TARGETS[5][0]]
     assert "| 2.00x |" in by_label["the same step with dropout"]
-    assert "| not run |" in by_label[bench.TARGETS[0][0]]
+    norm_cell = "| 1.50x; CPU 1.25x; page faults per call 378 / 16,769 |"
+    assert norm_cell in by_label[bench.TARGETS[0][0]]
+    assert "| not run |" in by_label[bench.TARGETS[1][0]]
     assert any("| 4.2 s |" in line for line in lines) and lines[-1].count("not run") == 1
 
 
