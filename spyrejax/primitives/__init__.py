@@ -21,8 +21,9 @@ from ._base import (
 from ._collectives import all_gather, all_to_all, ppermute, psum, psum_scatter, pvary
 from ._copies import concatenate, pad, reshape_copy, slice_copy
 from ._device_put import device_put
-from ._elementwise import ELEMENTWISE_OPS, ElementwiseOp, elementwise
-from ._elementwise import OPS as ELEMENTWISE
+from ._elementwise import elementwise
+from ._elementwise_ops import ELEMENTWISE_OPS, ElementwiseOp
+from ._elementwise_ops import OPS as ELEMENTWISE
 from ._host import host_call
 from ._iota import full, iota
 from ._lax_copy import lax_copy

@@ -34,6 +34,7 @@ from ..device._division import WorkDivision
 from ..device._space import OpSpace, TensorSpec
 from ..layout._layout import SpyreTensorLayout
 from ._array import MOVES, SpyreArray, SpyreType, batched_type
+from ._rounding import Rounding
 
 __all__ = [
     "Image",
@@ -275,7 +276,8 @@ class SpyrePrim(HiPrim):
 
     # --- its device side: what a division of it over the cores computes -------------------
     # A divided primitive (elementwise ops, astype, reductions, matmuls) defines both
-    # ``space`` and ``core_kernel``; the device model and ``emulate="cores"`` read them.
+    # ``space`` and ``core_kernel`` (and ``core_rounding`` if its per-core result may round
+    # otherwise); the device model and ``emulate="cores"`` read them.
 
     def space(self, ins: Sequence[TensorSpec], out: TensorSpec) -> OpSpace | None:
         """Its iteration space for a division over the cores, None if it is not divided.
@@ -309,6 +311,17 @@ class SpyrePrim(HiPrim):
             SpyreInternalError: for a primitive that is not divided.
         """
         raise SpyreInternalError(f"{type(self).__name__} is not divided: it has no core kernel")
+
+    def core_rounding(self, div: WorkDivision) -> Rounding | None:
+        """How far its result per core (:meth:`core_kernel`) may round from the whole-image one.
+
+        ``emulate="cores"``'s check mode compares the two within this bound. None (the
+        default): the same bits on every data position.
+
+        Args:
+            div: its division (over :meth:`space`).
+        """
+        return None
 
     @property
     def out_avals(self) -> tuple[Any, ...]:

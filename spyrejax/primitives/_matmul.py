@@ -42,6 +42,7 @@ from ._array import PadFill, SpyreArray, SpyreType, batched_layout
 from ._base import SpyrePrim
 from ._masks import from_data_dims, masked
 from ._ring import combine
+from ._rounding import Rounding, reassociated
 from ._values import accumulator
 from ._views import align_batch_dims
 
@@ -230,6 +231,10 @@ class Matmul(SpyrePrim):
         partial = _contract_cores(a, b, acc)
         total = combine(div, partial, lambda v, ax: jnp.sum(v, axis=ax, dtype=acc))
         return total.astype(out_dtype)
+
+    def core_rounding(self, div: WorkDivision) -> Rounding | None:
+        """A float product sums over K in another order (:func:`reassociated`)."""
+        return reassociated(div, self.in_avals[0].dtype, self.out_aval.dtype)
 
 
 def _contract_cores(a: jax.Array, b: jax.Array, acc: np.dtype) -> jax.Array:

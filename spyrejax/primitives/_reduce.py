@@ -47,6 +47,7 @@ from ._masks import (
     select,
 )
 from ._ring import combine, reduced
+from ._rounding import Rounding, reassociated
 from ._values import accumulator
 
 __all__ = [
@@ -520,6 +521,12 @@ class Reduce(SpyrePrim):
         if op.mean:
             total = total / math.prod(div.space.dim(n).extent for n in names)
         return total.astype(t.dtype)
+
+    def core_rounding(self, div: WorkDivision) -> Rounding | None:
+        """A float sum or mean reassociates (:func:`reassociated`); max, min... are exact."""
+        if not self.op.additive:
+            return None
+        return reassociated(div, self.in_avals[0].dtype, self.out_aval.dtype)
 
 
 REDUCTIONS = tuple(op.name for op in REDUCTIONS_TABLE)

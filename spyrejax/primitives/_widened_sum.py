@@ -20,7 +20,8 @@ from .._errors import LayoutError, SpyreTypeError
 from ._array import SpyreArray, SpyreType
 from ._astype import Astype
 from ._base import SpyrePrim, normalize_axes
-from ._elementwise import OP, Scalar
+from ._elementwise import Scalar
+from ._elementwise_ops import OP
 from ._pointwise import pointwise
 from ._reduce import CLASSES, Reduce
 from ._values import accumulator

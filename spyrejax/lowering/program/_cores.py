@@ -50,12 +50,8 @@ from ..._errors import SpyreUnsupportedError
 from ...device import Machine, WorkDivision, default_machine, divide_op
 from ...primitives._array import PadFill
 from ...primitives._base import image, wrap
-from ...primitives._elementwise import Elementwise
 from ...primitives._masks import masked, poison
-from ...primitives._matmul import Matmul
-from ...primitives._reduce import Reduce
-from ...primitives._ring import reduced
-from ...primitives._values import accumulator
+from ...primitives._rounding import Rounding
 from ._coremoves import loaded, stored
 from ._device import current_line, divided_space, take_hint
 
@@ -162,7 +158,7 @@ class CoreCheck:
     reduction's length, ``sum|terms|`` the same op on the operands' magnitudes); a
     division by a broadcast operand within two roundings (XLA multiplies by the
     reciprocal where it sees the broadcast), a transcendental within 4 ulps (see
-    :func:`_rounding`); ``0.0 == -0.0``
+    each primitive's ``core_rounding``); ``0.0 == -0.0``
     (see :func:`_agree`). Ops the
     device model does not divide (views, copies, restickifies, ``iota``, host
     fallbacks) run as in the default mode.
@@ -207,7 +203,7 @@ class CoreCheck:
         kept = np.ones(t.layout.device_size, bool)
         if t.pad is not PadFill.ZERO:
             kept = ~t.layout.padding_mask(t.base_shape)
-        bound = _rounding(prim, div)
+        bound = prim.core_rounding(div)
         if bound is None or not bound.n:
             jax.debug.callback(partial(self._compare, info, kept, bound), got, want)
             return
@@ -234,60 +230,7 @@ class CoreCheck:
                 self.mismatches.append(Mismatch(*info, detail))
 
 
-@dataclass(frozen=True)
-class _Bound:
-    """How far apart two roundings of one result may be, per position.
-
-    ``|per core - whole| <= n * eps_acc * magnitude + ulps * eps_out * |whole|`` (plus
-    ``n`` of the smallest normals, for flushed subnormals); ``magnitude`` is the op on
-    its operands' absolute values (``sum|terms|``), computed only when ``n > 0``.
-    """
-
-    n: int
-    eps_acc: float
-    eps_out: float
-    ulps: int = 1
-
-
-def _rounding(prim: Any, div: WorkDivision) -> _Bound | None:
-    """The rounding two ways of running ``prim`` may differ by; None: the same bits.
-
-    - A float sum, mean or matmul reassociates, and not only when its reduced dim is
-      split: XLA orders a sum by the shape it reduces (lanes, tiles), and a core reduces
-      its slice, not the whole image. Two orders of ``n`` terms differ by at most
-      ``n * eps(acc) * sum|terms|``, then one rounding to the result's dtype.
-    - XLA's CPU backend evaluates a transcendental (``ElementwiseOp.approximated``) by
-      polynomials that differ in the last bits between its vectorised loop and its
-      scalar remainder, so the same input gives another rounding at another position
-      of another array shape: within 4 ulps.
-    - XLA computes ``a / broadcast(b)`` as ``a * broadcast(1 / b)`` (two roundings);
-      a core whose slice holds one copy of a broadcast divisor divides exactly.
-    (Zeros of either sign are equal anyway, see :func:`_agree`.)
-    """
-    out = np.dtype(prim.out_aval.dtype)
-    if not jnp.issubdtype(out, jnp.floating):
-        return None
-    eps_out = float(jnp.finfo(out).eps)
-    if isinstance(prim, Elementwise):
-        if prim.op.approximated:
-            return _Bound(0, 0.0, eps_out, 4)
-        return _Bound(0, 0.0, eps_out, 2) if _divides_by_broadcast(prim, div) else None
-    if not isinstance(prim, Matmul) and not (isinstance(prim, Reduce) and prim.op.additive):
-        return None
-    acc = np.dtype(accumulator(prim.in_avals[0].dtype) or out)
-    n = math.prod(div.space.dim(name).extent for name in reduced(div))
-    return _Bound(n, float(jnp.finfo(acc).eps), eps_out)
-
-
-def _divides_by_broadcast(prim: Elementwise, div: WorkDivision) -> bool:
-    """A division whose divisor is an operand that does not walk every dim."""
-    if prim.op.name != "div" or len(prim.in_avals) != 2:
-        return False
-    walked = {w[0] for w in div.space.operands[1].walks if w is not None}
-    return any(d.extent > 1 and d.name not in walked for d in div.space.dims)
-
-
-def _agree(got: np.ndarray, want: np.ndarray, bound: _Bound | None, mag: Any) -> np.ndarray:
+def _agree(got: np.ndarray, want: np.ndarray, bound: Rounding | None, mag: Any) -> np.ndarray:
     """Per position: the same bits, both NaN, both zero, or within ``bound``.
 
     The sign of a zero is no evidence about a division: a max or min over ``-0.0`` and
