@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -70,7 +71,6 @@ def explain(
         for prim in option.copies
         if prim.role == "copy"
     )
-    ops = _ops(plan)
     return Report(
         closed,
         restickifies,
@@ -78,8 +78,7 @@ def explain(
         tuple(inputs),
         tuple(outputs),
         copies,
-        ops,
-        tuple(f for o in ops for f in o.fallbacks),
+        functools.partial(_ops, plan),  # the rows: made when first asked for
         sum(t.layout.nbytes for types in plan.sources.values() for t in types),
         program,
         collective_records(closed),

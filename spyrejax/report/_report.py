@@ -7,7 +7,7 @@ import html
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import DeviceError
@@ -95,8 +95,7 @@ class Report:
     input_dcis: tuple[tuple[str, DCI], ...]
     output_dcis: tuple[tuple[str, DCI], ...]
     copies: tuple[tuple[str, int], ...] = ()
-    nodes: tuple[OpInfo, ...] = ()
-    fallbacks: tuple[Fallback, ...] = ()
+    _nodes: Callable[[], tuple[OpInfo, ...]] = field(default=tuple, compare=False)
     source_bytes: int = 0
     device: DeviceProgram | None = None
 
@@ -107,6 +106,16 @@ class Report:
         A large program's text costs a good part of ``explain``'s time.
         """
         return self._closed.pretty_print(use_color=False)  # plain text in notebooks too
+
+    @functools.cached_property
+    def nodes(self) -> tuple[OpInfo, ...]:
+        """Every node of the plan with its costs, in plan order (made when first asked for)."""
+        return self._nodes()
+
+    @functools.cached_property
+    def fallbacks(self) -> tuple[Fallback, ...]:
+        """Every node run on the host, with the bytes it moves each way."""
+        return tuple(f for o in self.nodes for f in o.fallbacks)
 
     @functools.cached_property
     def tensors(self) -> tuple[TensorInfo, ...]:

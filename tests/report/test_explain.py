@@ -9,6 +9,7 @@ from helpers import rand
 
 import spyrejax as sj
 from spyrejax.lowering._graph import source_line
+from spyrejax.report import _explain
 
 
 @pytest.fixture(scope="module")
@@ -109,3 +110,16 @@ def test_a_function_that_moves_nothing_says_so():
     assert report.restickify_cost == report.copy_cost == 0
     assert all(not r.costly for r in report.lines)
     assert "restickify_cost: 0 elements moved (0 restickifies)" in str(report)
+
+
+def test_the_rows_are_made_once_when_first_asked_for(monkeypatch):
+    """``explain`` for the predicted time makes no row; the rows are made once."""
+    made = []
+    op = _explain._op
+    monkeypatch.setattr(_explain, "_op", lambda *a: made.append(1) or op(*a))
+    report = sj.explain(_two_layers, rand((T, D)), *_weights())
+    assert report.time_s > 0 and report.ops and not made
+    nodes = report.nodes
+    assert len(made) == len(nodes) > 0
+    assert str(report) and report.details() and report.fallbacks == ()
+    assert len(made) == len(nodes)
