@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ._cost import memory_seconds
+from ._cost import burst_seconds, memory_seconds
 from ._fusion import MATMUL_OPS, Fusion
 from ._machine import Machine
 from ._program import DeviceOp, OpDesc
@@ -55,7 +55,9 @@ def one_stream(members: list[DeviceOp], machine: Machine) -> list[tuple[int, Dev
     DDR time is each op's bytes at its pattern's bandwidth plus the turnaround of
     ``min(reads, writes)`` of them all, and its time ``max(compute, DDR, LX) + ring``,
     shared among those ops in proportion to their own times; each op is a stage of the
-    kernel, so its share is at least ``stage_s``. Matmuls keep their own cost (their
+    kernel, so its share is at least ``stage_s``. A kernel whose every DDR transfer is
+    one burst per core (``Machine.ddr_burst_bytes``) loads, then stores, unpipelined:
+    its DDR time is at least that (:func:`._cost.burst_seconds`). Matmuls keep their own cost (their
     model times their traffic). Returns ``(index, op)`` of the ops changed.
     """
     kernels = [op for op in members if op.desc.kind != "view" and op.opfunc not in MATMUL_OPS]
@@ -75,6 +77,9 @@ def one_stream(members: list[DeviceOp], machine: Machine) -> list[tuple[int, Dev
         for op, c in zip(kernels, costs, strict=True)
     )
     memory = streams + machine.turnaround_ns_per_byte * min(read, write) * 1e-9
+    memory = max(
+        memory, _bursts(machine, [c.read_bytes for c in costs], [c.write_bytes for c in costs])
+    )
     compute, lx = sum(c.compute_s for c in costs), sum(c.lx_s for c in costs)
     total = max(compute, memory, lx) + sum(c.ring_s for c in costs)
     own = sum(c.time_s - c.launch_s for c in costs)
@@ -84,6 +89,17 @@ def one_stream(members: list[DeviceOp], machine: Machine) -> list[tuple[int, Dev
         time = max(c.stage_s, part) + c.launch_s
         out.append((op.index, replace(op, cost=replace(c, time_s=time))))
     return out
+
+
+def _bursts(machine: Machine, reads: list[int], writes: list[int]) -> float:
+    """A fused kernel's DDR time as bursts (``burst_seconds``: 0 unless each is one).
+
+    Each op's DDR reads and its write are taken as one operand's burst: the kernel
+    loads them side by side, then stores.
+    """
+    return burst_seconds(
+        machine, tuple(r for r in reads if r), tuple(w for w in writes if w), machine.cores
+    )
 
 
 def attention_kernel(
@@ -101,7 +117,8 @@ def attention_kernel(
     matmuls' PT terms (the matmul model's rate at their divisions), DDR the bytes of
     every value entering the kernel read once (q, k, v, a mask; a fill one stick) and
     of every value leaving it written once, plus, when its intermediates do not fit
-    LX, their spill (each written and read once); LX the bytes its vector ops and
+    LX, their spill (each written and read once), at least its bursts' time when each
+    is one burst per core (as :func:`one_stream`); LX the bytes its vector ops and
     relayouts move through the cores' LX ports; ring a K split's partial sums; stages
     ``stage_s`` per op. The PT, the DMA engines and the vector units overlap (an
     assumption: the card's pipelining of a fused kernel is not measured). The time is
@@ -132,6 +149,7 @@ def attention_kernel(
     costs = [op.cost for op in kernels]
     pt = sum(c.compute_s for c in costs)
     ddr = memory_seconds(machine, sum(reads), sum(writes), machine.cores, "ddr")
+    ddr = max(ddr, _bursts(machine, reads, writes))
     lx = sum(c.lx_s for c in costs)
     total = max(pt, ddr, lx) + sum(c.ring_s for c in costs)
     own = sum(c.time_s - c.launch_s for c in costs)

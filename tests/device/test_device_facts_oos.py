@@ -162,6 +162,18 @@ def test_x_times_2_at_1_mb():
     assert r.time_s * 1e6 == pytest.approx(31.8, rel=0.15)
 
 
+def test_a_fused_kernel_of_bursts_loads_then_stores_as_x_times_2_does():
+    # Granite decode's scores [4, 32, 1, 4096] fp16 are 1 MB: a fused softmax of them
+    # reads and writes 32 KB a core, as x*2 at 1 MB does, and pays its stages on top.
+    shape = S((4, 32, 1, 4096), F16)
+    scale = sj.explain(lambda s: s * 2, shape).time_s
+    d = sj.explain(lambda s: jax.nn.softmax(s, -1), shape).device
+    (g,) = d.groups
+    stages = sum(d.ops[i].cost.stage_s for i in g.ops)
+    assert scale * 1e6 == pytest.approx(31.8, rel=0.15)
+    assert scale < g.time_s < scale + stages
+
+
 @pytest.mark.parametrize("mb", [1, 2])
 def test_the_burst_regime_ends_between_1_and_2_mb(mb):
     # Section 8: 2 MB more traffic took 6.9 us more (38.7 - 31.8), faster than the DDR's
