@@ -38,6 +38,7 @@ from jax.experimental.hijax import (
     vjp_from_jvp,
 )
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, Primitive, Var, jaxpr_as_fun
+from jax.extend.core.primitives import closed_call_p
 from jax.interpreters import ad, batching, mlir
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "batching",
     "call_body",
     "call_params",
+    "closed_call_p",
     "cond_branches",
     "expand_hi_primitive",
     "float64_mode",

@@ -21,10 +21,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend.core.primitives import closed_call_p
 
 from .._errors import SpyreInternalError, SpyreUnsupportedError
-from .._jax import call_params
+from .._jax import call_params, closed_call_p
 from ..layout._dtypes import SUPPORTED_DTYPES
 from ._graph import Graph, Node, Scalar, Value
 

@@ -220,3 +220,39 @@ def test_only_the_jax_module_reads_jaxpr_structure():
             if isinstance(node, ast.Constant) and node.value in _STRUCTURE:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
     assert not found, "read through spyrejax._jax instead: " + ", ".join(found)
+
+
+# JAX's APIs without a compatibility promise: its internals, experimental and extension
+# APIs, and the interpreters. spyrejax/_jax.py alone imports them, so a JAX upgrade that
+# moves one breaks one file at import.
+_UNSTABLE_JAX = ("jax._src", "jax.experimental", "jax.extend", "jax.interpreters")
+
+
+def test_only_the_jax_module_imports_unstable_jax_api():
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        if path == ROOT / "_jax.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            if any(n == u or n.startswith(u + ".") for n in names for u in _UNSTABLE_JAX):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, "import it through spyrejax._jax instead: " + ", ".join(found)
+
+
+def test_rules_are_registered_one_way():
+    """Every lowering rule goes into ``RULES`` through the registry's ``_register``."""
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            for t in targets:
+                if isinstance(t, ast.Subscript) and ast.unparse(t.value) == "RULES":
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    elsewhere = [f for f in found if not f.startswith("lowering/_registry.py:")]
+    assert found and not elsewhere, "register with _registry._register: " + ", ".join(elsewhere)

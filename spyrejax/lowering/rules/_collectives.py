@@ -43,7 +43,7 @@ from ...primitives._stick import canon, default_type, restickify_cost, stick_of,
 from .._graph import Graph, Node, Scalar, Value, build_graph
 from .._planner import Plan, host_input_type, plan_graph
 from .._regions import host_regions
-from .._registry import RULES, Mode, Rule
+from .._registry import Mode, Rule, _register
 from ..program import _record as record
 from ..program._interpret import Interpreter
 from ._control import Charge, HostCharge, plan_charges
@@ -271,7 +271,7 @@ def _auto(mesh: Any) -> Any:
     )
 
 
-RULES["shard_map"] = _ShardMap()
+_register(_ShardMap(), "shard_map")
 
 
 # --- collectives ----------------------------------------------------------------------
@@ -301,8 +301,8 @@ def _ppermute(params: dict[str, Any], x: Any) -> Any:
     return PPermute(jax.typeof(x), axes=axes, size=_size(axes), perm=perm)(x)
 
 
-RULES["psum"] = RULES["psum_invariant"] = _Same(_psum)
-RULES["ppermute"] = _Same(_ppermute)
+_register(_Same(_psum), "psum", "psum_invariant")
+_register(_Same(_ppermute), "ppermute")
 
 
 class _AlongDims(Rule):
@@ -341,9 +341,9 @@ def _all_to_all(params: dict[str, Any], x: Any) -> Any:
     return AllToAll(jax.typeof(x), axes=axes, size=_size(axes), split=split, concat=concat)(x)
 
 
-RULES["all_gather"] = _AlongDims(_all_gather)
-RULES["reduce_scatter"] = _AlongDims(_reduce_scatter)
-RULES["all_to_all"] = _AlongDims(_all_to_all)
+_register(_AlongDims(_all_gather), "all_gather")
+_register(_AlongDims(_reduce_scatter), "reduce_scatter")
+_register(_AlongDims(_all_to_all), "all_to_all")
 
 
 # --- reports --------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from ... import primitives as sp
 from ..._errors import SpyreUnsupportedError
 from ...primitives._stick import SPARSE, canon, stick_options
 from .._graph import Node
-from .._registry import RULES, Mode, Rule
+from .._registry import Mode, Rule, _register
 
 __all__: list[str] = []
 
@@ -41,4 +41,4 @@ class _Bitcast(Rule):
         return [sp.bitcast(args[0], node.params["new_dtype"])]
 
 
-RULES["bitcast_convert_type"] = _Bitcast()
+_register(_Bitcast(), "bitcast_convert_type")
