@@ -172,6 +172,21 @@ def test_every_package_is_a_layer():
     assert names <= set(LAYERS), names - set(LAYERS)
 
 
+# tests/ folders that are no package's: the public API as a whole, whole models, the
+# project itself (docs, tools, notebooks), the type checker's input, and data.
+_TEST_ONLY_FOLDERS = {"api", "models", "project", "typecheck", "peer_ops_lists"}
+
+
+def test_the_test_folders_mirror_the_package():
+    tests = ROOT.parent / "tests"
+    packages = {p.parent.relative_to(ROOT) for p in ROOT.rglob("__init__.py")} - {Path()}
+    folders = {p.relative_to(tests) for p in tests.rglob("*") if p.is_dir()}
+    folders = {f for f in folders if not any(p.startswith((".", "__")) for p in f.parts)}
+    assert packages <= folders, f"no tests folder for {sorted(map(str, packages - folders))}"
+    extra = {f for f in folders - packages if f.parts[0] not in _TEST_ONLY_FOLDERS}
+    assert not extra, f"tests folders with no package: {sorted(map(str, extra))}"
+
+
 def test_the_layout_core_imports_no_jax():
     core = (
         "spyrejax.layout._layout",
