@@ -38,7 +38,10 @@ def core_dci(division: WorkDivision, operand: int, core: int, *, load: bool = Tr
     lx = SpyreTensorLayout.from_stride_map(shape, strides, t.layout.device_dtype)
     name = f"{t.name or f'operand{operand}'}.core{core}"
     dci = generate_dci(shape, lx, host_strides=strides, host_to_device=load, name=name)
-    start = sum(a * s for (a, _), s in zip(box, strides, strict=True))
+    # A window of a larger buffer (a layout with gaps): boxes count from its valid range,
+    # which starts at the front gaps.
+    front = t.layout.gap_offsets if t.layout.has_gaps else (0,) * len(strides)
+    start = sum((a + f) * s for (a, _), f, s in zip(box, front, strides, strict=True))
     if load:
         descs = tuple(replace(d, offset_src=d.offset_src + start) for d in dci)
     else:
