@@ -14,6 +14,9 @@ SuperDSC ``frontGap_``/``backGap_``), so joining the pieces moves nothing:
   place, of the buffer it updates): a view of the buffer the pieces were written into;
 - :class:`FillAround` is a ``pad`` whose operand was written into its window: only the
   border is written (with the fill);
+- :class:`SliceView` is a static slice seen in its window of the operand's buffer (the
+  halves of RoPE's rotate-half: ``x[..., :D/2]``, ``x[..., D/2:]``): a view whose start
+  offset is the window's front gaps, read in place by the kernels that take gaps;
 - :class:`UpdateAt` is an update in place at start indices known only at run time
   (a KV cache grown at a traced position): the update's producer writes it at the
   window those indices select (its output descriptors offset at launch, from the
@@ -47,10 +50,12 @@ __all__ = [
     "Assemble",
     "FillAround",
     "Place",
+    "SliceView",
     "UpdateAt",
     "assemble",
     "fill_around",
     "place",
+    "slice_view",
     "ungapped",
     "update_at",
     "update_dims",
@@ -176,6 +181,59 @@ class Place(SpyrePrim):
 
     def tangent_kernel(self, img: jax.Array) -> jax.Array:
         return self.kernel(img, exact=False)
+
+
+class SliceView(SpyrePrim):
+    """A static slice (unit strides) seen in its window of the operand's buffer.
+
+    The result is a fresh-looking array of the piece's shape whose layout is the
+    piece's :func:`window_layout` in the operand's buffer: its start offset is the
+    window's front gaps (device positions), so the index map, both DMA engines,
+    pictures and export read it through the gap rules. Nothing moves. The operand must
+    be a plain array (no view, no gaps) in a default layout, and the piece a window of
+    it (:func:`window_layout`'s conditions: whole device steps on every cut dim).
+    """
+
+    role = "view"
+    takes_gaps = True
+    start: tuple[int, ...]
+    limit: tuple[int, ...]
+
+    def __init__(self, aval: SpyreType, *, start: tuple[int, ...], limit: tuple[int, ...]) -> None:
+        if aval.is_view or aval.layout.has_gaps:
+            raise LayoutError(
+                f"slice view: {aval.str_short()} is a view or a window itself; its slices "
+                "are copies"
+            )
+        piece = tuple(b - a for a, b in zip(start, limit, strict=True))
+        layout = window_layout(aval.layout, aval.shape, piece, start)
+        self.in_avals = (aval,)
+        self.out_aval = SpyreType.contiguous(piece, aval.dtype, layout, aval.pad)
+        self.params = {"start": start, "limit": limit}
+        super().__init__()
+
+    def kernel(self, img: jax.Array) -> jax.Array:
+        return img  # the window is the operand's buffer itself
+
+
+def slice_view(x: SpyreArray, start: Sequence[int], limit: Sequence[int]) -> SpyreArray:
+    """``x[start:limit]`` (unit strides) as a view: its window of ``x``'s buffer.
+
+    Raises:
+        LayoutError: if ``x`` is a view or a window, or the slice is no window of its
+            buffer (it cuts a device step, or the stick dim off a stick boundary).
+    """
+    aval = jax.typeof(x)
+    if not isinstance(aval, SpyreType):
+        raise SpyreTypeError(f"slice_view: needs a SpyreArray, got {aval}")
+    start_, limit_ = tuple(int(i) for i in start), tuple(int(i) for i in limit)
+    if (
+        len(start_) != aval.ndim
+        or len(limit_) != aval.ndim
+        or any(not 0 <= a < b <= n for a, b, n in zip(start_, limit_, aval.shape, strict=True))
+    ):
+        raise LayoutError(f"slice_view: [{start_}, {limit_}) is outside {aval.shape} or empty")
+    return SliceView(aval, start=start_, limit=limit_)(x)
 
 
 class Assemble(SpyrePrim):

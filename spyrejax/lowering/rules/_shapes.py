@@ -12,8 +12,10 @@ import numpy as np
 
 from ... import primitives as sp
 from ..._errors import SpyreUnsupportedError
+from ...primitives._in_place import slice_view
 from ...primitives._stick import (
     SPARSE,
+    canon,
     dim_order_for,
     grouped_layout,
     stick_options,
@@ -141,12 +143,26 @@ _register(_Iota(), "iota")
 
 class _Slice(Rule):
     def modes(self, node: Node) -> list[Mode]:
-        return [Mode((None,), s) for s in stick_options(node.outs[0].shape)]
+        """A copy into any stick; with unit strides, also a view: its window of the operand.
+
+        The view reads the operand in a default layout stuck on any of its dims, and is
+        a window of that buffer where the slice cuts whole device steps
+        (``primitives._in_place.slice_view``; else the planner finds it refused).
+        """
+        out = node.outs[0]
+        modes = [Mode((None,), s) for s in stick_options(out.shape)]
+        strides = node.params.get("strides")
+        if strides is None or all(k == 1 for k in strides):
+            x = node.ins[0]
+            modes += [Mode((s,), canon(out.shape, s), "view") for s in stick_options(x.shape)]
+        return modes
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         out = node.outs[0]
         start = tuple(node.params["start_indices"])
         limit = tuple(node.params["limit_indices"])
+        if mode.variant == "view":  # a LayoutError when the slice is no window
+            return [slice_view(args[0], start, limit)]
         strides = node.params.get("strides")
         dim_order = dim_order_for(out.shape, mode.out)
         return [sp.slice_copy(args[0], start, limit, strides, dim_order=dim_order)]
