@@ -37,6 +37,7 @@ from ..layout._devdims import DevDim, layout_from_dims
 from ._array import PadFill, SpyreArray, SpyreType
 from ._axes import collapsed, merge_axes
 from ._base import SpyrePrim, normalize_axes
+from ._in_place import ungapped, valid_image
 from ._masks import (
     data_mask,
     from_data_dims,
@@ -403,8 +404,10 @@ class Reduce(SpyrePrim):
     op: ClassVar[ReductionOp]
     axes: tuple[int, ...]
     keepdims: bool
+    takes_gaps = True  # reduces its operand's valid range; its result has no gaps
 
     def __init__(self, aval: SpyreType, *, axes: tuple[int, ...], keepdims: bool) -> None:
+        window, aval = aval, ungapped(aval)
         shape = tuple(1 if d in axes else n for d, n in enumerate(aval.shape))
         if not keepdims:
             shape = tuple(n for d, n in enumerate(aval.shape) if d not in axes)
@@ -417,7 +420,7 @@ class Reduce(SpyrePrim):
         # Dense sums of masked padding are exact zeros: a fill the type can promise.
         lanes_filled = any(not d.is_data and d.size > 1 for d in dims)
         zero = self.op.additive and not lanes_filled
-        self.in_avals = (aval,)
+        self.in_avals = (window,)
         self.out_aval = SpyreType.contiguous(
             shape, aval.dtype, layout, PadFill.ZERO if zero else PadFill.POISON
         )
@@ -436,7 +439,8 @@ class Reduce(SpyrePrim):
         In the accumulator's dtype (float32 for half-float sums), before any division.
         ``then`` (half-float sums only) maps the widened values before they are summed.
         """
-        t = self.in_avals[0]
+        img = valid_image(img, self.in_avals[0].layout)
+        t = ungapped(self.in_avals[0])
         op = self.op
         mask = data_mask(t)
         take = self._take
