@@ -120,3 +120,28 @@ def test_the_cores_read_a_window_from_its_front_gap():
     want = [sj.to_host(v) for v in sj.jit(f)(*args)]
     got = [sj.to_host(v) for v in sj.jit(f, emulate="cores")(*args)]
     assert all(same_bits(g, w) for g, w in zip(got, want, strict=True))
+
+
+def test_a_reduction_reads_a_window_and_a_matmul_has_it_moved_out():
+    # Reductions iterate their operand's valid range: nothing moves. A matmul refuses a
+    # window by name, and the planner moves the half out, visibly (a restickify whose
+    # reason is the refusal).
+    x = rand((4, 2, 64), jnp.float32, seed=4)
+
+    def reduced(x):
+        return x[..., 32:].sum(1), x[..., :32].max(0)
+
+    report = sj.explain(reduced, x)  # (the results return to their default layouts)
+    assert report.copy_cost == 0 and not [r for r in report.restickifies if "(slice at" in r.value]
+    assert report.jaxpr.count("SliceView") == 2
+    assert_matches_jax_jit(reduced, x, reduce_len=4)
+    cores = [sj.to_host(v) for v in sj.jit(reduced, emulate="cores")(x)]
+    assert all(same_bits(c, w) for c, w in zip(cores, jax.jit(reduced)(x), strict=True))
+
+    def product(x, w):
+        return x[..., 32:] @ w
+
+    w = rand((32, 32), jnp.float32, seed=5)
+    (moved,) = [r for r in sj.explain(product, x, w).restickifies if "(slice at" in r.value]
+    assert "dot_general" in moved.reason and "refused its layout" in moved.reason
+    assert_matches_jax_jit(product, x, w, reduce_len=32)
