@@ -104,8 +104,15 @@ class TensorSpec:
 
     @property
     def nbytes(self) -> int:
-        """Device bytes of its image (stick-granular)."""
-        return self.layout.nbytes
+        """Device bytes of its image (stick-granular); of a window, its valid range.
+
+        A window of a larger buffer (a layout with gaps) is read and written in its
+        valid range only: the gaps are the buffer's other slots.
+        """
+        layout = self.layout
+        if layout.has_gaps:
+            return BYTES_PER_STICK * math.prod(layout.valid_size[:-1])
+        return layout.nbytes
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import numpy as np
 from .. import primitives as sp
 from ..layout import BYTES_PER_STICK, SpyreTensorLayout
 from ..primitives._array import SpyreType
+from ..primitives._copies import SliceCopy
 from ..primitives._in_place import FillAround
 from ..primitives._iota import Full
 from ..primitives._stick import SPARSE, default_layout, restickify_cost, stick_of
@@ -104,6 +105,9 @@ def traffic(called: list[Any]) -> int:
             total += BYTES_PER_STICK
         elif isinstance(p, FillAround):  # an in-place pad writes its border only
             total += _elements_bytes(p.moves, _spyre_types(p.out_avals))
+        elif isinstance(p, SliceCopy):  # reads what its result's elements are, as charged
+            (t,), out = _spyre_types(p.in_avals), p.out_aval
+            total += -(-read_bytes(t) * out.size // max(t.size, 1)) + nbytes(out)
         elif isinstance(p, sp.SpyrePrim):
             total += sum(map(read_bytes, _spyre_types(p.in_avals)))
             total += sum(map(nbytes, _spyre_types(p.out_avals)))

@@ -837,7 +837,10 @@ def test_split_heads_and_gradients_through_copies():
     lowered = sj.jit(f).lower(x, w)
     report = sj.explain(f, x, w)
     assert report.copy_cost == lowered.plan.cost > 0  # the copies are charged and reported
-    assert [what.split(" at ")[0] for what, _ in report.copies].count("slice") == 4
+    # q, k and v are views (each two whole float32 sticks of the product: SliceView
+    # windows); v[:, :10] cuts a stick, so it and the concatenate's pieces are copies.
+    assert [what.split(" at ")[0] for what, _ in report.copies].count("slice") == 1
+    assert report.jaxpr.count("SliceView") == 3
     assert "copy_cost" in str(report) and "copy_cost" in report._repr_html_()
     _check(lambda x: x[:, ::2] * 2, x)  # strided slices are copies too
 
