@@ -43,6 +43,7 @@ from ._base import SpyrePrim
 from ._masks import from_data_dims, masked
 from ._ring import combine
 from ._rounding import Rounding, reassociated
+from ._tuning import tuning
 from ._values import accumulator
 from ._views import align_batch_dims
 
@@ -261,21 +262,11 @@ def _contract_whole(subscripts: str, a: jax.Array, b: jax.Array, acc: Any) -> ja
     return _contract(subscripts, a, b, acc)
 
 
-_TILE_GROUP_BYTES = 2 << 20
-"""The most bytes of B (in the accumulator's dtype) one step of the tile loop converts:
-small enough to stay in cache between the conversion and the dot."""
-
-_TILE_LOOP_MIN_BYTES = 16 << 20
-"""The least bytes of B (in the accumulator's dtype) worth the loop: a smaller copy
-stays in the last-level cache, and the loop's steps cost more than it (measured). A
-quarter of it when B's k is padded: one dot then pads B and copies it again."""
-
-
 def _tile_groups(plan: _Plan, a: jax.Array, b: jax.Array, acc: Any) -> int:
     """How many groups of n tiles the product loops over; 1 runs it as one dot.
 
     A group is the most whole tiles that divide B's leading dim and fit
-    ``_TILE_GROUP_BYTES``. The loop pays off when B is large and A is small (small m):
+    ``Tuning.tile_group_bytes``. The loop pays off when B is large and A is small (small m):
     every step reads all of A again, so the steps' reads of A must stay a quarter of
     B's bytes or less (at m = 250 and more the single dot was as fast or faster).
     """
@@ -283,10 +274,11 @@ def _tile_groups(plan: _Plan, a: jax.Array, b: jax.Array, acc: Any) -> int:
     tiles = b.shape[0]
     tile_bytes = math.prod(b.shape[1:]) // b.shape[plan.b_k_axis] * plan.k_padded * size
     padded_k = plan.k_padded != b.shape[plan.b_k_axis]
-    least = _TILE_LOOP_MIN_BYTES // 4 if padded_k else _TILE_LOOP_MIN_BYTES
+    least = tuning().tile_loop_min_bytes // (4 if padded_k else 1)
     if tiles < 2 or tiles * tile_bytes < least:
         return 1
-    fit = [g for g in range(1, tiles + 1) if tiles % g == 0 and g * tile_bytes <= _TILE_GROUP_BYTES]
+    most = tuning().tile_group_bytes
+    fit = [g for g in range(1, tiles + 1) if tiles % g == 0 and g * tile_bytes <= most]
     groups = tiles // max(fit, default=1)
     return groups if groups * a.size * size * 4 <= tiles * tile_bytes else 1
 

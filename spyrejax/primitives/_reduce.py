@@ -49,6 +49,7 @@ from ._masks import (
 )
 from ._ring import combine, reduced
 from ._rounding import Rounding, reassociated
+from ._tuning import tuning
 from ._values import accumulator
 
 __all__ = [
@@ -168,10 +169,6 @@ def _lax_reduce(op: ReductionOp) -> Any:
     return reduce
 
 
-#: Images larger than this reduce over tiles and lanes in two stages (see ``_staged``).
-STAGED_REDUCTION_BYTES = 16 * 2**20
-
-
 def _staged(
     img: jax.Array, axes: tuple[int, ...], reduce: Any, nbytes: int | None = None
 ) -> jax.Array:
@@ -181,13 +178,13 @@ def _staged(
     optimization barrier. Fused in one pass with its consumers, XLA's CPU reduction over
     tile and lane axes walks the image a stick at a time across tiles: fine while the
     image stays in cache, 2x slower than native beyond it (softmax over 4096x4096;
-    staged, 1.2x). Below :data:`STAGED_REDUCTION_BYTES` the fused pass is faster.
+    staged, 1.2x). Below ``Tuning.staged_reduction_bytes`` the fused pass is faster.
     ``nbytes`` is the size of the image ``img`` was reduced from (default: its own).
     """
     last = img.ndim - 1
     outer = tuple(a for a in axes if a != last)
     size = img.nbytes if nbytes is None else nbytes
-    if last not in axes or not outer or size <= STAGED_REDUCTION_BYTES:
+    if last not in axes or not outer or size <= tuning().staged_reduction_bytes:
         return reduce(img, axes)
     partial = jax.lax.optimization_barrier(reduce(img, outer))
     return reduce(partial, (partial.ndim - 1,))
@@ -242,7 +239,7 @@ def _reduce_data(
     the consumers). What lies past an inexact bound (for a partial last stick whose
     tiles and lanes are apart, the last tile) is a slab, masked and reduced on its
     own, then combined: the select only touches the slabs. The remaining axes are
-    reduced last (staged for large images). Images over :data:`STAGED_REDUCTION_BYTES`
+    reduced last (staged for large images). Images over ``Tuning.staged_reduction_bytes``
     reduce the axes without padding first instead (lanes: one read in memory order,
     which fuses a half float's conversion too), then the box of that small result.
 
@@ -263,7 +260,7 @@ def _reduce_data(
     bound = [b for b, _ in box]
     inner = tuple(a for a in axes if a not in cut)
     cuts = _Cuts(mask, box, axes, cut, [a for a in cut if not box[a][1]], bound, fill, widen)
-    if inner and (widen is not None or wide.nbytes > STAGED_REDUCTION_BYTES):
+    if inner and (widen is not None or wide.nbytes > tuning().staged_reduction_bytes):
         return _reduce_large(wide, img, inner, cuts, reduce, _COMBINE[op.lax])
     return _reduce_window(wide, img, identity, cuts, reduce, _COMBINE[op.lax])
 

@@ -194,10 +194,8 @@ def test_preferred_element_type_must_keep_the_kind():
     ],
     ids=str,
 )
-def test_large_weights_are_contracted_tile_group_by_tile_group(
-    monkeypatch, m, k, n, dtype, pet, per_group
-):
-    from spyrejax.primitives import _matmul
+def test_large_weights_are_contracted_tile_group_by_tile_group(m, k, n, dtype, pet, per_group):
+    from spyrejax.primitives._tuning import tuned
 
     rng = np.random.default_rng(7)
     if jnp.issubdtype(dtype, jnp.integer):
@@ -209,11 +207,10 @@ def test_large_weights_are_contracted_tile_group_by_tile_group(
     stick = b.layout.elems_per_stick
     tile_bytes = -(-k // stick) * stick * stick * 4  # every case accumulates in 4 bytes
     # Shrink the thresholds so these small weights take the loop (real ones: >= 16 MiB).
-    monkeypatch.setattr(_matmul, "_TILE_LOOP_MIN_BYTES", 0)
-    monkeypatch.setattr(_matmul, "_TILE_GROUP_BYTES", per_group * tile_bytes)
     fn = jax.jit(lambda a, b: sj.matmul(a, b, preferred_element_type=pet))
-    assert "stablehlo.while" in fn.lower(a, b).as_text()
-    out = fn(a, b)
+    with tuned(tile_loop_min_bytes=0, tile_group_bytes=per_group * tile_bytes):
+        assert "stablehlo.while" in fn.lower(a, b).as_text()
+        out = fn(a, b)
     want = _ref(x, y) if pet is None else jnp.matmul(x, y, preferred_element_type=pet)
     if jnp.issubdtype(dtype, jnp.integer):
         np.testing.assert_array_equal(np.asarray(sj.to_host(out)), np.asarray(want))

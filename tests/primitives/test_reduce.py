@@ -58,8 +58,8 @@ def test_reductions_of_row_major_arrays(op, axis):
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_large_images_reduce_in_two_stages_with_the_same_result(op, monkeypatch):
-    from spyrejax.primitives import _reduce
+def test_large_images_reduce_in_two_stages_with_the_same_result(op):
+    from spyrejax.primitives._tuning import tuned
 
     x = rand((5, 20, 150), jnp.float32, np.random.default_rng(1))
     fn, ref_fn = OPS[op]
@@ -70,10 +70,9 @@ def test_large_images_reduce_in_two_stages_with_the_same_result(op, monkeypatch)
             "optimization_barrier"
             not in jax.jit(lambda a, axis=axis: fn(a, axis)).lower(a).as_text()
         )
-        monkeypatch.setattr(_reduce, "STAGED_REDUCTION_BYTES", 0)
-        staged = fn(a, axis)
-        hlo = jax.jit(lambda a, axis=axis: fn(a, axis)).lower(a).as_text()
-        monkeypatch.undo()
+        with tuned(staged_reduction_bytes=0):
+            staged = fn(a, axis)
+            hlo = jax.jit(lambda a, axis=axis: fn(a, axis)).lower(a).as_text()
         assert "optimization_barrier" in hlo and fused.type == staged.type
         n = _terms(x.shape, axis)
         assert_close(sj.to_host(staged), ref_fn(x, axis=axis), reduce_len=n, ops=2)
