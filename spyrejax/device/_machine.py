@@ -342,7 +342,9 @@ class Machine:
                 "B32_M512_N128_K512 ranked by their jobs per core; 0.3 us and more misrank "
                 "the decode QK^T and prefill QK^T shapes)"
             ),
-            "mm_partial_sum_bw": _FIT + " (near a core's share of DDR: 150 GB/s / 32 = 4.7)",
+            "mm_partial_sum_bw": _FIT
+            + " (near a core's share of DDR: 150 GB/s / 32 = 4.7); a core whose slices and "
+            "partials all stay in LX combines over the ring instead (ring_bw)",
             "lx_bytes": d,
             "lx_fraction": "torch-spyre's default DXP_LX_FRAC_AVAIL (spec section 8)",
             "lx_alignment": d,

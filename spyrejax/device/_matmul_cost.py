@@ -37,7 +37,12 @@ bytes a division must read explain little of its time; what does (section 8):
   batched operand's rows, so a core's accumulators carry all its batch slices; when they
   do not fit ``lx_usable`` and its K slice spans more than one stick, the fp32 partial
   sums go to DDR and back between K steps (DDR bytes, no constant of their own).
-- **K-split**: fp32 partial sums of each core's output block, combined by its partners.
+- **K-split**: fp32 partial sums of each core's output block, combined by its partners
+  at ``mm_partial_sum_bw`` (fitted: the partials of a core that streams its slices are
+  combined between its DMA transfers). A core whose whole working set stays in LX (its
+  slices of A and B beside its fp32 output block, within ``lx_usable``) runs one pass and
+  hands its partials LX to LX to its K partners, ring neighbours (spec section 2), at
+  the ring bandwidth: section 8's decode QK^T 8_2_1_2 at lx_fraction 0.8.
 
 ``time = max(PT, max(DDR, runs) + sync) + K-split``. The fitted constants are
 :class:`Machine` fields with their origin. Pure Python; nothing here reads JAX.
@@ -71,7 +76,8 @@ class MatmulTime:
             written (with any partial-sum spill).
         runs_s: DMA setups of core 0's contiguous runs not hidden by their transfer.
         sync_s: barriers of tiles multicast to more cores than a cohort serves.
-        reduce_s: combining a K split's fp32 partial sums.
+        reduce_s: combining a K split's fp32 partial sums (over the ring when the
+            core's slices and partials all stay in LX).
         read_bytes: DDR bytes read (unique bytes times LX re-reads, plus spilled
             partial sums read back).
         write_bytes: DDR bytes written (the output, plus spilled partial sums).
@@ -221,7 +227,9 @@ def matmul_time(
     ddr = (read + write) / bw + turn
     sk = division.splits[k_name]
     partial = division.core_bytes(2) * machine.mm_accumulator_bytes // out.tensor.itemsize
-    reduce = (sk - 1) / sk * partial / machine.mm_partial_sum_bw
+    resident = batch * (m * n * machine.mm_accumulator_bytes + (m + n) * k * itemsize)
+    combine = machine.ring_bw if resident <= machine.lx_usable else machine.mm_partial_sum_bw
+    reduce = (sk - 1) / sk * partial / combine
     return MatmulTime(pt, ddr, runs * machine.mm_run_s, sync, reduce, read_bytes, write, passes)
 
 

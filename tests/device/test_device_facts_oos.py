@@ -80,8 +80,6 @@ BUDGET_PAIRS = [
 BUDGET_MISSES = {
     ((8, 2, 1, 2), 0.2): "123 us: its 2-way K split's fp32 partials (295 KB a core) do not "
     "fit 0.2 beside B, a cost the model has no term for",
-    ((8, 2, 1, 2), 0.8): "123 us: the K split is combined at the fitted 5.86 GB/s a core "
-    "even where the partials fit LX and could cross the ring",
     ((1, 32, 1, 1), 0.2): "188 us: a 32-way multicast of a batched B's chunks costs the card "
     "2.5x the fitted barrier (q_proj's 32-way one costs less)",
 }
