@@ -46,8 +46,10 @@ so no view can reach outside its buffer.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -70,6 +72,7 @@ __all__ = [
     "aligned_empty",
     "host_engine_suits",
     "run_on_host",
+    "without_kernel",
 ]
 
 #: Host bytes per block of a blocked copy (measured best on 2-core x86: 32-128 KiB).
@@ -89,6 +92,26 @@ _ALIGN = 64  # what the CPU client needs to adopt a NumPy buffer without a copy
 _KERNEL_WIDTHS = (1, 2, 4, 8)  # element widths the transpose kernel moves
 #: Whether the element-transpose kernel (:mod:`spyrejax.dma._transpose`) was built.
 NATIVE_TRANSPOSE = _native is not None
+_WITHOUT_KERNEL: ContextVar[bool] = ContextVar("spyrejax_without_kernel", default=False)
+
+
+@contextlib.contextmanager
+def without_kernel() -> Iterator[None]:
+    """Host DMA inside the block runs as if built without a C compiler (tests).
+
+    The NumPy engine moves runs, and element transposes go to XLA, as they do where the
+    kernel (:mod:`spyrejax.dma._transpose`) could not be built.
+    """
+    token = _WITHOUT_KERNEL.set(True)
+    try:
+        yield
+    finally:
+        _WITHOUT_KERNEL.reset(token)
+
+
+def _kernel() -> Any:
+    """The C kernel's module, or None: not built, or off (:func:`without_kernel`)."""
+    return None if _WITHOUT_KERNEL.get() else _native
 
 
 def host_engine_suits(descriptors: Sequence[Descriptor], itemsize: int) -> bool:
@@ -161,10 +184,11 @@ def _in_bytes(strides: Sequence[int], item: int) -> tuple[int, ...]:
 
 def _kernel_runs(d: Descriptor, itemsize: int) -> bool:
     """Whether the transpose kernel is built and takes this descriptor."""
+    native = _kernel()
     return (
-        _native is not None
+        native is not None
         and itemsize in _KERNEL_WIDTHS
-        and len(d.size) <= _native.MAX_DIMS
+        and len(d.size) <= native.MAX_DIMS
         and _transpose_dims(d.size, d.stride_src, d.stride_dst) is not None
     )
 
@@ -231,10 +255,11 @@ def run_on_host(
     item = src.itemsize
     src_bytes, dst_bytes = src.reshape(-1).view(np.uint8), dst.reshape(-1).view(np.uint8)
     stream = dst.nbytes >= STREAM_BYTES
+    native = _kernel()
     for d in descriptors:
         sizes, s_src, s_dst = d.size[::-1], d.stride_src[::-1], d.stride_dst[::-1]
         run = 1
-        if _native is not None and sizes and _moves_runs(d) and len(sizes) <= _native.MAX_DIMS:
+        if native is not None and sizes and _moves_runs(d) and len(sizes) <= native.MAX_DIMS:
             _copy_runs(dst_bytes, src_bytes, d, item, stream)
             continue
         if sizes and _moves_runs(d):  # contiguous runs: one element each

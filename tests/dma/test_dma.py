@@ -19,7 +19,7 @@ from strategies import dim_orders, dtypes, seeds, shapes, shapes_and_orders, til
 import spyrejax as sj
 from spyrejax import SpyreTensorLayout
 from spyrejax.dma import _boxes, _dma
-from spyrejax.dma._host_dma import NATIVE_TRANSPOSE
+from spyrejax.dma._host_dma import NATIVE_TRANSPOSE, without_kernel
 
 F16 = np.float16
 RNG = np.random.default_rng(0)
@@ -269,8 +269,7 @@ def test_property_eager_and_jitted_transfers_agree_bit_for_bit(case, dtype, seed
     assert same_bits(sj.dma_d2h(eager, shape, layout), x)
 
 
-def test_engine_choice_follows_stick_granularity(monkeypatch):
-    from spyrejax.dma import _host_dma
+def test_engine_choice_follows_stick_granularity():
     from spyrejax.dma._dci import Descriptor
     from spyrejax.dma._host_dma import SMALL_ELEMENTS, host_engine_suits
 
@@ -286,9 +285,9 @@ def test_engine_choice_follows_stick_granularity(monkeypatch):
     assert host_engine_suits(sj.generate_dci((40, 60), SpyreTensorLayout((40, 60), F16, [1, 0])), 2)
     gather = Descriptor((64, 4096), (2, 256), (1, 64), 0, 0)  # no loop contiguous in src
     assert not host_engine_suits([gather], 2)
-    monkeypatch.setattr(_host_dma, "_native", None)  # built without a C compiler
-    assert host_engine_suits(default, 2)
-    assert not host_engine_suits(column, 2)
+    with without_kernel():  # as if built without a C compiler
+        assert host_engine_suits(default, 2)
+        assert not host_engine_suits(column, 2)
 
 
 def test_eager_transfers_hand_over_aligned_buffers_without_copies():
@@ -345,12 +344,9 @@ def test_large_element_transposes_run_on_the_kernel(monkeypatch):
     assert len(calls) == 2 * len(sj.generate_dci(TRANSPOSED, layout).descriptors)
 
 
-def test_without_the_kernel_large_element_transposes_run_in_xla(monkeypatch):
-    from spyrejax.dma import _host_dma
-
+def test_without_the_kernel_large_element_transposes_run_in_xla():
     x, layout, jitted = _transposed_case()
-    monkeypatch.setattr(_host_dma, "_native", None)  # as if built without a C compiler
-    with dma_transfers() as transfers:
+    with without_kernel(), dma_transfers() as transfers:  # as if built without a C compiler
         image = sj.dma_h2d(x, layout)
         back = sj.dma_d2h(image, TRANSPOSED, layout)
     assert [engine for _, engine, _ in transfers] == ["xla", "xla"]
@@ -361,7 +357,7 @@ def test_without_the_kernel_large_element_transposes_run_in_xla(monkeypatch):
 @needs_kernel
 @pytest.mark.parametrize("shape", [(1200, 1024), (1200, 1000), (600, 8, 250)])
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.int8])
-def test_streamed_stick_runs_match_numpy_and_xla(monkeypatch, shape, dtype):
+def test_streamed_stick_runs_match_numpy_and_xla(shape, dtype):
     # Images of at least STREAM_BYTES take the C kernel's streaming stores (runs of whole
     # and partial sticks, unaligned host rows included); the NumPy engine (built without
     # the kernel) and XLA (inside jax.jit) must give the same bits both ways.
@@ -373,9 +369,9 @@ def test_streamed_stick_runs_match_numpy_and_xla(monkeypatch, shape, dtype):
     jitted = jax.jit(sj.dma_h2d, static_argnames="layout")(x, layout)
     streamed = sj.dma_h2d(x, layout)
     back = sj.dma_d2h(streamed, shape, layout)
-    monkeypatch.setattr(_host_dma, "_native", None)
-    assert same_bits(streamed, jitted) and same_bits(streamed, sj.dma_h2d(x, layout))
-    assert same_bits(back, x) and same_bits(sj.dma_d2h(jitted, shape, layout), x)
+    with without_kernel():
+        assert same_bits(streamed, jitted) and same_bits(streamed, sj.dma_h2d(x, layout))
+        assert same_bits(back, x) and same_bits(sj.dma_d2h(jitted, shape, layout), x)
 
 
 def test_the_kernel_is_built_wherever_a_c_compiler_is():
