@@ -20,6 +20,9 @@ family in :mod:`spyrejax.lowering.rules`; a primitive without a rule raises
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -38,7 +41,16 @@ from ..primitives._stick import (
 )
 from ._graph import Node, Scalar, Value
 
-__all__ = ["HOST_FALLBACK", "RULES", "Mode", "Rule", "is_host_fallback", "lower_node", "rule_for"]
+__all__ = [
+    "HOST_FALLBACK",
+    "RULES",
+    "Mode",
+    "Rule",
+    "is_host_fallback",
+    "lower_node",
+    "rule_for",
+    "watching",
+]
 
 
 @dataclass(frozen=True)
@@ -124,8 +136,29 @@ def rule_for(node: Node, *, fallback: bool = False) -> Rule:
     return rule
 
 
+Watch = Callable[[Node, list[Any], Mode], None]
+_WATCHES: ContextVar[tuple[Watch, ...]] = ContextVar("spyrejax_lowering_watches", default=())
+
+
+@contextlib.contextmanager
+def watching(watch: Watch) -> Iterator[None]:
+    """Call ``watch(node, args, mode)`` as each node is lowered inside the block.
+
+    Every lowering goes through :func:`lower_node`: the planner's evaluations on types
+    (under ``abstract_calls``) and the interpreter's traces. A hook for tests and tools
+    that count or inspect them, instead of patching rules.
+    """
+    token = _WATCHES.set((*_WATCHES.get(), watch))
+    try:
+        yield
+    finally:
+        _WATCHES.reset(token)
+
+
 def lower_node(node: Node, args: list[Any], mode: Mode, *, fallback: bool = False) -> list[Any]:
     """The node's outputs for ``mode``: its rule's lowering, placed where the mode says."""
+    for watch in _WATCHES.get():
+        watch(node, args, mode)
     outs = rule_for(node, fallback=fallback).lower(node, args, mode)
     if mode.place is not None:
         outs = [place(outs[0], mode.place), *outs[1:]]

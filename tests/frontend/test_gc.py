@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import pytest
 
 import spyrejax as sj
+from spyrejax.lowering._registry import watching
 
 
 def _collects() -> bool:
@@ -15,18 +16,16 @@ def _collects() -> bool:
 
 
 @pytest.fixture
-def lowering_sees(monkeypatch):
+def lowering_sees():
     """Whether collections could run each time a rule lowered ``mul`` (plan and trace)."""
     seen = []
-    rule = type(sj.lowering.RULES["mul"])
-    lower = rule.lower
 
-    def spy(self, node, args, mode):
-        seen.append(_collects())
-        return lower(self, node, args, mode)
+    def watch(node, args, mode):
+        if node.prim == "mul":
+            seen.append(_collects())
 
-    monkeypatch.setattr(rule, "lower", spy)
-    return seen
+    with watching(watch):
+        yield seen
 
 
 def test_planning_collects_nothing_and_the_collector_stays_on(lowering_sees):

@@ -20,6 +20,7 @@ from models import GPT, gpt_setup, gpt_train_step, loss_fn
 import spyrejax as sj
 from spyrejax import primitives as sp
 from spyrejax.lowering._graph import Scalar
+from spyrejax.lowering._registry import watching
 
 
 @pytest.fixture(autouse=True)
@@ -130,7 +131,7 @@ def test_explain_of_a_gpt_step_leads_with_a_short_summary():
         assert summary.count(line.line.rsplit("/", 1)[-1][:40]) == 1
 
 
-def test_explain_of_a_training_step_evaluates_each_lowering_once(monkeypatch):
+def test_explain_of_a_training_step_evaluates_each_lowering_once():
     """The planner evaluates each lowering once per input types, the trace once per run.
 
     ``explain`` plans the step (each rule's lowering evaluated on types, once per node
@@ -138,28 +139,17 @@ def test_explain_of_a_training_step_evaluates_each_lowering_once(monkeypatch):
     then traces the program once; the device model, the residencies and the report
     read that one trace's record (before: up to four more traces of each lowering).
     """
-    planned, traced, active = Counter(), Counter(), set()
+    planned, traced = Counter(), Counter()
 
-    def counting(lower):
-        def run(self, node, args, mode):
-            if id(node) in active:  # a rule lowering through another rule (select_n)
-                return lower(self, node, args, mode)
-            types = tuple(None if isinstance(a, Scalar) else jax.typeof(a) for a in args)
-            key = (id(node), mode, types)
-            (planned if sp.abstract_calls() is not None else traced)[key] += 1
-            active.add(id(node))
-            try:
-                return lower(self, node, args, mode)
-            finally:
-                active.discard(id(node))
+    def count(node, args, mode):
+        types = tuple(None if isinstance(a, Scalar) else jax.typeof(a) for a in args)
+        key = (id(node), mode, types)
+        (planned if sp.abstract_calls() is not None else traced)[key] += 1
 
-        return run
-
-    for cls in {type(rule) for rule in sj.lowering.RULES.values()}:
-        monkeypatch.setattr(cls, "lower", counting(cls.lower))
     params, static, ids, labels = _setup(SHAPES["unpadded"], layers=2)
     opt = optax.adam(1e-2)
-    report = sj.explain(gpt_train_step(static, opt), params, opt.init(params), ids, labels)
+    with watching(count):
+        report = sj.explain(gpt_train_step(static, opt), params, opt.init(params), ids, labels)
     assert report.ops and report.time_s > 0
     assert traced and set(traced.values()) == {1}  # each node run traced once
     assert set(planned.values()) == {1}  # each evaluation on types once
