@@ -155,10 +155,11 @@ def padding_is_poison(a):
     return bool((pad.view(bits) == poison.view(bits)).all())
 
 
-def spy_divisions(monkeypatch):
-    """The divisions emulate="cores" uses, in call order (``divide_op`` spied on)."""
+@contextlib.contextmanager
+def spy_divisions():
+    """The divisions emulate="cores" uses inside the block, in call order."""
     from spyrejax.device import divide_op
-    from spyrejax.lowering.program import _cores
+    from spyrejax.lowering.program._cores import dividing
 
     seen = []
 
@@ -167,8 +168,8 @@ def spy_divisions(monkeypatch):
         seen.append(div)
         return div
 
-    monkeypatch.setattr(_cores, "divide_op", spy)
-    return seen
+    with dividing(spy):
+        yield seen
 
 
 def division_key(div):

@@ -36,7 +36,7 @@ import contextlib
 import math
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import partial
@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..._errors import SpyreUnsupportedError
-from ...device import Machine, WorkDivision, default_machine, divide_op
+from ...device import Machine, OpSpace, WorkDivision, default_machine, divide_op
 from ...primitives._array import PadFill
 from ...primitives._base import image, wrap
 from ...primitives._masks import masked, poison
@@ -55,7 +55,7 @@ from ...primitives._rounding import Rounding
 from ._coremoves import loaded, stored
 from ._device import current_line, divided_space, take_hint
 
-__all__ = ["CoreCheck", "CoreExecutor", "Mismatch", "checking_cores", "core_check"]
+__all__ = ["CoreCheck", "CoreExecutor", "Mismatch", "checking_cores", "core_check", "dividing"]
 
 
 class CoreExecutor:
@@ -86,7 +86,7 @@ class CoreExecutor:
         hint = take_hint(prim, specs)  # counted even if skipped below, as the record is
         if any(math.prod(t.shape) == 0 for t in (*prim.in_avals, prim.out_aval)):
             return None
-        div = divide_op(space, self.machine, hint)
+        div = (_DIVIDE.get() or divide_op)(space, self.machine, hint)
         try:
             _check_supported(div)
         except SpyreUnsupportedError as err:
@@ -251,6 +251,25 @@ def _agree(got: np.ndarray, want: np.ndarray, bound: Rounding | None, mag: Any) 
             limit = bound.n * (bound.eps_acc * m + tiny) + bound.ulps * bound.eps_out * np.abs(w)
             same |= np.abs(g - w) <= limit
     return same
+
+
+Divide = Callable[[OpSpace, Machine, "dict[str, int] | None"], WorkDivision]
+_DIVIDE: ContextVar[Divide | None] = ContextVar("spyrejax_core_divide", default=None)
+
+
+@contextlib.contextmanager
+def dividing(divide: Divide) -> Iterator[None]:
+    """Per-core runs traced inside the block divide their ops with ``divide``.
+
+    ``divide(space, machine, hint)`` stands for :func:`spyrejax.device.divide_op` (the
+    device model's own division, the default): a hook for tests that watch the divisions
+    used, or give a division the device model would not choose.
+    """
+    token = _DIVIDE.set(divide)
+    try:
+        yield
+    finally:
+        _DIVIDE.reset(token)
 
 
 _CHECK: ContextVar[CoreCheck | None] = ContextVar("spyrejax_core_check", default=None)

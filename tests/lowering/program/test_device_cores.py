@@ -174,12 +174,11 @@ HINTED = {
 
 
 @pytest.mark.parametrize("name", sorted(HINTED))
-def test_hinted_ops_are_divided_per_core_as_the_device_model_divides_them(name, monkeypatch):
+def test_hinted_ops_are_divided_per_core_as_the_device_model_divides_them(name):
     program, args, n, hint = HINTED[name]
     f = program(lambda y: sj.with_division(y, **hint))
-    seen = spy_divisions(monkeypatch)
-    got = sj.to_host(sj.jit(f, emulate="cores")(*args))
-    seen = list(seen)  # (under --emulate-check the default mode divides too)
+    with spy_divisions() as seen:
+        got = sj.to_host(sj.jit(f, emulate="cores")(*args))
     want = sj.to_host(sj.jit(f)(*args))
     assert [division_key(d) for d in seen] == [division_key(d) for d in divisions(f, *args)]
     default = [division_key(d) for d in divisions(program(lambda y: y), *args)]
@@ -209,7 +208,7 @@ def test_an_invalid_hint_is_refused_per_core_as_by_the_device_model():
         sj.jit(f, emulate="cores")(A, B)
 
 
-def test_a_hint_on_a_shard_map_reaches_the_body_op_that_gives_its_result(monkeypatch):
+def test_a_hint_on_a_shard_map_reaches_the_body_op_that_gives_its_result():
     m = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
     P = jax.sharding.PartitionSpec
     body = jax.shard_map(lambda a: jnp.tanh(a) * 2 + a, mesh=m, in_specs=P("x"), out_specs=P("x"))
@@ -218,9 +217,8 @@ def test_a_hint_on_a_shard_map_reaches_the_body_op_that_gives_its_result(monkeyp
         return sj.with_division(body(x), out=2)
 
     x = rand((64, 256))
-    seen = spy_divisions(monkeypatch)
-    got = sj.to_host(sj.jit(f, emulate="cores")(x))
-    seen = list(seen)
+    with spy_divisions() as seen:
+        got = sj.to_host(sj.jit(f, emulate="cores")(x))
     ops = [division_key(d) for d in divisions(f, x)]
     assert [division_key(d) for d in seen] == ops
     assert [o[0] for o in ops] == ["tanh", "mul", "add"] and ops[2][1]["out"] == 2
@@ -384,7 +382,7 @@ def test_folded_device_dims_run_per_core(name):
     assert check.take() == [] and not check.fallbacks and check.checked
 
 
-def test_a_division_that_splits_a_folded_variable_falls_back_visibly(monkeypatch):
+def test_a_division_that_splits_a_folded_variable_falls_back_visibly():
     def f(x):  # device dims folding logical dims 0 and 1 (FOLDED's transpose_reshape)
         return (x.T.reshape(4, 16, 32) * 2).reshape(64, 32).T
 
@@ -394,12 +392,12 @@ def test_a_division_that_splits_a_folded_variable_falls_back_visibly(monkeypatch
         splits = {n: 1 for n in space.names} | {"out": 2}
         return WorkDivision(space, splits, machine.cores, space.names)
 
-    monkeypatch.setattr(_cores, "divide_op", split_out)
-    with pytest.raises(sj.SpyreUnsupportedError, match=r"splits out, which .* folded"):
-        sj.jit(f, emulate="cores")(x)
-    with checking_cores() as check:
-        got = sj.to_host(sj.jit(f)(x))
-        jax.effects_barrier()
+    with _cores.dividing(split_out):
+        with pytest.raises(sj.SpyreUnsupportedError, match=r"splits out, which .* folded"):
+            sj.jit(f, emulate="cores")(x)
+        with checking_cores() as check:
+            got = sj.to_host(sj.jit(f)(x))
+            jax.effects_barrier()
     assert check.take() == [] and sum(check.fallbacks.values()) == 1
     assert next(iter(check.fallbacks)).startswith("mul: ")
     np.testing.assert_array_equal(np.asarray(got), np.asarray(x) * 2)

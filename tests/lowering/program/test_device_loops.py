@@ -165,7 +165,7 @@ BODIES = {
 
 
 @pytest.mark.parametrize("kind", sorted(BODIES))
-def test_a_hint_in_a_body_divides_its_op_alike_in_explain_export_and_cores(kind, monkeypatch):
+def test_a_hint_in_a_body_divides_its_op_alike_in_explain_export_and_cores(kind):
     f = BODIES[kind](lambda y: sj.with_division(y, **HINT))
     a = rand((100, 150))
     ops = [o for o in sj.explain(f, a).ops if o.division is not None]
@@ -177,9 +177,8 @@ def test_a_hint_in_a_body_divides_its_op_alike_in_explain_export_and_cores(kind,
     assert len(e.superdsc) == len(ops)
     for doc in e.superdsc:
         validate_superdsc(doc)
-    seen = spy_divisions(monkeypatch)
-    got = sj.to_host(sj.jit(f, emulate="cores")(a))
-    seen = list(seen)
+    with spy_divisions() as seen:
+        got = sj.to_host(sj.jit(f, emulate="cores")(a))
     want = sj.to_host(sj.jit(f)(a))
     assert [division_key(d) for d in seen] == [division_key(o.division) for o in ops]
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
