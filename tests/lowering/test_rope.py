@@ -126,6 +126,19 @@ def test_stacked_pairs_fill_their_sticks():
     assert_matches_jax_jit(f, x, cos, sin, ops=4)
 
 
+def test_rotate_half_reads_the_half_it_negates_in_place():
+    # Halves of whole sticks are views (windows of x's buffer): -x2 is computed from x2
+    # in place and written into its window of the concatenate; x1, not computed, is
+    # the one half copied (into its window). The cos / sin concatenates copy inputs.
+    x = rand((T, H, 128), jnp.float16, seed=8)
+    cos, sin = _angles(128)
+    report = sj.explain(rope_rotate_half, x, cos, sin)
+    assert not report.restickifies and "SliceView" in report.jaxpr
+    copied = [what.split(" at ")[0] for what, _ in report.copies]
+    assert sorted(copied) == ["concatenate", "concatenate", "slice"]
+    assert_matches_jax_jit(rope_rotate_half, x, cos, sin, ops=3)
+
+
 def _attention_block(rope):
     def block(p, x, cos, sin):
         s, dm = x.shape
