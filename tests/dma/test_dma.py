@@ -527,11 +527,46 @@ def test_property_explicit_layouts_tile_only_where_the_boxes_agree(data):
     assert same_bits(tiled_back, back)
 
 
+def _prims(fn, arg):
+    return sorted(e.primitive.name for e in jax.make_jaxpr(fn)(arg).jaxpr.eqns)
+
+
 def test_a_partial_last_stick_transfers_in_one_pass():
     layout = SpyreTensorLayout((1000, 80), np.float32)  # 80 = 2 sticks of 32 and 16
-    for fn, arg in (
-        (lambda x: sj.dma_h2d(x, layout), jnp.zeros((1000, 80), np.float32)),
-        (lambda y: sj.dma_d2h(y, (1000, 80), layout), jnp.zeros(layout.device_size, np.float32)),
-    ):
-        prims = [e.primitive.name for e in jax.make_jaxpr(fn)(arg).jaxpr.eqns]
-        assert sorted(prims) in (["pad", "reshape", "transpose"], ["reshape", "slice", "transpose"])
+    image = jnp.zeros(layout.device_size, np.float32)
+    assert _prims(lambda x: sj.dma_h2d(x, layout), jnp.zeros((1000, 80), np.float32)) == [
+        "pad",
+        "reshape",
+        "transpose",
+    ]
+    # A kernel's read stays one transpose (XLA fuses it with what reads the values) ...
+    kernel_read = _prims(lambda y: _dma.d2h_values(y, (1000, 80), layout), image)
+    assert kernel_read == ["reshape", "slice", "transpose"]
+    # ... a transfer of its own copies each tile's sticks into its columns: no transpose.
+    assert _prims(lambda y: sj.dma_d2h(y, (1000, 80), layout), image) == [
+        "broadcast_in_dim",
+        "dynamic_update_slice",
+        "jit",
+        "scan",
+        "slice",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("shape", "layout_of"),
+    [
+        ((5, 150), SpyreTensorLayout),  # 3 tiles, 22 lanes of the last
+        ((2, 3, 150), SpyreTensorLayout.row_major),  # tiles inside the rows
+        ((7, 65), SpyreTensorLayout),  # one lane of the last tile
+        ((2, 150), functools.partial(SpyreTensorLayout, dim_order=[1, 0])),  # not by tiles
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.int8, jnp.bfloat16], ids=str)
+def test_jitted_d2h_of_a_partial_last_stick_moves_bits(shape, layout_of, dtype):
+    layout = layout_of(shape, dtype)
+    x = random_bits(shape, dtype, np.random.default_rng(3))
+    image = sj.dma_h2d(x, layout)
+    d2h = jax.jit(sj.dma_d2h, static_argnames=("shape", "layout"))
+    assert same_bits(d2h(image, shape, layout), x)
+    kernel_read = jax.jit(lambda y: _dma.from_bits(_dma.d2h_bits(y, shape, layout), dtype))
+    assert same_bits(kernel_read(image), x)
