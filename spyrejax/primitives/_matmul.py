@@ -84,25 +84,72 @@ class _Plan:
         a_sub = [label(a_roles[d.dims[0]], d.ratio) for d in a_data]
         b_sub = [label(b_roles[d.dims[0]], d.ratio) for d in b_data]
         sizes = {lab: d.size for lab, d in zip(a_sub + b_sub, a_data + b_data, strict=True)}
+        b_free = b_sub[:]
         if self.has_k:
             b_sub[self.b_k_axis : self.b_k_axis + 1] = k_labels
         kept = set(a_sub + b_sub) - set(k_labels)
         out_sub = _out_labels(a, b, out, label, kept, sizes)
         self.subscripts = f"{''.join(a_sub)},{''.join(b_sub)}->{''.join(out_sub)}"
+        b_dim_roles = [b_roles[d.dims[0]] for d in b_data]
+        self._cut_a_k(b_data, b_dim_roles, rank, (a_sub, b_free, k_labels, out_sub), label)
         # B's and C's leading device dim are n's tiles: the product can run tile group
         # by tile group (see ``_contract_by_tiles``).
         n_tiles = labels.get((rank - 1, out.layout.elems_per_stick))
         self.by_tiles = self.has_k and n_tiles is not None and b_sub[0] == n_tiles == out_sub[0]
 
+    def _cut_a_k(
+        self,
+        b_data: list[DevDim],
+        b_roles: list[Any],
+        rank: int,
+        subs: tuple[list[str], list[str], list[str], list[str]],
+        label: Callable[[Any, int], str],
+    ) -> None:
+        """Contract over k's data only, when B is a row-major ``[..., k, n]`` (a weight).
+
+        If B's k is not whole sticks, XLA's dot can still read B as it is: A (which XLA
+        copies into its dot's order anyway) is cut to k's data in that copy instead of
+        B being padded to A's k (a copy of all of B on every call).
+        """
+        self.a_k_axes: tuple[int, ...] = ()
+        self.k_data = b_data[self.b_k_axis].size if self.has_k else 0
+        if not self.has_k or self.k_data == self.k_padded or not _row_major_b(b_roles, rank):
+            return
+        a_sub, b_free, k_labels, out_sub = subs
+        self.a_k_axes = tuple(a_sub.index(lab) for lab in k_labels)
+        b_free[self.b_k_axis] = k_lab = label("k", 0)
+        rest = "".join(lab for lab in a_sub if lab not in k_labels)
+        self.subscripts = f"{rest}{k_lab},{''.join(b_free)}->{''.join(out_sub)}"
+
+    def cut_k(self, a_img: jax.Array) -> jax.Array:
+        """A's image with its k dims last, merged and cut to k's data (see ``a_k_axes``)."""
+        if not self.a_k_axes:
+            return a_img
+        rest = [i for i in range(a_img.ndim) if i not in self.a_k_axes]
+        a_img = a_img.transpose((*rest, *self.a_k_axes))
+        a_img = a_img.reshape((*a_img.shape[: len(rest)], -1))
+        return jax.lax.slice_in_dim(a_img, 0, self.k_data, axis=-1)
+
     def split_k(self, b_img: jax.Array) -> jax.Array:
         """B's image (or a group of its n tiles), k zero-padded and split like A's k."""
-        if not self.has_k:
+        if not self.has_k or self.a_k_axes:
             return b_img
         ax = self.b_k_axis
         pad = [(0, 0, 0)] * b_img.ndim
         pad[ax] = (0, self.k_padded - b_img.shape[ax], 0)
         b_img = jax.lax.pad(b_img, jnp.zeros((), b_img.dtype), pad)
         return b_img.reshape(b_img.shape[:ax] + self.k_sizes + b_img.shape[ax + 1 :])
+
+
+def _row_major_b(roles: list[Any], rank: int) -> bool:
+    """Whether B's device dims are batch dims, k, then n's (the row-major ``[..., k, n]``).
+
+    Then B's image is the row-major matrix (or batch of them) XLA's dot reads as it is.
+    """
+    k_axis = roles.index("k")
+    return all(r != rank - 1 for r in roles[:k_axis]) and all(
+        r == rank - 1 for r in roles[k_axis + 1 :]
+    )
 
 
 def _out_labels(
@@ -195,7 +242,7 @@ class Matmul(SpyrePrim):
             a_img = masked(a_img, a_t, 0)
         if b_t.pad is not PadFill.ZERO:
             b_img = masked(b_img, b_t, 0)
-        a_img = _take0(a_img, plan.a_take)
+        a_img = plan.cut_k(_take0(a_img, plan.a_take))
         b_img = _take0(b_img, plan.b_take)
         out_dtype = self.out_aval.dtype
         acc = np.dtype(accumulator(a_t.dtype) or out_dtype)

@@ -91,6 +91,33 @@ def test_zero_padding_fact_skips_the_mask():
     assert_close(sj.to_host(a @ b), x @ y, reduce_len=150)
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=str)
+@pytest.mark.parametrize(
+    ("sa", "sb"), [((8, 150), (150, 70)), ((2, 5, 100), (2, 100, 40))], ids=str
+)
+def test_a_row_major_weight_is_read_in_place(sa, sb, dtype):
+    # B's k (150, 100) is not whole sticks: A's k is cut to its data inside the copy XLA
+    # makes of A anyway, instead of padding B (a copy of all of B) to A's k.
+    rng = np.random.default_rng(7)
+    x, y = rand(sa, dtype, rng), rand(sb, dtype, rng)
+    a = sj.to_device(x)
+    b = sj.to_device(y, layout=sj.SpyreTensorLayout.row_major(sb, dtype), pad_value=0)
+    pet = jnp.float32 if dtype == jnp.bfloat16 else None
+    fn = jax.jit(lambda a, b: sj.matmul(a, b, preferred_element_type=pet))
+    hlo = fn.lower(a, b).as_text()
+    assert "stablehlo.pad" not in hlo.split("dot_general")[0]  # B goes to the dot as it is
+    assert hlo.count("stablehlo.select") == 1  # A's padding only
+    out = fn(a, b)
+    ref = jnp.matmul(x.astype(jnp.float32), y.astype(jnp.float32))
+    assert_close(sj.to_host(out), ref.astype(out.dtype), reduce_len=sa[-1])
+    # The cotangents are finite: B's padding never meets the poison of dC's.
+    grads = jax.grad(lambda a, b: jnp.sum(sj.to_host(a @ b)), argnums=(0, 1))(
+        sj.to_device(x), sj.to_device(y, layout=b.layout)
+    )
+    for g in grads:
+        assert np.isfinite(np.asarray(sj.to_host(g), np.float32)).all()
+
+
 def test_layout_rule_errors():
     rng = np.random.default_rng(3)
     x, y = rand((8, 150), jnp.float32, rng), rand((150, 20), jnp.float32, rng)
