@@ -270,11 +270,43 @@ def padded_cases(scale: int) -> dict[str, tuple[Callable[..., Any], tuple[Any, .
                 _rand((4000, 1000), seed=2, scale=0.03),
             ),
         ),
+        f"padded: MLP block {tokens} tokens 1000->4000->1000{WEIGHTS}": (
+            mlp,
+            (
+                _rand((tokens, 1000)),
+                _rand((1000, 4000), seed=1, scale=0.03),
+                _rand((4000, 1000), seed=2, scale=0.03),
+            ),
+        ),
         f"padded: causal attention 8 heads {1000 // scale} tokens dim 80": (
             attention,
             tuple(_rand((8, 1000 // scale, 80), seed=s, scale=0.3) for s in range(3)),
         ),
     }
+
+
+WEIGHTS = ", weights row-major"
+"""The suffix of a case whose weights are placed the way a matmul reads them in place."""
+
+
+def _weight(w: Any) -> Any:
+    """A weight ``[..., k, n]`` on the device in the row-major layout, zero padding
+    recorded: a product reads it as the row-major matrix XLA's dot takes (issue 24)."""
+    layout = sj.SpyreTensorLayout.row_major(w.shape, w.dtype)
+    return sj.to_device(w, layout=layout, pad_value=0)
+
+
+def _to_device(name: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A case's arguments on the device, in default layouts; in a :data:`WEIGHTS` case
+    the weights (a parameter dict's matrices, or every argument after the first)
+    row-major with zero padding."""
+    if not name.endswith(WEIGHTS):
+        return jax.tree.map(sj.to_device, args)
+    first, *rest = args
+    if isinstance(first, dict):
+        params = {k: _weight(v) if v.ndim >= 2 else sj.to_device(v) for k, v in first.items()}
+        return (params, *jax.tree.map(sj.to_device, rest))
+    return (sj.to_device(first), *(_weight(w) for w in rest))
 
 
 def bench_compute(scale: int, only: list[str]) -> list[dict[str, Any]]:
@@ -285,7 +317,7 @@ def bench_compute(scale: int, only: list[str]) -> list[dict[str, Any]]:
             continue
         native = jax.jit(fn)
         emulated = sj.jit(fn)
-        device_args = tuple(sj.to_device(a) for a in args)
+        device_args = _to_device(name, args)
         row = _compare(
             lambda native=native, args=args: native(*args),
             lambda f=emulated, device_args=device_args: f(*device_args),
@@ -415,7 +447,7 @@ def bench_compile(
     cases = {
         k: v
         for k, v in compute_cases(scale).items()
-        if k.removeprefix("padded: ").startswith(("MLP", "causal"))
+        if k.removeprefix("padded: ").startswith(("MLP", "causal")) and WEIGHTS not in k
     }
     if gpt:
         cases.update(
@@ -506,6 +538,11 @@ def program_cases(size: str) -> dict[str, tuple[Callable[..., Any], tuple[Any, .
             llama_bf16,
             (models.llama_params(bd, bh, bkv, bff, dtype=bf16), _rand((bseq, bd), bf16, seed=1)),
         ),
+        f"Llama block forward bfloat16, d {bd} ff {bff} seq {bseq} ({bh} heads, {bkv} kv)"
+        f"{WEIGHTS}": (
+            llama_bf16,
+            (models.llama_params(bd, bh, bkv, bff, dtype=bf16), _rand((bseq, bd), bf16, seed=1)),
+        ),
         f"scan over {SCAN_LAYERS} Llama layers, d {sd} ff {sff} seq {sseq}": (
             scan,
             (models.llama_params(sd, sh, skv, sff, layers=SCAN_LAYERS), _rand((sseq, sd), seed=1)),
@@ -528,7 +565,7 @@ def bench_programs(size: str, only: list[str]) -> list[dict[str, Any]]:
         if only and not any(o in name for o in only):
             continue
         native, emulated = jax.jit(fn), sj.jit(fn)
-        device_args = jax.tree.map(sj.to_device, args)
+        device_args = _to_device(name, args)
         row = _compare(
             lambda native=native, args=args: native(*args),
             lambda f=emulated, device_args=device_args: f(*device_args),
@@ -793,7 +830,7 @@ def bench_ktir(only: list[str]) -> list[dict[str, Any]]:
         if only and not any(o in name for o in only):
             continue
         native, emulated = jax.jit(fn), sj.jit(fn)
-        device_args = tuple(sj.to_device(a) for a in args)
+        device_args = _to_device(name, args)
         row = _compare(
             lambda native=native, args=args: native(*args),
             lambda f=emulated, device_args=device_args: f(*device_args),
@@ -912,9 +949,21 @@ TARGETS = (
     ),
     ("MLP 1000 x 1000 -> 4000 -> 1000 float32", "compute", "MLP block 1000 tokens", "<= 1.1x"),
     (
+        "the same MLP, weights placed row-major (pad 0)",
+        "compute",
+        f"MLP block 1000 tokens 1000->4000->1000{WEIGHTS}",
+        "<= 1.1x",
+    ),
+    (
         "Llama block bfloat16 (d 512, 256 tokens, GQA, SwiGLU 1376)",
         "programs",
         "bfloat16, d 512 ff 1376 seq 256",
+        "<= 1.1x",
+    ),
+    (
+        "the same block, weights placed row-major (pad 0)",
+        "programs",
+        f"bfloat16, d 512 ff 1376 seq 256 (8 heads, 4 kv){WEIGHTS}",
         "<= 1.1x",
     ),
     (
@@ -932,8 +981,9 @@ TARGETS = (
 def _find(rows: list[dict[str, Any]], part: str) -> dict[str, Any] | None:
     """The last row whose case names ``part`` (the last run is the largest size)."""
     found = [r for r in rows if part in r.get("case", "")]
-    if "dropout" not in part:
-        found = [r for r in found if "dropout" not in r["case"]]
+    for variant in ("dropout", WEIGHTS):
+        if variant not in part:
+            found = [r for r in found if variant not in r["case"]]
     return found[-1] if found else None
 
 

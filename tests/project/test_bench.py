@@ -3,7 +3,10 @@ import json
 import pathlib
 
 import jax
+import jax.numpy as jnp
 import pytest
+
+import spyrejax as sj
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("bench", ROOT / "benchmarks" / "bench.py")
@@ -122,12 +125,26 @@ def test_targets_table_has_every_row_and_says_what_was_not_run():
     lines = bench.targets_markdown(results).splitlines()
     assert len(lines) == 2 + len(bench.TARGETS) + 3
     by_label = {line.split(" | ")[0].removeprefix("| "): line for line in lines[2:]}
-    assert "| 1.50x |" in by_label[bench.TARGETS[5][0]]
+    gpt_label = next(t[0] for t in bench.TARGETS if t[0].startswith("equinox GPT"))
+    assert "| 1.50x |" in by_label[gpt_label]
     assert "| 2.00x |" in by_label["the same step with dropout"]
     norm_cell = "| 1.50x; CPU 1.25x; page faults per call 378 / 16,769 |"
     assert norm_cell in by_label[bench.TARGETS[0][0]]
     assert "| not run |" in by_label[bench.TARGETS[1][0]]
     assert any("| 4.2 s |" in line for line in lines) and lines[-1].count("not run") == 1
+
+
+def test_weights_row_major_cases_place_the_weights_and_keep_their_own_row():
+    name = f"Llama block forward bfloat16, d 64 ff 96 seq 8 (2 heads, 1 kv){bench.WEIGHTS}"
+    args = (bench.models.llama_params(64, 2, 1, 96, dtype=jnp.bfloat16), jnp.ones((8, 64)))
+    params, x = bench._to_device(name, args)
+    assert params["w1"].layout == sj.SpyreTensorLayout.row_major(params["w1"].shape, jnp.bfloat16)
+    assert "pad=0" in params["w1"].type.str_short() and params["g1"].ndim == 1
+    assert x.layout == sj.SpyreTensorLayout(x.shape, x.dtype)
+    plain = name.removesuffix(bench.WEIGHTS)
+    rows = [{"case": plain, "ratio": 1.3}, {"case": name, "ratio": 1.0}]
+    assert bench._find(rows, "d 64 ff 96")["ratio"] == 1.3
+    assert bench._find(rows, f"d 64 ff 96 seq 8 (2 heads, 1 kv){bench.WEIGHTS}")["ratio"] == 1.0
 
 
 def test_the_gpt_step_with_a_key_drops_out():
