@@ -396,6 +396,40 @@ device_dtype=DataFormats.SEN169_FP16)
             )
         )
 
+    def permutation_to(self, other: SpyreTensorLayout) -> tuple[int, ...] | None:
+        """The transpose of device dims that makes ``self``'s image ``other``'s, or None.
+
+        ``other``'s image is then ``self``'s image with its device dims transposed by the
+        result (``other.device_size[i] == self.device_size[perm[i]]``): the same
+        ``(size, stride_map entry)`` pairs in another order, so every position holds the
+        same host element (or padding: data positions are decided per pair, spec
+        section 4). Only when the pairs say it unambiguously: no gaps, the same format,
+        and no two device dims of size > 1 with one stride (an outer dim and the one it
+        repeats, a sparse stick spelled with real strides); else None.
+        """
+        if (
+            self.device_dtype != other.device_dtype
+            or self.device_rank != other.device_rank
+            or self.has_gaps
+            or other.has_gaps
+        ):
+            return None
+        walked = [m for n, m in zip(self.device_size, self.stride_map, strict=True) if n > 1]
+        if len(set(walked)) != len(walked):
+            return None
+        pairs = zip(self.device_size, self.stride_map, strict=True)
+        where = {(n, m): j for j, (n, m) in enumerate(pairs)}
+        ones = [j for j, n in enumerate(self.device_size) if n == 1]
+        perm = []
+        for n, m in zip(other.device_size, other.stride_map, strict=True):
+            if n == 1 and ones:
+                perm.append(ones.pop(0))
+            elif n > 1 and (n, m) in where:
+                perm.append(where[n, m])
+            else:
+                return None
+        return tuple(perm) if len(set(perm)) == len(perm) else None
+
     # -- bound to a host shape ---------------------------------------------------------
 
     def for_host(

@@ -12,14 +12,17 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .._errors import LayoutError, SpyreTypeError
-from ..dma._dma import h2d_bits, h2d_values
-from ..layout._dtypes import format_for_dtype
+from .._jax import poison_padding
+from ..dma._dma import as_bits, from_bits, h2d_bits, h2d_values
+from ..layout._dtypes import format_for_dtype, poison_value
 from ..layout._layout import SpyreTensorLayout
 from ._array import SpyreArray, SpyreType, batched_layout
 from ._base import SpyrePrim, target_layout
+from ._masks import masked
 from ._stick import restickify_cost
 from ._values import logical_bits, logical_values
 
@@ -55,6 +58,9 @@ class Restickify(SpyrePrim):
 
     def kernel(self, img: jax.Array) -> jax.Array:
         aval = self.in_avals[0]
+        perm = None if aval.is_view else aval.layout.permutation_to(self.layout)
+        if perm is not None:
+            return _transposed(img, perm, self.out_aval)
         return h2d_bits(logical_bits(img, aval), aval.dtype, self.layout)
 
     def tangent_kernel(self, img: jax.Array) -> jax.Array:
@@ -77,6 +83,22 @@ class LoadRelayout(Restickify):
     """
 
     through_ddr = False
+
+
+def _transposed(img: jax.Array, perm: tuple[int, ...], out_t: SpyreType) -> jax.Array:
+    """The image in a layout whose device dims permute the source's: one transpose.
+
+    Each position of the new image holds what the same position of the source held
+    (data to data, padding to padding), so the data moves bit for bit as the DMA's
+    unpack and repack would move it, in one pass instead of two. The padding is
+    undefined (``pad=poison``): the source's, or poison under ``spyrejax_poison_padding``
+    (then the image is the DMA's, bit for bit).
+    """
+    bits = jax.lax.transpose(as_bits(img), perm)
+    if not poison_padding.value:
+        return from_bits(bits, img.dtype)
+    fill = np.asarray(poison_value(img.dtype), img.dtype)
+    return from_bits(masked(bits, out_t, as_bits(jnp.asarray(fill))), img.dtype, fence=True)
 
 
 def _spyre_aval(x: Any, op: str) -> SpyreType:

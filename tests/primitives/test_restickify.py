@@ -287,3 +287,43 @@ def test_planned_copies_keep_every_bit(dtype):
     want = (np.concatenate([x[1:5], x[:4]], 0).T, padded, x.reshape(3, 300))
     for got, expected in zip(sj.jit(fn)(x), want, strict=True):
         assert same_bits(sj.to_host(got), expected)
+
+
+def _stacked(shape, dtype):
+    """The stacked layout of ``shape[1:]``'s default slices (a scan's weights)."""
+    inner = sj.SpyreTensorLayout(shape[1:], dtype)
+    step = int(np.prod(shape[1:]))
+    return sj.SpyreTensorLayout.from_stride_map(
+        (shape[0], *inner.device_size), (step, *inner.stride_map), dtype
+    )
+
+
+@pytest.mark.parametrize("poison", [True, False], ids=["poison", "no_poison"])
+@pytest.mark.parametrize("dtype", FLOAT_FORMATS, ids=str)
+def test_a_restickify_permuting_device_dims_is_the_dma_bit_for_bit(dtype, poison):
+    # Stacked weights [3, 40, 70] (stack dim inside the default layout) into the stacked
+    # layout of their slices: the same (size, stride) pairs, so one transpose of the image.
+    x = random_bits((3, 40, 70), dtype, np.random.default_rng(8))
+    a = sj.to_device(x)
+    target = _stacked(x.shape, dtype)
+    perm = a.layout.permutation_to(target)
+    assert perm is not None
+    assert (target.padding_mask(x.shape) == a.layout.padding_mask(x.shape).transpose(perm)).all()
+    with sj.poison_padding(poison):
+        got = jax.jit(lambda a: sj.restickify(a, target))(a)
+    assert got.layout == target and same_bits(sj.to_host(got), x)
+    # The source's padding is poison (a transfer wrote it), so the image is the DMA's.
+    assert padding_is_poison(got)
+
+
+def test_permutation_to_only_when_the_pairs_say_it():
+    f32 = jnp.float32
+    base = sj.SpyreTensorLayout((3, 40, 70), f32)
+    assert base.permutation_to(base) == (0, 1, 2, 3)
+    assert base.permutation_to(_stacked((3, 40, 70), f32)) == (2, 1, 0, 3)
+    # Another stick dim changes the pairs; a format, a gap or a repeated stride refuses.
+    assert base.permutation_to(sj.SpyreTensorLayout((3, 40, 70), f32, [0, 2, 1])) is None
+    assert base.permutation_to(sj.SpyreTensorLayout((3, 40, 70), jnp.float16)) is None
+    assert base.permutation_to(base.with_gap(0, back=2)) is None
+    sparse = sj.SpyreTensorLayout.from_stride_map([1, 60, 64], [64, 1, 1], jnp.float16)
+    assert sparse.permutation_to(sparse) is None
