@@ -539,7 +539,10 @@ def test_unsupported_primitive_names_it_and_the_source_line():
     f = lambda x: jnp.fft.fft(x).real * jax.lax.igamma(x, x)  # noqa: E731
     with pytest.raises(sj.SpyreUnsupportedError) as err:
         sj.jit(f, fallback="error")(x)
-    assert len(str(err.value)) < 300 and "explain" in str(err.value), str(err.value)
+    # The bound is on the message's own words: the source lines in it name this file by
+    # its path, which is as long as the checkout's directory makes it.
+    words = str(err.value).replace(__file__, "test_jit.py")
+    assert len(words) < 300 and "explain" in words, words
     with pytest.warns(sj.SpyreFallbackWarning):
         prims = {fb.prim for fb in sj.explain(f, x).fallbacks}
     assert "igamma" in prims and any("fft" in p for p in prims), prims
