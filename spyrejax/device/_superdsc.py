@@ -253,7 +253,7 @@ def launch_spec(kernel_name: str, args: Sequence[tuple[str, Any, Any, Any]]) -> 
                     "device_size": list(layout.device_size),
                     "stride_map": list(layout.stride_map),
                     "device_dtype": layout.device_dtype.name,
-                    "element_arrangement": "STANDARD",
+                    "element_arrangement": layout.arrangement.value,
                 },
             }
             for i, (role, shape, dtype, layout) in enumerate(args)

@@ -344,6 +344,12 @@ def _mapping_dci(
     Attached to :class:`HostMapping` as its ``dci`` method; arguments as
     :func:`generate_dci`'s.
     """
+    if mapping.layout.is_arranged:
+        raise LayoutError(
+            f"{mapping.layout}: an element arrangement has no DMA descriptors of its own (a "
+            "descriptor moves whole runs of lanes in order); the DMA engines move the standard "
+            "image and regroup it on the device"
+        )
     fmt = mapping.layout.device_dtype
     if host_dtype is None:
         host_fmt = host_format(fmt)

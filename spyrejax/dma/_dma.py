@@ -36,6 +36,7 @@ import ml_dtypes
 import numpy as np
 
 from .._errors import LayoutError
+from ..layout._arrangements import ElementArrangement, arrange_image
 from ..layout._dtypes import format_for_dtype, host_dtype, poison_value
 from ..layout._host_mapping import HostMapping
 from ..layout._layout import SpyreTensorLayout
@@ -92,7 +93,29 @@ def d2h_values(image: jax.Array, shape: tuple[int, ...], layout: SpyreTensorLayo
     return _d2h_values(image, layout.for_host(shape))
 
 
+def _standard(mapping: HostMapping) -> HostMapping:
+    """The mapping of the same layout in the standard arrangement.
+
+    An arranged image is the standard image with each group permuted
+    (:func:`~spyrejax.layout._arrangements.arrange_image`): both engines move the
+    standard image and permute it on the device side.
+    """
+    if not mapping.layout.is_arranged:
+        return mapping
+    plain = mapping.layout.with_arrangement(ElementArrangement.STANDARD)
+    return plain.for_host(mapping.shape, mapping.strides)
+
+
+def _arranged(image: Any, mapping: HostMapping, *, inverse: bool = False) -> Any:
+    """``image`` (standard) in ``mapping``'s arrangement, or back (``inverse``)."""
+    if mapping.size == 0:
+        return image  # all padding: nothing to place
+    return arrange_image(image, mapping.pair, mapping.layout.arrangement, inverse=inverse)
+
+
 def _h2d_values(x: jax.Array, mapping: HostMapping, fill: Any) -> jax.Array:
+    if mapping.layout.is_arranged:
+        return _arranged(_h2d_values(x, _standard(mapping), fill), mapping)
     tiles = _tiling(mapping)
     if tiles is not None:
         return _h2d_tiled(x, tiles, fill)
@@ -102,6 +125,8 @@ def _h2d_values(x: jax.Array, mapping: HostMapping, fill: Any) -> jax.Array:
 
 def _d2h_values(image: jax.Array, mapping: HostMapping, by_tiles: bool = False) -> jax.Array:
     """``by_tiles``: a transfer of its own, which may run tile by tile (:func:`_stick_tile_dim`)."""
+    if mapping.layout.is_arranged:
+        return _d2h_values(_arranged(image, mapping, inverse=True), _standard(mapping), by_tiles)
     tiles = _tiling(mapping)
     if tiles is not None:
         return _d2h_tiled(image, tiles, by_tiles)
@@ -356,6 +381,9 @@ def _on_host(x: Any, descriptors: Sequence[Descriptor], dtype: np.dtype) -> bool
 def _h2d_on_host(
     x: Any, descriptors: Sequence[Descriptor], mapping: HostMapping, fill: Any
 ) -> jax.Array:
+    if mapping.layout.is_arranged:
+        image = np.asarray(_h2d_on_host(x, descriptors, _standard(mapping), fill))
+        return jax.device_put(np.ascontiguousarray(_arranged(image, mapping)))
     src = np.ascontiguousarray(np.asarray(x))
     device_size = mapping.layout.device_size
     _validate(descriptors, src.shape, device_size)
@@ -370,8 +398,9 @@ def _h2d_on_host(
     return jax.device_put(run_on_host(src, image, descriptors, host_is_src=True))
 
 
-def _d2h_on_host(image: Any, descriptors: Sequence[Descriptor], shape: Any) -> jax.Array:
-    src = np.ascontiguousarray(np.asarray(image))
+def _d2h_on_host(image: Any, descriptors: Sequence[Descriptor], mapping: HostMapping) -> jax.Array:
+    shape = mapping.shape
+    src = np.ascontiguousarray(_arranged(np.asarray(image), mapping, inverse=True))
     _validate(descriptors, src.shape, shape)
     out = aligned_empty(shape, src.dtype)
     return jax.device_put(run_on_host(src, out, descriptors, host_is_src=False))
@@ -412,7 +441,7 @@ def dma_h2d(x: Any, layout: SpyreTensorLayout, *, pad_value: Any = None) -> jax.
     dt = _check_format(_dtype_of(x), layout, f"host array of shape {np.shape(x)}")
     fill = poison_value(dt) if pad_value is None else pad_value
     mapping = layout.for_host(np.shape(x))
-    dci = mapping.dci(host_to_device=True)
+    dci = _standard(mapping).dci(host_to_device=True)  # an arrangement moves no stick
     if _on_host(x, dci, dt):
         _record("h2d", "host", x)
         return _h2d_on_host(x, dci, mapping, fill)
@@ -452,10 +481,10 @@ def dma_d2h(image: Any, shape: Sequence[int], layout: SpyreTensorLayout) -> jax.
             f"device_size {layout.device_size}"
         )
     mapping = layout.for_host(shape)
-    dci = mapping.dci(host_to_device=False)
+    dci = _standard(mapping).dci(host_to_device=False)  # an arrangement moves no stick
     if _on_host(image, dci, dt):
         _record("d2h", "host", image)
-        return _d2h_on_host(image, dci, mapping.shape)
+        return _d2h_on_host(image, dci, mapping)
     if isinstance(image, jax.core.Tracer):
         _record("d2h", "traced", image)
         return _d2h_traced(image, mapping)

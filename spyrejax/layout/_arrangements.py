@@ -12,8 +12,13 @@ the 16-bit stick):
 - ``FP32_TO_DL16``: ``(4,8,2):(1,8,4)``, its inverse: ``DL16_TO_FP32 o FP32_TO_DL16`` and
   ``FP32_TO_DL16 o DL16_TO_FP32`` are both the identity ``64:1``.
 
-Using them in ``astype`` (to skip a restickify) is later work; here they are exact
-index maps with their inverse law.
+An arrangement is a field of :class:`~spyrejax.layout.SpyreTensorLayout`: the index map
+first places an element as the standard layout does, then moves it inside its group
+(:func:`arranged_coords`). A group is one stick of a 16-bit layout (``FP32_TO_DL16``:
+what converting fp32 sticks emits) or the two sticks of a 32-bit layout at tiles
+``2k, 2k + 1`` of the stick dim (``DL16_TO_FP32``: what converting a 16-bit stick emits);
+the device image of an arranged layout is the standard image with every group permuted
+(:func:`arrange_image`), which is how both DMA engines move it.
 
 Pure Python/NumPy: no JAX.
 """
@@ -21,13 +26,21 @@ Pure Python/NumPy: no JAX.
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 import numpy as np
 
 from .._errors import LayoutError
 from ._algebra import CuteLayout
 
-__all__ = ["GROUP", "ElementArrangement"]
+__all__ = [
+    "GROUP",
+    "ElementArrangement",
+    "arrange_image",
+    "arranged_coords",
+    "check_arrangement",
+    "pair_axis",
+]
 
 #: Elements in one arrangement group: a 16-bit stick, or a pair of fp32 sticks.
 GROUP = 64
@@ -37,6 +50,13 @@ _MAPS = {
     "DL16_TO_FP32": "(4,2,8):(1,32,4)",
     "FP32_TO_DL16": "(4,8,2):(1,8,4)",
 }
+_FLAT = {  # the maps above as flat (shape, stride) pairs, for array arithmetic
+    "STANDARD": ((64,), (1,)),
+    "DL16_TO_FP32": ((4, 2, 8), (1, 32, 4)),
+    "FP32_TO_DL16": ((4, 8, 2), (1, 8, 4)),
+}
+#: The elements per stick of the formats each arrangement can describe.
+_STICK = {"DL16_TO_FP32": 32, "FP32_TO_DL16": 64}
 _INVERSE = {
     "STANDARD": "STANDARD",
     "DL16_TO_FP32": "FP32_TO_DL16",
@@ -88,3 +108,155 @@ class ElementArrangement(enum.Enum):
         groups = x.reshape(*x.shape[:-1], n // GROUP, GROUP)
         out.reshape(groups.shape)[..., list(self.positions)] = groups
         return np.moveaxis(out, -1, axis)
+
+    def place(self, index: Any) -> Any:
+        """Position of logical index ``index`` (0 to 63) in a group, array-agnostic.
+
+        ``index`` is an int or an integer array of any library (NumPy, JAX); only
+        ``//``, ``%``, ``*`` and ``+`` are used.
+        """
+        shape, stride = _FLAT[self.value]
+        out: Any = 0
+        step = 1
+        for n, s in zip(shape, stride, strict=True):
+            out = out + (index // step) % n * s
+            step *= n
+        return out
+
+
+def check_arrangement(arrangement: Any, elems_per_stick: int) -> ElementArrangement:
+    """``arrangement`` as a member, checked against a format's stick size.
+
+    ``DL16_TO_FP32`` arranges 32-bit sticks (32 elements), ``FP32_TO_DL16`` 16-bit
+    sticks (64 elements): the orders the card's conversions emit.
+
+    Raises:
+        LayoutError: if ``arrangement`` is not a member's name, or does not fit the format.
+    """
+    try:
+        arr = ElementArrangement(getattr(arrangement, "value", arrangement))
+    except ValueError:
+        names = [a.value for a in ElementArrangement]
+        raise LayoutError(f"unknown element arrangement {arrangement!r}; one of {names}") from None
+    want = _STICK.get(arr.value)
+    if want is not None and elems_per_stick != want:
+        raise LayoutError(
+            f"element arrangement {arr.value} places {want}-element sticks; this format has "
+            f"{elems_per_stick} per stick"
+        )
+    return arr
+
+
+def pair_axis(
+    arrangement: ElementArrangement,
+    valid_size: tuple[int, ...],
+    gaps: tuple[tuple[int, int], ...],
+    segments: Any,
+    what: str,
+) -> int | None:
+    """The device dim whose tiles pair into groups, for a layout bound to a host shape.
+
+    None for a standard or 16-bit arrangement (a group is one stick). A 32-bit one pairs
+    tiles ``2k, 2k + 1`` of the stick dim's tile count: the axis that walks the lanes'
+    segment 32 elements at a time. It must have an even size and no gap.
+
+    Args:
+        arrangement: the layout's arrangement.
+        valid_size: the layout's valid size per device dim.
+        gaps: the layout's ``(front, back)`` gaps.
+        segments: the host mapping's segments (``host_dims``, ``axes`` each).
+        what: the layout and host shape, for errors.
+
+    Raises:
+        LayoutError: if the lanes walk no host dim one element at a time, or the
+            tile count is missing, odd or gapped.
+    """
+    need = _STICK.get(arrangement.value)
+    if need is None:
+        return None
+    last = len(valid_size) - 1
+    mine = [s for s in segments if (last, 1) in s.axes]
+    if not mine:
+        raise LayoutError(
+            f"{what}: element arrangement {arrangement.value} needs lanes on a host dim"
+        )
+    if need == GROUP:
+        return None
+    pair = [j for j, ratio in mine[0].axes if ratio == need]
+    if not pair or valid_size[pair[0]] % 2 or any(gaps[pair[0]]):
+        raise LayoutError(
+            f"{what}: element arrangement {arrangement.value} pairs the stick dim's tiles; it "
+            "needs a tile count of even size without gaps"
+        )
+    return pair[0]
+
+
+def arranged_coords(
+    coords: list[Any], pair: int | None, arrangement: ElementArrangement, *, inverse: bool = False
+) -> list[Any]:
+    """Device coordinates moved inside their group: standard -> arranged (or back).
+
+    Args:
+        coords: one coordinate (int or integer array) per device dim; the last is the lane.
+        pair: the device dim of the stick dim's tile count, whose tiles ``2k, 2k + 1``
+            form a group (32-bit layouts); None for 16-bit layouts (a group is a stick).
+        arrangement: the layout's arrangement.
+        inverse: map arranged coordinates back to standard ones.
+
+    Returns:
+        A new list of coordinates (the input is not modified).
+    """
+    if arrangement is ElementArrangement.STANDARD:
+        return list(coords)
+    arr = arrangement.inverse if inverse else arrangement
+    out = list(coords)
+    lanes = GROUP if pair is None else GROUP // 2
+    q = out[-1] if pair is None else out[pair] % 2 * lanes + out[-1]
+    p = arr.place(q)
+    if pair is None:
+        out[-1] = p
+    else:
+        out[pair] = out[pair] - out[pair] % 2 + p // lanes
+        out[-1] = p % lanes
+    return out
+
+
+def arrange_image(
+    image: Any, pair: int | None, arrangement: ElementArrangement, *, inverse: bool = False
+) -> Any:
+    """A device image with every group permuted: standard -> arranged (or back).
+
+    ``image`` is a NumPy or JAX array of the layout's device size; the tile count ``pair``
+    (if any) has an even size. Whole groups move: the result holds at arranged position
+    ``p`` what the input held at standard position ``i`` with ``place(i) == p``.
+    """
+    if arrangement is ElementArrangement.STANDARD:
+        return image
+    arr = arrangement.inverse if inverse else arrangement
+    rank = image.ndim
+    if pair is None:
+        return _permuted_groups(image, arr)
+    order = [j for j in range(rank - 1) if j != pair] + [pair, rank - 1]
+    x = image.transpose(order)
+    lead = x.shape[:-2]
+    x = _permuted_groups(x.reshape(*lead, x.shape[-2] // 2, GROUP), arr)
+    x = x.reshape(*lead, image.shape[pair], image.shape[-1])
+    return x.transpose(tuple(int(k) for k in np.argsort(order)))
+
+
+def _permuted_groups(x: Any, arr: ElementArrangement) -> Any:
+    """``x`` (last axis: whole groups of 64) with each group placed by ``arr``.
+
+    An arrangement permutes the digits of the index in a group: index ``i`` has digits
+    ``d_k`` in the mixed radix of its CuTe shape (first digit fastest) and lands at
+    ``sum(d_k * stride_k)``, itself a mixed-radix number with the digits ordered by
+    stride. So the move is a reshape into the digits and one transpose: no gather.
+    """
+    shape, stride = _FLAT[arr.value]
+    n = len(shape)
+    by_stride = sorted(range(n), key=lambda k: -stride[k])  # the output's digits, slowest first
+    lead = x.shape[:-1]
+    y = x.reshape(*lead, *shape[::-1])  # input digits, slowest (last CuTe mode) first
+    axes = [len(lead) + (n - 1 - k) for k in by_stride]
+    y = y.transpose((*range(len(lead)), *axes))
+    return y.reshape(*lead, GROUP)

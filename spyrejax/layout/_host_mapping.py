@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from .._errors import LayoutError
+from ._arrangements import arranged_coords, pair_axis
 from ._checks import check_index
 from ._gaps import gap_slabs, in_valid_range
 from ._segments import Segmentation, axis_coord, segment_axes
@@ -58,12 +59,15 @@ class HostMapping:
         strides: host strides in elements.
         segmentation: which device dims walk which host dims (see ``_segments``); no
             segments for an empty host tensor.
+        pair: the tile count whose tiles ``2k, 2k + 1`` form an arrangement group
+            (a 32-bit arranged layout; see ``_arrangements``), else None.
     """
 
     layout: SpyreTensorLayout
     shape: tuple[int, ...]
     strides: tuple[int, ...]
     segmentation: Segmentation = field(compare=False, repr=False)
+    pair: int | None = field(default=None, compare=False, repr=False)
 
     dci: ClassVar[Callable[..., Any]]  # attached by spyrejax.dma._dci (see the docstring)
 
@@ -176,7 +180,7 @@ class HostMapping:
         for segment in self.segmentation.segments:
             for j, c in self._segment_coords(segment, idx):
                 out[j] += int(c)
-        return tuple(out)
+        return tuple(arranged_coords(out, self.pair, self.layout.arrangement))
 
     def device_coords(self) -> np.ndarray:
         """Device coordinate of every host element.
@@ -203,6 +207,11 @@ class HostMapping:
         for segment in self.segmentation.segments:
             for j, c in self._segment_coords(segment, index):
                 out[..., j] = c
+        if self.layout.is_arranged:
+            cols = arranged_coords(
+                list(np.moveaxis(out, -1, 0)), self.pair, self.layout.arrangement
+            )
+            out = np.stack(cols, axis=-1)
         if self.layout.has_gaps:
             out += np.array(self.layout.gap_offsets, dtype=np.int64)
         return out
@@ -218,6 +227,7 @@ class HostMapping:
             return None
         index = [0] * len(self.shape)
         c = tuple(k - f for k, f in zip(c, self.layout.gap_offsets, strict=True))
+        c = tuple(arranged_coords(list(c), self.pair, self.layout.arrangement, inverse=True))
         for segment in self.segmentation.segments:
             x = sum(c[j] * ratio for j, ratio in segment.axes)
             for d in reversed(segment.host_dims):
@@ -233,6 +243,9 @@ class HostMapping:
         c = np.asarray(coords, dtype=np.int64)
         cols = [c[..., j] for j in range(self.layout.device_rank)]
         valid = np.broadcast_to(self.data_positions(cols), c.shape[:-1])
+        if self.layout.is_arranged:  # the pair and the lanes have no gap: absolute is fine
+            cols = arranged_coords(cols, self.pair, self.layout.arrangement, inverse=True)
+            c = np.stack(np.broadcast_arrays(*cols), axis=-1)
         smap = np.array([max(m, 0) for m in self.layout.stride_map], dtype=np.int64)
         offsets = c @ smap - int(np.dot(self.layout.gap_offsets, smap))  # from the valid origin
         return np.where(valid, offsets, -1)
@@ -256,6 +269,7 @@ class HostMapping:
         """
         layout = self.layout
         ok, c = in_valid_range(c, layout.device_gaps, layout.valid_size)
+        c = arranged_coords(c, self.pair, layout.arrangement, inverse=True)
         for j, bound, combined in self._padding_checks:
             if combined is None:
                 ok = ok & (c[j] < bound)
@@ -292,6 +306,12 @@ class HostMapping:
         """
         size, gaps = self.layout.device_size, self.layout.device_gaps
         slabs = [(j, bound + gaps[j][0], size[j]) for j, bound, _ in self._padding_checks]
+        if self.layout.is_arranged:  # a group spreads padding over its stick (pair)
+            last = len(size) - 1
+            slabs = [
+                (j, 0 if j == last else start - start % 2 if j == self.pair else start, stop)
+                for j, start, stop in slabs
+            ]
         return tuple(slabs + gap_slabs(size, gaps))
 
     def data_box(self, runs: Sequence[Sequence[int]]) -> tuple[tuple[int, bool], ...] | None:
@@ -306,7 +326,7 @@ class HostMapping:
         lies past it too (a tile count cut apart from its lanes: the last tile holds
         the partial stick). None if a run's padding is not so, or the layout has gaps.
         """
-        if self.layout.has_gaps:
+        if self.layout.has_gaps or self.layout.is_arranged:
             return None
         size = self.layout.device_size
         checks = {j: (bound, combined) for j, bound, combined in self._padding_checks}
@@ -419,7 +439,8 @@ def for_host(
     seg = segment_axes(shape, strides, axes, what=what)
     for segment in seg.segments:
         _check_nesting(layout, segment, what)
-    return HostMapping(layout, shape, strides, seg)
+    arr, valid, gaps = layout.arrangement, layout.valid_size, layout.device_gaps
+    return HostMapping(layout, shape, strides, seg, pair_axis(arr, valid, gaps, seg.segments, what))
 
 
 def _check_nesting(layout: SpyreTensorLayout, segment: Any, what: str) -> None:

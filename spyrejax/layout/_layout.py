@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import LayoutError
+from ._arrangements import ElementArrangement, check_arrangement
 from ._checks import check_dim_order, check_host_strides, check_shape, int_tuple
 from ._dtypes import DataFormats, DTypeLike, format_for_dtype
 from ._gaps import Gaps, check_gaps, valid_size, widen
@@ -69,12 +70,13 @@ device_dtype=DataFormats.SEN169_FP16)
 
     # has_gaps and num_sticks (_gapped, _sticks), read very often, computed with the fields.
     __slots__ = ("_gapped", "_hash", "_sticks", "device_dtype", "device_gaps", "device_size")
-    __slots__ += ("stride_map",)
+    __slots__ += ("arrangement", "stride_map")
 
     device_size: tuple[int, ...]
     stride_map: tuple[int, ...]
     device_dtype: DataFormats
     device_gaps: Gaps
+    arrangement: ElementArrangement
 
     def __init__(
         self,
@@ -106,9 +108,14 @@ device_dtype=DataFormats.SEN169_FP16)
         self._init([n for n, _ in dims], [s for _, s in dims], fmt)
 
     def _init(
-        self, device_size: Any, stride_map: Any, device_dtype: Any, device_gaps: Any = None
+        self,
+        device_size: Any,
+        stride_map: Any,
+        device_dtype: Any,
+        device_gaps: Any = None,
+        arrangement: Any = ElementArrangement.STANDARD,
     ) -> None:
-        """The one canonicalising constructor: validates and freezes the four fields."""
+        """The one canonicalising constructor: validates and freezes the five fields."""
         fmt = format_for_dtype(device_dtype)
         dsize = int_tuple(device_size, "device_size")
         smap = int_tuple(stride_map, "stride_map")
@@ -131,11 +138,15 @@ device_dtype=DataFormats.SEN169_FP16)
                 f"stride_map entries must be >= -1 (-1 synthetic, 0 broadcast), got {list(smap)}"
             )
         gaps = check_gaps(device_gaps, dsize)
+        arr = check_arrangement(arrangement, eps)
+        if arr is not ElementArrangement.STANDARD and smap[-1] <= 0:
+            raise LayoutError(f"element arrangement {arr.value} needs lanes on a host dim")
+        object.__setattr__(self, "arrangement", arr)
         object.__setattr__(self, "device_size", dsize)
         object.__setattr__(self, "stride_map", smap)
         object.__setattr__(self, "device_dtype", fmt)
         object.__setattr__(self, "device_gaps", gaps)
-        object.__setattr__(self, "_hash", hash((dsize, smap, int(fmt), gaps)))
+        object.__setattr__(self, "_hash", hash((dsize, smap, int(fmt), gaps, arr.value)))
         object.__setattr__(self, "_gapped", any(f or b for f, b in gaps))
         object.__setattr__(self, "_sticks", math.prod(dsize[:-1]))
 
@@ -147,6 +158,7 @@ device_dtype=DataFormats.SEN169_FP16)
         device_dtype: DTypeLike,
         *,
         device_gaps: Sequence[Sequence[int]] | None = None,
+        arrangement: ElementArrangement | str = ElementArrangement.STANDARD,
     ) -> SpyreTensorLayout:
         """An explicit layout.
 
@@ -164,15 +176,43 @@ device_dtype=DataFormats.SEN169_FP16)
             device_gaps: ``(front, back)`` per device dim: device positions before and
                 after the range the index map iterates (see :meth:`with_gap`);
                 ``device_size`` includes them. Defaults to no gaps.
+            arrangement: where elements sit inside their 64-element group (see
+                :mod:`spyrejax.layout._arrangements`); defaults to ``STANDARD``.
 
         Raises:
             LayoutError: if the lengths differ, a size is < 0, the last size is not the
-                stick size of the format, a stride is < -1, or a gap is negative, on
-                the stick dim, or longer than its dim.
+                stick size of the format, a stride is < -1, a gap is negative, on the
+                stick dim, or longer than its dim, or the arrangement does not fit the
+                format (or the lanes are synthetic).
         """
         layout = cls.__new__(cls)
-        layout._init(device_size, stride_map, device_dtype, device_gaps)
+        layout._init(device_size, stride_map, device_dtype, device_gaps, arrangement)
         return layout
+
+    def with_arrangement(self, arrangement: ElementArrangement | str) -> SpyreTensorLayout:
+        """This layout with its elements placed in ``arrangement`` inside each group.
+
+        Example:
+            >>> import numpy as np
+            >>> SpyreTensorLayout.row_major((4, 64), np.float32).with_arrangement("DL16_TO_FP32")
+            SpyreTensorLayout(device_size=[4, 2, 32], stride_map =[64, 32, 1], \
+device_dtype=DataFormats.IEEE_FP32, arrangement=DL16_TO_FP32)
+
+        Raises:
+            LayoutError: if the arrangement does not fit the format.
+        """
+        return SpyreTensorLayout.from_stride_map(
+            self.device_size,
+            self.stride_map,
+            self.device_dtype,
+            device_gaps=self.device_gaps,
+            arrangement=arrangement,
+        )
+
+    @property
+    def is_arranged(self) -> bool:
+        """Whether elements sit in a non-standard arrangement (:meth:`with_arrangement`)."""
+        return self.arrangement is not ElementArrangement.STANDARD
 
     def with_gap(self, dim: int, front: int = 0, back: int = 0) -> SpyreTensorLayout:
         """This layout inside a larger buffer: ``front`` and ``back`` more gap on ``dim``.
@@ -192,7 +232,7 @@ device_dtype=DataFormats.SEN169_FP16, device_gaps=[(0, 3996), (0, 0), (0, 0)])
         """
         size, gaps = widen(self.device_size, self.device_gaps, dim, front, back)
         return SpyreTensorLayout.from_stride_map(
-            size, self.stride_map, self.device_dtype, device_gaps=gaps
+            size, self.stride_map, self.device_dtype, device_gaps=gaps, arrangement=self.arrangement
         )
 
     @classmethod
@@ -317,19 +357,24 @@ device_dtype=DataFormats.SEN169_FP16)
             and self.stride_map == other.stride_map
             and self.device_dtype == other.device_dtype
             and self.device_gaps == other.device_gaps
+            and self.arrangement is other.arrangement
         )
 
     def __hash__(self) -> int:
         return self._hash
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (
-            functools.partial(SpyreTensorLayout.from_stride_map, device_gaps=self.device_gaps),
-            (self.device_size, self.stride_map, self.device_dtype),
+        build = functools.partial(
+            SpyreTensorLayout.from_stride_map,
+            device_gaps=self.device_gaps,
+            arrangement=self.arrangement.value,
         )
+        return (build, (self.device_size, self.stride_map, self.device_dtype))
 
     def __repr__(self) -> str:
         gaps = f", device_gaps={list(self.device_gaps)}" if self.has_gaps else ""
+        if self.is_arranged:
+            gaps += f", arrangement={self.arrangement.value}"
         return (
             f"SpyreTensorLayout(device_size={list(self.device_size)}, "
             f"stride_map ={list(self.stride_map)}, device_dtype={self.device_dtype!r}{gaps})"

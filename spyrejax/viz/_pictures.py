@@ -227,7 +227,9 @@ def device_memory(
         head = gap_rows[0]
         note += f" (the first {head} of tile 0 and {rows - head - 1} of tile 1)"
     return Picture(
-        f"device memory of {list(shape)} in {list(layout.device_size)}: a stick per row",
+        f"device memory of {list(shape)} in {list(layout.device_size)}"
+        + (f" ({layout.arrangement.value})" if layout.is_arranged else "")
+        + ": a stick per row",
         text,
         sticks,
         labels,
