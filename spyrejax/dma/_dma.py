@@ -229,7 +229,9 @@ def _stick_tile_dim(tiles: _Tiling) -> int | None:
     rest = [j for j in order if j != tile_dim]
     if size[tile_dim] < 2 or rest != sorted(rest) or tiles.extents[-1] == tiles.sizes[-1]:
         return None
-    return tile_dim if tiles.extents[-1] == size[tile_dim] * size[-1] else None
+    full = tiles.extents[-1] == size[tile_dim] * size[-1]
+    # Only the last tile holds padding (a layout may pad whole tiles more: a pair of them).
+    return tile_dim if full and tiles.sizes[-1] > (size[tile_dim] - 1) * size[-1] else None
 
 
 def _d2h_by_tiles(image: jax.Array, tiles: _Tiling, tile_dim: int) -> jax.Array:

@@ -189,3 +189,11 @@ def test_an_arranged_layout_has_no_descriptors_of_its_own():
     layout = arranged_row_major((2, 64), np.float16, FP32_TO_DL16)
     with pytest.raises(LayoutError, match="no DMA descriptors of its own"):
         sj.generate_dci((2, 64), layout)
+
+
+def test_a_whole_tile_of_padding_reads_back_inside_jax_jit(monkeypatch):
+    """A tile count padded past the partial tile (as an arrangement's pair pads it)."""
+    layout = SpyreTensorLayout.from_stride_map([3, 4, 32], [70, 32, 1], np.float32)
+    x = random_bits((3, 70), np.float32, np.random.default_rng(2))
+    monkeypatch.setattr(_dma, "host_engine_suits", lambda *a: False)
+    assert same_bits(sj.dma_d2h(sj.dma_h2d(x, layout), (3, 70), layout), x)
