@@ -269,7 +269,8 @@ class SpyreType(HiType):
         """Compact form used in jaxprs: ``f16[5,100,150]{[100,3,5,64]/[150,64,15000,1]}``.
 
         After the layout: ``gaps=`` (the ``(front, back)`` gaps of a window of a larger
-        buffer, on the dims that have one), ``view=`` (a view over another base), ``pad=0`` (zero
+        buffer, on the dims that have one), the element arrangement (``DL16_TO_FP32``,
+        ``FP32_TO_DL16``) if not the standard one, ``view=`` (a view over another base), ``pad=0`` (zero
         padding), ``V:`` (the mesh axes it varies over) and ``@LX[c0:32]+0x4000`` (kept
         in the LX of cores 0..31 at that per-core byte address). A value with no ``@``
         lives in DDR.
@@ -280,6 +281,8 @@ class SpyreType(HiType):
         if lay.has_gaps:
             gaps = [f"{j}:{f}+{b}" for j, (f, b) in enumerate(lay.device_gaps) if f or b]
             text += f" gaps={','.join(gaps)}"
+        if lay.is_arranged:
+            text += f" {lay.arrangement.value}"
         if self.is_view:
             text += f" view={list(self.base_shape)}:{list(self.strides)}".replace(", ", ",")
         if self.pad is PadFill.ZERO:
@@ -415,6 +418,7 @@ def batched_layout(
         (size, *layout.device_size),
         (math.prod(base_shape), *layout.stride_map),
         layout.device_dtype,
+        arrangement=layout.arrangement,
     )
 
 

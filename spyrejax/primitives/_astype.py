@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import jax
@@ -26,9 +27,11 @@ from .._jax import poison_padding
 from ..device._division import WorkDivision
 from ..device._space import OpSpace, TensorSpec, elementwise_space
 from ..dma._dma import as_bits, dma_h2d, from_bits, h2d_values
+from ..layout._arrangements import ElementArrangement
 from ..layout._devdims import DevDim, layout_from_dims
 from ..layout._dtypes import format_for_dtype, host_dtype
 from ..layout._layout import SpyreTensorLayout
+from ._arranged import converted_arrangement, emitted_layout
 from ._array import SpyreArray, SpyreType
 from ._base import SpyrePrim
 from ._masks import masked, poison, poisoned
@@ -38,27 +41,45 @@ __all__ = ["Astype", "Bitcast", "astype", "bitcast"]
 
 
 class Astype(SpyrePrim):
-    """Convert elements; a change of elements per stick rebuilds the layout."""
+    """Convert elements; a change of elements per stick rebuilds the layout.
+
+    ``arranged`` (16 <-> 32-bit only): the result in the order the card's conversion
+    emits it (``DL16_TO_FP32`` / ``FP32_TO_DL16``, see :mod:`._arranged`) rather than
+    the standard one. An arranged operand converts to the standard order.
+    """
 
     dtype: np.dtype
+    arranged: bool
+    takes_arrangements = True
 
-    def __init__(self, aval: SpyreType, *, dtype: np.dtype) -> None:
+    def __init__(self, aval: SpyreType, *, dtype: np.dtype, arranged: bool = False) -> None:
         self._same_sticks = dtype == np.bool_ or (
             format_for_dtype(dtype).elems_per_stick() == aval.layout.elems_per_stick
         )
+        involved = converted_arrangement(aval, dtype, arranged) if dtype != np.bool_ else False
         if self._same_sticks:  # same geometry; the layout takes the new format
             lay = aval.layout
             if dtype != np.bool_:
                 lay = SpyreTensorLayout.from_stride_map(
-                    lay.device_size, lay.stride_map, format_for_dtype(dtype)
+                    lay.device_size,
+                    lay.stride_map,
+                    format_for_dtype(dtype),
+                    arrangement=lay.arrangement,
                 )
             out = SpyreType(aval.shape, dtype, lay, aval.base_shape, aval.strides).canonical()
+        elif involved:  # the card's conversion: emits its order, or undoes an arrangement
+            plain = aval.layout.with_arrangement(ElementArrangement.STANDARD)
+            lay = _rebuilt_layout(replace(aval, layout=plain), dtype)
+            out = SpyreType.contiguous(
+                aval.shape, dtype, emitted_layout(lay, aval.shape) if arranged else lay
+            )
         else:
             out = SpyreType.contiguous(aval.shape, dtype, _rebuilt_layout(aval, dtype))
-        self._regroup = None if self._same_sticks else _stick_regroup(aval.dims, out.dims)
+        stays = self._same_sticks or involved
+        self._regroup = None if stays else _stick_regroup(aval.dims, out.dims)
         self.in_avals = (aval,)
         self.out_aval = out
-        self.params = {"dtype": dtype}
+        self.params = {"dtype": dtype, "arranged": arranged}
         super().__init__()
 
     def kernel(self, img: jax.Array) -> jax.Array:
@@ -67,8 +88,10 @@ class Astype(SpyrePrim):
     def tangent_kernel(self, img: jax.Array) -> jax.Array:
         return self._convert(img, exact=False)
 
-    def space(self, ins: Sequence[TensorSpec], out: TensorSpec) -> OpSpace:
-        """An elementwise space: one variable per dim."""
+    def space(self, ins: Sequence[TensorSpec], out: TensorSpec) -> OpSpace | None:
+        """An elementwise space: one variable per dim (not divided when arranged)."""
+        if self.out_aval.layout.is_arranged or self.in_avals[0].layout.is_arranged:
+            return None
         return elementwise_space("astype", out, ins)
 
     def core_kernel(self, div: WorkDivision, vals: list[jax.Array]) -> jax.Array:
@@ -102,7 +125,7 @@ class Astype(SpyrePrim):
         return from_bits(out, self.dtype, fence=True)
 
     def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
-        return {"dtype": self.dtype}
+        return {"dtype": self.dtype, "arranged": self.arranged}
 
 
 def _stick_regroup(
@@ -250,7 +273,7 @@ def _holds(layout: SpyreTensorLayout, shape: tuple[int, ...]) -> bool:
     return True
 
 
-def astype(x: SpyreArray, dtype: Any) -> SpyreArray:
+def astype(x: SpyreArray, dtype: Any, *, arranged: bool = False) -> SpyreArray:
     """Convert a Spyre array's elements to ``dtype``, as ``x.astype(dtype)``.
 
     Same elements per stick (float16 <-> bfloat16, float32 <-> int32, int8 <-> float8):
@@ -259,14 +282,21 @@ def astype(x: SpyreArray, dtype: Any) -> SpyreArray:
     layout of ``dim_order [2, 1, 0]`` stays ``[2, 1, 0]``; a row-major one stays
     row-major), or around the same stick dim for any other layout.
 
+    Between 16-bit and 32-bit formats the card's conversion emits the elements
+    staggered: ``arranged=True`` keeps that order (the result's layout has arrangement
+    ``DL16_TO_FP32`` or ``FP32_TO_DL16``), which ops position by position and the
+    conversion back read as they are, and every other op refuses. An arranged ``x``
+    converts to the standard order.
+
     Raises:
-        LayoutError: if ``dtype`` has no Spyre format.
+        LayoutError: if ``dtype`` has no Spyre format, or an arrangement is asked of (or
+            given to) any other conversion.
     """
     aval = _spyre_aval(x, "astype")
     dt = host_dtype(dtype)
-    if dt == aval.dtype:
+    if dt == aval.dtype and not arranged:
         return x
-    return Astype(aval, dtype=dt)(x)
+    return Astype(aval, dtype=dt, arranged=arranged)(x)
 
 
 def _spyre_aval(x: Any, op: str) -> SpyreType:

@@ -229,11 +229,15 @@ class SpyrePrim(HiPrim):
         takes_gaps: whether its kernel reads and writes layouts with gaps (a window of
             a larger buffer, see ``SpyreTensorLayout.with_gap``); the others refuse
             such operands and results by name (a ``LayoutError``: the planner moves them).
+        takes_arrangements: whether its kernel reads and writes layouts whose elements
+            sit in a non-standard element arrangement (``layout.arrangement``); the
+            others refuse them by name, so the planner restickifies first.
         param_names: the parameters the class declares.
     """
 
     role: ClassVar[str] = "compute"
     takes_gaps: ClassVar[bool] = False
+    takes_arrangements: ClassVar[bool] = False
     param_names: ClassVar[frozenset[str]] = frozenset()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -248,6 +252,8 @@ class SpyrePrim(HiPrim):
             )
         if not self.takes_gaps:
             self._refuse_gaps()
+        if not self.takes_arrangements:
+            self._refuse_arrangements()
         varying = frozenset().union(*(_vma(a) for a in _flat(self.in_avals)))
         if isinstance(self.out_aval, SpyreType):
             vma = self.out_vma(varying | self.out_aval.vma)
@@ -263,6 +269,18 @@ class SpyrePrim(HiPrim):
                     raise LayoutError(
                         f"{type(self).__name__} does not take layouts with gaps: its {what} "
                         f"{a.str_short()} is a window of a larger buffer; restickify it first"
+                    )
+
+    def _refuse_arrangements(self) -> None:
+        """Raise a LayoutError naming the primitive if an operand or result is arranged."""
+        for what, avals in (("operand", self.in_avals), ("result", self.out_aval)):
+            for a in _flat(avals):
+                if isinstance(a, SpyreType) and a.layout.is_arranged:
+                    raise LayoutError(
+                        f"{type(self).__name__} reads elements in their standard places: its "
+                        f"{what} {a.str_short()} is in element arrangement "
+                        f"{a.layout.arrangement.value} (what the card's 16 <-> 32-bit "
+                        "conversion emits); restickify it to the standard arrangement first"
                     )
 
     def out_vma(self, varying: frozenset[str]) -> frozenset[str]:
@@ -487,6 +505,7 @@ class Image(SpyrePrim):
     """The raw device image of a Spyre array (padding included)."""
 
     takes_gaps = True
+    takes_arrangements = True  # a bridge: the image as it is
 
     def __init__(self, aval: SpyreType) -> None:
         self.in_avals = (aval,)
@@ -516,6 +535,7 @@ class Wrap(SpyrePrim):
     """A Spyre array of a given type around a device image."""
 
     takes_gaps = True
+    takes_arrangements = True  # a bridge: the image as it is
 
     type: SpyreType
 

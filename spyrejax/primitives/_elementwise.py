@@ -29,6 +29,7 @@ from ..device._division import WorkDivision
 from ..device._space import OpSpace, TensorSpec, elementwise_space
 from ..layout._devdims import AlignPlan, align
 from ..layout._layout import SpyreTensorLayout
+from ._arranged import arranged_result, whole_groups
 from ._array import SpyreArray, SpyreType
 from ._axes import aligned, collapsed, merge_axes, merged_shape
 from ._base import SpyrePrim
@@ -136,10 +137,12 @@ class Elementwise(SpyrePrim):
     op: ClassVar[ElementwiseOp]
     consts: tuple[tuple[int, Scalar], ...]
     takes_gaps = True  # iterates its operands' valid ranges; its result has no gaps
+    takes_arrangements = True  # position by position: operands of one arranged layout
 
     def __init__(self, *avals: SpyreType, consts: tuple[tuple[int, Scalar], ...] = ()) -> None:
         out_dtype = _out_dtype(self.op, avals, consts)
         out, plans = broadcast_rule(self.op.name, [ungapped(a) for a in avals], out_dtype)
+        out = arranged_result(self.op.name, avals, out)
         self._plans = plans
         self.in_avals = tuple(avals)
         self.out_aval = out
@@ -200,8 +203,10 @@ class Elementwise(SpyrePrim):
     def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
         return {"consts": self.consts}
 
-    def space(self, ins: Sequence[TensorSpec], out: TensorSpec) -> OpSpace:
+    def space(self, ins: Sequence[TensorSpec], out: TensorSpec) -> OpSpace | None:
         """One variable per result dim; inputs broadcast right-aligned; its record's facts."""
+        if not whole_groups(self.out_aval):  # the cores' moves follow the standard map
+            return None
         op = self.op
         return elementwise_space(
             op.name, out, ins, transcendental=op.transcendental, in_place=op.in_place

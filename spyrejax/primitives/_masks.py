@@ -87,6 +87,16 @@ class _Coord:
 
     __radd__ = __add__
 
+    # An element arrangement's index map moves coordinates inside a group of lanes.
+    def __sub__(self, other: _Coord) -> _Coord:
+        return _Coord(jax.lax.sub(self.x, other.x))
+
+    def __floordiv__(self, k: int) -> _Coord:
+        return self if k == 1 else _Coord(jax.lax.div(self.x, np.int32(k)))
+
+    def __mod__(self, k: int) -> _Coord:
+        return _Coord(jax.lax.rem(self.x, np.int32(k)))
+
     def __lt__(self, bound: int) -> _Coord:
         return _Coord(jax.lax.lt(self.x, np.int32(bound)))
 

@@ -35,6 +35,7 @@ class Restickify(SpyrePrim):
     role = "restickify"
     takes_gaps = True  # a DMA read and write: any window of a buffer
     through_ddr = True  # its source image read from DDR, its target's written there
+    takes_arrangements = True  # the DMA engines place elements in any arrangement
     layout: SpyreTensorLayout
 
     def __init__(self, aval: SpyreType, *, layout: SpyreTensorLayout) -> None:

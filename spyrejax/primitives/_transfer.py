@@ -31,6 +31,7 @@ class ToDevice(SpyrePrim):
     """DMA a host array into a fresh device image."""
 
     takes_gaps = True  # a DMA: any window of a buffer
+    takes_arrangements = True
 
     layout: SpyreTensorLayout
     pad_value: Any
@@ -113,6 +114,7 @@ class ToHost(SpyrePrim):
     """DMA a device image back to a host array (and apply the array's view)."""
 
     takes_gaps = True
+    takes_arrangements = True
 
     def __init__(self, aval: SpyreType) -> None:
         self.in_avals = (aval,)

@@ -9,6 +9,7 @@ import numpy as np
 
 from ... import primitives as sp
 from ..._errors import SpyreUnsupportedError
+from ...primitives._arranged import converts_widths
 from ...primitives._array import SpyreType
 from ...primitives._stick import (
     SPARSE,
@@ -127,15 +128,30 @@ _register(_Polynomial(), "polynomial")
 
 
 class _Convert(Rule):
+    """``astype``; between 16-bit and 32-bit formats also in the order the card emits.
+
+    The card's conversion writes its result staggered (``DL16_TO_FP32``,
+    ``FP32_TO_DL16``): the ``"arranged"`` mode keeps that order, which ops position by
+    position and the conversion back read as they are; every other consumer needs a
+    restickify, which the planner costs. The standard mode pays the card's relayout in
+    the objective (``lowering._traffic``), so the planner picks the arrangement where it
+    saves that relayout and no restickify undoes the saving.
+    """
+
     def modes(self, node: Node) -> list[Mode]:
         out = node.outs[0]
-        return [
-            Mode((_req(node.ins[0], s),), canon(out.shape, s) if out.shape else SPARSE)
+        sticks = [
+            (_req(node.ins[0], s), canon(out.shape, s) if out.shape else SPARSE)
             for s in stick_options(out.shape)
         ]
+        modes = [Mode((req,), o) for req, o in sticks]
+        if out.shape and converts_widths(node.ins[0].dtype, out.dtype):
+            modes += [Mode((req,), o, "arranged") for req, o in sticks if o != SPARSE]
+        return modes
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
-        return [sp.astype(args[0], node.params["new_dtype"])]
+        arranged = mode.variant == "arranged"
+        return [sp.astype(args[0], node.params["new_dtype"], arranged=arranged)]
 
 
 _register(_Convert(), "convert_element_type")

@@ -1,0 +1,152 @@
+"""Element arrangements in the primitives: which results keep one, and astype's.
+
+The card converts between 16-bit and 32-bit formats stick by stick and emits the
+elements staggered (``layout._arrangements``): a 16-bit stick becomes two fp32 sticks in
+``DL16_TO_FP32`` order, two fp32 sticks become one 16-bit stick in ``FP32_TO_DL16``
+order, and converting an arranged value back gives the standard order. An op position
+by position keeps its operands' arrangement; every other primitive refuses arranged
+operands by name (``SpyrePrim.takes_arrangements``), so the planner restickifies them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .._errors import LayoutError
+from ..layout._arrangements import GROUP, ElementArrangement
+from ..layout._dtypes import format_for_dtype
+from ..layout._layout import SpyreTensorLayout
+from ._array import SpyreType
+
+__all__ = [
+    "arranged_result",
+    "converted_arrangement",
+    "converts_widths",
+    "emitted_layout",
+    "pays_relayout",
+    "whole_groups",
+]
+
+_EMITS = {32: ElementArrangement.DL16_TO_FP32, 64: ElementArrangement.FP32_TO_DL16}
+_WIDTHS = {32, 64}  # elements per stick of 32-bit and 16-bit formats
+
+
+def arranged_result(name: str, avals: Sequence[SpyreType], out: SpyreType) -> SpyreType:
+    """``out`` in the operands' element arrangement, if they have one.
+
+    An op position by position computes on arranged images as on standard ones when
+    every operand has the same arranged layout, unviewed, and the result's stick has the
+    same width (a comparison's bool result has 64-lane sticks: not a 32-bit
+    arrangement's). Otherwise the operands need the standard arrangement.
+
+    Raises:
+        LayoutError: if an operand is arranged and the op cannot keep the arrangement.
+    """
+    arranged = [a for a in avals if a.layout.is_arranged]
+    if not arranged:
+        return out
+    layout = arranged[0].layout
+    same = all(a.layout == layout and a.shape == out.shape and not a.is_view for a in avals)
+    if not same or out.layout.elems_per_stick != layout.elems_per_stick:
+        raise LayoutError(
+            f"{name}: operands in element arrangement {layout.arrangement.value} must all have "
+            "its layout, the result's shape and the result's stick width; restickify them first"
+        )
+    return SpyreType.contiguous(
+        out.shape, out.dtype, out.layout.with_arrangement(layout.arrangement)
+    )
+
+
+def converts_widths(src: object, dst: object) -> bool:
+    """Whether ``astype`` from ``src`` to ``dst`` is the card's 16 <-> 32-bit conversion."""
+    try:
+        widths = {format_for_dtype(src).elems_per_stick(), format_for_dtype(dst).elems_per_stick()}
+    except LayoutError:
+        return False
+    return widths == _WIDTHS and np.bool_ not in (np.dtype(src), np.dtype(dst))
+
+
+def whole_groups(t: SpyreType) -> bool:
+    """Whether ``t``'s arrangement moves data onto data only (no padding in a group).
+
+    Then the standard and the arranged map put data at the same positions, so the
+    device model's per-core loads and stores (which follow the standard map) of an op
+    position by position on operands of ``t``'s layout are exact.
+    """
+    if not t.layout.is_arranged:
+        return True
+    last = t.layout.device_rank - 1
+    segments = t.layout.for_host(t.base_shape).segmentation.segments
+    return all(s.size % GROUP == 0 for s in segments if (last, 1) in s.axes)
+
+
+def pays_relayout(prim: object) -> bool:
+    """Whether ``prim`` is a 16 <-> 32-bit ``astype`` to the standard order.
+
+    The card's conversion writes the elements staggered; the standard order takes a
+    relayout of the result on the card. Not for an arranged operand (the conversion
+    back gives the standard order) or result, nor any other conversion.
+    """
+    ins, out = getattr(prim, "in_avals", ()), getattr(prim, "out_aval", None)
+    if len(ins) != 1 or not isinstance(out, SpyreType) or not isinstance(ins[0], SpyreType):
+        return False
+    if ins[0].layout.is_arranged or out.layout.is_arranged:
+        return False
+    return converts_widths(ins[0].dtype, out.dtype)
+
+
+def converted_arrangement(aval: SpyreType, dtype: object, arranged: bool) -> bool:
+    """Whether ``astype(aval, dtype)`` involves an arrangement (consumed or emitted).
+
+    Raises:
+        LayoutError: if the conversion is not the card's 16 <-> 32-bit one but an
+            arrangement is involved, or ``arranged`` is asked of an arranged operand
+            (converting it back gives the standard order).
+    """
+    if not (arranged or aval.layout.is_arranged):
+        return False
+    widths = {aval.layout.elems_per_stick, format_for_dtype(dtype).elems_per_stick()}
+    if widths != _WIDTHS:
+        raise LayoutError(
+            f"astype to {dtype}: the element arrangements are those of the card's conversion "
+            f"between 16-bit and 32-bit formats, not of {aval.str_short()} to {dtype}"
+        )
+    if arranged and aval.layout.is_arranged:
+        raise LayoutError(
+            f"astype: {aval.str_short()} is already in {aval.layout.arrangement.value}; "
+            "converting it gives the standard order"
+        )
+    return True
+
+
+def emitted_layout(standard: SpyreTensorLayout, shape: tuple[int, ...]) -> SpyreTensorLayout:
+    """The layout the card's conversion writes: ``standard`` in the order it emits.
+
+    A 32-bit result pairs the tiles of its stick dim (each 16-bit stick became two
+    fp32 sticks), so an odd tile count gets one more, padding.
+
+    Raises:
+        LayoutError: if the stick dim is one stick or less (32-bit: no tiles to pair), or
+            the lanes are not on a host dim.
+    """
+    arrangement = _EMITS[standard.elems_per_stick]
+    if standard.elems_per_stick == 32:
+        segments = standard.for_host(shape).segmentation.segments
+        last = standard.device_rank - 1
+        lanes = [s for s in segments if (last, 1) in s.axes]
+        pair = [j for s in lanes for j, ratio in s.axes if ratio == 32]
+        if not pair:
+            raise LayoutError(
+                f"astype: {arrangement.value} pairs the stick dim's tiles; a stick dim of "
+                f"{list(shape)} within one stick has none"
+            )
+        size = list(standard.device_size)
+        size[pair[0]] += size[pair[0]] % 2
+        standard = SpyreTensorLayout.from_stride_map(
+            size, standard.stride_map, standard.device_dtype, device_gaps=standard.device_gaps
+        )
+    layout = standard.with_arrangement(arrangement)
+    layout.for_host(shape)  # validates the pair
+    return layout
