@@ -271,9 +271,9 @@ class SpyreType(HiType):
         After the layout: ``gaps=`` (the ``(front, back)`` gaps of a window of a larger
         buffer, on the dims that have one), the element arrangement (``DL16_TO_FP32``,
         ``FP32_TO_DL16``) if not the standard one, ``view=`` (a view over another base),
-        ``pad=0`` (zero padding), ``V:`` (the mesh axes it varies over) and ``@LX[c0:32]+0x4000`` (kept
-        in the LX of cores 0..31 at that per-core byte address). A value with no ``@``
-        lives in DDR.
+        ``pad=0`` (zero padding), ``V:`` (the mesh axes it varies over) and
+        ``@LX[c0:32]+0x4000`` (kept in the LX of cores 0..31 at that per-core byte
+        address). A value with no ``@`` lives in DDR.
         """
         name = _SHORT_DTYPES.get(self.dtype.name, self.dtype.name)
         lay = self.layout
