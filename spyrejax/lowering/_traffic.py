@@ -31,6 +31,7 @@ __all__ = [
     "nbytes",
     "read_bytes",
     "read_tie_break",
+    "source_bytes",
     "tie_break",
     "traffic",
 ]
@@ -89,9 +90,17 @@ def _dense_bytes(shape: tuple[int, ...], dtype: np.dtype, stick: int | None) -> 
     return default_layout(shape, dtype, stick).nbytes
 
 
-def move_bytes(source: SpyreType, target: SpyreType) -> int:
+def source_bytes(t: SpyreType) -> float:
+    """What a restickify pays to read ``t``: its bytes, and twice :data:`RELAYOUT_TIE`
+    out of an element arrangement (a value moved anyway is converted in the standard
+    order: its relayout rides on the move, and the arrangement would save nothing).
+    """
+    return nbytes(t) + (2 * RELAYOUT_TIE if t.layout.is_arranged else 0)
+
+
+def move_bytes(source: SpyreType, target: SpyreType) -> float:
     """Device bytes a restickify reads and writes: the source image and the target's."""
-    return nbytes(source) + nbytes(target)
+    return source_bytes(source) + nbytes(target)
 
 
 def _spyre_types(avals: Any) -> list[SpyreType]:

@@ -52,7 +52,7 @@ class Windows:
             if k in mode.written and not self._writable(planner, u, t):
                 return [[] for _ in node.ins]
             if t is None:
-                out.append(planner._candidates(u, mode.ins[k])[:1])
+                out.append(planner._candidates(u, mode.ins[k], 1))
                 continue
             have = [(a, c) for a, c in planner.avail[u].items() if _same(a, t)]
             if not have and t.layout.has_gaps:
