@@ -56,20 +56,12 @@ from ..primitives._array import PadFill, SpyreType
 from ..primitives._stick import SPARSE, default_type, restickify_cost, serves, stick_name, stick_of
 from ..primitives._stick import stick_options as _stick_options
 from ..primitives._views import ShapeView
+from . import _traffic
 from ._chosen import option_total, options_key
 from ._graph import Graph, Node, Scalar, Value
 from ._node_key import NodeKey, evaluation_key, node_key
 from ._registry import HOST_FALLBACK, RULES, Mode, lower_node, rule_for
-from ._traffic import (
-    MOVE_TIE,
-    move_bytes,
-    nbytes,
-    read_bytes,
-    read_tie_break,
-    source_bytes,
-    tie_break,
-    traffic,
-)
+from ._traffic import MOVE_TIE, move_bytes, nbytes, read_bytes, read_tie_break, tie_break, traffic
 from ._windows import Windows
 
 __all__ = ["FALLBACKS", "Move", "Option", "Plan", "host_input_type", "plan_graph", "traffic"]
@@ -205,20 +197,6 @@ def _default(shape: tuple[int, ...], dtype: np.dtype, stick: int) -> SpyreType:
     return default_type(shape, dtype, stick)
 
 
-def _with_standard(
-    chosen: list[tuple[Any, float]], ranked: list[tuple[Any, float]]
-) -> list[tuple[Any, float]]:
-    """``chosen`` and, if it holds an element arrangement, the cheapest standard type.
-
-    Most consumers refuse an arranged type (``SpyrePrim.takes_arrangements``): one must
-    not crowd out the standard order the same conversion also gives.
-    """
-    if not any(t.layout.is_arranged for t, _ in chosen):
-        return chosen
-    standard = [tc for tc in ranked if not tc[0].layout.is_arranged and tc not in chosen]
-    return chosen + standard[:1]
-
-
 def _defaults(v: Value) -> list[SpyreType]:
     return [_default(v.shape, v.dtype, s) for s in _stick_options(v.shape)]
 
@@ -303,7 +281,7 @@ class _Planner:
     def _produce(self, v: Value, produced: dict[SpyreType, tuple[float, Option | None]]) -> None:
         self.produced[v] = produced
         avail = {t: cost for t, (cost, _) in produced.items()}
-        read = min(cost + source_bytes(t) for t, cost in avail.items())  # a restickify's source
+        read = min(c + _traffic.source_bytes(t) for t, c in avail.items())  # a restickify's source
         # A value varies over the same mesh axes in every layout (types compare without
         # vma, so the restickified types must be given it).
         vma = frozenset().union(*(t.vma for t in avail))
@@ -383,15 +361,13 @@ class _Planner:
             + (f": {why}" if why else "")
         )
 
-    def _candidates(
-        self, u: Value | Scalar, r: int | None, limit: int = _CANDIDATES
-    ) -> list[tuple[Any, float]]:
+    def _candidates(self, u: Value | Scalar, r: int | None, limit: int = _CANDIDATES) -> list:
         """The cheapest types ``u`` can be read in by a consumer needing stick ``r``.
 
         The cheapest serving type (to have, and to read: its image's bytes), and the
         default type of ``r`` when that is not it (a rule may refuse a view it can read
-        from a fresh copy); else the next one; at most ``limit``, and then the cheapest
-        standard type if one of them is in an element arrangement (:func:`_with_standard`).
+        from a fresh copy); else the next one; at most ``limit``, and the cheapest standard
+        type too if one of them is in an element arrangement (``_traffic.with_standard``).
         """
         if isinstance(u, Scalar):
             return [(None, 0.0)]
@@ -399,13 +375,12 @@ class _Planner:
             ((t, c) for t, c in self.avail[u].items() if serves(t, r)),
             key=lambda tc: (tc[1] + read_bytes(tc[0]), read_tie_break(tc[0])),
         )
-        out = ranked[:_CANDIDATES]
         if r is not None:
             fallback = _default(u.shape, u.dtype, r)
             if ranked and ranked[0][0] != fallback and fallback in self.avail[u]:
                 rest = [tc for tc in ranked[1:] if tc[0] != fallback]
-                out = [ranked[0], (fallback, self.avail[u][fallback]), *rest[: _CANDIDATES - 2]]
-        return _with_standard(out[:limit], ranked)
+                ranked = [ranked[0], (fallback, self.avail[u][fallback]), *rest]
+        return _traffic.with_standard(ranked[:limit], ranked)
 
     def _evaluate(
         self, node: Node, base: NodeKey | None, mode: Mode, ins: tuple[SpyreType | None, ...]

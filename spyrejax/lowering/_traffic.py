@@ -34,6 +34,7 @@ __all__ = [
     "source_bytes",
     "tie_break",
     "traffic",
+    "with_standard",
 ]
 
 MOVE_TIE = 2.0**-10
@@ -91,9 +92,10 @@ def _dense_bytes(shape: tuple[int, ...], dtype: np.dtype, stick: int | None) -> 
 
 
 def source_bytes(t: SpyreType) -> float:
-    """What a restickify pays to read ``t``: its bytes, and twice :data:`RELAYOUT_TIE`
-    out of an element arrangement (a value moved anyway is converted in the standard
-    order: its relayout rides on the move, and the arrangement would save nothing).
+    """What a restickify pays to read ``t``: its bytes, and twice :data:`RELAYOUT_TIE`.
+
+    Twice the tie out of an element arrangement: a value moved anyway is converted in
+    the standard order (its relayout rides on the move; the arrangement saves nothing).
     """
     return nbytes(t) + (2 * RELAYOUT_TIE if t.layout.is_arranged else 0)
 
@@ -175,3 +177,16 @@ def read_tie_break(t: SpyreType) -> tuple[Any, ...]:
     take gaps (pointwise ops), not restickified out of it.
     """
     return (not t.layout.has_gaps, *tie_break(t))
+
+
+def with_standard(chosen: list[tuple[Any, float]], ranked: list[tuple[Any, float]]) -> list:
+    """A consumer's candidate types, and the cheapest standard one if one is arranged.
+
+    ``chosen`` are the candidates, ``ranked`` every type in the planner's order.
+    Most consumers refuse an arranged type (``SpyrePrim.takes_arrangements``): it must
+    not crowd out the standard order the same conversion also gives.
+    """
+    if not any(t is not None and t.layout.is_arranged for t, _ in chosen):
+        return chosen
+    standard = [tc for tc in ranked if not tc[0].layout.is_arranged and tc not in chosen]
+    return chosen + standard[:1]
