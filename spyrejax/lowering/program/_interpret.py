@@ -338,6 +338,8 @@ class Interpreter:
                 x = node.ins[0]
                 if not (isinstance(x, Value) and x.dtype in _HALF_FLOATS and y.dtype == _F32):
                     return None
+                if runs[0].ins[0].layout.is_arranged:  # the sum reads the standard order
+                    return None
                 return _Widened(x, runs[0].ins[0], tuple(reversed(then)), tuple(skipped))
             step = _map_step(node)
             if step is None or runs[0].ins[step[2]] != t or y.dtype != _F32:
