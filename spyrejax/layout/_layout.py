@@ -448,15 +448,18 @@ device_dtype=DataFormats.SEN169_FP16)
         result (``other.device_size[i] == self.device_size[perm[i]]``): the same
         ``(size, stride_map entry)`` pairs in another order, so every position holds the
         same host element (or padding: data positions are decided per pair, spec
-        section 4). Only when the pairs say it unambiguously: no gaps, the same format,
-        and no two device dims of size > 1 with one stride (an outer dim and the one it
-        repeats, a sparse stick spelled with real strides); else None.
+        section 4). Only when the pairs say it unambiguously: no gaps, no element
+        arrangement, the same format, and no two device dims of size > 1 with one stride
+        (an outer dim and the one it repeats, a sparse stick spelled with real strides);
+        else None.
         """
         if (
             self.device_dtype != other.device_dtype
             or self.device_rank != other.device_rank
             or self.has_gaps
             or other.has_gaps
+            or self.is_arranged
+            or other.is_arranged
         ):
             return None
         walked = [m for n, m in zip(self.device_size, self.stride_map, strict=True) if n > 1]
