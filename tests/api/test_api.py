@@ -12,7 +12,14 @@ import spyrejax as sj
 from spyrejax import SpyreTensorLayout
 from spyrejax import primitives as sp
 from spyrejax.primitives import SpyrePrim, abstract_eval
-from spyrejax.primitives._in_place import assemble, fill_around, place, update_at, window_layout
+from spyrejax.primitives._in_place import (
+    assemble,
+    fill_around,
+    place,
+    slice_view,
+    update_at,
+    window_layout,
+)
 from spyrejax.primitives._restickify import load_relayout
 from spyrejax.primitives._widened_sum import WidenedSum
 
@@ -248,6 +255,7 @@ def _all_primitives():
         sp.iota(jnp.int32, (4, 150), 1)
         sp.full((4, 150), 1.0, jnp.float32)
         sp.slice_copy(a, (0, 0), (2, 10))
+        slice_view(a, (0, 0), (2, 150))
         sp.concatenate([a, a])
         sp.pad(a, 0.0, [(1, 0, 0), (0, 0, 0)])
         dest, whole = SpyreTensorLayout((8, 150), np.float32), [(0, 0), (4, 0)]
