@@ -51,7 +51,18 @@ __all__ = [
 Piece = tuple[int, int, int]
 
 
-def _refuse_broadcast(mapping: HostMapping, target: str) -> None:
+def _refuse_unmappable(mapping: HostMapping, target: str) -> None:
+    """Refuse, by name, what no converter's index map holds.
+
+    An element arrangement (its groups permute lanes inside a stick), a broadcast dim,
+    an empty tensor.
+    """
+    if mapping.layout.is_arranged:
+        raise LayoutConversionError(
+            f"{target} cannot express {mapping.layout} for host shape {list(mapping.shape)}: "
+            f"its {mapping.layout.arrangement.name} arrangement permutes the elements of "
+            "each group of sticks, which a converted layout's strides cannot state"
+        )
     for j, (n, s) in enumerate(
         zip(mapping.layout.device_size, mapping.layout.stride_map, strict=True)
     ):
@@ -79,7 +90,7 @@ def pieces(mapping: HostMapping, target: str) -> tuple[Piece, ...]:
             more synthetic or tied dims than size-1 host dims, or host dims folded into
             one device dim.
     """
-    _refuse_broadcast(mapping, target)
+    _refuse_unmappable(mapping, target)
     layout, seg = mapping.layout, mapping.segmentation
     where = f"{target} cannot express {layout} for host shape {list(mapping.shape)}"
     # Device dims walking no host dim only ever hold coordinate 0: each can be the
@@ -180,7 +191,7 @@ def to_cute(mapping: HostMapping) -> CuteLayout:
         LayoutConversionError: for a broadcast dim, steps that do not nest (padded
             sticks inside larger tiles) or a fold CuTe's composition cannot state.
     """
-    _refuse_broadcast(mapping, "CuTe")
+    _refuse_unmappable(mapping, "CuTe")
     layout, dstrides = mapping.layout, mapping.layout.device_strides
     modes = [CuteLayout(1, 0) for _ in mapping.shape]
     for segment in mapping.segmentation.segments:

@@ -16,9 +16,7 @@ import numpy as np
 
 from .. import primitives as sp
 from ..layout import BYTES_PER_STICK, SpyreTensorLayout
-from ..primitives._arranged import pays_relayout
 from ..primitives._array import SpyreType
-from ..primitives._astype import Astype
 from ..primitives._copies import SliceCopy
 from ..primitives._in_place import FillAround
 from ..primitives._iota import Full
@@ -44,15 +42,12 @@ power of two: sums of byte counts and ties stay exact in floats."""
 
 
 RELAYOUT_TIE = 2.0**-14
-"""What a 16 <-> 32-bit ``astype`` to the standard order costs besides its bytes.
+"""What reading a value kept in an element arrangement costs a restickify besides its bytes.
 
-The card's conversion emits the elements staggered (``primitives._arranged``); the
-standard order takes it a relayout. Charged as a tie, far below a byte and below
-:data:`MOVE_TIE`, not as the relayout's bytes: the forward pass counts a value read
-twice (``y * y``) twice, so bytes would make the arrangement and a restickify look
-cheaper than the standard order where they cost the same. So the arrangement is planned
-where it costs no more bytes (a chain of ops position by position closed by the
-conversion back), never where a restickify undoes it."""
+Values are in the card's staggered order only where a user asked for it
+(``sp.astype(..., arranged=True)``); a restickify of one moves it anyway, so the tie
+makes the planner convert in the standard order where it can. Far below a byte and
+below :data:`MOVE_TIE`."""
 
 
 def nbytes(t: SpyreType) -> int:
@@ -122,7 +117,6 @@ def traffic(called: list[Any]) -> float:
     loop body as at the top level. A charge standing for a body's copies
     (``lowering._control``) reads and writes the elements it moves, as often as it runs,
     unless it stands for such a relayout; a host fallback in a body moves its DMA bytes.
-    A 16 <-> 32-bit ``astype`` to the standard order also pays :data:`RELAYOUT_TIE`.
     """
     total = 0
     for p in called:
@@ -138,8 +132,6 @@ def traffic(called: list[Any]) -> float:
         elif isinstance(p, sp.SpyrePrim):
             total += sum(map(read_bytes, _spyre_types(p.in_avals)))
             total += sum(map(nbytes, _spyre_types(p.out_avals)))
-            if isinstance(p, Astype) and pays_relayout(p):
-                total += RELAYOUT_TIE  # the card's conversion emits the staggered order
             if p.role == "collective":
                 total += _elements_bytes(p.moves, _spyre_types(p.in_avals))
         elif p.role == "host":

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from .._errors import LayoutError
 from ..layout._arrangements import GROUP, ElementArrangement
 from ..layout._dtypes import format_for_dtype
@@ -23,9 +21,7 @@ from ._array import SpyreType
 __all__ = [
     "arranged_result",
     "converted_arrangement",
-    "converts_widths",
     "emitted_layout",
-    "pays_relayout",
     "whole_groups",
 ]
 
@@ -59,15 +55,6 @@ def arranged_result(name: str, avals: Sequence[SpyreType], out: SpyreType) -> Sp
     )
 
 
-def converts_widths(src: object, dst: object) -> bool:
-    """Whether ``astype`` from ``src`` to ``dst`` is the card's 16 <-> 32-bit conversion."""
-    try:
-        widths = {format_for_dtype(src).elems_per_stick(), format_for_dtype(dst).elems_per_stick()}
-    except LayoutError:
-        return False
-    return widths == _WIDTHS and np.bool_ not in (np.dtype(src), np.dtype(dst))
-
-
 def whole_groups(t: SpyreType) -> bool:
     """Whether ``t``'s arrangement moves data onto data only (no padding in a group).
 
@@ -80,21 +67,6 @@ def whole_groups(t: SpyreType) -> bool:
     last = t.layout.device_rank - 1
     segments = t.layout.for_host(t.base_shape).segmentation.segments
     return all(s.size % GROUP == 0 for s in segments if (last, 1) in s.axes)
-
-
-def pays_relayout(prim: object) -> bool:
-    """Whether ``prim`` is a 16 <-> 32-bit ``astype`` to the standard order.
-
-    The card's conversion writes the elements staggered; the standard order takes a
-    relayout of the result on the card. Not for an arranged operand (the conversion
-    back gives the standard order) or result, nor any other conversion.
-    """
-    ins, out = getattr(prim, "in_avals", ()), getattr(prim, "out_aval", None)
-    if len(ins) != 1 or not isinstance(out, SpyreType) or not isinstance(ins[0], SpyreType):
-        return False
-    if ins[0].layout.is_arranged or out.layout.is_arranged:
-        return False
-    return converts_widths(ins[0].dtype, out.dtype)
 
 
 def converted_arrangement(aval: SpyreType, dtype: object, arranged: bool) -> bool:

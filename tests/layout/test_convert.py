@@ -309,6 +309,17 @@ def test_named_refusals(kind, shape, layout, match):
         _via(kind, shape, layout)
 
 
+@pytest.mark.parametrize("kind", ["cute", "xla", "morello", "metal"])
+def test_an_element_arrangement_is_refused_by_name(kind):
+    # Its groups permute the lanes of each stick pair: (0, 8) sits where 4 would in
+    # the standard order, which no converted stride states (a dropped arrangement would
+    # convert to the standard map: a wrong index map, silently).
+    layout = SpyreTensorLayout.row_major((4, 64), F32).with_arrangement("DL16_TO_FP32")
+    assert layout.for_host((4, 64)).device_coord((0, 8)) == (0, 0, 4)
+    with pytest.raises(LayoutConversionError, match="DL16_TO_FP32 arrangement"):
+        _via(kind, (4, 64), layout)
+
+
 def test_refusals_of_notations_spyre_cannot_hold():
     with pytest.raises(LayoutConversionError, match="not whole sticks"):
         XlaLayout.parse("{1,0:T(8,128)(2,1)}").to_spyre((16, 256), F16)  # pairs of rows
