@@ -261,27 +261,32 @@ class SpyrePrim(HiPrim):
                 self.out_aval = replace(self.out_aval, vma=vma)
         super().__init__()
 
-    def _refuse_gaps(self) -> None:
-        """Raise a LayoutError naming the primitive if an operand or result has gaps."""
+    def _typed(self) -> Iterator[tuple[str, SpyreType]]:
+        """Each Spyre-typed operand and result, with what it is ("operand", "result")."""
         for what, avals in (("operand", self.in_avals), ("result", self.out_aval)):
             for a in _flat(avals):
-                if isinstance(a, SpyreType) and a.layout.has_gaps:
-                    raise LayoutError(
-                        f"{type(self).__name__} does not take layouts with gaps: its {what} "
-                        f"{a.str_short()} is a window of a larger buffer; restickify it first"
-                    )
+                if isinstance(a, SpyreType):
+                    yield what, a
+
+    def _refuse_gaps(self) -> None:
+        """Raise a LayoutError naming the primitive if an operand or result has gaps."""
+        for what, a in self._typed():
+            if a.layout.has_gaps:
+                raise LayoutError(
+                    f"{type(self).__name__} does not take layouts with gaps: its {what} "
+                    f"{a.str_short()} is a window of a larger buffer; restickify it first"
+                )
 
     def _refuse_arrangements(self) -> None:
         """Raise a LayoutError naming the primitive if an operand or result is arranged."""
-        for what, avals in (("operand", self.in_avals), ("result", self.out_aval)):
-            for a in _flat(avals):
-                if isinstance(a, SpyreType) and a.layout.is_arranged:
-                    raise LayoutError(
-                        f"{type(self).__name__} reads elements in their standard places: its "
-                        f"{what} {a.str_short()} is in element arrangement "
-                        f"{a.layout.arrangement.value} (what the card's 16 <-> 32-bit "
-                        "conversion emits); restickify it to the standard arrangement first"
-                    )
+        for what, a in self._typed():
+            if a.layout.is_arranged:
+                raise LayoutError(
+                    f"{type(self).__name__} reads elements in their standard places: its "
+                    f"{what} {a.str_short()} is in element arrangement "
+                    f"{a.layout.arrangement.value} (what the card's 16 <-> 32-bit "
+                    "conversion emits); restickify it to the standard arrangement first"
+                )
 
     def out_vma(self, varying: frozenset[str]) -> frozenset[str]:
         """Mesh axes the result varies over, given those of the operands (their union)."""
