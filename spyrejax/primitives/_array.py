@@ -56,7 +56,11 @@ class PadFill(enum.Enum):
     POISON = "poison"
     """Undefined (filled with poison by transfers): kernels must mask it."""
     ZERO = "zero"
-    """Zeros: a matmul may use the operand without masking its padding."""
+    """Zeros: a matmul may use the operand without masking its padding.
+
+    A softmax's result (``primitives._softmax``) may hold NaN in the padding of a line
+    whose data are all NaN: a product over that line is then NaN, as it is in JAX.
+    """
 
 
 def _ints(xs: Any) -> tuple[int, ...]:

@@ -21,6 +21,7 @@ from spyrejax.primitives._in_place import (
     window_layout,
 )
 from spyrejax.primitives._restickify import load_relayout
+from spyrejax.primitives._softmax import Softmax
 from spyrejax.primitives._widened_sum import WidenedSum
 
 # --- names: jnp-style functions take jnp's parameters, lax-style ones lax's ------------
@@ -242,6 +243,7 @@ def _all_primitives():
         sj.exp(a) + a
         sj.matmul(a, sj.to_device(np.ones((150, 8), np.float32)))
         sj.sum(a, 1)
+        Softmax(a.type, axis=1)(a)
         half = sj.astype(a, jnp.bfloat16)
         WidenedSum(half.type, axes=(1,), keepdims=False, dtype=np.dtype(np.float32))(half)
         sj.restickify(a, dim_order=[1, 0])

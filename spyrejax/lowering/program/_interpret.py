@@ -13,7 +13,7 @@ import collections
 import contextlib
 import functools
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
@@ -24,7 +24,8 @@ from ... import primitives as sp
 from ..._errors import DeviceError, SpyreInternalError
 from ...device import DeviceProgram, Machine, OpDesc, default_machine, plan_program, validate_hint
 from ...layout._layout import SpyreTensorLayout
-from ...primitives._array import SpyreType
+from ...primitives._array import PadFill, SpyreType
+from ...primitives._softmax import softmax_with_zero_padding
 from ...primitives._widened_sum import Pointwise, widened_sum
 from .._graph import Graph, Node, Scalar, Value
 from .._planner import Move, Plan
@@ -33,6 +34,7 @@ from . import _record as recorded
 from ._cores import CoreCheck, CoreExecutor
 from ._device import node_hints, node_scope
 from ._program import hinted_op, program_ops
+from ._softmax import SoftmaxChain, softmax_chains
 
 __all__ = [
     "EMULATE_MODES",
@@ -258,11 +260,18 @@ class Interpreter:
         # Traced by the record or run per core, each node binds what the device runs.
         plain = recorded.active() is None and sp.current_executor() is None
         widened = self._widened if plain else {}
-        skipped = {n for w in widened.values() for n in w.skipped}
+        softmaxes = self._softmaxes if plain else {}
+        skipped = {n for w in (*widened.values(), *softmaxes.values()) for n in w.skipped}
         for node in self.graph.nodes:
-            if node in skipped:  # the widening of a sum (and its maps): inside the sum
+            if node in skipped:  # inside a widened sum or a softmax
                 continue
             for i, option in enumerate(self.plan.runs.get(node, [])):
+                if node in softmaxes:  # its padding zero: the products read it unmasked
+                    c = softmaxes[node]
+                    out = softmax_with_zero_padding(env[c.x, c.t], c.axis)
+                    zero = replace(option.out, pad=PadFill.ZERO)
+                    env[node.outs[0], option.out] = _check(node, node.outs[0], out, zero)
+                    continue
                 if node in widened:
                     w = widened[node]
                     dtype = node.outs[0].dtype
@@ -296,6 +305,11 @@ class Interpreter:
             self._output(env, o, t)
             for o, t in zip(self.graph.outputs, self.plan.outputs, strict=True)
         ]
+
+    @functools.cached_property
+    def _softmaxes(self) -> dict[Node, SoftmaxChain]:
+        """Softmaxes read by matmuls only, each run as one kernel (``_softmax``)."""
+        return softmax_chains(self.graph, self.plan)
 
     @functools.cached_property
     def _widened(self) -> dict[Node, _Widened]:

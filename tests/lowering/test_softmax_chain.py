@@ -1,0 +1,80 @@
+"""A softmax read by matmuls runs as one kernel whose padding is zero (``Softmax``)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import spyrejax as sj
+from spyrejax.lowering.program._softmax import softmax_chains
+from spyrejax.primitives._masks import data_mask
+from spyrejax.primitives._softmax import Softmax, softmax_with_zero_padding
+from tests.helpers import assert_close, assert_matches_jax_jit, rand
+
+
+def _attention(q, k, v, mask_value=-1e9):
+    t = q.shape[-2]
+    s = jnp.einsum("hqd,hkd->hqk", q, k) / np.float32(np.sqrt(q.shape[-1]))
+    s = jnp.where(jnp.tril(jnp.ones((t, t), bool)), s, mask_value)
+    return jnp.einsum("hqk,hkd->hqd", jax.nn.softmax(s, axis=-1), v)
+
+
+def _qkv(t=40, d=20):
+    return [rand((2, t, d), seed=i) for i in range(3)]
+
+
+def _chains(fn, *args):
+    lowered = sj.jit(fn).lower(*args)
+    return softmax_chains(lowered.graph, lowered.plan)
+
+
+def test_causal_attention_runs_its_softmax_as_one_kernel():
+    q, k, v = _qkv()
+    (chain,) = _chains(_attention, q, k, v).values()
+    # reduce_max, max(-inf, .), broadcast, sub, exp, reduce_sum, broadcast (then div)
+    assert chain.axis == 2 and len(chain.skipped) == 7
+    assert_matches_jax_jit(_attention, q, k, v, reduce_len=40, ops=8)
+
+
+def test_lines_of_minus_inf_are_nan_as_in_jax_jit():
+    scores = np.array(rand((2, 40, 40)))
+    scores[:, 0] = -np.inf  # softmax of a line of -inf is NaN
+    v = rand((2, 40, 20), seed=1)
+    f = lambda s, v: jax.nn.softmax(s, axis=-1) @ v  # noqa: E731
+    assert len(_chains(f, scores, v)) == 1
+    got = assert_matches_jax_jit(f, scores, v, reduce_len=40, ops=8)
+    assert np.isnan(got[:, 0]).all() and not np.isnan(got[:, 1:]).any()
+
+
+def test_probabilities_read_elsewhere_keep_the_op_by_op_run():
+    q, k, v = _qkv()
+
+    def both(q, k, v):
+        p = jax.nn.softmax(jnp.einsum("hqd,hkd->hqk", q, k), axis=-1)
+        return p, p @ v
+
+    assert _chains(both, q, k, v) == {}
+    p, _ = sj.jit(both)(q, k, v)
+    assert p.type.pad is sj.PadFill.POISON
+    assert_matches_jax_jit(both, q, k, v, reduce_len=40, ops=8)
+
+
+def test_the_kernel_writes_zeros_into_the_padding():
+    x = sj.to_device(rand((3, 40)))
+    p = softmax_with_zero_padding(x, 1)
+    assert p.type.pad is sj.PadFill.ZERO and p.type.layout == x.type.layout
+    image = np.asarray(sj.image(p))
+    assert (image[~np.asarray(data_mask(p.type))] == 0).all()
+    assert_close(sj.to_host(p), jax.nn.softmax(rand((3, 40)), axis=1), reduce_len=40, ops=5)
+
+
+@pytest.mark.parametrize(
+    "x, axis",
+    [
+        (rand((3, 40), jnp.bfloat16), 1),  # float32 only: half floats round per op
+        (rand((3, 40)), 0),  # the padding is along dim 1, not the softmax's
+    ],
+)
+def test_the_kernel_refuses_what_it_cannot_run(x, axis):
+    with pytest.raises(sj.SpyreTypeError, match="softmax: needs a float32 image"):
+        Softmax(sj.to_device(x).type, axis=axis)
