@@ -31,11 +31,20 @@ class Tuning:
             stays in the last-level cache, and the loop's steps cost more than it
             (measured). A quarter of it when B's k is padded: one dot then pads B and
             copies it again.
+        batch_loop_min_bytes: attention's scores image above which the emulator runs
+            the chain from the first product to the second as a loop over groups of the
+            batch dim (``lowering/program/_groups.py``): the program's temporaries then
+            stay under glibc's 32 MiB mmap threshold, which maps a larger block afresh on
+            every call (measured at 8 x 1000 x 1024 float32: 1.90x -> 1.30x of
+            ``jax.jit`` in pure JAX, ``benchmarks/README.md`` item 29).
+        batch_group_bytes: the most bytes of the scores one step of that loop computes.
     """
 
     staged_reduction_bytes: int = 16 * 2**20
     tile_group_bytes: int = 2 << 20
     tile_loop_min_bytes: int = 16 << 20
+    batch_loop_min_bytes: int = 24 << 20
+    batch_group_bytes: int = 8 << 20
 
 
 _DEFAULT = Tuning()

@@ -1,4 +1,5 @@
-"""A softmax read by matmuls runs as one kernel whose padding is zero (``Softmax``)."""
+"""A softmax read by matmuls runs as one kernel whose padding is zero (``Softmax``), and
+attention's chain from product to product by groups of heads when its scores are large."""
 
 import jax
 import jax.numpy as jnp
@@ -6,9 +7,11 @@ import numpy as np
 import pytest
 
 import spyrejax as sj
+from spyrejax.lowering.program._groups import BROADCAST, batch_groups
 from spyrejax.lowering.program._softmax import softmax_chains
 from spyrejax.primitives._masks import data_mask
 from spyrejax.primitives._softmax import Softmax, softmax_with_zero_padding
+from spyrejax.primitives._tuning import tuned
 from tests.helpers import assert_close, assert_matches_jax_jit, rand
 
 
@@ -19,8 +22,8 @@ def _attention(q, k, v, mask_value=-1e9):
     return jnp.einsum("hqk,hkd->hqd", jax.nn.softmax(s, axis=-1), v)
 
 
-def _qkv(t=40, d=20):
-    return [rand((2, t, d), seed=i) for i in range(3)]
+def _qkv(t=40, d=20, heads=2):
+    return [rand((heads, t, d), seed=i) for i in range(3)]
 
 
 def _chains(fn, *args):
@@ -78,3 +81,34 @@ def test_the_kernel_writes_zeros_into_the_padding():
 def test_the_kernel_refuses_what_it_cannot_run(x, axis):
     with pytest.raises(sj.SpyreTypeError, match="softmax: needs a float32 image"):
         Softmax(sj.to_device(x).type, axis=axis)
+
+
+def _grouped(fn, *args):
+    lowered = sj.jit(fn).lower(*args)
+    return batch_groups(lowered.graph, lowered.plan, softmax_chains(lowered.graph, lowered.plan))
+
+
+_SMALL_GROUPS = {"batch_loop_min_bytes": 0, "batch_group_bytes": 2 * 40 * 64 * 4}
+
+
+def test_attention_runs_by_groups_of_heads_with_the_same_numbers():
+    q, k, v = _qkv(heads=4)
+    with tuned(**_SMALL_GROUPS):
+        (groups,) = _grouped(_attention, q, k, v)
+        assert groups.groups == 2 and groups.nodes[-1].prim == "dot_general"
+        # q, k, v, the mask (one slice broadcast over the heads) and the -1e9 fill
+        assert len(groups.inputs) == 5 and sum(d == BROADCAST for *_, d in groups.inputs) == 1
+        assert_matches_jax_jit(_attention, q, k, v, reduce_len=40, ops=8)
+    assert _grouped(_attention, q, k, v) == []  # small scores: one pass
+
+
+def test_a_softmax_over_the_batch_dim_is_not_run_by_groups():
+    q, k, v = _qkv(heads=4)
+
+    def across_heads(q, k, v):
+        s = jnp.einsum("hqd,hkd->hqk", q, k)
+        return jnp.einsum("hqk,hkd->hqd", jax.nn.softmax(s, axis=0), v)
+
+    with tuned(**_SMALL_GROUPS):
+        assert _grouped(across_heads, q, k, v) == []
+        assert_matches_jax_jit(across_heads, q, k, v, reduce_len=40, ops=8)

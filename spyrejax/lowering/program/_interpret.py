@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -33,6 +33,7 @@ from .._registry import lower_node
 from . import _record as recorded
 from ._cores import CoreCheck, CoreExecutor
 from ._device import node_hints, node_scope
+from ._groups import BatchGroups, batch_groups, run_groups
 from ._program import hinted_op, program_ops
 from ._softmax import SoftmaxChain, softmax_chains
 
@@ -259,52 +260,91 @@ class Interpreter:
                 env[c, t] = sp.to_device(c.const, t.layout)
         # Traced by the record or run per core, each node binds what the device runs.
         plain = recorded.active() is None and sp.current_executor() is None
-        widened = self._widened if plain else {}
-        softmaxes = self._softmaxes if plain else {}
-        skipped = {n for w in (*widened.values(), *softmaxes.values()) for n in w.skipped}
+        fused, skipped = self._fused if plain else ({}, set())
         for node in self.graph.nodes:
-            if node in skipped:  # inside a widened sum or a softmax
+            if node in skipped:  # inside a widened sum, a softmax or a group loop
                 continue
-            for i, option in enumerate(self.plan.runs.get(node, [])):
-                if node in softmaxes:  # its padding zero: the products read it unmasked
-                    c = softmaxes[node]
-                    out = softmax_with_zero_padding(env[c.x, c.t], c.axis)
-                    zero = replace(option.out, pad=PadFill.ZERO)
-                    env[node.outs[0], option.out] = _check(node, node.outs[0], out, zero)
-                    continue
-                if node in widened:
-                    w = widened[node]
-                    dtype = node.outs[0].dtype
-                    out = widened_sum(env[w.x, w.t], node.params["axes"], dtype, w.then)
-                    env[node.outs[0], option.out] = _check(node, node.outs[0], out, option.out)
-                    continue
-                ins = [
-                    u if isinstance(u, Scalar) else env[u, t]
-                    for u, t in zip(node.ins, option.ins, strict=True)
-                ]
-                scope = (
-                    contextlib.nullcontext()
-                    if hinted is None
-                    else node_scope(node.line, hinted.get((node, i)), node.source)
-                )
-                # The planner refused host fallbacks where they are not allowed.
-                with scope, self._recorded(node, i, option, ins) as run:
-                    outs = lower_node(node, ins, option.mode, fallback=True)
-                    if run is not None:
-                        run.outs = list(outs)
-                if len(outs) != len(node.outs):
-                    raise SpyreInternalError(
-                        f"internal error: the lowering of {node.describe()} gave {len(outs)} "
-                        f"results for {len(node.outs)}; please report it"
-                    )
-                for v, out, t in zip(node.outs, outs, option.outs, strict=True):
-                    env[v, t] = _check(node, v, out, t)
+            if node in fused:  # one planned run, whose kernel computes the skipped nodes too
+                (v,), (option,) = node.outs, self.plan.runs[node]
+                want = option.out
+                if node in self._softmaxes:  # its padding zero: the products read it unmasked
+                    want = replace(want, pad=PadFill.ZERO)
+                env[v, option.out] = _check(node, v, fused[node](env), want)
+            else:
+                for i, option in enumerate(self.plan.runs.get(node, [])):
+                    self._run_node(env, node, i, option, hinted)
             for v in node.outs:
                 self._move(env, v)
         return [
             self._output(env, o, t)
             for o, t in zip(self.graph.outputs, self.plan.outputs, strict=True)
         ]
+
+    def _run_node(
+        self,
+        env: dict[tuple[Value, SpyreType], Any],
+        node: Node,
+        i: int,
+        option: Any,
+        hinted: dict[Any, Any] | None,
+    ) -> None:
+        ins = [
+            u if isinstance(u, Scalar) else env[u, t]
+            for u, t in zip(node.ins, option.ins, strict=True)
+        ]
+        scope = (
+            contextlib.nullcontext()
+            if hinted is None
+            else node_scope(node.line, hinted.get((node, i)), node.source)
+        )
+        # The planner refused host fallbacks where they are not allowed.
+        with scope, self._recorded(node, i, option, ins) as run:
+            outs = lower_node(node, ins, option.mode, fallback=True)
+            if run is not None:
+                run.outs = list(outs)
+        if len(outs) != len(node.outs):
+            raise SpyreInternalError(
+                f"internal error: the lowering of {node.describe()} gave {len(outs)} "
+                f"results for {len(node.outs)}; please report it"
+            )
+        for v, out, t in zip(node.outs, outs, option.outs, strict=True):
+            env[v, t] = _check(node, v, out, t)
+
+    @functools.cached_property
+    def _fused(self) -> tuple[dict[Node, Callable[[Any], Any]], set[Node]]:
+        """Nodes whose kernel computes a chain ending there, and the nodes it computes.
+
+        Per node, the kernel as a function of the environment: a widened sum
+        (``_widened``), a softmax whose padding is zero (``_softmaxes``, read unmasked by
+        the products), a chain from a batched product to the product of its softmax run
+        by groups of the batch dim (``_groups``).
+        """
+        fused: dict[Node, Callable[[Any], Any]] = {}
+        for node, w in self._widened.items():
+            axes, dtype = node.params["axes"], node.outs[0].dtype
+            fused[node] = lambda env, w=w, axes=axes, dtype=dtype: widened_sum(
+                env[w.x, w.t], axes, dtype, w.then
+            )
+        for node, c in self._softmaxes.items():
+            fused[node] = lambda env, c=c: softmax_with_zero_padding(env[c.x, c.t], c.axis)
+        groups = self._groups
+        for g in groups:
+            fused[g.nodes[-1]] = lambda env, g=g: self._run_groups(env, g)
+        chains = (*self._widened.values(), *self._softmaxes.values())
+        skipped = {n for w in chains for n in w.skipped}
+        skipped |= {n for g in groups for n in g.nodes[:-1]}
+        return fused, skipped
+
+    def _run_groups(self, env: dict[tuple[Value, SpyreType], Any], groups: BatchGroups) -> Any:
+        def run_node(node: Node, ins: list[Any]) -> list[Any]:
+            return lower_node(node, ins, self.plan.runs[node][0].mode, fallback=True)
+
+        return run_groups(groups, self.plan, env, run_node, softmax_with_zero_padding)
+
+    @functools.cached_property
+    def _groups(self) -> list[BatchGroups]:
+        """Attention chains run as loops over groups of their batch dim (``_groups``)."""
+        return batch_groups(self.graph, self.plan, self._softmaxes)
 
     @functools.cached_property
     def _softmaxes(self) -> dict[Node, SoftmaxChain]:
