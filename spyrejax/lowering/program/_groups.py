@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from ... import primitives as sp
+from ..._errors import SpyreInternalError
 from ...layout._layout import SpyreTensorLayout
 from ...primitives._array import SpyreType
 from ...primitives._tuning import tuning
@@ -235,12 +236,14 @@ def run_groups(
     images = [sp.image(env[v, t]) for v, t, _ in groups.inputs]
     cut = [group_type(t, dim, size) for _, t, dim in groups.inputs]
     skipped = set(groups.softmax.skipped)
+    dim = _batch_dim(out_t, batch)
+    assert dim is not None and dim != BROADCAST  # checked by batch_groups
 
     def step(g: jax.Array) -> jax.Array:
         local: dict[Value, Any] = {}
-        for (v, _, dim), img, t in zip(groups.inputs, images, cut, strict=True):
-            if dim != BROADCAST:
-                img = jax.lax.dynamic_slice_in_dim(img, g * size, size, dim)
+        for (v, _, at), img, t in zip(groups.inputs, images, cut, strict=True):
+            if at != BROADCAST:
+                img = jax.lax.dynamic_slice_in_dim(img, g * size, size, at)
             local[v] = sp.wrap(img, t)
         for node in groups.nodes:
             if node in skipped:
@@ -250,11 +253,15 @@ def run_groups(
                 continue
             ins = [u if isinstance(u, Scalar) else local[u] for u in node.ins]
             local[node.outs[0]] = run_node(node, ins)[0]
+        got, want = jax.typeof(local[last.outs[0]]), group_type(out_t, dim, size)
+        if got != want:  # the steps' images are put back as ``want``s
+            raise SpyreInternalError(
+                f"internal error: a group of {last.describe()} gave {got.str_short()}, "
+                f"not {want.str_short()}; please report it"
+            )
         return sp.image(local[last.outs[0]])
 
     stacked = jax.lax.map(step, jnp.arange(groups.groups))
-    dim = _batch_dim(out_t, batch)
-    assert dim is not None  # checked by batch_groups
     merged = jnp.moveaxis(stacked, 0, dim)
     shape = list(merged.shape)
     return sp.wrap(merged.reshape((*shape[:dim], batch, *shape[dim + 2 :])), out_t)
