@@ -13,6 +13,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from .._counts import count
 from ._cost import OpCost, op_cost, relayout_cost, transfer_cost
 from ._division import WorkDivision, divide
 from ._fusion import Fusion, find_fusions, is_fill, is_relayout
@@ -52,6 +53,7 @@ def _counted(descs: Sequence[OpDesc], times: Sequence[float]) -> list[bool]:
 
 
 def _same_slices(prod: WorkDivision, p_op: int, cons: WorkDivision, c_op: int) -> bool:
+    count("device.same_slices")
     if prod.cores_used != cons.cores_used:
         return False
     return all(prod.box(p_op, c) == cons.box(c_op, c) for c in range(prod.cores_used))
@@ -103,8 +105,10 @@ def divide_op(
     space: OpSpace, machine: Machine, hint: Mapping[str, int] | None = None
 ) -> WorkDivision:
     """An op's division as a program plan makes it (pass 2 scored by predicted time)."""
+    count("device.divide")
 
     def score(div: WorkDivision) -> float:
+        count("device.cost")
         return op_cost(div, machine).time_s
 
     return divide(space, machine, hint, score)
@@ -164,6 +168,7 @@ class _Memo:
         key = (self.key(div), where, filled, launch)
         cost = self.costs.get(key)
         if cost is None:
+            count("device.cost")
             cost = self.costs[key] = op_cost(div, self.machine, where, filled, launch)
         return cost
 
@@ -377,6 +382,7 @@ def _transfer(d: OpDesc, machine: Machine, fills: set[str]) -> OpCost:
 
 def _streams(div: WorkDivision, machine: Machine) -> tuple[tuple[int, Stream], ...]:
     """Operands whose per-core slice does not fit its share of LX."""
+    count("device.streams")
     n = len(div.space.operands)
     budget = machine.lx_usable // n
     out = []

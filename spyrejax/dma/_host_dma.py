@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from .._counts import count
 from .._errors import LayoutError
 from ._dci import Descriptor
 
@@ -72,6 +73,7 @@ __all__ = [
     "aligned_empty",
     "host_engine_suits",
     "run_on_host",
+    "without_host_engine",
     "without_kernel",
 ]
 
@@ -109,6 +111,23 @@ def without_kernel() -> Iterator[None]:
         _WITHOUT_KERNEL.reset(token)
 
 
+_WITHOUT_HOST: ContextVar[bool] = ContextVar("spyrejax_without_host_engine", default=False)
+
+
+@contextlib.contextmanager
+def without_host_engine() -> Iterator[None]:
+    """Eager DMA inside the block runs on the XLA engine whatever its size (tests).
+
+    :func:`host_engine_suits` says False inside: a test compares the two engines on one
+    transfer, or runs the XLA engine's path on a transfer the host engine would take.
+    """
+    token = _WITHOUT_HOST.set(True)
+    try:
+        yield
+    finally:
+        _WITHOUT_HOST.reset(token)
+
+
 def _kernel() -> Any:
     """The C kernel's module, or None: not built, or off (:func:`without_kernel`)."""
     return None if _WITHOUT_KERNEL.get() else _native
@@ -121,8 +140,11 @@ def host_engine_suits(descriptors: Sequence[Descriptor], itemsize: int) -> bool:
     ones: every descriptor's innermost loop is contiguous on both sides, and the runs it
     moves average at least :data:`MIN_RUN_BYTES` (a short remainder stick does not
     change the verdict of the sticks around it); and, when :data:`NATIVE_TRANSPOSE`,
-    for transfers whose other descriptors are all element transposes.
+    for transfers whose other descriptors are all element transposes. False inside
+    :func:`without_host_engine`.
     """
+    if _WITHOUT_HOST.get():
+        return False
     elements = sum(math.prod(d.size) for d in descriptors)
     if elements <= SMALL_ELEMENTS:
         return True
@@ -265,6 +287,7 @@ def run_on_host(
         if sizes and _moves_runs(d):  # contiguous runs: one element each
             run, sizes, s_src, s_dst = sizes[-1], sizes[:-1], s_src[:-1], s_dst[:-1]
         elif _kernel_runs(d, item):  # an element transpose: the C kernel, in bytes
+            count("dma.kernel_transpose")
             _native.transpose(
                 dst_bytes,
                 d.offset_dst * item,

@@ -50,6 +50,7 @@ import jax
 import numpy as np
 
 from .. import primitives as sp
+from .._counts import count
 from .._errors import LayoutError, SpyreFallbackWarning
 from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import PadFill, SpyreType
@@ -369,6 +370,7 @@ class _Planner:
         from a fresh copy); else the next one; at most ``limit``, and the cheapest standard
         type too if one of them is in an element arrangement (``_traffic.with_standard``).
         """
+        count("plan.search")
         if isinstance(u, Scalar):
             return [(None, 0.0)]
         ranked = sorted(

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._counts import count
 from .._errors import LayoutError, SpyreTypeError
 from ..device._division import WorkDivision
 from ..device._space import OpSpace, TensorSpec, elementwise_space
@@ -205,6 +206,7 @@ class Elementwise(SpyrePrim):
 
     def space(self, ins: Sequence[TensorSpec], out: TensorSpec) -> OpSpace | None:
         """One variable per result dim; inputs broadcast right-aligned; its record's facts."""
+        count("space.elementwise")
         if not whole_groups(self.out_aval):  # the cores' moves follow the standard map
             return None
         op = self.op

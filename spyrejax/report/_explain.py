@@ -6,6 +6,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from .._counts import count
 from ..device import Machine
 from ..frontend._filter_jit import FilterJit, staged
 from ..frontend._gc import gc_paused
@@ -98,6 +99,7 @@ def _ops(plan: Plan) -> tuple[OpInfo, ...]:
 
 def _op(node: Node, options: Any, moves: list[Move]) -> OpInfo:
     """One planned node's record: its bytes, restickifies, copies and host fallbacks."""
+    count("explain.row")
     prims = [p for o in options for p in o.copies]
     resticks = [p for p in prims if p.role == "restickify"]
     copies = [p for p in prims if p.role == "copy"]

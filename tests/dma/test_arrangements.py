@@ -16,7 +16,7 @@ from oracles import coords_by_rule, random_bits, same_bits
 
 import spyrejax as sj
 from spyrejax import ElementArrangement, LayoutError, SpyreTensorLayout
-from spyrejax.dma import _dma
+from spyrejax.dma._host_dma import without_host_engine
 from spyrejax.layout._dtypes import format_for_dtype, poison_value
 from spyrejax.viz import device_memory
 
@@ -151,7 +151,7 @@ def test_property_dma_round_trips_bit_exact(case):
 
 
 @pytest.mark.parametrize(("dtype", "arrangement"), CASES)
-def test_each_dtype_on_the_host_and_the_xla_engine(dtype, arrangement, monkeypatch):
+def test_each_dtype_on_the_host_and_the_xla_engine(dtype, arrangement):
     shape = (3, 70)
     layout = arranged_row_major(shape, dtype, arrangement)
     x = random_bits(shape, dtype, np.random.default_rng(1))
@@ -159,9 +159,9 @@ def test_each_dtype_on_the_host_and_the_xla_engine(dtype, arrangement, monkeypat
     with dma_transfers() as seen:
         host = sj.dma_h2d(x, layout)
         back = sj.dma_d2h(host, shape, layout)
-        monkeypatch.setattr(_dma, "host_engine_suits", lambda *a: False)
-        xla = sj.dma_h2d(x, layout)
-        xla_back = sj.dma_d2h(xla, shape, layout)
+        with without_host_engine():
+            xla = sj.dma_h2d(x, layout)
+            xla_back = sj.dma_d2h(xla, shape, layout)
     assert [e for _, e, _ in seen] == ["host", "host", "xla", "xla"]
     assert same_bits(host, want) and same_bits(xla, want)
     assert same_bits(back, x) and same_bits(xla_back, x)
@@ -191,9 +191,9 @@ def test_an_arranged_layout_has_no_descriptors_of_its_own():
         sj.generate_dci((2, 64), layout)
 
 
-def test_a_whole_tile_of_padding_reads_back_inside_jax_jit(monkeypatch):
+def test_a_whole_tile_of_padding_reads_back_inside_jax_jit():
     """A tile count padded past the partial tile (as an arrangement's pair pads it)."""
     layout = SpyreTensorLayout.from_stride_map([3, 4, 32], [70, 32, 1], np.float32)
     x = random_bits((3, 70), np.float32, np.random.default_rng(2))
-    monkeypatch.setattr(_dma, "host_engine_suits", lambda *a: False)
-    assert same_bits(sj.dma_d2h(sj.dma_h2d(x, layout), (3, 70), layout), x)
+    with without_host_engine():
+        assert same_bits(sj.dma_d2h(sj.dma_h2d(x, layout), (3, 70), layout), x)

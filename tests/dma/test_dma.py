@@ -18,6 +18,7 @@ from strategies import dim_orders, dtypes, seeds, shapes, shapes_and_orders, til
 
 import spyrejax as sj
 from spyrejax import SpyreTensorLayout
+from spyrejax._counts import counting
 from spyrejax.dma import _boxes, _dma
 from spyrejax.dma._host_dma import NATIVE_TRANSPOSE, without_kernel
 
@@ -331,17 +332,14 @@ def _transposed_case():
 
 
 @needs_kernel
-def test_large_element_transposes_run_on_the_kernel(monkeypatch):
-    from spyrejax.dma import _host_dma
-
+def test_large_element_transposes_run_on_the_kernel():
     x, layout, jitted = _transposed_case()
-    calls = []
-    kernel = _host_dma._native.transpose
-    monkeypatch.setattr(_host_dma._native, "transpose", lambda *a: calls.append(a) or kernel(*a))
-    image = sj.dma_h2d(x, layout)
-    assert calls and same_bits(image, jitted)
-    assert same_bits(sj.dma_d2h(image, TRANSPOSED, layout), x)
-    assert len(calls) == 2 * len(sj.generate_dci(TRANSPOSED, layout).descriptors)
+    with counting() as counts:
+        image = sj.dma_h2d(x, layout)
+        assert counts["dma.kernel_transpose"] and same_bits(image, jitted)
+        assert same_bits(sj.dma_d2h(image, TRANSPOSED, layout), x)
+    calls = counts["dma.kernel_transpose"]
+    assert calls == 2 * len(sj.generate_dci(TRANSPOSED, layout).descriptors)
 
 
 def test_without_the_kernel_large_element_transposes_run_in_xla():

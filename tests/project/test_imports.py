@@ -130,6 +130,7 @@ def test_the_cycle_finder_finds_cycles():
 # may also import its own sub-packages (it re-exports them).
 LAYERS = (
     "spyrejax._errors",
+    "spyrejax._counts",
     "spyrejax._jax",
     "spyrejax.layout",
     "spyrejax.dma",

@@ -8,8 +8,8 @@ from blocks import D, T, _two_layers, _weights
 from helpers import rand
 
 import spyrejax as sj
+from spyrejax._counts import counting
 from spyrejax.lowering._graph import source_line
-from spyrejax.report import _explain
 
 
 @pytest.fixture(scope="module")
@@ -112,14 +112,12 @@ def test_a_function_that_moves_nothing_says_so():
     assert "restickify_cost: 0 elements moved (0 restickifies)" in str(report)
 
 
-def test_the_rows_are_made_once_when_first_asked_for(monkeypatch):
+def test_the_rows_are_made_once_when_first_asked_for():
     """``explain`` for the predicted time makes no row; the rows are made once."""
-    made = []
-    op = _explain._op
-    monkeypatch.setattr(_explain, "_op", lambda *a: made.append(1) or op(*a))
-    report = sj.explain(_two_layers, rand((T, D)), *_weights())
-    assert report.time_s > 0 and report.ops and not made
-    nodes = report.nodes
-    assert len(made) == len(nodes) > 0
-    assert str(report) and report.details() and report.fallbacks == ()
-    assert len(made) == len(nodes)
+    with counting() as made:
+        report = sj.explain(_two_layers, rand((T, D)), *_weights())
+        assert report.time_s > 0 and report.ops and not made["explain.row"]
+        nodes = report.nodes
+        assert made["explain.row"] == len(nodes) > 0
+        assert str(report) and report.details() and report.fallbacks == ()
+        assert made["explain.row"] == len(nodes)

@@ -12,13 +12,19 @@ from collections import Counter
 
 import jax
 import jax.numpy as jnp
-import pytest
 
 import spyrejax as sj
-from spyrejax.device import _plan
-from spyrejax.lowering._planner import _Planner
-from spyrejax.lowering.program import _device
-from spyrejax.primitives._elementwise import Elementwise
+from spyrejax._counts import counting
+from spyrejax.lowering.program._device import spaces_apart
+
+STEPS = (
+    "plan.search",
+    "device.divide",
+    "device.cost",
+    "device.streams",
+    "device.same_slices",
+    "space.elementwise",
+)
 
 
 def _layers(x, ws):
@@ -27,41 +33,20 @@ def _layers(x, ws):
     return x
 
 
-def _searches(monkeypatch: pytest.MonkeyPatch, layers: int) -> tuple[Counter, float]:
+def _searches(layers: int) -> tuple[Counter, float]:
     """How often the planner searches, the device model divides, costs and streams an
     op, and an elementwise op's space is made; and the predicted time."""
-    counts: Counter = Counter()
-
-    def counted(owner, name):
-        function = getattr(owner, name)
-
-        def run(*args, **kwargs):
-            counts[name] += 1
-            return function(*args, **kwargs)
-
-        monkeypatch.setattr(owner, name, run)
-
-    counted(_Planner, "_candidates")
-    counted(_plan, "divide_op")
-    counted(_plan, "op_cost")
-    counted(_plan, "_streams")
-    counted(_plan, "_same_slices")
-    counted(Elementwise, "space")
-    monkeypatch.setattr(_device, "_SPACES", {})  # the spaces kept across programs
     x = jax.ShapeDtypeStruct((16, 96), jnp.float32)
     ws = [jax.ShapeDtypeStruct((96, 96), jnp.float32)] * layers
-    report = sj.explain(_layers, x, ws)
-    monkeypatch.undo()
-    return counts, report.time_s
+    with spaces_apart(), counting() as counts:  # not the spaces kept across programs
+        report = sj.explain(_layers, x, ws)
+    return Counter({k: counts[k] for k in STEPS}), report.time_s
 
 
-def test_repeated_layers_search_once(monkeypatch):
-    few, few_s = _searches(monkeypatch, 3)
-    many, many_s = _searches(monkeypatch, 6)
-    assert all(
-        few[k] > 0
-        for k in ("_candidates", "divide_op", "op_cost", "_streams", "space", "_same_slices")
-    )
+def test_repeated_layers_search_once():
+    few, few_s = _searches(3)
+    many, many_s = _searches(6)
+    assert all(few[k] > 0 for k in STEPS), few
     assert many == few
     # Each layer still runs: the deeper model's predicted time grows with its layers.
     assert many_s > 1.5 * few_s

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from ..._counts import count
 from ..._jax import ClosedJaxpr, Var, tracer_var, with_bodies
 from ...device import DeviceProgram, Machine, plan_program
 from ...primitives._array import SpyreType
@@ -52,6 +53,7 @@ def residency_jaxpr(
         record: what the same trace bound (:mod:`spyrejax.lowering.program._record`).
         machine: the machine profile (default ``Machine.spyre()``).
     """
+    count("program.plan")
     ops = program_ops(graph, plan, record)
     program = plan_program(ops.descs, machine or Machine.spyre(), ops.ddr)
     types = {}

@@ -55,7 +55,15 @@ from ...primitives._rounding import Rounding
 from ._coremoves import loaded, stored
 from ._device import current_line, divided_space, take_hint
 
-__all__ = ["CoreCheck", "CoreExecutor", "Mismatch", "checking_cores", "core_check", "dividing"]
+__all__ = [
+    "CoreCheck",
+    "CoreExecutor",
+    "Mismatch",
+    "checking_cores",
+    "core_check",
+    "dividing",
+    "injecting",
+]
 
 
 class CoreExecutor:
@@ -109,6 +117,9 @@ class CoreExecutor:
 def _per_core(prim: Any, div: WorkDivision, imgs: list[jax.Array]) -> jax.Array:
     """The image of ``prim``'s result computed core by core (padding as its type says)."""
     vals = [loaded(div, k, img) for k, img in enumerate(imgs)]
+    fault = _FAULT.get()
+    if fault is not None:
+        vals = fault(prim, div, vals)
     result = prim.core_kernel(div, vals)
     img = stored(div, len(div.space.operands) - 1, result)
     t = prim.out_aval
@@ -270,6 +281,26 @@ def dividing(divide: Divide) -> Iterator[None]:
         yield
     finally:
         _DIVIDE.reset(token)
+
+
+Fault = Callable[[Any, WorkDivision, "list[jax.Array]"], "list[jax.Array]"]
+_FAULT: ContextVar[Fault | None] = ContextVar("spyrejax_core_fault", default=None)
+
+
+@contextlib.contextmanager
+def injecting(fault: Fault) -> Iterator[None]:
+    """Per-core runs traced inside the block load their operands through ``fault``.
+
+    ``fault(prim, div, vals)`` gets each divided op's per-core operand slices (each
+    ``[cores, *local shape]``, as :func:`loaded` gives them) and returns the slices its
+    cores compute on: a hook for tests that the check mode (:func:`checking_cores`) sees
+    a core computing on wrong data or losing its slice. The whole-image side is untouched.
+    """
+    token = _FAULT.set(fault)
+    try:
+        yield
+    finally:
+        _FAULT.reset(token)
 
 
 _CHECK: ContextVar[CoreCheck | None] = ContextVar("spyrejax_core_check", default=None)

@@ -35,6 +35,7 @@ __all__ = [
     "divided_space",
     "node_hints",
     "node_scope",
+    "spaces_apart",
     "take_hint",
     "with_division",
     "with_division_p",
@@ -166,6 +167,22 @@ _SPACES_KEPT = 8192
 """The spaces of the primitives seen, by what a space depends on (a repeated layer's ops
 share one): the primitive's class and ``space_key()``, its operand and result types
 (equal types have equal shapes, layouts and views)."""
+
+
+@contextlib.contextmanager
+def spaces_apart() -> Iterator[None]:
+    """Inside the block, :func:`divided_space` starts from no kept space (tests).
+
+    A hook for tests that count how often a space is made in one program: the spaces
+    made inside are dropped at the end and the process's kept ones come back.
+    """
+    kept = dict(_SPACES)
+    _SPACES.clear()
+    try:
+        yield
+    finally:
+        _SPACES.clear()
+        _SPACES.update(kept)
 
 
 def _divided_space(prim: SpyrePrim) -> tuple[OpSpace, tuple[TensorSpec, ...]] | None:

@@ -20,9 +20,8 @@ from spyrejax.device import Machine, WorkDivision, divide_op
 from spyrejax.lowering import checking_cores
 from spyrejax.lowering.program import _cores
 from spyrejax.lowering.program._coremoves import lx_image, lx_stored
+from spyrejax.lowering.program._cores import injecting
 from spyrejax.lowering.program._device import _spec, classify
-from spyrejax.primitives import _reduce
-from spyrejax.primitives._elementwise import Elementwise
 
 F16 = np.float16
 
@@ -251,17 +250,11 @@ def test_explain_and_as_text_show_the_program_without_the_checks_comparisons():
     assert checked == plain and plain[0].count("Matmul") == 2
 
 
-def test_the_check_mode_reports_a_wrong_per_core_result_with_its_op_division_and_line(
-    monkeypatch,
-):
-    kernel = Elementwise.core_kernel
-
+def test_the_check_mode_reports_a_wrong_per_core_result_with_its_op_division_and_line():
     def off_by_one_on_core_3(prim, div, vals):
-        out = kernel(prim, div, vals)
-        return out.at[3].add(1) if out.shape[0] > 3 else out
+        return [v.at[3].add(1) if v.shape[0] > 3 else v for v in vals]
 
-    monkeypatch.setattr(Elementwise, "core_kernel", off_by_one_on_core_3)
-    with checking_cores() as check:
+    with injecting(off_by_one_on_core_3), checking_cores() as check:
         sj.jit(lambda a: jnp.exp(a) + 1)(rand((100, 150)))
         jax.effects_barrier()
     # The comparisons are unordered callbacks: XLA may run them in either order.
@@ -272,20 +265,18 @@ def test_the_check_mode_reports_a_wrong_per_core_result_with_its_op_division_and
     assert check.take() == []
 
 
-def test_a_split_sum_within_rounding_passes_and_a_lost_slice_does_not(monkeypatch):
+def test_a_split_sum_within_rounding_passes_and_a_lost_slice_does_not():
     """The rounding bound of a split reduction is tight enough to see a lost core's slice."""
     a = rand((1, 8192))
     with checking_cores() as check:
         sj.jit(lambda a: a.sum(-1))(a)
         jax.effects_barrier()
     assert check.take() == [] and check.checked["sum"] == 1
-    combine = _reduce.combine
 
-    def lose_core_0(div, partial, op):
-        return combine(div, partial.at[0].set(0), op)
+    def lose_core_0(prim, div, vals):
+        return [v.at[0].set(0) for v in vals]
 
-    monkeypatch.setattr(_reduce, "combine", lose_core_0)
-    with checking_cores() as check:
+    with injecting(lose_core_0), checking_cores() as check:
         sj.jit(lambda a: a.sum(-1))(a)
         jax.effects_barrier()
     (m,) = check.take()
