@@ -52,12 +52,36 @@ settings.register_profile("long", max_examples=500, print_blob=True, **_SHARED)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+import pytest  # noqa: E402
+
+# --- xdist balance ------------------------------------------------------------------------
+# pytest-xdist hands out the first quarter of the tests round robin, then the rest to whichever
+# worker runs dry. These files hold the longest tests (seconds to tens of seconds each: the
+# notebooks in their own kernels, the bench's and the models' training steps); collected last,
+# as their folders sort, they ran in the final minute while the other worker idled (20 s of a
+# 450 s run, 2026-11-28). Run first, they are spread over both workers and the tail is short
+# tests. Each file keeps its tests together and in order.
+_LONG_FIRST = (
+    "tests/project/test_notebooks.py",
+    "tests/project/test_bench.py",
+    "tests/models/test_gpt.py",
+    "tests/lowering/rules/test_conv.py",
+    "tests/models/test_done_when.py",
+    "tests/project/test_demo.py",
+)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    rank = {path: i for i, path in enumerate(_LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
 # --- pytest --emulate-check (make test-cores) -------------------------------------------
 # Every spyrejax.jit program of the suite runs each op the device model divides both ways,
 # per core and with its whole-image kernel, and compares them when it runs
 # (spyrejax.lowering.checking_cores); a test whose programs gave a mismatch fails.
 
-import pytest  # noqa: E402
 
 _CHECK = pytest.StashKey()
 _UNCHECKED: list[str] = []  # tests --emulate-check ran without the check
