@@ -22,7 +22,7 @@ $(PY):
 	echo "creating $(VENV) with $$py"; \
 	"$$py" -m venv $(VENV)
 
-$(STAMP): $(PY) pyproject.toml setup.py spyrejax/dma/_transpose.c
+$(STAMP): $(PY) pyproject.toml setup.py spyrejax/dma/_transpose.c spyrejax/dma/_tiles.cc
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,notebook,docs]'
 	@touch $(STAMP)

@@ -390,7 +390,8 @@ def bench_dma(
 
     The transfers are the calls a user makes, ``dma_h2d`` from a NumPy array and
     ``dma_d2h`` of a device image, eagerly (the host engine runs stick-granular ones);
-    the same transfers inside ``jax.jit`` (always XLA) are reported beside them.
+    the same transfers inside ``jax.jit`` (XLA; a partial last stick's d2h the FFI
+    handler of ``spyrejax/dma/_tiles.cc``) are reported beside them.
 
     Ratios are against ``x.copy()``: like a transfer, it produces a new array, so both
     pay for first-touching fresh pages. A copy into an existing array

@@ -43,6 +43,7 @@ from ..layout._layout import SpyreTensorLayout
 from ..layout._segments import row_major_strides
 from ._boxes import box_plan, execute
 from ._dci import Descriptor
+from ._ffi import FFI_D2H, d2h_tiles
 from ._host_dma import aligned_empty, host_engine_suits, run_on_host
 
 __all__ = [
@@ -235,27 +236,32 @@ def _stick_tile_dim(tiles: _Tiling) -> int | None:
 
 
 def _d2h_by_tiles(image: jax.Array, tiles: _Tiling, tile_dim: int) -> jax.Array:
-    """:func:`_d2h_tiled` as one box update per tile of the last segment (see above).
+    """:func:`_d2h_tiled` tile by tile (see above).
 
-    Each tile's block, the image at one index of ``tile_dim``, holds the rows of the
-    result in host order and one stick of each; tile ``t`` fills columns
-    ``[t * lanes, (t + 1) * lanes)``, the last tile only its valid lanes.
+    On the CPU backend the FFI handler of :mod:`._ffi` copies the sticks; elsewhere a
+    loop makes one box update per tile of the last segment. Each tile's block, the
+    image at one index of ``tile_dim``, holds the rows of the result in host order and
+    one stick of each; tile ``t`` fills columns ``[t * lanes, (t + 1) * lanes)``, the
+    last tile only its valid lanes.
     """
     count, lanes = image.shape[tile_dim], image.shape[-1]
     width = tiles.sizes[-1]
     rows = math.prod(tiles.sizes[:-1])
 
-    def block(t: Any, valid: int = lanes) -> jax.Array:
+    def block(image: jax.Array, t: Any, valid: int = lanes) -> jax.Array:
         piece = jax.lax.dynamic_index_in_dim(image, t, tile_dim, keepdims=False)
         return jax.lax.slice_in_dim(piece.reshape(rows, lanes), 0, valid, axis=1)
 
-    def put(t: Any, out: jax.Array) -> jax.Array:
-        return jax.lax.dynamic_update_slice(out, block(t), (0, t * lanes))
+    def loop(image: jax.Array) -> jax.Array:
+        def put(t: Any, out: jax.Array) -> jax.Array:
+            return jax.lax.dynamic_update_slice(out, block(image, t), (0, t * lanes))
 
-    out = jax.lax.fori_loop(0, count - 1, put, jnp.zeros((rows, width), image.dtype))
-    last = block(count - 1, width - (count - 1) * lanes)
-    out = jax.lax.dynamic_update_slice(out, last, (0, (count - 1) * lanes))
-    return jax.lax.reshape(out, tiles.shape)
+        out = jax.lax.fori_loop(0, count - 1, put, jnp.zeros((rows, width), image.dtype))
+        last = block(image, count - 1, width - (count - 1) * lanes)
+        out = jax.lax.dynamic_update_slice(out, last, (0, (count - 1) * lanes))
+        return jax.lax.reshape(out, tiles.shape)
+
+    return d2h_tiles(image, tile_dim, width, tiles.shape, loop)
 
 
 def _h2d_tiled(x: jax.Array, tiles: _Tiling, fill: Any) -> jax.Array:
@@ -355,9 +361,10 @@ def _h2d_traced(x: jax.Array, fill: jax.Array, mapping: HostMapping) -> jax.Arra
 
 
 def _d2h_traced(image: jax.Array, mapping: HostMapping) -> jax.Array:
-    # A transfer of its own runs tile by tile in formats XLA moves as themselves: the
-    # bitcasts of the others would each be a pass of their own around the loop.
-    by_tiles = bits_dtype(image.dtype) == image.dtype
+    # A transfer of its own runs tile by tile: through the FFI handler in every format (it
+    # moves bytes), else in XLA's loop only in formats XLA moves as themselves (the
+    # bitcasts of the others would each be a pass of their own around the loop).
+    by_tiles = FFI_D2H or bits_dtype(image.dtype) == image.dtype
     return from_bits(_d2h_values(as_bits(image), mapping, by_tiles=by_tiles), image.dtype)
 
 

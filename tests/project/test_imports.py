@@ -59,8 +59,9 @@ def _imports(path, modules, *, typing=True):
 
 def _graph(*, typing=True):
     paths = sorted(ROOT.rglob("*.py"))
-    # C extensions are modules too (``from . import _transpose``), with no imports of ours.
-    modules = {_module_name(p) for p in [*paths, *ROOT.rglob("*.c")]}
+    # C and C++ extensions are modules too (``from . import _transpose``), with no imports
+    # of ours.
+    modules = {_module_name(p) for p in [*paths, *ROOT.rglob("*.c"), *ROOT.rglob("*.cc")]}
     # The package itself is the public API on top of everything: importing a submodule
     # runs it first by Python's rules, which is not a dependency of that submodule.
     return {

@@ -1,0 +1,88 @@
+"""Device -> host of a tiled image inside ``jax.jit``, as an XLA FFI custom call.
+
+A traced transfer of its own whose last host segment is one tile dim and the sticks, the
+last tile partly filled (:func:`spyrejax.dma._dma._stick_tile_dim`), is in XLA a loop of
+box updates over the tiles, which writes 128-byte rows at the host row's stride: about
+three times a copy's CPU time. The C++ handler in ``_tiles.cc`` writes each host row once,
+in order, one stick at a time (about a copy's time). It runs on the CPU backend;
+elsewhere, or when the extension was not built, :func:`d2h_tiles` takes the XLA loop it
+is given. Derivatives go through the plain XLA formulation (the transfer is linear).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+
+import jax
+import numpy as np
+
+try:
+    from . import _tiles as _native
+except ImportError:  # built without a C++ compiler or jaxlib's headers: the XLA loop runs
+    _native = None
+
+__all__ = ["FFI_D2H", "d2h_tiles", "without_handler"]
+
+_TARGET = "spyrejax_d2h_tiles"
+
+#: Whether the FFI handler was built (and registered for the CPU backend).
+FFI_D2H = _native is not None
+if _native is not None:
+    jax.ffi.register_ffi_target(_TARGET, _native.d2h_tiles(), platform="cpu")
+
+Loop = Callable[[jax.Array], jax.Array]
+
+_WITHOUT_HANDLER: ContextVar[bool] = ContextVar("spyrejax_without_handler", default=False)
+
+
+@contextlib.contextmanager
+def without_handler() -> Iterator[None]:
+    """Transfers traced inside the block take XLA's loop, as where the handler was not built."""
+    token = _WITHOUT_HANDLER.set(True)
+    try:
+        yield
+    finally:
+        _WITHOUT_HANDLER.reset(token)
+
+
+def d2h_tiles(
+    image: jax.Array, tile_dim: int, width: int, shape: tuple[int, ...], loop: Loop
+) -> jax.Array:
+    """The host tensor of ``shape`` in ``image``, whose sticks run along ``tile_dim``.
+
+    ``image`` is ``[..., count, ..., lanes]`` (``count`` tiles at ``tile_dim``, the
+    other dims in host order); row ``r`` of the result (the other dims flattened) holds
+    tile ``t``'s stick at columns ``[t * lanes, (t + 1) * lanes)``, cut at ``width``.
+    ``loop`` is the same transfer in XLA, run where the handler cannot be.
+    """
+    if not FFI_D2H or _WITHOUT_HANDLER.get():
+        return loop(image)
+    outer = int(np.prod(image.shape[:tile_dim]))
+    inner = int(np.prod(image.shape[tile_dim + 1 : -1]))
+    attrs = {
+        "outer": np.int64(outer),
+        "count": np.int64(image.shape[tile_dim]),
+        "inner": np.int64(inner),
+        "lanes": np.int64(image.shape[-1]),
+        "width": np.int64(width),
+    }
+
+    def native(x: jax.Array) -> jax.Array:
+        call = jax.ffi.ffi_call(
+            _TARGET,
+            jax.ShapeDtypeStruct((outer * inner, width), x.dtype),
+            vmap_method="sequential",
+        )
+        return call(x, **attrs).reshape(shape)
+
+    @jax.custom_jvp
+    def run(x: jax.Array) -> jax.Array:
+        return jax.lax.platform_dependent(x, cpu=native, default=loop)
+
+    @run.defjvp
+    def _jvp(primals: tuple[jax.Array], tangents: tuple[jax.Array]) -> tuple[jax.Array, jax.Array]:
+        return run(primals[0]), loop(tangents[0])
+
+    return run(image)

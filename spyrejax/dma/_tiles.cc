@@ -1,0 +1,73 @@
+/*
+ * spyrejax.dma._tiles: device -> host of a tiled image, as an XLA FFI custom call.
+ *
+ * Inside jax.jit a transfer of its own whose last host segment is one tile dim and the
+ * sticks (the last tile partly filled) is, in XLA, a transpose, reshape and slice that
+ * its CPU backend fuses into a loop run element by element (about 15x a copy), or a loop
+ * of box updates over tiles (about 3x a copy: 128-byte rows written at the host row's
+ * stride). This handler copies each host row's sticks in host order, one memcpy per
+ * stick, so the result is written once and sequentially (about a copy's time).
+ *
+ * The image is [outer, count, inner, lanes] (count tiles of lanes elements per stick;
+ * outer and inner the other device dims, already in host order); the result is
+ * [outer, inner, width]: row (a, b) holds tile t's stick at columns [t * lanes, (t + 1) *
+ * lanes), the last tile only its width - (count - 1) * lanes valid lanes. The buffers'
+ * sizes are checked against these extents before anything is copied.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+static ffi::Error D2hTilesImpl(ffi::AnyBuffer src, ffi::Result<ffi::AnyBuffer> dst,
+                               int64_t outer, int64_t count, int64_t inner, int64_t lanes,
+                               int64_t width) {
+  const int64_t item = static_cast<int64_t>(ffi::ByteWidth(src.element_type()));
+  const int64_t last = width - (count - 1) * lanes;
+  if (outer < 1 || count < 1 || inner < 1 || lanes < 1 || last < 1 || last > lanes ||
+      dst->element_type() != src.element_type() ||
+      static_cast<int64_t>(src.element_count()) != outer * count * inner * lanes ||
+      static_cast<int64_t>(dst->element_count()) != outer * inner * width)
+    return ffi::Error::InvalidArgument("d2h_tiles: buffers do not match the tiling");
+  const char *s = static_cast<const char *>(src.untyped_data());
+  char *d = static_cast<char *>(dst->untyped_data());
+  const int64_t run = lanes * item, tail = last * item, step = inner * run;
+  for (int64_t a = 0; a < outer; a++) {
+    for (int64_t b = 0; b < inner; b++) {
+      char *row = d + (a * inner + b) * width * item;
+      const char *stick = s + (a * count * inner + b) * run;
+      for (int64_t t = 0; t + 1 < count; t++) std::memcpy(row + t * run, stick + t * step, run);
+      std::memcpy(row + (count - 1) * run, stick + (count - 1) * step, tail);
+    }
+  }
+  return ffi::Error::Success();
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(D2hTiles, D2hTilesImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<int64_t>("outer")
+                                  .Attr<int64_t>("count")
+                                  .Attr<int64_t>("inner")
+                                  .Attr<int64_t>("lanes")
+                                  .Attr<int64_t>("width"));
+
+static PyObject *d2h_tiles(PyObject *, PyObject *) {
+  return PyCapsule_New(reinterpret_cast<void *>(D2hTiles), nullptr, nullptr);
+}
+
+static PyMethodDef methods[] = {
+    {"d2h_tiles", d2h_tiles, METH_NOARGS, "The XLA FFI handler of d2h_tiles, as a capsule."},
+    {nullptr, nullptr, 0, nullptr}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_tiles",
+                                    "d2h of a tiled image as an XLA FFI custom call.", -1,
+                                    methods};
+
+PyMODINIT_FUNC PyInit__tiles(void) { return PyModule_Create(&module); }
