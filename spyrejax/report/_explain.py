@@ -82,7 +82,7 @@ def explain(
         functools.partial(_ops, plan),  # the rows: made when first asked for
         sum(t.layout.nbytes for types in plan.sources.values() for t in types),
         program,
-        collective_records(closed),
+        collective_records(lowering.record),
         plan.collective_cost,
     )
 

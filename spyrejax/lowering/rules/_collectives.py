@@ -35,7 +35,7 @@ import jax
 
 from ... import primitives as sp
 from ..._errors import LayoutError, SpyreUnsupportedError
-from ..._jax import ClosedJaxpr, Jaxpr, hi_prim, inner_jaxprs, shard_map_body
+from ..._jax import ClosedJaxpr, Jaxpr, shard_map_body
 from ...primitives._array import SpyreType
 from ...primitives._collectives import AllGather, AllToAll, Collective, PPermute, Psum, PsumScatter
 from ...primitives._shard import P, shard_type, unshard_type
@@ -349,19 +349,26 @@ _register(_AlongDims(_all_to_all), "all_to_all")
 # --- reports --------------------------------------------------------------------------
 
 
-def collective_records(closed: ClosedJaxpr) -> tuple[tuple[str, int], ...]:
-    """``(description, bytes one card sends)`` of every collective in a Spyre-level jaxpr."""
+def collective_records(rec: record.Recorder) -> tuple[tuple[str, int], ...]:
+    """``(description, bytes one card sends)`` of every collective the program binds.
+
+    Read from the record of the program's one trace (``Lowering.record``), in binding
+    order, loop, branch and ``shard_map`` bodies included.
+    """
     out: list[tuple[str, int]] = []
-    _walk(closed.jaxpr, out)
+    _walk(rec.runs, out)
     return tuple(out)
 
 
-def _walk(jaxpr: Jaxpr, out: list[tuple[str, int]]) -> None:
-    for eqn in jaxpr.eqns:
-        prim = hi_prim(eqn)
-        if isinstance(prim, Collective):
-            (t,) = prim.in_avals
-            what = f"{type(prim).__name__} over {prim.axes} ({prim.size} cards) of {t.str_short()}"
-            out.append((what, prim.bytes_moved))
-        for body in inner_jaxprs(eqn.params):
-            _walk(body, out)
+def _walk(entries: list[Any], out: list[tuple[str, int]]) -> None:
+    for entry in entries:
+        if isinstance(entry, record.Call):
+            prim = entry.prim
+            if isinstance(prim, Collective):
+                (t,) = prim.in_avals
+                what = (
+                    f"{type(prim).__name__} over {prim.axes} ({prim.size} cards) of {t.str_short()}"
+                )
+                out.append((what, prim.bytes_moved))
+        else:  # a node run or a loop's body: what it bound
+            _walk(entry.entries, out)
