@@ -118,6 +118,17 @@ def pt_rate(machine: Machine, device_format: str) -> float:
     return rates[device_format]
 
 
+def _fits_lx(batch: int, m: int, n: int, k: int, itemsize: int, acc: int, lx: int) -> bool:
+    """Whether a core's working set fits its ``lx`` bytes of LX: the one "fits LX" rule.
+
+    The set is ``batch`` slices, each an ``m x n`` block of accumulators (``acc`` bytes
+    each) beside ``k`` elements of A's ``m`` rows and B's ``n`` columns (``itemsize``
+    bytes each). Callers choose ``k``: a double-buffered K step (``block_passes``), the
+    whole K slice (a core that runs one pass), or none (the accumulators alone).
+    """
+    return batch * (m * n * acc + (m + n) * k * itemsize) <= lx
+
+
 @functools.lru_cache(maxsize=4096)
 def block_passes(m: int, n: int, k: int, lx: int, itemsize: int, acc: int) -> tuple[int, int]:
     """How many times a core's A and B pass through LX for an ``m x n x k`` slice.
@@ -135,7 +146,7 @@ def block_passes(m: int, n: int, k: int, lx: int, itemsize: int, acc: int) -> tu
     tns = sorted({min(n, eps << i) for i in range(max(1, n // eps).bit_length() + 1)})
     for tm in tms:
         for tn in tns:
-            if tm * tn * acc + 2 * (tm + tn) * step * itemsize > lx:
+            if not _fits_lx(1, tm, tn, 2 * step, itemsize, acc, lx):
                 continue
             pa, pb = -(-n // tn), -(-m // tm)
             traffic = m * k * pa + k * n * pb
@@ -227,8 +238,8 @@ def matmul_time(
     ddr = (read + write) / bw + turn
     sk = division.splits[k_name]
     partial = division.core_bytes(2) * machine.mm_accumulator_bytes // out.tensor.itemsize
-    resident = batch * (m * n * machine.mm_accumulator_bytes + (m + n) * k * itemsize)
-    combine = machine.ring_bw if resident <= machine.lx_usable else machine.mm_partial_sum_bw
+    resident = _fits_lx(batch, m, n, k, itemsize, machine.mm_accumulator_bytes, machine.lx_usable)
+    combine = machine.ring_bw if resident else machine.mm_partial_sum_bw
     reduce = (sk - 1) / sk * partial / combine
     return MatmulTime(pt, ddr, runs * machine.mm_run_s, sync, reduce, read_bytes, write, passes)
 
@@ -260,7 +271,8 @@ def _spill_bytes(batch: int, m: int, n: int, k: int, itemsize: int, machine: Mac
     """
     steps = -(-k // (machine.stick_bytes // itemsize))  # K sticks of the slice
     acc = batch * m * n * machine.mm_accumulator_bytes
-    if batch == 1 or steps == 1 or acc <= machine.lx_usable:
+    fits = _fits_lx(batch, m, n, 0, itemsize, machine.mm_accumulator_bytes, machine.lx_usable)
+    if batch == 1 or steps == 1 or fits:
         return 0
     return 2 * (steps - 1) * acc
 
