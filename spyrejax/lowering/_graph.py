@@ -32,6 +32,7 @@ from .._errors import SpyreUnsupportedError
 from .._jax import ClosedJaxpr, Jaxpr, Literal, call_body, inner_jaxprs, summarize_source
 from ..primitives import ELEMENTWISE
 from . import _expansions, _keys
+from ._distribute import distribute
 
 __all__ = ["Graph", "Node", "Scalar", "Value", "build_graph", "source_line"]
 
@@ -487,7 +488,7 @@ def build_graph(closed: ClosedJaxpr, bound: Sequence[Scalar | None] = ()) -> Gra
         env[var] = b.const(c)
     b.inline(closed.jaxpr, env)
     b.graph.outputs = [_read(env, a) for a in closed.jaxpr.outvars]
-    return _keep_excess_precision(b.graph)
+    return _keep_excess_precision(distribute(b.graph))
 
 
 # --- where intermediate bfloat16 values are rounded: one rule, as ``jax.jit`` rounds them

@@ -1,0 +1,251 @@
+"""Pointwise ops distributed over a concatenate: each piece computed in its window.
+
+``f(concatenate([a, b]), y)`` is ``concatenate([f(a, y[:n]), f(b, y[n:])])`` for a
+pointwise ``f``. Rewritten so, the concatenate joins computed pieces, each written by its
+op straight into its window of the result (the in-place concatenate), and the slices of
+the other operands are views; the concatenate of ``a`` and ``b`` themselves (a copy of
+any piece not computed there, such as a view of an input) is gone. Rotate-half RoPE's
+``x * c + concatenate([-x2, x1]) * s`` so runs with no copy on the rotation (issue 26):
+the halves of ``x``, ``c`` and ``s`` are views, and each half of the result is written by
+its own ops.
+
+Rewritten only where the concatenate is read by that op alone, and where every piece
+boundary along the joined dim cuts whole sticks of every value sliced (a boundary
+inside a stick would turn the views into copies). A slice that takes exactly one piece
+of a concatenate is that piece, and a slice of a ``broadcast_in_dim`` is the broadcast of
+the slice of its operand, so the operands' own concatenates (``concatenate([cos, cos])``)
+fold away too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from ..layout._dtypes import BYTES_PER_STICK
+from ..primitives import ELEMENTWISE
+
+if TYPE_CHECKING:
+    from ._graph import Graph, Node, Value
+
+__all__ = ["distribute"]
+
+_POINTWISE = {p for op in ELEMENTWISE for p in op.lowers}
+
+
+def distribute(graph: Graph) -> Graph:
+    """Rewrite ``graph`` in place until no rewrite applies; return it."""
+    changed = False
+    while _distribute_once(graph) or _fold_slices_once(graph):
+        changed = True
+    if changed:
+        _drop_unread(graph)
+    return graph
+
+
+_PURE = {"concatenate", "broadcast_in_dim", "slice"}
+
+
+def _drop_unread(graph: Graph) -> None:
+    """Drop the concatenates, broadcasts and slices the rewrites left unread."""
+    while True:
+        read = {id(x) for n in graph.nodes for x in n.ins} | {id(x) for x in graph.outputs}
+        dead = [
+            n for n in graph.nodes if n.prim in _PURE and not any(id(v) in read for v in n.outs)
+        ]
+        if not dead:
+            return
+        for n in dead:
+            graph.nodes.remove(n)
+
+
+def _is_value(x: Any) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "kind")
+
+
+def _producers(graph: Graph) -> dict[Value, Node]:
+    return {v: n for n in graph.nodes for v in n.outs}
+
+
+def _aligned(offsets: list[int], dim: int, values: list[Value]) -> bool:
+    """Every piece boundary cuts whole sticks of every value (off the last dim: always)."""
+    if dim != values[0].ndim - 1:
+        return True
+    for v in values:
+        per_stick = max(BYTES_PER_STICK // v.dtype.itemsize, 1)
+        if any(o % per_stick for o in offsets):
+            return False
+    return True
+
+
+def _broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
+    """``shape`` is ``to`` or broadcasts to it by dims of 1 (as the pointwise ops read it)."""
+    return len(shape) == len(to) and all(a in (b, 1) for a, b in zip(shape, to, strict=True))
+
+
+def _slice(y: Value, dim: int, start: int, size: int, tag: str, source: str) -> tuple[Node, Value]:
+    """A slice node of ``y`` along ``dim`` and the value it gives."""
+    lo = [0] * y.ndim
+    hi = list(y.shape)
+    lo[dim], hi[dim] = start, start + size
+    shape = tuple(b - a for a, b in zip(lo, hi, strict=True))
+    out = dataclasses.replace(y, shape=shape, name=f"{y.name}.{tag}", kind="node", const=None)
+    out.origin = f"slice (distributed) at {source}"
+    params = {"start_indices": tuple(lo), "limit_indices": tuple(hi), "strides": None}
+    return _new_node("slice", params, [y], [out], source), out
+
+
+def _new_node(prim: str, params: dict[str, Any], ins: list[Any], outs: list[Any], source: str):
+    from ._graph import Node  # (the graph module calls this one: imported when run)
+
+    return Node(prim, params, ins, outs, source)
+
+
+def _distribute_once(graph: Graph) -> bool:
+    """One pointwise op over a concatenate read by it alone, split by the pieces."""
+    producers = _producers(graph)
+    readers = graph.consumers()
+    outputs = {id(v) for v in graph.outputs}
+    for i, node in enumerate(graph.nodes):
+        if node.prim not in _POINTWISE or len(node.outs) != 1:
+            continue
+        for arg, c in enumerate(node.ins):
+            if not _is_value(c) or id(c) in outputs or sum(x is c for x in node.ins) != 1:
+                continue
+            joined = _joined(c, node, producers, readers, outputs)
+            if joined is None:
+                continue
+            dim, pieces, gone = joined
+            others = [x for x in node.ins if _is_value(x) and x is not c and x.shape[dim] != 1]
+            if any(not _broadcasts(x.shape, node.outs[0].shape) for x in node.ins if _is_value(x)):
+                continue
+            sizes = [p.shape[dim] for _, p in pieces]
+            offsets = [sum(sizes[:k]) for k in range(1, len(sizes))]
+            if not _aligned(offsets, dim, [c, node.outs[0], *others]):
+                continue
+            graph.nodes[i : i + 1] = _split(node, arg, dim, pieces, gone[-1])
+            for n in gone:
+                graph.nodes.remove(n)
+            return True
+    return False
+
+
+def _joined(c: Value, node: Node, producers: Any, readers: Any, outputs: set[int]) -> Any:
+    """``c`` as pieces along a dim: a concatenate's, or (broadcast) one's broadcast.
+
+    Returns ``(dim, [(nodes giving the piece, piece)], nodes the rewrite removes)`` or
+    None: each value on the way is read by the next node alone.
+    """
+    src = producers.get(c)
+    if src is None or readers[c] != [node]:
+        return None
+    if src.prim == "concatenate":
+        return src.params["dimension"], [([], p) for p in src.ins], [src]
+    if src.prim != "broadcast_in_dim" or len(src.ins) != 1 or not _is_value(src.ins[0]):
+        return None
+    (v,) = src.ins
+    cat = producers.get(v)
+    if cat is None or cat.prim != "concatenate" or readers[v] != [src] or id(v) in outputs:
+        return None
+    dims = src.params["broadcast_dimensions"]
+    dim = dims[cat.params["dimension"]]
+    pieces = []
+    for k, p in enumerate(cat.ins):
+        shape = tuple(
+            p.shape[cat.params["dimension"]] if d == dim else n for d, n in enumerate(c.shape)
+        )
+        pc = dataclasses.replace(c, shape=shape, name=f"{c.name}.{k}")
+        params = dict(src.params, shape=shape)
+        pieces.append(([dataclasses.replace(src, params=params, ins=[p], outs=[pc])], pc))
+    return dim, pieces, [src, cat]
+
+
+def _split(node: Node, arg: int, dim: int, pieces: list[Any], cat: Node) -> list[Node]:
+    """``node`` computed piece by piece, its result their in-place concatenate."""
+    out, start = node.outs[0], 0
+    new, results = [], []
+    for k, (before, piece) in enumerate(pieces):
+        size = piece.shape[dim]
+        new.extend(before)
+        ins = []
+        for j, x in enumerate(node.ins):
+            if j == arg:
+                ins.append(piece)
+            elif _is_value(x) and x.shape[dim] != 1:
+                sl, v = _slice(x, dim, start, size, f"{out.name}.{k}.{j}", node.source)
+                new.append(sl)
+                ins.append(v)
+            else:
+                ins.append(x)
+        shape = tuple(size if d == dim else n for d, n in enumerate(out.shape))
+        res = dataclasses.replace(out, shape=shape, name=f"{out.name}.{k}")
+        new.append(dataclasses.replace(node, ins=ins, outs=[res]))
+        results.append(res)
+        start += size
+    params = {"dimension": dim}
+    new.append(dataclasses.replace(cat, params=params, ins=results, outs=[out], source=node.source))
+    return new
+
+
+def _fold_slices_once(graph: Graph) -> bool:
+    """A slice of one whole piece of a concatenate, or of a broadcast, moved to its operand."""
+    producers = _producers(graph)
+    for i, node in enumerate(graph.nodes):
+        if node.prim != "slice" or node.params.get("strides") not in (
+            None,
+            (1,) * node.ins[0].ndim,
+        ):
+            continue
+        src = producers.get(node.ins[0])
+        if src is None:
+            continue
+        lo, hi = node.params["start_indices"], node.params["limit_indices"]
+        if src.prim == "concatenate":
+            piece = _whole_piece(src, lo, hi)
+            if piece is not None:
+                _forward(graph, node.outs[0], piece)
+                del graph.nodes[i]
+                return True
+        elif src.prim == "broadcast_in_dim" and _is_value(src.ins[0]) and len(src.ins) == 1:
+            graph.nodes[i : i + 1] = _slice_under_broadcast(node, src, lo, hi)
+            return True
+    return False
+
+
+def _whole_piece(cat: Node, lo: tuple[int, ...], hi: tuple[int, ...]) -> Value | None:
+    dim, start = cat.params["dimension"], 0
+    for piece in cat.ins:
+        n = piece.shape[dim]
+        want = [(0, s) for s in piece.shape]
+        want[dim] = (start, start + n)
+        if list(zip(lo, hi, strict=True)) == want:
+            return piece
+        start += n
+    return None
+
+
+def _slice_under_broadcast(node: Node, bcast: Node, lo: Any, hi: Any) -> list[Node]:
+    """``slice(broadcast_in_dim(y))`` as ``broadcast_in_dim(slice(y))``."""
+    (y,) = bcast.ins
+    dims = bcast.params["broadcast_dimensions"]
+    ylo = [lo[d] if y.shape[k] != 1 else 0 for k, d in enumerate(dims)]
+    yhi = [hi[d] if y.shape[k] != 1 else 1 for k, d in enumerate(dims)]
+    out = node.outs[0]
+    bparams = dict(bcast.params, shape=out.shape)
+    if ylo == [0] * y.ndim and yhi == list(y.shape):  # the slice cuts broadcast dims only
+        return [dataclasses.replace(bcast, params=bparams, outs=[out], source=node.source)]
+    shape = tuple(b - a for a, b in zip(ylo, yhi, strict=True))
+    ys = dataclasses.replace(y, shape=shape, name=f"{out.name}.y", kind="node", const=None)
+    params = {"start_indices": tuple(ylo), "limit_indices": tuple(yhi), "strides": None}
+    sl = _new_node("slice", params, [y], [ys], node.source)
+    return [
+        sl,
+        dataclasses.replace(bcast, params=bparams, ins=[ys], outs=[out], source=node.source),
+    ]
+
+
+def _forward(graph: Graph, old: Value, new: Value) -> None:
+    """Every read of ``old`` reads ``new``."""
+    for n in graph.nodes:
+        n.ins = [new if x is old else x for x in n.ins]
+    graph.outputs = [new if x is old else x for x in graph.outputs]
