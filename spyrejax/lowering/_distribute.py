@@ -20,13 +20,13 @@ fold away too.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..layout._dtypes import BYTES_PER_STICK
 from ..primitives import ELEMENTWISE
 
-if TYPE_CHECKING:
-    from ._graph import Graph, Node, Value
+# The graph's classes (lowering._graph, which calls this module: not imported here).
+Graph = Node = Value = Any
 
 __all__ = ["distribute"]
 
@@ -83,22 +83,23 @@ def _broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
     return len(shape) == len(to) and all(a in (b, 1) for a, b in zip(shape, to, strict=True))
 
 
-def _slice(y: Value, dim: int, start: int, size: int, tag: str, source: str) -> tuple[Node, Value]:
+def _slice(y: Value, dim: int, start: int, size: int, tag: str, node: Node) -> tuple[Node, Value]:
     """A slice node of ``y`` along ``dim`` and the value it gives."""
     lo = [0] * y.ndim
     hi = list(y.shape)
     lo[dim], hi[dim] = start, start + size
     shape = tuple(b - a for a, b in zip(lo, hi, strict=True))
     out = dataclasses.replace(y, shape=shape, name=f"{y.name}.{tag}", kind="node", const=None)
-    out.origin = f"slice (distributed) at {source}"
+    out.origin = f"slice (distributed) at {node.source}"
     params = {"start_indices": tuple(lo), "limit_indices": tuple(hi), "strides": None}
-    return _new_node("slice", params, [y], [out], source), out
+    return _new_node(node, "slice", params, [y], [out]), out
 
 
-def _new_node(prim: str, params: dict[str, Any], ins: list[Any], outs: list[Any], source: str):
-    from ._graph import Node  # (the graph module calls this one: imported when run)
-
-    return Node(prim, params, ins, outs, source)
+def _new_node(
+    like: Node, prim: str, params: dict[str, Any], ins: list[Any], outs: list[Any]
+) -> Node:
+    """A node of ``prim`` at ``like``'s source line."""
+    return dataclasses.replace(like, prim=prim, params=params, ins=ins, outs=outs, primitive=None)
 
 
 def _distribute_once(graph: Graph) -> bool:
@@ -172,7 +173,7 @@ def _split(node: Node, arg: int, dim: int, pieces: list[Any], cat: Node) -> list
             if j == arg:
                 ins.append(piece)
             elif _is_value(x) and x.shape[dim] != 1:
-                sl, v = _slice(x, dim, start, size, f"{out.name}.{k}.{j}", node.source)
+                sl, v = _slice(x, dim, start, size, f"{out.name}.{k}.{j}", node)
                 new.append(sl)
                 ins.append(v)
             else:
@@ -237,7 +238,7 @@ def _slice_under_broadcast(node: Node, bcast: Node, lo: Any, hi: Any) -> list[No
     shape = tuple(b - a for a, b in zip(ylo, yhi, strict=True))
     ys = dataclasses.replace(y, shape=shape, name=f"{out.name}.y", kind="node", const=None)
     params = {"start_indices": tuple(ylo), "limit_indices": tuple(yhi), "strides": None}
-    sl = _new_node("slice", params, [y], [ys], node.source)
+    sl = _new_node(node, "slice", params, [y], [ys])
     return [
         sl,
         dataclasses.replace(bcast, params=bparams, ins=[ys], outs=[out], source=node.source),
