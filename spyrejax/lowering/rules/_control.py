@@ -62,7 +62,7 @@ from .._regions import host_regions
 from .._registry import Mode, Rule
 from ..program._interpret import Interpreter
 
-__all__ = ["Charge", "HostCharge", "plan_charges"]
+__all__ = ["Charge", "HostCharge", "ddr_moves", "plan_charges"]
 
 _FIXED_POINT_ROUNDS = 4  # bodies planned while a carry's type still changes
 
@@ -354,6 +354,25 @@ def _fix_charges(
     return out
 
 
+def ddr_moves(plan: Plan) -> int:
+    """Elements a (sub-)plan moves through DDR: its cost but for LX-only relayouts.
+
+    A matmul's operand laid out anew as the matmul loads it (``LoadRelayout``,
+    ``through_ddr`` False) moves nothing through DDR (``lowering._traffic``): the
+    planner's objective charges it nothing, so comparing carries must not either.
+    Elements, as the carries' own restickifies (``_into_cost``) are counted: every
+    candidate carries the same values in the same dtypes, so the comparison is the
+    planner's ``restickify_cost`` measure, not its byte objective.
+    """
+    in_lx = sum(
+        p.moves
+        for o in plan.options()
+        for p in o.copies
+        if p.role == "restickify" and not getattr(p, "through_ddr", True)
+    )
+    return plan.cost - in_lx
+
+
 def _choose_carry(init: list[SpyreType], plan_for: Any, times: int) -> _Loop:
     """The cheapest carry types: as they arrive, the body's fixed point, or the defaults.
 
@@ -372,7 +391,7 @@ def _choose_carry(init: list[SpyreType], plan_for: Any, times: int) -> _Loop:
             errors.append(err)
             return None
         before = sum(_into_cost(a, b) for a, b in zip(init, cand, strict=True))
-        per = body.plan.cost + (cond.plan.cost if cond else 0)
+        per = ddr_moves(body.plan) + (ddr_moves(cond.plan) if cond else 0)
         per += sum(_into_cost(a, b) for a, b in zip(body.outs, cand, strict=False))
         loop = _Loop(list(cand), body, cond, before + times * per)
         loops.append(loop)

@@ -390,3 +390,7 @@ def test_a_load_relayout_in_a_loop_body_costs_the_planner_no_ddr_traffic():
     assert [p.moves for p in loads] == [3 * k_elements]  # K, every iteration
     assert traffic(loads) == 0
     assert sum(o.traffic for o in plan.options()) < 3 * 2 * k_elements * 2
+    # Choosing a loop's carries counts the body's moves through DDR only: not K's load.
+    from spyrejax.lowering.rules._control import ddr_moves
+
+    assert ddr_moves(plan) == plan.cost - 3 * k_elements
