@@ -14,7 +14,7 @@ from ._lx import Buffer, LXPlan, Stream, place, stream
 from ._machine import Machine, default_machine
 from ._matmul_cost import MatmulTime, matmul_time
 from ._percore import core_dci
-from ._plan import divide_op, plan_program
+from ._plan import divide_alike, divide_op, plan_program
 from ._program import DeviceOp, DeviceProgram, FusedGroup, OpDesc, Region
 from ._space import (
     Fold,
@@ -51,6 +51,7 @@ __all__ = [
     "core_dci",
     "default_machine",
     "divide",
+    "divide_alike",
     "divide_op",
     "elementwise_space",
     "find_fusions",

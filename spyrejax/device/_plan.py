@@ -23,7 +23,7 @@ from ._machine import Machine
 from ._program import DeviceOp, DeviceProgram, FusedGroup, OpDesc, Region
 from ._space import OpSpace, TensorSpec
 
-__all__ = ["divide_op", "plan_program"]
+__all__ = ["divide_alike", "divide_op", "plan_program"]
 
 
 def _counted(descs: Sequence[OpDesc], times: Sequence[float]) -> list[bool]:
@@ -114,7 +114,7 @@ def divide_op(
     return divide(space, machine, hint, score)
 
 
-def _divide_alike(
+def divide_alike(
     space: OpSpace,
     hint: Mapping[str, int] | None,
     machine: Machine,
@@ -254,7 +254,7 @@ def _divisions(descs: Sequence[OpDesc], machine: Machine) -> list[WorkDivision |
     """Each op's division (None: not a compute op); repeated layers divide once."""
     alike: dict[Any, WorkDivision] = {}  # by geometry and hint
     return [
-        _divide_alike(d.space, d.hint, machine, alike)
+        divide_alike(d.space, d.hint, machine, alike)
         if d.kind == "compute" and d.space is not None
         else None
         for d in descs

@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..._errors import SpyreUnsupportedError
-from ...device import Machine, OpSpace, WorkDivision, default_machine, divide_op
+from ...device import Machine, OpSpace, WorkDivision, default_machine, divide_alike
 from ...primitives._array import PadFill
 from ...primitives._base import image, wrap
 from ...primitives._masks import masked, poison
@@ -84,6 +84,9 @@ class CoreExecutor:
     def __init__(self, machine: Machine | None = None, check: CoreCheck | None = None) -> None:
         self.machine = default_machine(machine)
         self.check = check
+        # One division per geometry and hint, as the device model's plan keeps them: a
+        # repeated layer's ops share it and the per-core maps it computes once.
+        self._alike: dict[Any, WorkDivision] = {}
 
     def __call__(self, prim: Any, args: tuple[Any, ...]) -> Any:
         """The result of ``prim`` on ``args`` computed per core, or None (run it as usual)."""
@@ -94,7 +97,11 @@ class CoreExecutor:
         hint = take_hint(prim, specs)  # counted even if skipped below, as the record is
         if any(math.prod(t.shape) == 0 for t in (*prim.in_avals, prim.out_aval)):
             return None
-        div = (_DIVIDE.get() or divide_op)(space, self.machine, hint)
+        hook = _DIVIDE.get()
+        if hook is not None:
+            div = hook(space, self.machine, hint)
+        else:
+            div = divide_alike(space, hint, self.machine, self._alike)
         try:
             _check_supported(div)
         except SpyreUnsupportedError as err:
