@@ -1,6 +1,8 @@
 """A softmax read by matmuls runs as one kernel whose padding is zero (``Softmax``), and
 attention's chain from product to product by groups of heads when its scores are large."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -99,7 +101,27 @@ def test_attention_runs_by_groups_of_heads_with_the_same_numbers():
         # q, k, v, the mask (one slice broadcast over the heads) and the -1e9 fill
         assert len(groups.inputs) == 5 and sum(d == BROADCAST for *_, d in groups.inputs) == 1
         assert_matches_jax_jit(_attention, q, k, v, reduce_len=40, ops=8)
+        assert _loops(_attention, q, k, v)  # the program runs the loop
     assert _grouped(_attention, q, k, v) == []  # small scores: one pass
+    assert not _loops(lambda *a: _attention(*a), q, k, v)  # (a fresh trace)
+
+
+def _loops(fn, *args):
+    """Whether the compiled program of ``sj.jit(fn)`` holds a loop (XLA's ``while``)."""
+    return re.search(r"= .* while\(", sj.jit(fn).lower(*args).compile().as_text()) is not None
+
+
+@pytest.mark.parametrize(
+    "attend",
+    [lambda x, kv: _attention(x, x, x), lambda x, kv: _attention(x, kv, kv)],
+    ids=["self-attention", "shared k and v"],
+)
+def test_a_value_read_by_both_products_runs(attend):
+    # One value read in two layouts (both products' operands) cannot be one image per
+    # step: the chain runs whole, with the same numbers.
+    x, kv, _ = _qkv(heads=4)
+    with tuned(**_SMALL_GROUPS):
+        assert_matches_jax_jit(attend, x, kv, reduce_len=40, ops=8)
 
 
 def test_a_softmax_over_the_batch_dim_is_not_run_by_groups():

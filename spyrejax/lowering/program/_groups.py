@@ -188,12 +188,16 @@ class _Walk:
             x = node.ins[onward[0]]
 
     def _inputs(self, ins: list[tuple[Node, int]], batch: int) -> _Inputs | None:
-        """Each operand read from outside, its type as read and its batch device dim."""
-        inputs = []
+        """Each operand read from outside, its type as read and its batch device dim.
+
+        None (the chain runs whole) if one value is read in two types (self-attention's
+        ``x`` as both products' operands, say): a step holds one image per value.
+        """
+        inputs, types = [], {}
         for node, k in ins:
             t = self.plan.runs[node][0].ins[k]
             dim = _batch_dim(t, batch) if isinstance(t, SpyreType) else None
-            if dim is None:
+            if dim is None or types.setdefault(node.ins[k], t) != t:
                 return None
             inputs.append((node.ins[k], t, dim))
         return tuple(inputs)
