@@ -43,7 +43,7 @@ from ..layout._layout import SpyreTensorLayout
 from ..layout._segments import row_major_strides
 from ._boxes import box_plan, execute
 from ._dci import Descriptor
-from ._ffi import FFI_D2H, d2h_tiles
+from ._ffi import d2h_tiles, handler_active
 from ._host_dma import aligned_empty, host_engine_suits, run_on_host
 
 __all__ = [
@@ -363,8 +363,9 @@ def _h2d_traced(x: jax.Array, fill: jax.Array, mapping: HostMapping) -> jax.Arra
 def _d2h_traced(image: jax.Array, mapping: HostMapping) -> jax.Array:
     # A transfer of its own runs tile by tile: through the FFI handler in every format (it
     # moves bytes), else in XLA's loop only in formats XLA moves as themselves (the
-    # bitcasts of the others would each be a pass of their own around the loop).
-    by_tiles = FFI_D2H or bits_dtype(image.dtype) == image.dtype
+    # bitcasts of the others would each be a pass of their own around the loop; on a
+    # backend other than the CPU, where the handler does not run, they pay that).
+    by_tiles = handler_active() or bits_dtype(image.dtype) == image.dtype
     return from_bits(_d2h_values(as_bits(image), mapping, by_tiles=by_tiles), image.dtype)
 
 

@@ -3,10 +3,10 @@
 A traced transfer of its own whose last host segment is one tile dim and the sticks, the
 last tile partly filled (:func:`spyrejax.dma._dma._stick_tile_dim`), is in XLA a loop of
 box updates over the tiles, which writes 128-byte rows at the host row's stride: about
-three times a copy's CPU time. The C++ handler in ``_tiles.cc`` writes each host row once,
-in order, one stick at a time (about a copy's time). It runs on the CPU backend;
-elsewhere, or when the extension was not built, :func:`d2h_tiles` takes the XLA loop it
-is given. Derivatives go through the plain XLA formulation (the transfer is linear).
+twice a copy's CPU time. The C++ handler in ``_tiles.cc`` writes each host row once,
+in order, one stick at a time (about 1.2x a copy's; ``benchmarks/README.md`` item 30).
+It runs on the CPU backend; elsewhere, or when the extension was not built,
+:func:`d2h_tiles` takes the XLA loop it is given. Derivatives go through the plain XLA formulation (the transfer is linear).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ try:
 except ImportError:  # built without a C++ compiler or jaxlib's headers: the XLA loop runs
     _native = None
 
-__all__ = ["FFI_D2H", "d2h_tiles", "without_handler"]
+__all__ = ["FFI_D2H", "d2h_tiles", "handler_active", "without_handler"]
 
 _TARGET = "spyrejax_d2h_tiles"
 
@@ -47,6 +47,11 @@ def without_handler() -> Iterator[None]:
         _WITHOUT_HANDLER.reset(token)
 
 
+def handler_active() -> bool:
+    """Whether traced transfers take the handler (built, and not inside :func:`without_handler`)."""
+    return FFI_D2H and not _WITHOUT_HANDLER.get()
+
+
 def d2h_tiles(
     image: jax.Array, tile_dim: int, width: int, shape: tuple[int, ...], loop: Loop
 ) -> jax.Array:
@@ -57,7 +62,7 @@ def d2h_tiles(
     tile ``t``'s stick at columns ``[t * lanes, (t + 1) * lanes)``, cut at ``width``.
     ``loop`` is the same transfer in XLA, run where the handler cannot be.
     """
-    if not FFI_D2H or _WITHOUT_HANDLER.get():
+    if not handler_active():
         return loop(image)
     outer = int(np.prod(image.shape[:tile_dim]))
     inner = int(np.prod(image.shape[tile_dim + 1 : -1]))

@@ -3,10 +3,11 @@
  *
  * Inside jax.jit a transfer of its own whose last host segment is one tile dim and the
  * sticks (the last tile partly filled) is, in XLA, a transpose, reshape and slice that
- * its CPU backend fuses into a loop run element by element (about 15x a copy), or a loop
- * of box updates over tiles (about 3x a copy: 128-byte rows written at the host row's
+ * its CPU backend fuses into a loop run element by element (about 11x a copy's CPU time),
+ * or a loop of box updates over tiles (about 2x: 128-byte rows written at the host row's
  * stride). This handler copies each host row's sticks in host order, one memcpy per
- * stick, so the result is written once and sequentially (about a copy's time).
+ * stick, so the result is written once and sequentially (about 1.2x; measurements in
+ * benchmarks/README.md item 30).
  *
  * The image is [outer, count, inner, lanes] (count tiles of lanes elements per stick;
  * outer and inner the other device dims, already in host order); the result is
