@@ -6,7 +6,8 @@ box updates over the tiles, which writes 128-byte rows at the host row's stride:
 twice a copy's CPU time. The C++ handler in ``_tiles.cc`` writes each host row once,
 in order, one stick at a time (about 1.2x a copy's; ``benchmarks/README.md`` item 30).
 It runs on the CPU backend; elsewhere, or when the extension was not built,
-:func:`d2h_tiles` takes the XLA loop it is given. Derivatives go through the plain XLA formulation (the transfer is linear).
+:func:`d2h_tiles` takes the XLA loop it is given. Derivatives go through the plain XLA
+formulation (the transfer is linear).
 """
 
 from __future__ import annotations
