@@ -9,10 +9,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LINTED := spyrejax tests tools benchmarks setup.py
 # `make test` runs pytest in TEST_WORKERS pytest-xdist workers (one per core; tests/conftest.py
-# keeps each one's XLA on one thread): 7.5 min of pytest (3,324 tests) plus ~10 s of ruff,
-# typecheck and docs on the nearly idle 2-core VM (2026-11-28; issue 24's target is 6), where
-# one process takes about twice that (docs/testing.md). `make test TEST_WORKERS=` runs it in
-# one process.
+# keeps each one's XLA on one thread), then ruff, typecheck and docs (about 10 s); its measured
+# time and where it goes: docs/testing.md. `make test TEST_WORKERS=` runs it in one process.
 TEST_WORKERS ?= 2
 
 .PHONY: test test-slow test-cores demo docs lab code-map public-names typecheck figures lint format bench notebooks clean

@@ -30,6 +30,7 @@ __all__ = [
     "read_bytes",
     "read_tie_break",
     "source_bytes",
+    "through_ddr",
     "tie_break",
     "traffic",
     "with_standard",
@@ -107,6 +108,15 @@ def _spyre_types(avals: Any) -> list[SpyreType]:
     return [avals] if isinstance(avals, SpyreType) else []
 
 
+def through_ddr(p: Any) -> bool:
+    """Whether a copy or charge moves its elements through DDR.
+
+    Not a matmul's operand laid out anew as the matmul loads it (``LoadRelayout``,
+    ``through_ddr`` False), nor a body's charge standing for one; every other copy does.
+    """
+    return getattr(p, "through_ddr", True)
+
+
 def traffic(called: list[Any]) -> float:
     """The device bytes a lowering's primitives read and write: the planner's objective.
 
@@ -120,7 +130,7 @@ def traffic(called: list[Any]) -> float:
     """
     total = 0
     for p in called:
-        if p.role == "view" or not getattr(p, "through_ddr", True):
+        if p.role == "view" or not through_ddr(p):
             continue
         if isinstance(p, Full):  # a fill writes one stick, its readers broadcast it
             total += BYTES_PER_STICK

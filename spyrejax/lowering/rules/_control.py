@@ -60,6 +60,7 @@ from .._graph import Graph, Node, Scalar, Value, build_graph
 from .._planner import Plan, host_input_type, plan_graph
 from .._regions import host_regions
 from .._registry import Mode, Rule
+from .._traffic import through_ddr
 from ..program._interpret import Interpreter
 
 __all__ = ["Charge", "HostCharge", "ddr_moves", "plan_charges"]
@@ -172,7 +173,7 @@ def plan_charges(
                         f"{why} [{context}: {base} per {unit} x {times}]",
                         f"{where} [{context}: {base} per {unit} x {times}]",
                         getattr(prim, "value", None) or node.outs[0],
-                        through_ddr=getattr(prim, "through_ddr", True),
+                        through_ddr=through_ddr(prim),
                     )
                 )
     return out
@@ -364,12 +365,7 @@ def ddr_moves(plan: Plan) -> int:
     candidate carries the same values in the same dtypes, so the comparison is the
     planner's ``restickify_cost`` measure, not its byte objective.
     """
-    in_lx = sum(
-        p.moves
-        for o in plan.options()
-        for p in o.copies
-        if p.role == "restickify" and not getattr(p, "through_ddr", True)
-    )
+    in_lx = sum(p.moves for o in plan.options() for p in o.copies if not through_ddr(p))
     return plan.cost - in_lx
 
 
