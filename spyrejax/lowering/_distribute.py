@@ -20,13 +20,13 @@ fold away too.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..layout._dtypes import BYTES_PER_STICK
 from ..primitives import ELEMENTWISE
 
-# The graph's classes (lowering._graph, which calls this module: not imported here).
-Graph = Node = Value = Any
+if TYPE_CHECKING:  # lowering._graph calls this module: its classes for the types only
+    from ._graph import Graph, Node, Value
 
 __all__ = ["distribute"]
 

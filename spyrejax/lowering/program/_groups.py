@@ -92,11 +92,7 @@ def batch_groups(
     graph: Graph, plan: Plan, softmaxes: dict[Node, SoftmaxChain]
 ) -> list[BatchGroups]:
     """The chains :func:`run_groups` runs (see the module docstring)."""
-    readers: dict[Value, list[Node]] = collections.defaultdict(list)
-    for n in graph.nodes:
-        for u in n.ins:
-            if isinstance(u, Value):
-                readers[u].append(n)
+    readers: dict[Value, list[Node]] = collections.defaultdict(list, graph.consumers())
     walk = _Walk(plan, readers, {o for o in graph.outputs if isinstance(o, Value)})
     walk.made_by.update({v: n for n in graph.nodes for v in n.outs})
     order = {n: i for i, n in enumerate(graph.nodes)}

@@ -40,11 +40,7 @@ def softmax_chains(graph: Graph, plan: Plan) -> dict[Node, SoftmaxChain]:
     values, no value in it is moved or read outside it, and the probabilities are read
     by ``dot_general`` nodes only (not moved, not an output).
     """
-    readers: dict[Value, list[Node]] = collections.defaultdict(list)
-    for n in graph.nodes:
-        for u in n.ins:
-            if isinstance(u, Value):
-                readers[u].append(n)
+    readers: dict[Value, list[Node]] = collections.defaultdict(list, graph.consumers())
     outputs = {o for o in graph.outputs if isinstance(o, Value)}
     made_by = {v: n for n in graph.nodes for v in n.outs}
     finder = _Finder(plan, readers, outputs, made_by)
