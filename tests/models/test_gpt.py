@@ -131,13 +131,15 @@ def test_explain_of_a_gpt_step_leads_with_a_short_summary():
         assert summary.count(line.line.rsplit("/", 1)[-1][:40]) == 1
 
 
-def test_explain_of_a_training_step_evaluates_each_lowering_once():
+@pytest.mark.parametrize("layers", [2, pytest.param(32, marks=pytest.mark.slow)])
+def test_explain_of_a_training_step_evaluates_each_lowering_once(layers):
     """The planner evaluates each lowering once per input types, the trace once per run.
 
     ``explain`` plans the step (each rule's lowering evaluated on types, once per node
     signature, mode and input types: a second layer like the first costs nothing),
     then traces the program once; the device model, the residencies and the report
     read that one trace's record (before: up to four more traces of each lowering).
+    Issue 27 asks it of a 32-layer step: that case runs in ``make test-slow`` (about 20 s).
     """
     planned, traced = Counter(), Counter()
 
@@ -146,7 +148,7 @@ def test_explain_of_a_training_step_evaluates_each_lowering_once():
         key = (id(node), mode, types)
         (planned if sp.abstract_calls() is not None else traced)[key] += 1
 
-    params, static, ids, labels = _setup(SHAPES["unpadded"], layers=2)
+    params, static, ids, labels = _setup(SHAPES["unpadded"], layers=layers)
     opt = optax.adam(1e-2)
     with watching(count):
         report = sj.explain(gpt_train_step(static, opt), params, opt.init(params), ids, labels)
