@@ -106,6 +106,18 @@ def test_attention_runs_by_groups_of_heads_with_the_same_numbers():
     assert not _loops(lambda *a: _attention(*a), q, k, v)  # (a fresh trace)
 
 
+@pytest.mark.parametrize(("heads", "steps"), [(2, 0), (3, 2), (5, 3)])
+def test_a_batch_the_groups_do_not_divide_takes_an_overlapping_last_step(heads, steps):
+    # Groups of two heads: 3 heads in steps at 0 and 1, 5 in steps at 0, 2 and 3 (the
+    # last step clamped back, recomputing one head); a batch of 2 cannot be cut.
+    q, k, v = _qkv(heads=heads)
+    with tuned(**_SMALL_GROUPS):
+        found = _grouped(_attention, q, k, v)
+        assert [(g.groups, g.size) for g in found] == ([(steps, 2)] if steps else [])
+        assert_matches_jax_jit(_attention, q, k, v, reduce_len=40, ops=8)
+        assert _loops(_attention, q, k, v) == bool(steps)
+
+
 def _loops(fn, *args):
     """Whether the compiled program of ``sj.jit(fn)`` holds a loop (XLA's ``while``)."""
     return re.search(r"= .* while\(", sj.jit(fn).lower(*args).compile().as_text()) is not None

@@ -6,9 +6,13 @@ each time. Attention's padded scores alone take 32.8 MB at 8 heads x 1000 tokens
 (``benchmarks/README.md`` item 29). A batched product, the elementwise ops on its
 result, a softmax (:mod:`._softmax`) and the product of the probabilities with another
 batched operand are independent per batch index, so the emulator runs that chain in a
-``lax.map`` over groups of the batch dim: each step's scores are a group's, and the loop
-body's buffers are reused. The record, the device model and ``emulate="cores"`` still
-see every op, whole.
+loop over groups of the batch dim: each step's scores are a group's, and the loop body's
+buffers are reused. A group holds two indices at least (a device dim of one index is
+dropped from the layout, so a group's types would not be the plan's cut): a batch of
+two runs whole. A batch the group size does not divide takes one more step, placed
+at the end and overlapping the one before (``dynamic_slice`` clamps its start), whose
+shared indices are computed twice with the same numbers. The record, the device model
+and ``emulate="cores"`` still see every op, whole.
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ class BatchGroups:
         softmax: the softmax chain ending there (run as one kernel).
         inputs: each value read from outside, the type it is read as and the device
             dim walking its batch dim.
-        groups: how many steps the loop takes (each ``batch // groups`` indices).
+        groups: how many steps the loop takes.
+        size: how many batch indices each step computes (2 at least).
     """
 
     nodes: tuple[Node, ...]
@@ -54,6 +59,7 @@ class BatchGroups:
     softmax: SoftmaxChain
     inputs: tuple[tuple[Value, SpyreType, int], ...]
     groups: int
+    size: int
 
 
 BROADCAST = -1
@@ -110,15 +116,18 @@ def _batched_product(node: Node) -> bool:
     return tuple(lb) == (0,) and tuple(rb) == (0,)
 
 
-def _group_count(scores: SpyreType, batch: int) -> int | None:
-    """How many groups of the batch dim a loop over ``scores`` takes, if it should run."""
+def _group_size(scores: SpyreType, batch: int) -> tuple[int, int] | None:
+    """The steps and the group size of a loop over ``scores``, if it should run.
+
+    The fewest steps whose scores stay under ``batch_group_bytes`` (groups of two at
+    least), with groups as even as those steps allow.
+    """
     tune, nbytes = tuning(), scores.layout.nbytes
-    if nbytes <= tune.batch_loop_min_bytes:
+    if nbytes <= tune.batch_loop_min_bytes or batch < 3:
         return None
-    sizes = range(2, batch // 2 + 1)  # a group of one index would drop the dim
-    return next(
-        (g for g in sizes if batch % g == 0 and nbytes // g <= tune.batch_group_bytes), None
-    )
+    size = max(2, tune.batch_group_bytes * batch // nbytes)
+    steps = -(-batch // size)
+    return (steps, -(-batch // steps)) if steps > 1 else None
 
 
 _Inputs = tuple[tuple[Value, SpyreType, int], ...]
@@ -133,8 +142,8 @@ class _Walk:
     outputs: set[Value]
     made_by: dict[Value, Node] = field(default_factory=dict)
 
-    def chain(self, div: Node, chain: SoftmaxChain) -> tuple[list[Node], _Inputs, int] | None:
-        """The nodes, the inputs and the group count of the chain through ``div``."""
+    def chain(self, div: Node, chain: SoftmaxChain) -> tuple[list[Node], _Inputs, int, int] | None:
+        """The nodes, the inputs, the steps and the group size of the chain through ``div``."""
         plan, readers = self.plan, self.readers
         if len(readers[div.outs[0]]) != 1 or chain.axis == 0:  # the softmax must not mix groups
             return None
@@ -145,13 +154,14 @@ class _Walk:
         if not _batched_product(last) or not self._back(chain.x, nodes, ins):
             return None
         batch = last.outs[0].shape[0]
-        groups = _group_count(plan.runs[div][0].outs[0], batch)
+        steps = _group_size(plan.runs[div][0].outs[0], batch)
         inputs = self._inputs(ins, batch)
-        if groups is None or inputs is None:
+        if steps is None or inputs is None:
             return None
-        if _batch_dim(plan.runs[last][0].outs[0], batch) in (None, BROADCAST):
+        run = [n for n in nodes if n is not div and n not in chain.skipped]
+        if any(_batch_dim(plan.runs[n][0].outs[0], batch) in (None, BROADCAST) for n in run):
             return None
-        return nodes, inputs, groups
+        return nodes, inputs, *steps
 
     def _back(self, x: Value, nodes: list[Node], ins: list[tuple[Node, int]]) -> bool:
         """Appends the nodes from the first product to ``x`` and their outside operands."""
@@ -224,22 +234,26 @@ def run_groups(
     run_node: Callable[[Node, list[Any]], list[Any]],
     softmax: Callable[[Any, int], Any],
 ) -> Any:
-    """The last product's result, computed by a ``lax.map`` over groups of the batch dim.
+    """The last product's result, computed by a loop over groups of the batch dim.
 
     ``run_node(node, ins)`` lowers one node on a group's operands; ``softmax(x, axis)``
-    runs the softmax chain.
+    runs the softmax chain. Each node's result in a step must be the plan's type cut to
+    the group (its image is what the plan's image holds there).
     """
-    last = groups.nodes[-1]
+    last, size = groups.nodes[-1], groups.size
     out_t = plan.runs[last][0].outs[0]
-    batch = out_t.shape[0]
-    size = batch // groups.groups
     images = [sp.image(env[v, t]) for v, t, _ in groups.inputs]
     cut = [group_type(t, dim, size) for _, t, dim in groups.inputs]
     skipped = set(groups.softmax.skipped)
-    dim = _batch_dim(out_t, batch)
-    assert dim is not None and dim != BROADCAST  # checked by batch_groups
+    batch = out_t.shape[0]
 
-    def step(g: jax.Array) -> jax.Array:
+    def cut_of(node: Node) -> tuple[SpyreType, int]:
+        t = plan.runs[node][0].outs[0]
+        dim = _batch_dim(t, batch)
+        assert dim is not None and dim != BROADCAST  # checked by batch_groups
+        return group_type(t, dim, size), dim
+
+    def step(g: jax.Array, out: jax.Array) -> jax.Array:
         local: dict[Value, Any] = {}
         for (v, _, at), img, t in zip(groups.inputs, images, cut, strict=True):
             if at != BROADCAST:
@@ -252,16 +266,20 @@ def run_groups(
                 local[node.outs[0]] = softmax(local[groups.softmax.x], groups.softmax.axis)
                 continue
             ins = [u if isinstance(u, Scalar) else local[u] for u in node.ins]
-            local[node.outs[0]] = run_node(node, ins)[0]
-        got, want = jax.typeof(local[last.outs[0]]), group_type(out_t, dim, size)
-        if got != want:  # the steps' images are put back as ``want``s
-            raise SpyreInternalError(
-                f"internal error: a group of {last.describe()} gave {got.str_short()}, "
-                f"not {want.str_short()}; please report it"
-            )
-        return sp.image(local[last.outs[0]])
+            local[node.outs[0]] = _checked(node, run_node(node, ins)[0], cut_of(node)[0])
+        return jax.lax.dynamic_update_slice_in_dim(
+            out, sp.image(local[last.outs[0]]), g * size, cut_of(last)[1]
+        )
 
-    stacked = jax.lax.map(step, jnp.arange(groups.groups))
-    merged = jnp.moveaxis(stacked, 0, dim)
-    shape = list(merged.shape)
-    return sp.wrap(merged.reshape((*shape[:dim], batch, *shape[dim + 2 :])), out_t)
+    image = jnp.zeros(out_t.layout.device_size, out_t.dtype)
+    return sp.wrap(jax.lax.fori_loop(0, groups.groups, step, image), out_t)
+
+
+def _checked(node: Node, got: Any, want: SpyreType) -> Any:
+    """``got`` if it has the plan's type cut to a group, else an internal error."""
+    if jax.typeof(got) != want:
+        raise SpyreInternalError(
+            f"internal error: a group of {node.describe()} gave {jax.typeof(got).str_short()}, "
+            f"not {want.str_short()}; please report it"
+        )
+    return got
