@@ -325,7 +325,9 @@ class Machine:
             "mm_multicast_sharers": (
                 "structural, chosen on the sweep (leave-one-shape-out: 4 ranks better than 8)"
             ),
-            "mm_multicast_sync_s": _FIT + "; the 0.2-vs-0.8 pairs of section 8 with it",
+            "mm_multicast_sync_s": _FIT
+            + "; the 0.2-vs-0.8 pairs of section 8 with it; kept when a plain matmul's "
+            "barrier reach was capped at the ring's diameter (16 sharers) afterwards",
             "mm_run_s": _FIT,
             "mm_run_bytes": (
                 "structural, chosen on the sweep (4 KB; 8 and 16 KB rank and predict worse "

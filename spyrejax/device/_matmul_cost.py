@@ -32,7 +32,12 @@ bytes a division must read explain little of its time; what does (section 8):
   layout) costs a setup that a run of ``mm_run_bytes`` or more hides behind its own
   transfer: boxes cut across the batch or stick tiles into short runs run slowly.
 - **Multicast sync**: a tile shared by more than ``multicast_sharers`` cores is handed
-  out in LX-sized chunks, each a barrier of its sharers that grows with their number.
+  out in LX-sized chunks, each a barrier of its sharers that grows with the ring
+  distance it must reach: with their number, up to the ring's diameter (a
+  bidirectional ring of ``max_cores`` reaches every core within ``max_cores / 2``
+  hops), so 32 sharers of a plain matmul's tile wait as long as 16 (section 8's
+  Llama q_proj (32,1,1)). Batched matmuls keep the barrier linear in the sharers:
+  their 32-way multicasts cost the card more, not less (see ``_barrier_reach``).
 - **Partial-sum spill** (batched matmuls): the tiled layout puts the batch inside a
   batched operand's rows, so a core's accumulators carry all its batch slices; when they
   do not fit ``lx_usable`` and its K slice spans more than one stick, the fp32 partial
@@ -225,7 +230,7 @@ def matmul_time(
         few = max(0.0, math.log2(streams * machine.mm_stream_sharers / machine.max_cores))
         read += unique * (1 + machine.mm_stream_penalty * few * few)
         runs += _core_runs(division, i, machine) * p
-        over = max(0.0, g / machine.mm_multicast_sharers - 1)
+        over = max(0.0, _barrier_reach(g, inner, machine) / machine.mm_multicast_sharers - 1)
         sync += math.ceil(per_core * p / chunk) * over * machine.mm_multicast_sync_s
     spill = _spill_bytes(inner, m, n, k, itemsize, machine) * (batch // inner) * cores
     read += spill / 2
@@ -242,6 +247,24 @@ def matmul_time(
     combine = machine.ring_bw if resident else machine.mm_partial_sum_bw
     reduce = (sk - 1) / sk * partial / combine
     return MatmulTime(pt, ddr, runs * machine.mm_run_s, sync, reduce, read_bytes, write, passes)
+
+
+def _barrier_reach(sharers: int, inner: int, machine: Machine) -> int:
+    """How many sharers a multicast chunk's barrier costs as: its reach on the ring.
+
+    A barrier's latency grows with the ring distance between its sharers; a
+    bidirectional ring of ``max_cores`` cores reaches every core within ``max_cores /
+    2`` hops, so beyond that many sharers it costs no more. Section 8's Llama q_proj
+    (M=512, N=K=4096) split (32,1,1), every core sharing all of B, ran 852 us of wall
+    time: the barrier linear in 32 sharers put it at 1,336 us; capped at 16, 808.
+
+    A batched operand (``inner > 1``: the batch inside its rows) keeps all its sharers:
+    its 32-way multicasts ran 2-3x over the model already (the sweep's batched
+    1_32_1_1 rows, decode attention-times-V at lx 0.2, 343 us against 188), so
+    something the model lacks makes them dearer, and capping them ranks decode
+    attention-times-V worse (rho 0.55 -> 0.41).
+    """
+    return sharers if inner > 1 else min(sharers, machine.max_cores // 2)
 
 
 def _inner_batch(division: WorkDivision) -> int:

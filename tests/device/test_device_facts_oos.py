@@ -114,25 +114,7 @@ def test_a_smaller_budget_is_never_faster_and_a_split_that_rereads_nothing_does_
 Q_PROJ_WALL_US = {(4, 8, 1): 355, (8, 4, 1): 412, (1, 32, 1): 658, (32, 1, 1): 852}
 
 
-@pytest.mark.parametrize(
-    "split",
-    [
-        pytest.param(
-            s,
-            marks=[
-                pytest.mark.xfail(
-                    strict=True,
-                    reason="1,336 us: the fitted multicast barrier, linear in the sharers, "
-                    "overcharges a 32-way share of 32 MiB of weights (the sweep's row of it, "
-                    "803 us, is its worst-predicted plain-matmul row)",
-                )
-            ]
-            if s == (32, 1, 1)
-            else [],
-        )
-        for s in Q_PROJ_WALL_US
-    ],
-)
+@pytest.mark.parametrize("split", list(Q_PROJ_WALL_US))
 def test_llama_q_proj_splits_against_their_wall_times(split):
     assert_near_wall(predicted_us(1, 512, 4096, 4096, (1, *split)), Q_PROJ_WALL_US[split])
 
