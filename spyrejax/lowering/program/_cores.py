@@ -20,8 +20,9 @@ exactly once shows up as NaN, never as a plausible number.
 
 Each op is divided exactly as the device model (``explain``, ``export``) divides it:
 the same machine (:func:`spyrejax.device.default_machine`) and the same
-``with_division`` hint, given to the same op (:func:`spyrejax.lowering.program._device.node_scope`,
-loop bodies and branches included). Ops the device model
+``with_division`` hint, given to the same ops (the hinted node's ops of the hinted op's
+geometry: :func:`spyrejax.lowering.program._device.division_hint`, loop bodies and
+branches included). Ops the device model
 does not divide run as in the default mode: only compute ops get a division
 (spyre-device spec section 2), so views, restickifies, copies, ``iota`` and host
 fallbacks run their whole-image kernels.
@@ -53,7 +54,7 @@ from ...primitives._base import image, wrap
 from ...primitives._masks import masked, poison
 from ...primitives._rounding import Rounding
 from ._coremoves import loaded, stored
-from ._device import current_line, divided_space, take_hint
+from ._device import current_line, divided_space, division_hint
 
 __all__ = [
     "CoreCheck",
@@ -71,7 +72,7 @@ class CoreExecutor:
 
     Installed with ``spyrejax.primitives.executing`` by the interpreter, which opens a
     :func:`spyrejax.lowering.program._device.node_scope` around each node it lowers: the scope
-    says which of the node's divided ops gets the node's ``with_division`` hint.
+    says which geometry of the node's divided ops gets the node's ``with_division`` hint.
 
     Attributes:
         machine: the machine whose cores the ops are divided over (the device model's
@@ -93,8 +94,8 @@ class CoreExecutor:
         found = divided_space(prim)
         if found is None:
             return None  # the device model does not divide it
-        space, specs = found
-        hint = take_hint(prim, specs)  # counted even if skipped below, as the record is
+        space, _ = found
+        hint = division_hint(prim)  # taken even if skipped below, as the record has it
         if any(math.prod(t.shape) == 0 for t in (*prim.in_avals, prim.out_aval)):
             return None
         hook = _DIVIDE.get()

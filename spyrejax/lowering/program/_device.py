@@ -4,39 +4,50 @@
 ``spyrejax.jit``: the op producing ``x`` is divided with those splits (validated against
 its iteration space when the program is planned). :func:`divided_space` says which
 primitives the device model divides (those defining ``SpyrePrim.space``) and their
-iteration space; the op a hint goes to
-is the one whose result is the hinted value, in the record of the program's trace
-(:func:`spyrejax.lowering.program._program.hinted_op`), and the node scopes
-(:func:`node_scope`, :func:`take_hint`) are how the per-core emulation gives each hint
-to that op.
+iteration space. A hint is resolved on the record of the program's trace
+(:func:`resolve_hints`) to the op whose result is the hinted value and the ops of its
+geometry that its node run binds: their record entries carry it (``Call.division_hint``),
+which the device model reads; the per-core emulation gives it to the same ops through
+the node scopes (:func:`node_scope`, :func:`division_hint`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any
 
+import jax
+
 from ..._errors import DeviceError, SpyreInternalError
 from ..._jax import Primitive, ad, batching, mlir
-from ...device import OpDesc, OpSpace, TensorSpec
+from ...device import OpSpace, TensorSpec
 from ...device._space import MATMUL_NAMES, OTHER_NAMES
 from ...primitives._array import SpyreType
 from ...primitives._base import SpyrePrim
 from .._graph import Graph, Node, Value
 from .._registry import Mode, Rule, _carried_modes, _register
+from ._record import Body, Call, NodeRun, Recorder
 
 __all__ = [
     "Hint",
+    "HintTable",
+    "HintedOp",
     "classify",
     "current_line",
     "divided_space",
+    "division_hint",
+    "forwards",
+    "geometry",
+    "hint_table",
+    "hinting",
     "node_hints",
     "node_scope",
+    "resolve_hints",
     "spaces_apart",
-    "take_hint",
+    "traced",
     "with_division",
     "with_division_p",
 ]
@@ -153,7 +164,7 @@ def divided_space(prim: Any) -> tuple[OpSpace, list[TensorSpec]] | None:
         return None
     if not all(isinstance(t, SpyreType) for t in prim.in_avals):
         return None
-    key = (type(prim), prim.space_key(), tuple(prim.in_avals), prim.out_aval)
+    key = geometry(prim)
     if key not in _SPACES:
         if len(_SPACES) >= _SPACES_KEPT:
             _SPACES.clear()
@@ -164,9 +175,7 @@ def divided_space(prim: Any) -> tuple[OpSpace, list[TensorSpec]] | None:
 
 _SPACES: dict[Any, tuple[OpSpace, tuple[TensorSpec, ...]] | None] = {}
 _SPACES_KEPT = 8192
-"""The spaces of the primitives seen, by what a space depends on (a repeated layer's ops
-share one): the primitive's class and ``space_key()``, its operand and result types
-(equal types have equal shapes, layouts and views)."""
+"""The spaces of the primitives seen, by :func:`geometry` (a repeated layer's ops share one)."""
 
 
 @contextlib.contextmanager
@@ -195,43 +204,203 @@ def _divided_space(prim: SpyrePrim) -> tuple[OpSpace, tuple[TensorSpec, ...]] | 
     return None if space is None else (space, tuple(specs))
 
 
-# --- which op a node's hint goes to ---------------------------------------------------------
+# --- which ops a node's hint divides ----------------------------------------------------
+
+
+def geometry(prim: SpyrePrim) -> Hashable:
+    """What a divided primitive's space and division depend on (ops of one geometry alike).
+
+    Its class, ``space_key()``, operand and result types (equal types have equal shapes,
+    layouts and views).
+    """
+    return (type(prim), prim.space_key(), tuple(prim.in_avals), prim.out_aval)
+
+
+@dataclass(frozen=True, eq=False)
+class HintedOp:
+    """What a node run's ``with_division`` hint divides.
+
+    Attributes:
+        geometry: the :func:`geometry` of the op giving the hinted value: that op and
+            every op of its geometry the node run binds itself get the hint.
+        splits: the hint's splits.
+        space: that op's iteration space (the hint is checked against it).
+        line: the hinted node's source line (messages).
+    """
+
+    geometry: Hashable
+    splits: dict[str, int]
+    space: OpSpace
+    line: str
+
+
+@dataclass(frozen=True)
+class HintTable:
+    """The hints a record resolved (:func:`resolve_hints`), for the runs that follow it.
+
+    Attributes:
+        ops: per ``(node, option index)`` of the node run binding hinted ops, the hint.
+        nodes: every node the record ran (its bodies' too): a graph whose hinted nodes
+            are all here needs no record of its own.
+    """
+
+    ops: dict[tuple[Node, int], HintedOp]
+    nodes: frozenset[Node]
+
+    def covers(self, hinted: Iterable[Node]) -> bool:
+        """Whether every node of ``hinted`` ran in the record."""
+        return all(n in self.nodes for n in hinted)
+
+
+def resolve_hints(record: Recorder) -> HintTable:
+    """Resolve a record's ``with_division`` hints to the calls they divide.
+
+    A node run's hint names the op giving the hinted value, found by the value's
+    identity in the record (through a ``shard_map``'s body: the body's node run that
+    binds it). That op and every op of its :func:`geometry` the same node run binds
+    itself (not in its bodies' node runs) get the hint as their ``division_hint``: one
+    division per geometry, as the per-core executor gives it (:func:`division_hint`).
+    Resolved once per record (``Recorder.hinted``).
+
+    Raises:
+        DeviceError: if the op giving a hinted value is in a loop body or branch of the
+            hinted node (hint the value inside the body), or two hints divide one node
+            run's ops otherwise (a ``shard_map``'s result and a value inside its body).
+    """
+    runs = list(_node_runs(record.runs))
+    if record.hinted is None:
+        record.hinted = {}
+        for run in runs:
+            if run.hint is not None and not forwards(run, run.hint.out):
+                _place(record.hinted, run)
+    table = HintTable(dict(record.hinted), frozenset(r.node for r in runs))
+    for run in runs:
+        hinted = table.ops.get((run.node, run.index))
+        if hinted is not None:
+            for call in _own_calls(run.entries):
+                if divided_space(call.prim) and geometry(call.prim) == hinted.geometry:
+                    call.division_hint = dict(hinted.splits)
+    return table
+
+
+def _place(table: dict[tuple[Node, int], Any], run: NodeRun) -> None:
+    """Add a hinted node run's hint to ``table``, under the node run binding its op."""
+    found = _giver(run.entries, run.outs[run.hint.out], run, None)
+    if found is None:
+        return  # no op of the node's own gives the value (a view of an operand)
+    call, binder, crossed = found
+    if crossed is not None:
+        raise DeviceError(
+            f"with_division: the hinted value at {run.node.source} comes from the "
+            f"{crossed[0]} at {crossed[1]}: hint the value inside its body"
+        )
+    found_space = divided_space(call.prim)
+    assert found_space is not None  # _giver gives divided calls only
+    hinted = HintedOp(geometry(call.prim), dict(run.hint.splits), found_space[0], run.node.line)
+    key = (binder.node, binder.index)
+    old = table.get(key)
+    if old is not None and (old.geometry, old.splits) != (hinted.geometry, hinted.splits):
+        raise DeviceError(
+            f"with_division: two hints for the ops of one node at {run.node.source} (on a "
+            "shard_map's result and on a value inside its body): keep one"
+        )
+    table.setdefault(key, hinted)
+
+
+def _giver(
+    entries: list[Any], want: Any, binder: NodeRun, crossed: tuple[str, str] | None
+) -> tuple[Call, NodeRun, tuple[str, str] | None] | None:
+    """The divided call giving ``want``, the node run binding it, the loop crossed.
+
+    ``want`` is followed from a loop's result into its bodies' results and from a node
+    run's result into its calls; ``crossed`` is the first loop, branch (not
+    ``shard_map``) crossed: its kind and the source of the node running it.
+    """
+    for e in entries:
+        if isinstance(e, Call):
+            if any(o is want for o in e.outs) and divided_space(e.prim) is not None:
+                return e, binder, crossed
+        elif isinstance(e, NodeRun):
+            if any(o is want for o in e.outs):
+                found = _giver(e.entries, want, e, crossed)
+                if found is not None:
+                    return found
+        elif e.role != "test":
+            k = next((k for k, o in enumerate(e.loop.results) if o is want), None)
+            if k is not None and k < len(e.outs):
+                kind = e.loop.kind
+                inside = crossed or (None if kind == "shard_map" else (kind, binder.node.source))
+                found = _giver(e.entries, e.outs[k], binder, inside)
+                if found is not None:
+                    return found
+    return None
+
+
+def _node_runs(entries: list[Any]) -> Iterator[NodeRun]:
+    """Every node run in ``entries`` and in its bodies, outer ones first."""
+    for e in entries:
+        if isinstance(e, NodeRun):
+            yield e
+            yield from _node_runs(e.entries)
+        elif isinstance(e, Body):
+            yield from _node_runs(e.entries)
+
+
+def _own_calls(entries: list[Any]) -> Iterator[Call]:
+    """The calls a node run binds itself: in its bodies too, not in their node runs."""
+    for e in entries:
+        if isinstance(e, Call):
+            yield e
+        elif isinstance(e, Body):
+            yield from _own_calls(e.entries)
+
+
+def traced(x: Any) -> bool:
+    """Whether a lowering's result is a value it computed (not a constant it gave)."""
+    return isinstance(x, jax.core.Tracer)
+
+
+def forwards(run: NodeRun, out: int) -> bool:
+    """Whether a run's result ``out`` is one of its operands (no op of its own gives it)."""
+    x = run.outs[out]
+    return not traced(x) or any(x is y for y in run.ins)
+
+
+# --- the hints on the per-core run --------------------------------------------------------
 
 
 @dataclass
 class _Scope:
-    """A node being lowered: its line, its hinted op, the divided ops bound so far inside."""
+    """A node being lowered: its line, its hint, whether an op of its took it."""
 
     line: str
     source: str
-    hinted: tuple[int, OpDesc] | None
-    seen: int = 0
+    hinted: HintedOp | None
     used: bool = False
 
 
 _SCOPES: ContextVar[tuple[_Scope, ...]] = ContextVar("spyrejax_node_scopes", default=())
+_TABLE: ContextVar[HintTable | None] = ContextVar("spyrejax_hint_table", default=None)
 
 
 @contextlib.contextmanager
 def node_scope(
-    line: str, hinted: tuple[int, OpDesc] | None = None, source: str | None = None
+    line: str, hinted: HintedOp | None = None, source: str | None = None
 ) -> Iterator[None]:
     """The divided ops bound inside belong to the node at ``line`` (scopes nest).
 
     The interpreter opens one around each node it lowers while an executor runs the
     primitives (``emulate="cores"``): a loop body's nodes open theirs inside the loop's.
-    Every scope counts the divided ops bound inside it, its inner scopes' too, in
-    binding order (the order the record lists them).
 
     Args:
         line: the node's source line (messages).
-        hinted: ``(position, op)`` from :func:`hinted_op`: the node's divided op at
-            that position gets ``op.hint``.
+        hinted: the hint of the node run (:func:`resolve_hints`): the divided ops of its
+            geometry bound in this scope, not in an inner one, get it.
         source: the node's source (``Node.source``; default ``line``).
 
     Raises:
-        SpyreInternalError: if the hinted op was not bound inside (the lowering bound its
-            ops otherwise than when the record was traced).
+        SpyreInternalError: if no op took the hint (the lowering bound other ops than
+            when the record was traced).
     """
     scope = _Scope(line, source or line, hinted)
     token = _SCOPES.set((*_SCOPES.get(), scope))
@@ -241,9 +410,24 @@ def node_scope(
         _SCOPES.reset(token)
     if hinted is not None and not scope.used:
         raise SpyreInternalError(
-            f"internal error: the with_division hint at {line} did not reach its op "
-            f"({hinted[1].opfunc}); please report it"
+            f"internal error: the with_division hint at {line} reached none of the node's "
+            f"{hinted.space.opfunc} ops; please report it"
         )
+
+
+@contextlib.contextmanager
+def hinting(table: HintTable) -> Iterator[None]:
+    """The node runs of the program run inside (its bodies') take their hints from ``table``."""
+    token = _TABLE.set(table)
+    try:
+        yield
+    finally:
+        _TABLE.reset(token)
+
+
+def hint_table() -> HintTable | None:
+    """The table of the program running (:func:`hinting`), or None."""
+    return _TABLE.get()
 
 
 def current_line() -> str:
@@ -252,33 +436,18 @@ def current_line() -> str:
     return scopes[-1].line if scopes else ""
 
 
-def _shape(s: TensorSpec) -> tuple[Any, ...]:
-    return (s.shape, s.layout, s.dims)
+def division_hint(prim: SpyrePrim) -> dict[str, int] | None:
+    """The hint of a divided op: its node's, if the op has the hinted geometry.
 
-
-def take_hint(prim: Any, specs: list[TensorSpec]) -> dict[str, int] | None:
-    """Count a divided op in every open scope; its hint if it is a scope's hinted one.
-
-    Raises:
-        SpyreInternalError: if the op at a hinted position is not the op the device
-            model gave the hint to.
+    The node is the innermost scope's (the node run that binds the op itself), as the
+    record's calls get it (:func:`resolve_hints`).
     """
-    hint = None
-    for scope in _SCOPES.get():
-        k, scope.seen = scope.seen, scope.seen + 1
-        if scope.hinted is None or k != scope.hinted[0]:
-            continue
-        desc = scope.hinted[1]
-        listed = [_shape(t) for _, t in (*desc.inputs, desc.output)]
-        if listed != [_shape(t) for t in specs]:
-            raise SpyreInternalError(
-                f"internal error: the with_division hint at {scope.line} is for "
-                f"{desc.opfunc}, but the op at its place is {type(prim).__name__}; "
-                "please report it"
-            )
-        scope.used = True
-        hint = dict(desc.hint or {})
-    return hint
+    scopes = _SCOPES.get()
+    scope = scopes[-1] if scopes else None
+    if scope is None or scope.hinted is None or geometry(prim) != scope.hinted.geometry:
+        return None
+    scope.used = True
+    return dict(scope.hinted.splits)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import numpy as np
 
 from ... import primitives as sp
 from ..._errors import DeviceError, SpyreInternalError
-from ...device import DeviceProgram, Machine, OpDesc, default_machine, plan_program, validate_hint
+from ...device import DeviceProgram, Machine, default_machine, plan_program, validate_hint
 from ...layout._layout import SpyreTensorLayout
 from ...primitives._array import PadFill, SpyreType
 from ...primitives._softmax import softmax_with_zero_padding
@@ -32,9 +32,9 @@ from .._planner import Move, Plan
 from .._registry import lower_node
 from . import _record as recorded
 from ._cores import CoreCheck, CoreExecutor
-from ._device import node_hints, node_scope
+from ._device import HintTable, hint_table, hinting, node_hints, node_scope, resolve_hints
 from ._groups import BatchGroups, batch_groups, run_groups
-from ._program import hinted_op, program_ops
+from ._program import program_ops
 from ._softmax import SoftmaxChain, softmax_chains
 
 __all__ = [
@@ -169,7 +169,7 @@ class Interpreter:
         self.emulate = check_emulate(emulate)
         self.machine = machine
         self.check = check
-        self._hinted: dict[tuple[Node, int], tuple[int, OpDesc]] | None = None
+        self._hinted: HintTable | None = None
         self._hints: dict[Node, Any] | None = None
 
     def run(self, *args: Any, env: dict[tuple[Value, SpyreType], Any] | None = None) -> list[Any]:
@@ -181,18 +181,21 @@ class Interpreter:
         """
         env = {} if env is None else env
         if recorded.active() is not None:  # recorded: the record places the hints itself
-            return self._run(env, args, None)
+            return self._run(env, args, False)
         # Every mode divides the hinted ops: a hint the device model refuses raises here,
-        # not only under explain, export or emulate="cores" (no hints: nothing to do).
-        hinted = self.hinted_ops()  # traced before an executor is installed
+        # not only under explain, export or emulate="cores" (no hints: nothing to do). A
+        # body (loop, branch, shard_map) takes its hints from its program's table.
+        table = hint_table()
+        if table is None or not table.covers(node_hints(self.graph)):
+            table = self.hinted_ops()  # traced before an executor is installed
         executor = self._executor()
-        if executor is None:
-            # A body (loop, branch, shard_map) inside a program the per-core executor
-            # runs opens its nodes' scopes: its hints reach its ops there too.
-            inside = sp.current_executor() is not None
-            return self._run(env, args, hinted if inside else None)
-        with sp.executing(executor):
-            return self._run(env, args, hinted)
+        with hinting(table):
+            if executor is None:
+                # A body inside a program the per-core executor runs opens its nodes'
+                # scopes: its hints reach its ops there too.
+                return self._run(env, args, sp.current_executor() is not None)
+            with sp.executing(executor):
+                return self._run(env, args, True)
 
     def unchecked(self) -> Interpreter:
         """This interpreter without the per-core check (what the program is, for jaxprs).
@@ -212,29 +215,26 @@ class Interpreter:
             return CoreExecutor(self.machine)
         return None if self.check is None else CoreExecutor(self.machine, self.check)
 
-    def hinted_ops(self) -> dict[tuple[Node, int], tuple[int, OpDesc]]:
-        """Per ``(node, option index)`` with a ``with_division`` hint, the op that gets it.
+    def hinted_ops(self) -> HintTable:
+        """The ``with_division`` hints of the program's node runs (its bodies' too).
 
-        The op is the one :func:`spyrejax.lowering.program._program.hinted_op` finds in the
-        record of one trace of the program (the device model's own): its position among
-        the divided ops the option binds, as the per-core executor counts them.
+        Resolved on the record of one trace of the program (the device model's own,
+        :func:`spyrejax.lowering.program._device.resolve_hints`): per node run, the
+        geometry of the ops its hint divides.
 
         Raises:
             DeviceError: for a hint the device model refuses on this machine (checked in
                 every mode, so a program that runs by default also explains and exports).
         """
-        if self._hinted is None:
-            hinted = {}  # kept once complete: a refused hint raises at every call
-            hints = node_hints(self.graph)
-            rec = self.record() if hints else None
-            for node in hints:
-                for i in range(len(self.plan.runs.get(node, []))):
-                    found = hinted_op(rec, node, i)
-                    if found is not None:
-                        cores = default_machine(self.machine).cores
-                        validate_hint(found[1].space, hints[node].splits, cores)
-                        hinted[node, i] = found
-            self._hinted = hinted
+        if self._hinted is None:  # kept once complete: a refused hint raises at every call
+            if not node_hints(self.graph):  # a body's own hints: its own table, if it runs
+                self._hinted = HintTable({}, frozenset())
+                return self._hinted
+            table = resolve_hints(self.record())
+            cores = default_machine(self.machine).cores
+            for hinted in table.ops.values():
+                validate_hint(hinted.space, hinted.splits, cores)
+            self._hinted = table
         return self._hinted
 
     def record(self) -> recorded.Recorder:
@@ -245,10 +245,7 @@ class Interpreter:
         return rec
 
     def _run(
-        self,
-        env: dict[tuple[Value, SpyreType], Any],
-        args: tuple[Any, ...],
-        hinted: dict[Any, Any] | None,
+        self, env: dict[tuple[Value, SpyreType], Any], args: tuple[Any, ...], scoped: bool
     ) -> list[Any]:
         for v, a in zip(self.graph.inputs, args, strict=True):
             x = a if isinstance(jax.typeof(a), SpyreType) else sp.to_device(a)
@@ -272,7 +269,7 @@ class Interpreter:
                 env[v, option.out] = _check(node, v, fused[node](env), want)
             else:
                 for i, option in enumerate(self.plan.runs.get(node, [])):
-                    self._run_node(env, node, i, option, hinted)
+                    self._run_node(env, node, i, option, scoped)
             for v in node.outs:
                 self._move(env, v)
         return [
@@ -286,16 +283,17 @@ class Interpreter:
         node: Node,
         i: int,
         option: Any,
-        hinted: dict[Any, Any] | None,
+        scoped: bool,
     ) -> None:
         ins = [
             u if isinstance(u, Scalar) else env[u, t]
             for u, t in zip(node.ins, option.ins, strict=True)
         ]
+        table = hint_table()
         scope = (
-            contextlib.nullcontext()
-            if hinted is None
-            else node_scope(node.line, hinted.get((node, i)), node.source)
+            node_scope(node.line, table.ops.get((node, i)) if table else None, node.source)
+            if scoped
+            else contextlib.nullcontext()
         )
         # The planner refused host fallbacks where they are not allowed.
         with scope, self._recorded(node, i, option, ins) as run:

@@ -5,8 +5,8 @@ the interpreter made while tracing it (:mod:`spyrejax.lowering.program._record`:
 its node's source line), as :class:`spyrejax.device.OpDesc` values for
 :func:`spyrejax.device.plan_program` (work division, LX residency and cost). The ops of
 loop bodies and ``cond`` branches are listed too, each with its
-:class:`spyrejax.device.Region`; a ``with_division`` hint goes to the op whose result is
-the hinted value (:func:`hinted_op` says where the per-core executor finds it).
+:class:`spyrejax.device.Region`; an op's ``with_division`` hint is its record entry's
+(``Call.division_hint``, placed by :func:`spyrejax.lowering.program._device.resolve_hints`).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from ..._errors import DeviceError
 from ...device import OpDesc, Region
 from ...primitives._array import SpyreType
 from ...primitives._base import Wrap
-from .._graph import Graph, Node, Value
+from .._graph import Graph, Value
 from .._planner import Plan
-from ._device import _spec, classify, divided_space
+from ._device import _spec, classify, resolve_hints, traced
 from ._record import Body, Call, Loop, NodeRun, Recorder
 
-__all__ = ["ProgramOps", "hinted_op", "program_ops"]
+__all__ = ["ProgramOps", "program_ops"]
 
 
 class _Names:
@@ -52,15 +52,6 @@ class _Names:
 # --- a program's ops, from its record ------------------------------------------------------
 
 
-@dataclass
-class _Claim:
-    """A node run whose hint is not placed yet: the op giving ``target`` gets it."""
-
-    run: NodeRun
-    target: Any  # the name (top-level run) or the value (a body's node run) it hints
-    region: Region | None
-
-
 class _Walk:
     """The ops one top-level node run binds, named and placed in regions.
 
@@ -80,10 +71,7 @@ class _Walk:
         self.env: dict[int, str] = {}
         self.objects: dict[int, Any] = {}
         self.descs: list[OpDesc] = []
-        self.claims: list[tuple[NodeRun, int, OpDesc]] = []  # placed hints: position, op
-        self.divided = 0  # divided ops bound so far (the per-core executor counts them)
         self.top = run
-        self.top_claim: _Claim | None = None
         self.first = ""
         self._regions: dict[int, Region] = {}
         self._shared: dict[int, list[str | None]] = {}
@@ -101,7 +89,7 @@ class _Walk:
                 self.name(x, self.names(u, t))
         finals: dict[int, str] = {}
         for x, v, t in zip(run.outs, run.node.outs, run.option.outs, strict=True):
-            if not _traced(x) or id(x) in finals:
+            if not traced(x) or id(x) in finals:
                 continue
             if id(x) in self.env:  # a result that only forwards an operand
                 self.names.names[v, t] = self.env[id(x)]
@@ -110,9 +98,6 @@ class _Walk:
         if not finals:
             return None
         self.first = next(iter(finals.values()))
-        if run.hint is not None and not _forwards(run, run.hint.out):
-            target = finals.get(id(run.outs[run.hint.out]))
-            self.top_claim = None if target is None else _Claim(run, target, None)
         return finals
 
     def walk(
@@ -120,30 +105,17 @@ class _Walk:
         entries: list[Any],
         finals: dict[int, str],
         region: Region | None,
-        claims: list[_Claim],
         source: str,
     ) -> None:
         for e in entries:
-            if isinstance(e, NodeRun):  # a body's node: its hint is its own
-                inner = list(claims)
-                if e.hint is not None and not _forwards(e, e.hint.out):
-                    inner.append(_Claim(e, e.outs[e.hint.out], region))
-                self.walk(e.entries, finals, region, inner, e.node.source)
+            if isinstance(e, NodeRun):  # a body's node
+                self.walk(e.entries, finals, region, e.node.source)
             elif isinstance(e, Body):
-                self._body(e, finals, region, claims, source)
+                self._body(e, finals, region, source)
             else:
-                self._call(e, finals, region, claims, source)
+                self._call(e, finals, region, source)
 
-    def _call(
-        self,
-        call: Call,
-        finals: dict[int, str],
-        region: Region | None,
-        claims: list[_Claim],
-        source: str,
-    ) -> None:
-        if divided_space(call.prim) is not None:
-            self.divided += 1
+    def _call(self, call: Call, finals: dict[int, str], region: Region | None, source: str) -> None:
         outs = [o for o in call.outs if isinstance(jax.typeof(o), SpyreType)]
         if len(outs) != 1:
             return
@@ -161,9 +133,7 @@ class _Walk:
             kind, opfunc, space = "copy", type(prim).__name__.lower(), None
         if isinstance(prim, Wrap) and id(call.args[0]) in self.images:
             kind = "view"
-        hint, placed = None, []
-        if kind == "compute":
-            hint, placed = self._hint(out, region, claims)
+        hint = call.division_hint if kind == "compute" else None
         self.descs.append(
             OpDesc(
                 opfunc,
@@ -176,50 +146,8 @@ class _Walk:
                 region=region,
             )
         )
-        self.claims.extend((run, self.divided - 1, self.descs[-1]) for run in placed)
 
-    def _hint(
-        self, out: Any, region: Region | None, claims: list[_Claim]
-    ) -> tuple[dict[str, int] | None, list[NodeRun]]:
-        """The hint of the op giving ``out``: the innermost node run's whose result it is.
-
-        Raises:
-            DeviceError: if that op is in a loop body or branch of the hinted node, or
-                two hints divide it (a ``shard_map``'s result and a value in its body).
-        """
-        hint, placed = None, []
-        for claim in reversed([self.top_claim, *claims]):
-            if claim is None:
-                continue
-            if claim.run is self.top:
-                gives = self.env[id(out)] == claim.target
-            else:
-                gives = out is claim.target
-            if not gives:
-                continue
-            node = claim.run.node
-            if region is not claim.region:
-                raise DeviceError(
-                    f"with_division: the hinted value at {node.source} comes from the "
-                    f"{region.kind} at {region.source}: hint the value inside its body"
-                )
-            if hint is not None:
-                raise DeviceError(
-                    f"with_division: two hints for one op at {node.source} (on a shard_map's "
-                    "result and on the value inside its body): keep one"
-                )
-            hint = dict(claim.run.hint.splits)
-            placed.append(claim.run)
-        return hint, placed
-
-    def _body(
-        self,
-        b: Body,
-        finals: dict[int, str],
-        region: Region | None,
-        claims: list[_Claim],
-        source: str,
-    ) -> None:
+    def _body(self, b: Body, finals: dict[int, str], region: Region | None, source: str) -> None:
         loop = b.loop
         inside = region if loop.kind == "shard_map" else self._region(loop, b, region, source)
         for x, o in b.ins:
@@ -227,10 +155,10 @@ class _Walk:
                 self.name(x, self.env[id(o)])
         named: dict[int, str] = {}
         for x, o in zip(b.outs, self._results(loop, finals), strict=False):
-            if _traced(x) and id(x) not in self.env and id(x) not in named and o is not None:
+            if traced(x) and id(x) not in self.env and id(x) not in named and o is not None:
                 named[id(x)] = o
         start = len(self.descs)
-        self.walk(b.entries, named, inside, claims, source)
+        self.walk(b.entries, named, inside, source)
         if loop.kind == "scan":
             n = loop.trips or 1
             self.descs[start:] = [replace(d, repeat=d.repeat * n) for d in self.descs[start:]]
@@ -268,39 +196,13 @@ class _Walk:
         return found
 
 
-def _traced(x: Any) -> bool:
-    """Whether a lowering's result is a value it computed (not a constant it gave)."""
-    return isinstance(x, jax.core.Tracer)
-
-
-def _forwards(run: NodeRun, out: int) -> bool:
-    """Whether a run's result ``out`` is one of its operands (no op of its own gives it)."""
-    x = run.outs[out]
-    return not _traced(x) or any(x is y for y in run.ins)
-
-
 def _node_descs(run: NodeRun, names: _Names, images: set[int]) -> _Walk:
     """The walk of one top-level node run (its ops in ``descs``)."""
     w = _Walk(run, names, images)
     finals = w.start()
     if finals is not None:
-        w.walk(run.entries, finals, None, [], run.node.source)
+        w.walk(run.entries, finals, None, run.node.source)
     return w
-
-
-def hinted_op(record: Recorder, node: Node, index: int) -> tuple[int, OpDesc] | None:
-    """Which divided op of a node's planned option ``index`` gets the node's hint.
-
-    Returns:
-        Its position among the divided ops the option binds (loop bodies included), in
-        binding order, as the per-core executor counts them (:func:`take_hint`), and its
-        description; None if no op of the node's own gives the hinted result.
-    """
-    for run in record.runs:
-        if run.node is node and run.index == index:
-            w = _node_descs(run, _Names(), record.images)
-            return next(((k, d) for r, k, d in w.claims if r is run), None)
-    return None
 
 
 @dataclass(frozen=True)
@@ -322,7 +224,13 @@ class ProgramOps:
 
 
 def program_ops(graph: Graph, plan: Plan, record: Recorder) -> ProgramOps:
-    """The ops of a planned graph in program order, from the record of its trace."""
+    """The ops of a planned graph in program order, from the record of its trace.
+
+    Raises:
+        DeviceError: for a ``with_division`` hint the record cannot place
+            (:func:`spyrejax.lowering.program._device.resolve_hints`).
+    """
+    resolve_hints(record)
     names = _Names()
     runs = {(r.node, r.index): r for r in record.runs}
     descs: list[OpDesc] = []

@@ -8,7 +8,9 @@ loop, branch and ``shard_map`` rules open a :class:`Body` around each body they 
 (:func:`body`) and say which outer values its inputs and results stand for
 (:func:`finish`): a body's node runs nest inside it. The device model
 (:func:`spyrejax.lowering.program._program.program_ops`), the ``with_division`` hints and
-residency read this record: nothing traces a lowering again or walks a jaxpr.
+residency read this record: nothing traces a lowering again or walks a jaxpr. A hint is
+resolved on the record to the calls it divides (their ``division_hint``:
+:func:`spyrejax.lowering.program._device.resolve_hints`).
 
 JAX may trace one body more than once (to settle a carry's type): the last trace is
 the one the program keeps, so :func:`finish` keeps the last body traced per role.
@@ -31,11 +33,16 @@ __all__ = ["Body", "Call", "Loop", "NodeRun", "Recorder", "body", "finish", "loo
 
 @dataclass(eq=False)
 class Call:
-    """One Spyre primitive bound: the primitive, its operands and its result(s)."""
+    """One Spyre primitive bound: the primitive, its operands and its result(s).
+
+    ``division_hint``: the splits of the ``with_division`` hint that divides it (set when
+    the record's hints are resolved), or None.
+    """
 
     prim: Any
     args: tuple[Any, ...]
     out: Any
+    division_hint: dict[str, int] | None = None
 
     @property
     def outs(self) -> list[Any]:
@@ -112,11 +119,14 @@ class Recorder:
         runs: the top-level node runs, in order.
         images: device images that are an array's own (:class:`~spyrejax.primitives._base.Image`
             results, a loop's stacked results): a ``wrap`` of one moves no data.
+        hinted: once the hints are resolved (``_device.resolve_hints``), what each
+            hinted node run's hint divides, by ``(node, option index)``; None before.
     """
 
     def __init__(self) -> None:
         self.runs: list[NodeRun] = []
         self.images: set[int] = set()
+        self.hinted: dict[tuple[Node, int], Any] | None = None
         self._stack: list[Any] = []
         self._kept: list[Any] = []  # every object whose id the record uses stays alive
 

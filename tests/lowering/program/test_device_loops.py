@@ -184,6 +184,36 @@ def test_a_hint_in_a_body_divides_its_op_alike_in_explain_export_and_cores(kind)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
+def _twice(x):
+    """Two ops of one geometry (a mul of the same types), each hinted its own way."""
+    return sj.with_division(sj.with_division(x * 2, out=2) * 2, out=4)
+
+
+# where: (program, its muls: two per _twice)
+OWN_HINTS = {
+    "scan body": (lambda a: jax.lax.scan(lambda c, _: (_twice(c), None), a, None, length=2)[0], 2),
+    "cond branch": (lambda a: jax.lax.cond(a[0, 0] > 0, _twice, lambda c: c - 1, a), 2),
+    "repeated layers": (lambda a: _twice(_twice(a)), 4),
+}
+
+
+@pytest.mark.parametrize("where", sorted(OWN_HINTS))
+def test_two_hinted_ops_of_one_geometry_keep_their_own_hints(where):
+    """A hint reaches the op its value names, in a body, a branch or a repeated layer,
+    whatever the other ops of that geometry bound before or after it: in explain and
+    per core alike."""
+    f, n = OWN_HINTS[where]
+    a = rand((100, 150))
+    muls = [o for o in sj.explain(f, a).ops if o.opfunc == "mul"]
+    assert [o.division.splits["out"] for o in muls] == [2, 4] * (n // 2)
+    with spy_divisions() as seen:
+        got = sj.to_host(sj.jit(f, emulate="cores")(a))
+    assert [division_key(d) for d in seen if d.space.opfunc == "mul"] == [
+        division_key(o.division) for o in muls
+    ]
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(sj.to_host(sj.jit(f)(a))))
+
+
 def test_hints_on_two_results_of_one_node_are_a_named_error():
     def f(x, y):
         c, d = jax.lax.scan(
