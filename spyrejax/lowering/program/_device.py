@@ -22,7 +22,7 @@ from typing import Any
 import jax
 
 from ..._errors import DeviceError, SpyreInternalError
-from ..._jax import Primitive, ad, batching, mlir
+from ..._jax import Jaxpr, Primitive, ad, batching, inner_jaxprs, mlir
 from ...device import OpSpace, TensorSpec
 from ...device._space import MATMUL_NAMES, OTHER_NAMES
 from ...primitives._array import SpyreType
@@ -41,6 +41,7 @@ __all__ = [
     "division_hint",
     "forwards",
     "geometry",
+    "has_hints",
     "hint_table",
     "hinting",
     "node_hints",
@@ -268,11 +269,12 @@ def resolve_hints(record: Recorder) -> HintTable:
             run's ops otherwise (a ``shard_map``'s result and a value inside its body).
     """
     runs = list(_node_runs(record.runs))
-    if record.hinted is None:
-        record.hinted = {}
+    if record.hinted is None:  # kept once complete: a refused hint raises at every call
+        placed: dict[tuple[Node, int], HintedOp] = {}
         for run in runs:
             if run.hint is not None and not forwards(run, run.hint.out):
-                _place(record.hinted, run)
+                _place(placed, run)
+        record.hinted = placed
     table = HintTable(dict(record.hinted), frozenset(r.node for r in runs))
     for run in runs:
         hinted = table.ops.get((run.node, run.index))
@@ -283,7 +285,7 @@ def resolve_hints(record: Recorder) -> HintTable:
     return table
 
 
-def _place(table: dict[tuple[Node, int], Any], run: NodeRun) -> None:
+def _place(table: dict[tuple[Node, int], HintedOp], run: NodeRun) -> None:
     """Add a hinted node run's hint to ``table``, under the node run binding its op."""
     found = _giver(run.entries, run.outs[run.hint.out], run, None)
     if found is None:
@@ -448,6 +450,21 @@ def division_hint(prim: SpyrePrim) -> dict[str, int] | None:
         return None
     scope.used = True
     return dict(scope.hinted.splits)
+
+
+def has_hints(graph: Graph) -> bool:
+    """Whether the graph, or a loop, branch or ``shard_map`` body of it, has a hint."""
+    return any(
+        node.prim == with_division_p.name or any(map(_has_hints, inner_jaxprs(node.params)))
+        for node in graph.nodes
+    )
+
+
+def _has_hints(jaxpr: Jaxpr) -> bool:
+    return any(
+        e.primitive is with_division_p or any(map(_has_hints, inner_jaxprs(e.params)))
+        for e in jaxpr.eqns
+    )
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,15 @@ from .._planner import Move, Plan
 from .._registry import lower_node
 from . import _record as recorded
 from ._cores import CoreCheck, CoreExecutor
-from ._device import HintTable, hint_table, hinting, node_hints, node_scope, resolve_hints
+from ._device import (
+    HintTable,
+    has_hints,
+    hint_table,
+    hinting,
+    node_hints,
+    node_scope,
+    resolve_hints,
+)
 from ._groups import BatchGroups, batch_groups, run_groups
 from ._program import program_ops
 from ._softmax import SoftmaxChain, softmax_chains
@@ -227,7 +235,7 @@ class Interpreter:
                 every mode, so a program that runs by default also explains and exports).
         """
         if self._hinted is None:  # kept once complete: a refused hint raises at every call
-            if not node_hints(self.graph):  # a body's own hints: its own table, if it runs
+            if not has_hints(self.graph):  # no hint here or in a body: no record
                 self._hinted = HintTable({}, frozenset())
                 return self._hinted
             table = resolve_hints(self.record())
