@@ -27,6 +27,7 @@ from .._errors import LayoutError
 from ..layout._dtypes import DataFormats, DTypeLike, fits_format, host_format
 from ..layout._gaps import valid_size
 from ..layout._host_mapping import HostMapping
+from ..layout._lanes import LanedLayout
 from ..layout._layout import SpyreTensorLayout
 
 __all__ = ["DCI", "Descriptor", "LoopNest", "generate_dci"]
@@ -349,6 +350,11 @@ def _mapping_dci(
             f"{mapping.layout}: an element arrangement has no DMA descriptors of its own (a "
             "descriptor moves whole runs of lanes in order); the DMA engines move the standard "
             "image and regroup it on the device"
+        )
+    if isinstance(mapping.layout, LanedLayout):
+        raise LayoutError(
+            f"{mapping.layout} is lane-strided: DMA descriptors move runs of lanes in order, "
+            "so it has no DCI (the DMA engines move it through its parent layout)"
         )
     fmt = mapping.layout.device_dtype
     if host_dtype is None:

@@ -39,6 +39,7 @@ from .._errors import LayoutError
 from ..layout._arrangements import ElementArrangement, arrange_image
 from ..layout._dtypes import format_for_dtype, host_dtype, poison_value
 from ..layout._host_mapping import HostMapping
+from ..layout._lanes import LanedLayout, parent_layout, parent_shape
 from ..layout._layout import SpyreTensorLayout
 from ..layout._segments import row_major_strides
 from ._boxes import box_plan, execute
@@ -86,12 +87,45 @@ def _check_format(dtype: Any, layout: SpyreTensorLayout, what: str) -> np.dtype:
 
 def h2d_values(x: jax.Array, layout: SpyreTensorLayout, fill: Any = 0) -> jax.Array:
     """Host -> device without validation (the body of :func:`dma_h2d`; also for tangents)."""
+    if isinstance(layout, LanedLayout):
+        return h2d_values(_spread_lanes(x, layout, fill), parent_layout(layout), fill)
     return _h2d_values(x, layout.for_host(x.shape), fill)
 
 
 def d2h_values(image: jax.Array, shape: tuple[int, ...], layout: SpyreTensorLayout) -> jax.Array:
     """Device -> host without validation (the body of :func:`dma_d2h`; also for tangents)."""
+    if isinstance(layout, LanedLayout):
+        layout.for_host(shape)  # validates the binding
+        whole = d2h_values(image, parent_shape(layout, tuple(shape)), parent_layout(layout))
+        return _gather_lanes(whole, layout)
     return _d2h_values(image, layout.for_host(shape))
+
+
+def _spread_lanes(x: Any, layout: LanedLayout, fill: Any) -> Any:
+    """``x`` on lanes ``offset::step`` of its last dim made ``step`` times longer, ``fill`` between.
+
+    A laned layout's map is its parent's at host index ``[..., step * j + offset]``
+    (:mod:`spyrejax.layout._lanes`): both engines move the spread tensor through the
+    parent, and the other lanes get the fill, as padding does.
+    """
+    layout.for_host(np.shape(x))  # validates the binding
+    offset, step = layout.lanes
+    shape = parent_shape(layout, tuple(np.shape(x)))
+    if isinstance(x, np.ndarray):
+        out = np.full(shape, np.asarray(fill).astype(x.dtype), x.dtype)
+        out[..., offset::step] = x
+        return out
+    bits = bits_dtype(x.dtype)  # XLA moves bits: it may alter the floats it only moves
+    fill_bits = jnp.asarray(fill).astype(x.dtype)
+    fill_bits = fill_bits if bits == x.dtype else jax.lax.bitcast_convert_type(fill_bits, bits)
+    out = jnp.full(shape, fill_bits, bits).at[..., offset::step].set(as_bits(x))
+    return from_bits(out, x.dtype, fence=True)
+
+
+def _gather_lanes(whole: Any, layout: LanedLayout) -> Any:
+    """The piece on lanes ``offset::step`` of the parent's host tensor (:func:`_spread_lanes`)."""
+    offset, step = layout.lanes
+    return from_bits(as_bits(whole)[..., offset::step], whole.dtype)
 
 
 def _standard(mapping: HostMapping) -> HostMapping:
@@ -450,6 +484,9 @@ def dma_h2d(x: Any, layout: SpyreTensorLayout, *, pad_value: Any = None) -> jax.
         raise LayoutError(f"layout must be a SpyreTensorLayout, got {layout!r}")
     dt = _check_format(_dtype_of(x), layout, f"host array of shape {np.shape(x)}")
     fill = poison_value(dt) if pad_value is None else pad_value
+    if isinstance(layout, LanedLayout):
+        x = x if isinstance(x, np.ndarray | jax.Array) else np.asarray(x, dt)
+        return dma_h2d(_spread_lanes(x, layout, fill), parent_layout(layout), pad_value=fill)
     mapping = layout.for_host(np.shape(x))
     dci = _standard(mapping).dci(host_to_device=True)  # an arrangement moves no stick
     if _on_host(x, dci, dt):
@@ -490,6 +527,10 @@ def dma_d2h(image: Any, shape: Sequence[int], layout: SpyreTensorLayout) -> jax.
             f"device image has shape {tuple(np.shape(image))}, expected the layout's "
             f"device_size {layout.device_size}"
         )
+    if isinstance(layout, LanedLayout):
+        layout.for_host(shape)  # validates the binding
+        whole = dma_d2h(image, parent_shape(layout, tuple(shape)), parent_layout(layout))
+        return _gather_lanes(whole, layout)
     mapping = layout.for_host(shape)
     dci = _standard(mapping).dci(host_to_device=False)  # an arrangement moves no stick
     if _on_host(image, dci, dt):

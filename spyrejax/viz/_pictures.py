@@ -229,6 +229,7 @@ def device_memory(
     return Picture(
         f"device memory of {list(shape)} in {list(layout.device_size)}"
         + (f" ({layout.arrangement.value})" if layout.is_arranged else "")
+        + (" (lanes {}::{})".format(*layout.lanes) if hasattr(layout, "lanes") else "")
         + ": a stick per row",
         text,
         sticks,

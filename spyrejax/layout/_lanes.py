@@ -1,0 +1,222 @@
+"""Lane-strided layouts: a tensor on every ``step``-th lane of its sticks (issue 26).
+
+RoPE's interleaved pairs read ``x[..., ::2]`` and ``x[..., 1::2]``: the even and the odd
+elements of every stick of ``x``. Seen in place, such a slice is a lane-strided window of
+``x``'s buffer. :class:`LanedLayout` is its layout: the buffer's device sizes, a stride
+map over the piece (its stick walks the piece's last dim by one), and ``lanes =
+(offset, step)``. The index map is the gap-free one over the valid range (``eps / step``
+lanes a stick, :attr:`LanedLayout.valid_size`) with the lane spread out: device lane
+``offset + step * lane``. The other lanes hold no data (they are padding of this
+layout, and data of the buffer's other pieces).
+
+Equivalently, and that is how the DMA engines move it and how the tests check it, the
+map is that of the *parent* layout (:func:`parent_layout`: the buffer's own layout over
+``[..., step * n]``) at host index ``[..., step * j + offset]``. That needs the stick to
+walk the piece's last host dim alone, by one, in a row-major host tensor: a laned
+layout bound otherwise is refused by name. A laned layout has no gaps and the standard
+element arrangement; DMA descriptors (DCI) move runs of lanes in order, so
+``generate_dci`` of a laned layout is refused by name.
+
+Pure Python/NumPy: no JAX import.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._errors import LayoutError
+from ._checks import check_index
+from ._host_mapping import HostMapping
+from ._layout import SpyreTensorLayout
+from ._segments import row_major_strides
+
+__all__ = ["LaneMapping", "LanedLayout", "laned", "parent_layout", "parent_shape"]
+
+
+class LanedLayout(SpyreTensorLayout):
+    """A layout whose tensor sits on lanes ``offset, offset + step, ...`` of each stick.
+
+    Build it with :func:`laned` (from the buffer's layout) or :meth:`make`. Compared,
+    hashed and printed with its lanes (``..., lanes=1::2)``).
+    """
+
+    __slots__ = ("lanes",)
+
+    lanes: tuple[int, int]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("build a LanedLayout with spyrejax.layout._lanes.laned or .make")
+
+    @classmethod
+    def make(
+        cls, device_size: Any, stride_map: Any, device_dtype: Any, offset: int, step: int
+    ) -> LanedLayout:
+        """A laned layout from its fields (``stride_map`` over the piece).
+
+        Raises:
+            LayoutError: if ``step`` does not divide the stick, ``offset`` is not below
+                ``step``, or the stick does not walk a host dim by one.
+        """
+        layout = cls.__new__(cls)
+        layout._init(device_size, stride_map, device_dtype)
+        eps = layout.device_size[-1]
+        if not (isinstance(step, int) and isinstance(offset, int)) or step < 2 or eps % step:
+            raise LayoutError(f"lanes: a step of {step!r} does not divide a stick of {eps}")
+        if not 0 <= offset < step:
+            raise LayoutError(f"lanes: offset {offset!r} must lie in [0, {step})")
+        if layout.stride_map[-1] != 1:
+            raise LayoutError(f"lanes: the stick of {layout} does not walk a host dim by one")
+        object.__setattr__(layout, "lanes", (offset, step))
+        return layout
+
+    @property
+    def valid_size(self) -> tuple[int, ...]:
+        """The range the index map iterates: ``eps / step`` lanes a stick."""
+        return (*self.device_size[:-1], self.device_size[-1] // self.lanes[1])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SpyreTensorLayout):
+            return NotImplemented
+        return super().__eq__(other) and self.lanes == getattr(other, "lanes", (0, 1))
+
+    def __hash__(self) -> int:
+        return hash((super().__hash__(), self.lanes))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        args = (self.device_size, self.stride_map, self.device_dtype, *self.lanes)
+        return (LanedLayout.make, args)
+
+    def __repr__(self) -> str:
+        offset, step = self.lanes
+        return f"{super().__repr__()[:-1]}, lanes={offset}::{step})"
+
+    __str__ = __repr__
+
+    def with_gap(self, dim: int, front: int = 0, back: int = 0) -> SpyreTensorLayout:
+        """Refused: a laned layout has no gaps."""
+        raise LayoutError(f"{self} is lane-strided; it takes no gap")
+
+    def with_arrangement(self, arrangement: Any) -> SpyreTensorLayout:
+        """Refused: a laned layout keeps the standard arrangement."""
+        raise LayoutError(f"{self} is lane-strided; it takes no element arrangement")
+
+    def for_host(self, shape: Any, host_strides: Any = None) -> HostMapping:
+        """This layout bound to a host tensor (a :class:`LaneMapping`).
+
+        Raises:
+            LayoutError: if the layout cannot hold the tensor, or its stick does not
+                walk the tensor's last dim alone in a row-major tensor.
+        """
+        return _bind(super().for_host(shape, host_strides))
+
+
+def laned(buffer: SpyreTensorLayout, offset: int, step: int) -> LanedLayout:
+    """The layout of ``x[..., offset::step]`` in place in ``buffer`` (``x``'s layout).
+
+    Every positive stride of ``buffer`` (but the stick's 1) is divided by ``step``: the
+    piece's host strides are the buffer's over ``step``.
+
+    Raises:
+        LayoutError: if ``buffer`` has gaps, an element arrangement or lanes, or a
+            stride ``step`` does not divide.
+    """
+    if buffer.has_gaps or buffer.is_arranged or isinstance(buffer, LanedLayout):
+        raise LayoutError(f"lanes: {buffer} is a window, arranged or laned already")
+    smap = list(buffer.stride_map)
+    if any(m > 0 and m % step for m in smap[:-1]):
+        raise LayoutError(f"lanes: the strides of {buffer} are not multiples of {step}")
+    smap[:-1] = [m // step if m > 0 else m for m in smap[:-1]]
+    return LanedLayout.make(buffer.device_size, smap, buffer.device_dtype, offset, step)
+
+
+def parent_layout(layout: LanedLayout) -> SpyreTensorLayout:
+    """The buffer's own layout: every positive stride but the stick's times ``step``."""
+    step = layout.lanes[1]
+    smap = [m * step if m > 0 else m for m in layout.stride_map[:-1]] + [1]
+    return SpyreTensorLayout.from_stride_map(layout.device_size, smap, layout.device_dtype)
+
+
+def parent_shape(layout: LanedLayout, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The host shape the parent layout holds: the last dim ``step`` times longer."""
+    return (*shape[:-1], shape[-1] * layout.lanes[1])
+
+
+@functools.lru_cache(maxsize=4096)
+def _bind(valid: HostMapping) -> LaneMapping:
+    layout, shape = valid.layout, valid.shape
+    what = f"layout {layout} for host shape {list(shape)}"
+    if not shape or valid.strides != row_major_strides(shape):
+        raise LayoutError(f"{what}: lanes need a row-major host tensor of rank >= 1")
+    found = valid.segmentation.segment_of(layout.device_rank - 1)
+    if found is None or valid.segmentation.segments[found[0]].host_dims != (len(shape) - 1,):
+        raise LayoutError(f"{what}: the stick must walk the last host dim alone")
+    return LaneMapping(layout, shape, valid.strides, valid.segmentation, valid.pair)
+
+
+@dataclass(frozen=True)
+class LaneMapping(HostMapping):
+    """A laned layout bound to a host tensor: the valid-range map with lanes spread out.
+
+    Its ``segmentation`` is over the valid range (``eps / step`` lanes a stick); every
+    method taking or giving device coordinates spreads or gathers the lane.
+    """
+
+    @functools.cached_property
+    def _valid(self) -> HostMapping:
+        """The map over the valid range (lane ``k`` meaning device lane ``offset + step * k``)."""
+        return HostMapping(self.layout, self.shape, self.strides, self.segmentation, self.pair)
+
+    def _spread(self, lane: Any) -> Any:
+        offset, step = self.layout.lanes  # type: ignore[attr-defined]
+        return offset + step * lane
+
+    def _on_lanes(self, lane: Any) -> tuple[Any, Any]:
+        """Whether device lanes hold this layout's lanes, and their valid-range lane."""
+        offset, step = self.layout.lanes  # type: ignore[attr-defined]
+        return ((lane - offset) % step == 0) & (lane >= offset), (lane - offset) // step
+
+    def device_coord(self, index: Any) -> tuple[int, ...]:
+        """Device coordinate of one host element (the lane spread out)."""
+        c = self._valid.device_coord(index)
+        return (*c[:-1], int(self._spread(c[-1])))
+
+    def device_coords_of(self, indices: np.ndarray) -> np.ndarray:
+        """Device coordinates of some host elements, vectorised."""
+        out = self._valid.device_coords_of(indices)
+        out[..., -1] = self._spread(out[..., -1])
+        return out
+
+    def host_index(self, coord: Any) -> tuple[int, ...] | None:
+        """Host index held at a device coordinate, or None (padding or another lane)."""
+        c = check_index(coord, self.layout.device_size, what="device coordinate")
+        on, lane = self._on_lanes(c[-1])
+        return self._valid.host_index((*c[:-1], lane)) if on else None
+
+    def host_offsets_of(self, coords: np.ndarray) -> np.ndarray:
+        """Host offsets held at device coordinates, vectorised; -1 on padding and other lanes."""
+        c = np.array(coords, dtype=np.int64)
+        on, lane = self._on_lanes(c[..., -1])
+        c[..., -1] = np.where(on, lane, 0)
+        return np.where(on, self._valid.host_offsets_of(c), -1)
+
+    def data_positions(self, c: Any) -> Any:
+        """Whether device coordinates hold host data (this layout's lanes only)."""
+        c = list(c)
+        on, lane = self._on_lanes(c[-1])
+        return on & self._valid.data_positions([*c[:-1], lane * on])
+
+    def padding_slabs(self) -> tuple[tuple[int, int, int], ...]:
+        """Every stick holds other lanes: the one slab is the whole image."""
+        return ((self.layout.device_rank - 1, 0, self.layout.device_size[-1]),)
+
+    def data_box(self, runs: Any) -> None:
+        """None: a laned layout's data is no box."""
+        return None
+
+    def dim_order(self) -> None:
+        """None: a laned layout is no default layout."""
+        return None

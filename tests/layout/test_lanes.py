@@ -1,0 +1,142 @@
+"""Lane-strided layouts: a tensor on every ``step``-th lane of its sticks (issue 26).
+
+``x[..., offset::step]`` seen in place in ``x``'s buffer (RoPE's interleaved pairs:
+``x[..., ::2]``, ``x[..., 1::2]``). The oracle is the buffer's own layout (built here
+from the buffer's shape, not from the laned layout) at host index ``[..., step * j +
+offset]``: the index map, the padding (the buffer's padding and every other lane) and
+both DMA engines, eager and under ``jax.jit``, must agree with it bit for bit.
+"""
+
+import math
+import pickle
+
+import numpy as np
+import pytest
+from helpers import assert_round_trips_both_ways
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from oracles import coords_by_rule, data_mask_by_rule, image_by_rule, random_bits
+
+import spyrejax as sj
+from spyrejax import SpyreTensorLayout, viz
+from spyrejax.layout._lanes import LanedLayout, laned, parent_layout
+
+F16, F32 = np.float16, np.float32
+
+
+def test_the_odd_lanes_of_a_rope_tensor_print_compare_and_refuse_what_they_cannot_hold():
+    x = SpyreTensorLayout((4, 2, 128), F16)
+    odd = laned(x, 1, 2)
+    assert odd.device_size == x.device_size and odd.valid_size == (2, 2, 4, 32)
+    assert repr(odd) == (
+        "SpyreTensorLayout(device_size=[2, 2, 4, 64], stride_map =[64, 32, 128, 1], "
+        "device_dtype=DataFormats.SEN169_FP16, lanes=1::2)"
+    )
+    assert odd != x and x != odd and odd != laned(x, 0, 2) and parent_layout(odd) == x
+    assert hash(odd) == hash(laned(x, 1, 2)) and pickle.loads(pickle.dumps(odd)) == odd
+    mapping = odd.for_host((4, 2, 64))
+    assert str(mapping).endswith("lanes=1::2, stick_dims=[d2])")
+    # Element 40 of row (3, 1) is x's element 81: tile 1, lane 17.
+    assert mapping.device_coord((3, 1, 40)) == x.for_host((4, 2, 128)).device_coord((3, 1, 81))
+    assert mapping.host_index((1, 1, 3, 17)) == (3, 1, 40)
+    assert mapping.host_index((1, 1, 3, 16)) is None  # an even lane: another piece's
+    assert mapping.padding_mask().sum() == math.prod(x.device_size) // 2
+    with pytest.raises(sj.LayoutError, match=r"lane-strided.*no gap"):
+        odd.with_gap(0, front=1)
+    with pytest.raises(sj.LayoutError, match="element arrangement"):
+        odd.with_arrangement("FP32_TO_DL16")
+    with pytest.raises(sj.LayoutError, match="not multiples of 3"):
+        laned(x, 0, 3)
+    with pytest.raises(sj.LayoutError, match="offset"):
+        laned(x, 2, 2)
+    with pytest.raises(sj.LayoutError, match="window, arranged or laned"):
+        laned(x.with_gap(0, front=1), 0, 2)
+    with pytest.raises(sj.LayoutError, match="row-major"):
+        odd.for_host((4, 2, 64), (1, 4, 8))
+    with pytest.raises(sj.LayoutError, match="runs of lanes in order"):
+        sj.generate_dci((4, 2, 64), odd)
+    with pytest.raises(TypeError):
+        LanedLayout((4, 64), F16)
+
+
+@st.composite
+def laned_cases(draw, dtypes=(F16, F32, np.int8, np.int32)):
+    """A buffer layout of a shape whose last dim is ``step * n``, and a piece's lanes."""
+    dtype = np.dtype(draw(st.sampled_from(dtypes)))
+    eps = 128 // dtype.itemsize
+    step = draw(st.sampled_from([s for s in (2, 4) if eps % s == 0]))
+    rank = draw(st.integers(1, 3))
+    shape = [draw(st.integers(1, 5)) for _ in range(rank - 1)]
+    shape.append(step * draw(st.integers(2, 80)))  # a last dim of 1 is walked by no lane
+    shape = tuple(shape)
+    if draw(st.booleans()):
+        order = [*draw(st.permutations(range(rank - 1))), rank - 1]
+        buffer = SpyreTensorLayout(shape, dtype, order)
+    else:
+        buffer = SpyreTensorLayout.row_major(shape, dtype)
+    offset = draw(st.integers(0, step - 1))
+    piece = (*shape[:-1], shape[-1] // step)
+    return buffer, shape, laned(buffer, offset, step), piece, dtype
+
+
+def _spread(piece_index, layout):
+    offset, step = layout.lanes
+    out = np.array(piece_index)
+    out[..., -1] = step * out[..., -1] + offset
+    return out
+
+
+@given(laned_cases())
+def test_index_map_and_padding_are_the_buffers_at_the_spread_index(case):
+    buffer, shape, layout, piece, _ = case
+    mapping = layout.for_host(piece)
+    want_all = coords_by_rule(shape, buffer).reshape(*shape, buffer.device_rank)
+    index = np.moveaxis(np.indices(piece), 0, -1)
+    want = want_all[tuple(np.moveaxis(_spread(index, layout), -1, 0))]
+    np.testing.assert_array_equal(mapping.device_coords(), want)
+    offset, step = layout.lanes
+    lanes = np.arange(buffer.device_size[-1]) % step == offset
+    np.testing.assert_array_equal(mapping.data_mask(), data_mask_by_rule(shape, buffer) & lanes)
+    offsets = mapping.host_offsets_of(np.moveaxis(np.indices(layout.device_size), 0, -1))
+    assert sorted(offsets[offsets >= 0].tolist()) == list(range(math.prod(piece)))
+    last = tuple(n - 1 for n in piece)
+    assert mapping.host_index(mapping.device_coord(last)) == last
+    slabs = np.zeros(layout.device_size, bool)
+    for dim, start, stop in mapping.padding_slabs():
+        index = [slice(None)] * layout.device_rank
+        index[dim] = slice(start, stop)
+        slabs[tuple(index)] = True
+    assert not (mapping.padding_mask() & ~slabs).any()
+
+
+def _want(x, buffer, shape, layout, fill):
+    offset, step = layout.lanes
+    whole = np.full(shape, fill, x.dtype)
+    whole[..., offset::step] = x
+    return image_by_rule(whole, buffer, fill)
+
+
+@settings(max_examples=25)  # each example compiles both transfers under jax.jit
+@given(laned_cases(), st.integers(0, 2**32 - 1))
+def test_both_engines_are_bit_exact_through_lanes_eager_and_jitted(case, seed):
+    buffer, shape, layout, piece, dtype = case
+    x = random_bits(piece, dtype, np.random.default_rng(seed))
+    fill = sj.poison_value(dtype)
+    assert_round_trips_both_ways(x, layout, _want(x, buffer, shape, layout, fill))
+
+
+@pytest.mark.parametrize("dtype", sj.SUPPORTED_DTYPES, ids=str)
+def test_every_dtype_moves_through_lanes(dtype):
+    shape = (3, 5, 256)
+    buffer = SpyreTensorLayout(shape, dtype)
+    layout = laned(buffer, 1, 2)
+    x = random_bits((3, 5, 128), np.dtype(dtype), np.random.default_rng(4))
+    fill = sj.poison_value(dtype)
+    assert_round_trips_both_ways(x, layout, _want(x, buffer, shape, layout, fill))
+
+
+def test_the_device_memory_picture_shows_the_lanes():
+    layout = laned(SpyreTensorLayout((2, 128), F16), 1, 2)
+    picture = viz.device_memory((2, 64), layout)
+    assert "lanes 1::2" in picture.title
+    assert list(picture.text[0][:4]) == ["", "0", "", "1"]  # the odd lanes hold the piece
