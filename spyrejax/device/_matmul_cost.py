@@ -140,26 +140,39 @@ def block_passes(m: int, n: int, k: int, lx: int, itemsize: int, acc: int) -> tu
 
     The core keeps an output block of ``tm x tn`` accumulators (``acc`` bytes each) in
     ``lx`` bytes beside a double-buffered K step (one stick of K) of A and B, and reads
-    A once per column block and B once per row block. Blocks are powers of two (``tn``
-    in whole sticks); the one of least traffic wins. If none fits, one row by one
-    stick.
+    A once per column block and B once per row block. A block is any number of whole
+    sticks of N by any number of rows of M (coarse tiling counts its tiles; nothing
+    makes them powers of two): for each width, the tallest block that fits; the one of
+    least traffic wins. If none fits, one row by one stick.
     """
     eps = BYTES_PER_STICK // itemsize
     step = min(k, eps)
+    sticks = -(-n // eps)
     best: tuple[int, int, int] | None = None
-    tms = sorted({min(m, 1 << i) for i in range(m.bit_length() + 1)})
-    tns = sorted({min(n, eps << i) for i in range(max(1, n // eps).bit_length() + 1)})
-    for tm in tms:
-        for tn in tns:
-            if not _fits_lx(1, tm, tn, 2 * step, itemsize, acc, lx):
-                continue
-            pa, pb = -(-n // tn), -(-m // tm)
-            traffic = m * k * pa + k * n * pb
-            if best is None or traffic < best[0]:
-                best = (traffic, pa, pb)
+    for width in sorted({-(-sticks // blocks) for blocks in range(1, sticks + 1)}):
+        tn = min(n, width * eps)
+        tm = _tallest(m, tn, 2 * step, itemsize, acc, lx)
+        if not tm:
+            break  # a wider block fits fewer rows still
+        pa, pb = -(-n // tn), -(-m // tm)
+        traffic = m * k * pa + k * n * pb
+        if best is None or traffic < best[0]:
+            best = (traffic, pa, pb)
     if best is None:
-        return -(-n // eps), m
+        return sticks, m
     return best[1], best[2]
+
+
+def _tallest(m: int, tn: int, k: int, itemsize: int, acc: int, lx: int) -> int:
+    """The most rows (at most ``m``) of a ``tn``-wide block that fit ``lx`` (0: none)."""
+    lo, hi = 0, m
+    while lo < hi:  # _fits_lx grows with the rows: the largest that fits, by bisection
+        mid = (lo + hi + 1) // 2
+        if _fits_lx(1, mid, tn, k, itemsize, acc, lx):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _runs(size: tuple[int, ...], box: tuple[int, ...]) -> tuple[int, int]:
