@@ -178,6 +178,7 @@ class Interpreter:
         self.machine = machine
         self.check = check
         self._hinted: HintTable | None = None
+        self._record: recorded.Recorder | None = None
         self._hints: dict[Node, Any] | None = None
 
     def run(self, *args: Any, env: dict[tuple[Value, SpyreType], Any] | None = None) -> list[Any]:
@@ -246,11 +247,16 @@ class Interpreter:
         return self._hinted
 
     def record(self) -> recorded.Recorder:
-        """What the program binds, node run by node run: traced once (no executor)."""
-        with recorded.recording() as rec:
-            args = [sp.abstract(self.plan.sources[v][0]) for v in self.graph.inputs]
-            jax.make_jaxpr(lambda *xs: self.run(*xs))(*args)
-        return rec
+        """What the program binds, node run by node run: traced once (no executor).
+
+        Made once per interpreter: its hints and every reader share it.
+        """
+        if self._record is None:
+            with recorded.recording() as rec:
+                args = [sp.abstract(self.plan.sources[v][0]) for v in self.graph.inputs]
+                jax.make_jaxpr(lambda *xs: self.run(*xs))(*args)
+            self._record = rec
+        return self._record
 
     def _run(
         self, env: dict[tuple[Value, SpyreType], Any], args: tuple[Any, ...], scoped: bool

@@ -224,6 +224,25 @@ def test_a_hint_on_a_shard_map_reaches_the_body_op_that_gives_its_result():
     np.testing.assert_array_equal(np.asarray(got), np.asarray(sj.to_host(sj.jit(f)(x))))
 
 
+def test_a_hint_divides_the_ops_of_its_geometry_that_its_node_binds():
+    """``select_n`` of three cases is one node binding two ``where``s of one geometry:
+    one division per geometry, so both take the hint (its ``eq``s do not), in the
+    device model and per core alike."""
+    which = (jnp.arange(64 * 128).reshape(64, 128) % 3).astype(jnp.int32)
+
+    def f(w, x):
+        return sj.with_division(jax.lax.select_n(w, x, x * 2, x * 3), out=2)
+
+    x = rand((64, 128))
+    ops = divisions(f, which, x)
+    assert [d.space.opfunc for d in ops if d.splits["out"] == 2] == ["where", "where"]
+    assert len([d for d in ops if d.space.opfunc == "eq"]) == 2
+    with spy_divisions() as seen:
+        got = sj.to_host(sj.jit(f, emulate="cores")(which, x))
+    assert [division_key(d) for d in seen] == [division_key(d) for d in ops]
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(sj.to_host(sj.jit(f)(which, x))))
+
+
 # -- the check mode: every divided op both ways ------------------------------------------
 
 
