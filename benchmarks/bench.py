@@ -286,27 +286,15 @@ def padded_cases(scale: int) -> dict[str, tuple[Callable[..., Any], tuple[Any, .
 
 
 WEIGHTS = ", weights row-major"
-"""The suffix of a case whose weights are placed the way a matmul reads them in place."""
+"""The suffix of a case whose weights are placed (``SpyreJit.place``) the way a matmul
+reads them in place: row-major with zero padding (issue 24)."""
 
 
-def _weight(w: Any) -> Any:
-    """A weight ``[..., k, n]`` on the device in the row-major layout, zero padding
-    recorded: a product reads it as the row-major matrix XLA's dot takes (issue 24)."""
-    layout = sj.SpyreTensorLayout.row_major(w.shape, w.dtype)
-    return sj.to_device(w, layout=layout, pad_value=0)
-
-
-def _to_device(name: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+def _to_device(name: str, args: tuple[Any, ...], emulated: Any) -> tuple[Any, ...]:
     """A case's arguments on the device, in default layouts; in a :data:`WEIGHTS` case
-    the weights (a parameter dict's matrices, or every argument after the first)
-    row-major with zero padding."""
-    if not name.endswith(WEIGHTS):
-        return jax.tree.map(sj.to_device, args)
-    first, *rest = args
-    if isinstance(first, dict):
-        params = {k: _weight(v) if v.ndim >= 2 else sj.to_device(v) for k, v in first.items()}
-        return (params, *jax.tree.map(sj.to_device, rest))
-    return (sj.to_device(first), *(_weight(w) for w in rest))
+    then placed by ``emulated.place``, once, as a user of the function would."""
+    device_args = jax.tree.map(sj.to_device, args)
+    return emulated.place(*device_args) if name.endswith(WEIGHTS) else device_args
 
 
 def bench_compute(scale: int, only: list[str]) -> list[dict[str, Any]]:
@@ -317,7 +305,7 @@ def bench_compute(scale: int, only: list[str]) -> list[dict[str, Any]]:
             continue
         native = jax.jit(fn)
         emulated = sj.jit(fn)
-        device_args = _to_device(name, args)
+        device_args = _to_device(name, args, emulated)
         row = _compare(
             lambda native=native, args=args: native(*args),
             lambda f=emulated, device_args=device_args: f(*device_args),
@@ -566,7 +554,7 @@ def bench_programs(size: str, only: list[str]) -> list[dict[str, Any]]:
         if only and not any(o in name for o in only):
             continue
         native, emulated = jax.jit(fn), sj.jit(fn)
-        device_args = _to_device(name, args)
+        device_args = _to_device(name, args, emulated)
         row = _compare(
             lambda native=native, args=args: native(*args),
             lambda f=emulated, device_args=device_args: f(*device_args),
@@ -831,7 +819,7 @@ def bench_ktir(only: list[str]) -> list[dict[str, Any]]:
         if only and not any(o in name for o in only):
             continue
         native, emulated = jax.jit(fn), sj.jit(fn)
-        device_args = _to_device(name, args)
+        device_args = _to_device(name, args, emulated)
         row = _compare(
             lambda native=native, args=args: native(*args),
             lambda f=emulated, device_args=device_args: f(*device_args),

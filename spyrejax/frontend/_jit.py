@@ -54,6 +54,7 @@ from ._cache import MAX_SIGNATURES, Lru, signature_cache
 from ._dispatch import HostArraysMoved, as_called, fast_key, host_arrays_moved
 from ._gc import gc_paused
 from ._lowering import Lowering, Signature
+from ._place import place_arguments
 from ._stages import Compiled, Lowered, Traced
 
 __all__ = ["Compiled", "Lowered", "Lowering", "SpyreJit", "Traced", "jit"]
@@ -330,6 +331,26 @@ class SpyreJit:
         cached per signature and shared with calls.
         """
         return self.trace(*args, **kwargs).lower()
+
+    def place(self, *args: Any) -> tuple[Any, ...]:
+        """The arguments with each weight laid out as this function's products read it.
+
+        An argument that only matrix products read, as the ``w`` of ``x @ w`` (a weight
+        ``[..., k, n]``), comes back on the device in ``SpyreTensorLayout.row_major``
+        with zero padding: the matrix XLA's dot reads in place. In the default layout,
+        ``[T(n), k, S(n)]``, the product copies the whole weight on every call. Every
+        other argument comes back as it is. Call it once, before the calls (a weight
+        already placed is returned as it is; a relayout moves it through the host)::
+
+            params, x = f.place(params, x)
+
+        Args:
+            *args: the function's positional arguments, as it is called with them.
+
+        Returns:
+            The arguments, in the same structure, weights placed.
+        """
+        return place_arguments(self, args)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if _x64.active():

@@ -1,3 +1,4 @@
+import functools
 import importlib.util
 import json
 import pathlib
@@ -136,8 +137,12 @@ def test_targets_table_has_every_row_and_says_what_was_not_run():
 
 def test_weights_row_major_cases_place_the_weights_and_keep_their_own_row():
     name = f"Llama block forward bfloat16, d 64 ff 96 seq 8 (2 heads, 1 kv){bench.WEIGHTS}"
-    args = (bench.models.llama_params(64, 2, 1, 96, dtype=jnp.bfloat16), jnp.ones((8, 64)))
-    params, x = bench._to_device(name, args)
+    args = (
+        bench.models.llama_params(64, 2, 1, 96, dtype=jnp.bfloat16),
+        jnp.ones((8, 64), jnp.bfloat16),
+    )
+    llama = sj.jit(functools.partial(bench.models.llama_block, heads=2, kv_heads=1))
+    params, x = bench._to_device(name, args, llama)
     assert params["w1"].layout == sj.SpyreTensorLayout.row_major(params["w1"].shape, jnp.bfloat16)
     assert "pad=0" in params["w1"].type.str_short() and params["g1"].ndim == 1
     assert x.layout == sj.SpyreTensorLayout(x.shape, x.dtype)
