@@ -215,13 +215,13 @@ def hi_prim(eqn: Any) -> HiPrim | None:
     return eqn.params.get("_prim")
 
 
-def call_body(name: str, params: dict[str, Any]) -> Any:
-    """The body of a call-like primitive (``jit``, ``closed_call``, ``custom_jvp_call``...).
+def call_body(eqn: Any) -> Any:
+    """The body of an equation of a call-like primitive (``jit``, ``closed_call``...).
 
     None for other primitives. The body is a ``Jaxpr`` or a ``ClosedJaxpr``.
     """
-    key = _CALL_BODIES.get(name)
-    return None if key is None else params[key]
+    key = _CALL_BODIES.get(eqn.primitive.name)
+    return None if key is None else eqn.params[key]
 
 
 def call_params(body: ClosedJaxpr) -> dict[str, Any]:
@@ -284,10 +284,10 @@ def reduce_window_body(params: dict[str, Any]) -> Any:
     return params["jaxpr"]
 
 
-def inner_jaxprs(params: dict[str, Any]) -> list[Jaxpr]:
+def inner_jaxprs(eqn: Any) -> list[Jaxpr]:
     """Every jaxpr an equation's parameters hold (bodies, branches), unclosed."""
     out = []
-    for v in params.values():
+    for v in eqn.params.values():
         for p in v if isinstance(v, tuple) else (v,):
             if isinstance(p, ClosedJaxpr):
                 out.append(p.jaxpr)

@@ -194,17 +194,16 @@ class Lowering:
     @property
     def spyre_jaxpr(self) -> ClosedJaxpr:
         """The interpreter traced on the input types: a layout on every value."""
-        return self._spyre_trace[0]
+        return self._traced[0]
 
-    @functools.cached_property
-    def _spyre_trace(self) -> tuple[ClosedJaxpr, dict[tuple[Value, SpyreType], Any]]:
-        """The Spyre-level jaxpr, and the variable holding each (graph value, type).
+    @property
+    def spyre_variables(self) -> dict[tuple[Value, SpyreType], Any]:
+        """The variable of :attr:`spyre_jaxpr` holding each (graph value, planned type).
 
         The interpreter is traced once, with every value it computes as an extra
         result (then dropped): that says which variable holds which value.
         """
-        closed, variables, _ = self._traced
-        return closed, variables
+        return self._traced[1]
 
     @property
     def record(self) -> Recorder:

@@ -131,7 +131,7 @@ def _check_float64(jaxpr: Jaxpr) -> None:
                     "has no 64-bit float format. Use float32 there, or compute float64 in "
                     "float32: jax.config.update('spyrejax_float64', 'float32')"
                 )
-        for sub in inner_jaxprs(eqn.params):
+        for sub in inner_jaxprs(eqn):
             _check_float64(sub)
 
 

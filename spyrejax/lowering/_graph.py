@@ -216,7 +216,7 @@ class _Builder:
     def _equation(self, eqn: Any, ins: list[Any], env: dict[Any, Any], source: str) -> None:
         """Add one equation: a call's body or an expansion inlined, or by its shapes."""
         name = eqn.primitive.name
-        if call_body(name, eqn.params) is not None:
+        if call_body(eqn) is not None:
             self._call(eqn, ins, env, source)
         elif name == "shard_map":  # planned per card as one node (zero-size or not)
             self._node(eqn, ins, env, source)
@@ -246,7 +246,7 @@ class _Builder:
             self._node(eqn, ins, env, source)
 
     def _call(self, eqn: Any, ins: list[Any], env: dict[Any, Any], source: str) -> None:
-        self._inline_body(call_body(eqn.primitive.name, eqn.params), eqn, ins, env, source)
+        self._inline_body(call_body(eqn), eqn, ins, env, source)
 
     def _keys(self, eqn: Any, ins: list[Any], env: dict[Any, Any], source: str) -> None:
         """A PRNG primitive, or an op on key arrays: inlined as JAX's code on key data."""
@@ -419,21 +419,21 @@ class _Builder:
             v = self.value(var.aval, "node", origin=f"{eqn.primitive.name} at {source}")
             env[var] = v
             outs.append(v)
-        self.graph.derivative_rules.extend(f"{r} at {source}" for r in _inner_rules(eqn.params))
+        self.graph.derivative_rules.extend(f"{r} at {source}" for r in _inner_rules(eqn))
         node = Node(eqn.primitive.name, dict(eqn.params), ins, outs, source, eqn.primitive)
         self.graph.nodes.append(node)
 
 
-def _inner_rules(params: dict[str, Any]) -> list[str]:
+def _inner_rules(eqn: Any) -> list[str]:
     """Derivative rules inside the bodies a node keeps (a loop's, a cond's branches)."""
     found = []
-    todo = inner_jaxprs(params)
+    todo = inner_jaxprs(eqn)
     while todo:
         j = todo.pop()
         for eqn in j.eqns:
             if eqn.primitive.name in _DERIVATIVE_RULES:
                 found.append(eqn.primitive.name)
-            todo.extend(inner_jaxprs(eqn.params))
+            todo.extend(inner_jaxprs(eqn))
     return found
 
 

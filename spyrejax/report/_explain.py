@@ -7,19 +7,22 @@ from collections.abc import Callable
 from typing import Any
 
 from .._counts import count
+from .._jax import tracer_var
 from ..device import Machine
 from ..frontend._filter_jit import FilterJit, staged
 from ..frontend._gc import gc_paused
 from ..frontend._jit import SpyreJit
+from ..frontend._lowering import Lowering
 from ..layout._layout import SpyreTensorLayout
 from ..lowering._graph import Node
 from ..lowering._planner import Move, Plan
 from ..lowering.program._interpret import records
+from ..lowering.program._record import Call
 from ..lowering.rules._collectives import collective_records
 from ..lowering.rules._control import HostCharge
 from ..primitives._array import SpyreType
 from ._records import Fallback, OpInfo
-from ._report import Report
+from ._report import Report, var_names
 
 __all__ = ["explain"]
 
@@ -84,7 +87,31 @@ def explain(
         program,
         collective_records(lowering.record),
         plan.collective_cost,
+        functools.partial(_view_names, lowering),
     )
+
+
+def _view_names(lowering: Lowering) -> frozenset[str]:
+    """The top-level values the program makes as views of another value's image.
+
+    Read from the program's record (``Lowering.record``): each node run's calls, the
+    primitive that made each value. A recorded value is a variable of the Spyre-level
+    jaxpr when the record is that trace (``tracer_var``); under ``emulate="cores"``
+    the jaxpr is the per-core program, traced apart, and a node's results are found by
+    the (graph value, planned type) each holds (``Lowering.spyre_variables``). Names
+    are as ``explain`` prints the jaxpr (retyping the residencies keeps every
+    variable where it is, so the names too).
+    """
+    variables = lowering.spyre_variables
+    views = set()
+    for run in lowering.record.runs:
+        results = zip(run.node.outs, run.option.outs, run.outs, strict=True)
+        held = {id(x): variables.get((v, t)) for v, t, x in results}
+        for call in run.entries:
+            if isinstance(call, Call) and call.prim.role == "view":
+                views.update(held.get(id(x)) or tracer_var(x) for x in call.outs)
+    names = var_names(lowering.spyre_jaxpr)
+    return frozenset(names[v] for v in views if v in names)
 
 
 def _ops(plan: Plan) -> tuple[OpInfo, ...]:

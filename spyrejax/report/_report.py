@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import DeviceError
-from .._jax import hi_prim
 from ..device import DeviceOp, DeviceProgram
 from ..dma._dci import DCI
 from ..layout._residency import Residency
@@ -20,7 +19,7 @@ from ..lowering.program._interpret import Record
 from ..primitives._array import SpyreType
 from ._records import Fallback, LineInfo, OpInfo, TensorInfo
 
-__all__ = ["Report"]
+__all__ = ["Report", "var_names"]
 
 
 def _short(line: str) -> str:
@@ -120,7 +119,7 @@ class Report:
     @functools.cached_property
     def tensors(self) -> tuple[TensorInfo, ...]:
         """Device bytes and padding overhead of every value (made when first asked for)."""
-        return _tensors(self._closed)
+        return _tensors(self._closed, self._views())
 
     @property
     def ops(self) -> tuple[DeviceOp, ...]:
@@ -142,6 +141,8 @@ class Report:
 
     collectives: tuple[tuple[str, int], ...] = ()
     collective_cost: int = 0
+    # The names (as the jaxpr prints them) of the values that are views, from the record.
+    _views: Callable[[], frozenset[str]] = field(default=frozenset, compare=False)
 
     def residency(self, name: str) -> Residency:
         """Where the value of jaxpr variable ``name`` (as :attr:`jaxpr` prints it) lives.
@@ -482,7 +483,7 @@ def _device_html(program: DeviceProgram) -> str:
     )
 
 
-def _var_names(closed: Any) -> dict[Any, str]:
+def var_names(closed: Any) -> dict[Any, str]:
     """Names as JAX prints them: a, b, ..., z, ba, bb, ... in order of appearance."""
 
     def name(n: int) -> str:
@@ -497,11 +498,15 @@ def _var_names(closed: Any) -> dict[Any, str]:
     return {v: name(i) for i, v in enumerate(order)}
 
 
-def _tensors(closed: Any) -> tuple[TensorInfo, ...]:
+def _tensors(closed: Any, views: frozenset[str]) -> tuple[TensorInfo, ...]:
+    """A row per Spyre value of the top level of ``closed``, as it prints them.
+
+    ``views``: the names of the values that are views of another value's image (the
+    program's record says which op made each value: ``explain`` reads them from it).
+    """
     out = []
     seen = set()
-    names = _var_names(closed)
-    producers = {o: hi_prim(e) for e in closed.jaxpr.eqns for o in e.outvars}
+    names = var_names(closed)
     for var in [*closed.jaxpr.invars, *(o for e in closed.jaxpr.eqns for o in e.outvars)]:
         aval = var.aval
         if not isinstance(aval, SpyreType) or var in seen:
@@ -509,7 +514,8 @@ def _tensors(closed: Any) -> tuple[TensorInfo, ...]:
         seen.add(var)
         lay = aval.layout
         data = math.prod(aval.shape) * 128 // lay.elems_per_stick
-        prim = producers.get(var)
-        view = getattr(prim, "role", None) == "view"
-        out.append(TensorInfo(names[var], aval.str_short(), lay.nbytes, data, view, aval.residency))
+        name = names[var]
+        out.append(
+            TensorInfo(name, aval.str_short(), lay.nbytes, data, name in views, aval.residency)
+        )
     return tuple(out)

@@ -2,6 +2,7 @@
 
 import re
 
+import jax
 import jax.numpy as jnp
 import pytest
 from blocks import D, T, _two_layers, _weights
@@ -86,6 +87,18 @@ def test_details_hold_every_record(report):
         assert f"  {t.name}: {t.type}  [" in text
     for name, _ in (*report.input_dcis, *report.output_dcis):
         assert f"  {name}: " in text
+
+
+def test_the_tensor_table_marks_the_views_the_program_makes():
+    """A value is a view when a view primitive made it (the record says which made each)."""
+    report = sj.explain(lambda x: (jax.nn.softmax(x, axis=0), x.T), rand((8, 64)))
+    made = dict(re.findall(r"^\s+(\w+):.*? = (\w+)", report.jaxpr, re.M))
+    views = {name for name, prim in made.items() if prim in _VIEW_PRIMS}
+    assert views and {t.name for t in report.tensors if t.view} == views
+    assert all(f"{t.name}: {t.type}  [view]" in report.details() for t in report.tensors if t.view)
+
+
+_VIEW_PRIMS = ("ExpandDims", "BroadcastTo", "Transpose")
 
 
 def test_html_folds_the_details(report):
