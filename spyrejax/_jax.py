@@ -284,10 +284,15 @@ def reduce_window_body(params: dict[str, Any]) -> Any:
     return params["jaxpr"]
 
 
-def inner_jaxprs(eqn: Any) -> list[Jaxpr]:
-    """Every jaxpr an equation's parameters hold (bodies, branches), unclosed."""
+def inner_jaxprs(of: Any) -> list[Jaxpr]:
+    """Every jaxpr an equation's parameters hold (bodies, branches), unclosed.
+
+    ``of``: the equation, a graph node (which keeps its equation's parameters) or the
+    parameters themselves.
+    """
+    params = of if isinstance(of, dict) else of.params
     out = []
-    for v in eqn.params.values():
+    for v in params.values():
         for p in v if isinstance(v, tuple) else (v,):
             if isinstance(p, ClosedJaxpr):
                 out.append(p.jaxpr)
