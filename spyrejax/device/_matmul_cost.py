@@ -26,8 +26,9 @@ bytes a division must read explain little of its time; what does (section 8):
   8's decode weight streaming (M <= 4, every core on its own weight tile) runs at
   145-157 GB/s.
 - **LX re-reads**: a core keeps an output block in fp32 accumulators in its share of LX
-  (``lx_usable``, set by ``lx_fraction``) with a double-buffered K step of A and B
-  beside it; the block of least traffic that fits gives how many times A and B pass.
+  (``lx_usable``, set by ``lx_fraction``), an fp16 output staged beside them for its
+  store, with a double-buffered K step of A and B beside it; the block (any whole sticks
+  by any rows) of least traffic that fits gives how many times A and B pass.
 - **DMA runs**: every contiguous run of a core's box in DDR (from the operand's device
   layout) costs a setup that a run of ``mm_run_bytes`` or more hides behind its own
   transfer: boxes cut across the batch or stick tiles into short runs run slowly.
@@ -224,7 +225,8 @@ def matmul_time(
         jobs = batch * -(-n // (machine.stick_bytes // itemsize))
         pt = max(pt, batch * m * n * k / (machine.mm_batched_macs_per_s * rate))
         pt += jobs * machine.mm_batch_job_s
-    passes = block_passes(m, n, k, machine.lx_usable, itemsize, machine.mm_accumulator_bytes)
+    acc = _block_bytes(out.tensor.itemsize, 2 in in_lx, machine)
+    passes = block_passes(m, n, k, machine.lx_usable, itemsize, acc)
     read = 0.0
     read_bytes = 0
     runs = 0.0
@@ -256,7 +258,7 @@ def matmul_time(
     ddr = (read + write) / bw + turn
     sk = division.splits[k_name]
     partial = division.core_bytes(2) * machine.mm_accumulator_bytes // out.tensor.itemsize
-    resident = _fits_lx(batch, m, n, k, itemsize, machine.mm_accumulator_bytes, machine.lx_usable)
+    resident = _fits_lx(batch, m, n, k, itemsize, acc, machine.lx_usable)
     combine = machine.ring_bw if resident else machine.mm_partial_sum_bw
     reduce = (sk - 1) / sk * partial / combine
     return MatmulTime(pt, ddr, runs * machine.mm_run_s, sync, reduce, read_bytes, write, passes)
@@ -278,6 +280,19 @@ def _barrier_reach(sharers: int, inner: int, machine: Machine) -> int:
     attention-times-V worse (rho 0.55 -> 0.41).
     """
     return sharers if inner > 1 else min(sharers, machine.max_cores // 2)
+
+
+def _block_bytes(out_itemsize: int, out_in_lx: bool, machine: Machine) -> int:
+    """LX bytes per element of a core's output block (accumulator and staged output).
+
+    Beside its fp32 accumulator, the output in its own narrower format when the output
+    goes to DDR: the DMA stores from LX, so the accumulators are converted (fp32 ->
+    fp16) into a staging block before the store. An fp16 output costs 4 + 2 bytes per
+    element of the block, a float32 one 4 (stored from the accumulators), one left in LX
+    for its reader 4 (the reader's buffer is counted where it is placed).
+    """
+    acc = machine.mm_accumulator_bytes
+    return acc + (out_itemsize if out_itemsize < acc and not out_in_lx else 0)
 
 
 def _inner_batch(division: WorkDivision) -> int:
