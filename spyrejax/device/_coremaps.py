@@ -39,6 +39,7 @@ __all__ = [
     "load_sources",
     "local_shape",
     "lx_index",
+    "lx_map",
     "lx_sources",
     "starts",
     "store_runs",
@@ -91,6 +92,24 @@ class CoreMap:
                 return CoreMap(rows, a[0], None, **facts)
         return CoreMap(None, None, a, **facts)
 
+    @staticmethod
+    def factored(rows: np.ndarray, cols: np.ndarray) -> CoreMap:
+        """The map ``rows[:, None] + cols[None, :]`` (``-1`` in ``cols``: none on any core).
+
+        What :meth:`of` gives for that array, from ``cores + points`` entries: ``rows``
+        counted from core 0 (``rows[0] == 0``), the facts checked on the two factors.
+        """
+        assert rows.size == 0 or rows[0] == 0
+        complete = bool((cols >= 0).all())
+        steps, gaps = np.diff(cols), np.diff(rows)
+        seam = gaps + (cols[0] - cols[-1]) if cols.size else gaps  # row c's last -> c+1's first
+        facts = {
+            "complete": complete,
+            "unique": complete and bool((steps > 0).all() and (seam > 0).all()),
+            "ascending": complete and bool((steps >= 0).all() and (seam >= 0).all()),
+        }
+        return CoreMap(rows, cols, None, **facts)
+
     @property
     def shape(self) -> tuple[int, int]:
         """``(cores, points)``."""
@@ -111,6 +130,11 @@ class CoreMap:
         a = self.full
         if a is None:
             assert self.rows is not None and self.cols is not None
+            outer, inner = Strided.of(self.rows), Strided.of(self.cols)
+            if outer is not None and inner is not None:
+                nest = Strided.nest(outer.offset + inner.offset, outer.dims + inner.dims)
+                if nest is not None:
+                    return nest
             a = self.rows[:, None] + self.cols[None, :]
         return Strided.of(a.reshape(-1))
 
@@ -166,12 +190,16 @@ class Strided:
                 return None
             dims.append((n, step))
             cur = rows[:, 0]
-        nest = tuple(reversed(dims))
-        moving = sorted((t, n) for n, t in nest if t > 0 and n > 1)
+        return Strided.nest(int(cur[0]) if cur.size else 0, tuple(reversed(dims)))
+
+    @staticmethod
+    def nest(offset: int, dims: tuple[tuple[int, int], ...]) -> Strided | None:
+        """The nest ``dims`` from ``offset``, if a reshape and slice can take it (see above)."""
+        moving = sorted((t, n) for n, t in dims if t > 0 and n > 1)
         for (t, n), (t_out, _) in itertools.pairwise(moving):
             if t_out % t or n * t > t_out:
                 return None
-        return Strided(int(cur[0]) if cur.size else 0, nest)
+        return Strided(offset, dims)
 
 
 def _affine(sizes: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
@@ -246,6 +274,37 @@ def lx_sources(div: WorkDivision, operand: int) -> np.ndarray:
             rows, cols = np.nonzero(inside)
             out[rows, dst[cols]] = src[rows, cols]
     return out
+
+
+def lx_map(div: WorkDivision, operand: int) -> CoreMap:
+    """:func:`lx_sources` as a :class:`CoreMap`, built factored where it factors.
+
+    When every core runs core 0's whole loop nests, each moved by one offset for all of
+    its descriptors, core ``c``'s LX holds core 0's sources plus that offset: only core
+    0's row is built (the usual case; the whole array costs ``cores`` times as much).
+    """
+    return _memo(div, ("lx_map", operand), lambda: _lx_map(div, operand))
+
+
+def _lx_map(div: WorkDivision, operand: int) -> CoreMap:
+    runs = _runs(div, operand, load=True)
+    shift = _common_shift(runs)
+    if shift is None:
+        return CoreMap.of(lx_sources(div, operand))
+    row = np.full(math.prod(div.box_shape(operand, 0)), -1, np.int64)
+    for d, ddr, _ in runs:
+        row[d.offset_dst + _affine(d.size, d.stride_dst)] = ddr[0] + _affine(d.size, d.stride_src)
+    return CoreMap.factored(shift, row)
+
+
+def _common_shift(runs: list[tuple[Any, np.ndarray, Any]]) -> np.ndarray | None:
+    """Each core's DDR offset from core 0's, if one for every descriptor and all run whole."""
+    if not runs or any(inside is not None for *_, inside in runs):
+        return None
+    shift = runs[0][1] - runs[0][1][0]
+    if any(((ddr - ddr[0]) != shift).any() for _, ddr, _ in runs[1:]):
+        return None
+    return shift
 
 
 def _walked(div: WorkDivision, operand: int) -> list[str]:
@@ -341,11 +400,15 @@ def load_sources(div: WorkDivision, operand: int) -> CoreMap:
     The load descriptors into LX, then the LX box read in iteration order
     (:func:`lx_index`), composed; -1 where the LX position was not loaded (poison).
     """
-    return _memo(
-        div,
-        ("load_sources", operand),
-        lambda: CoreMap.of(lx_sources(div, operand)[:, lx_index(div, operand).reshape(-1)]),
-    )
+    return _memo(div, ("load_sources", operand), lambda: _load_sources(div, operand))
+
+
+def _load_sources(div: WorkDivision, operand: int) -> CoreMap:
+    lx, idx = lx_map(div, operand), lx_index(div, operand).reshape(-1)
+    if lx.full is None:
+        assert lx.rows is not None and lx.cols is not None
+        return CoreMap.factored(lx.rows, lx.cols[idx])
+    return CoreMap.of(lx.full[:, idx])
 
 
 def store_runs(div: WorkDivision, operand: int) -> tuple[tuple[CoreMap, CoreMap], ...]:
@@ -367,15 +430,30 @@ def _store_runs(div: WorkDivision, operand: int) -> tuple[tuple[CoreMap, CoreMap
     n = math.prod(div.box_shape(operand, 0))
     idx = lx_index(div, operand).reshape(-1)
     ok = valid_points(div, _walked(div, operand), shape)
-    ok = np.ones((cores, points), bool) if ok is None else ok.reshape(cores, points)
-    held = np.full((cores, n), -1, np.int64)
-    rows, cols = np.nonzero(ok)
-    held[rows, idx[cols]] = rows * points + cols
+    if ok is None:  # every core writes its whole box: core c holds core 0's points + c * points
+        first = np.full(n, -1, np.int64)
+        first[idx] = np.arange(points)
+        held = CoreMap.factored(np.arange(cores, dtype=np.int64) * points, first)
+    else:
+        whole = np.full((cores, n), -1, np.int64)
+        rows, cols = np.nonzero(ok.reshape(cores, points))
+        whole[rows, idx[cols]] = rows * points + cols
+        held = CoreMap.of(whole)
     out = []
     for d, ddr, inside in _runs(div, operand, load=False):
-        dst = ddr[:, None] + _affine(d.size, d.stride_dst)[None, :]
-        if inside is not None:
-            dst = np.where(inside, dst, -1)
         src = d.offset_src + _affine(d.size, d.stride_src)
-        out.append((CoreMap.of(dst), CoreMap.of(held[:, src])))
+        dst = _affine(d.size, d.stride_dst)
+        if inside is None:
+            dst_map = CoreMap.factored(ddr - ddr[0], ddr[0] + dst)
+        else:
+            dst_map = CoreMap.of(np.where(inside, ddr[:, None] + dst[None, :], -1))
+        out.append((dst_map, _columns(held, src)))
     return tuple(out)
+
+
+def _columns(m: CoreMap, cols: np.ndarray) -> CoreMap:
+    """``m`` read at the columns ``cols`` (of every core)."""
+    if m.full is None:
+        assert m.rows is not None and m.cols is not None
+        return CoreMap.factored(m.rows, m.cols[cols])
+    return CoreMap.of(m.full[:, cols])

@@ -32,7 +32,7 @@ from ...device._coremaps import (
     load_sources,
     local_shape,
     lx_index,
-    lx_sources,
+    lx_map,
     store_runs,
 )
 from ...primitives._masks import poison
@@ -45,7 +45,7 @@ def lx_image(div: WorkDivision, operand: int, img: jax.Array) -> jax.Array:
 
     The load descriptors alone (:func:`loaded` composes them with the iteration order).
     """
-    return _take(img.reshape(-1), CoreMap.of(lx_sources(div, operand)), poison(img.dtype))
+    return _take(img.reshape(-1), lx_map(div, operand), poison(img.dtype))
 
 
 def lx_stored(div: WorkDivision, operand: int, lx: jax.Array) -> jax.Array:
