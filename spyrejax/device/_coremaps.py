@@ -31,7 +31,7 @@ import numpy as np
 from .._errors import SpyreInternalError
 from ..layout._segments import axis_coord, row_major_strides
 from ._division import WorkDivision
-from ._percore import core_dci
+from ._percore import box_dci, box_start
 
 __all__ = [
     "CoreMap",
@@ -227,12 +227,12 @@ def _runs(div: WorkDivision, operand: int, load: bool) -> list[tuple[Any, np.nda
         SpyreInternalError: if some core's loop nest walks DDR otherwise than core 0's
             (other strides, more descriptors or iterations).
     """
-    dcis = [core_dci(div, operand, c, load=load) for c in range(div.cores_used)]
+    dcis = _core_dcis(div, operand, load)
     out = []
-    for i, d0 in enumerate(dcis[0]):
+    for i, d0 in enumerate(dcis[0][0]):
         offs, counts = [], []
-        for dci in dcis:
-            d = dci[i] if len(dci) == len(dcis[0]) else None
+        for dci, start in dcis:
+            d = dci[i] if len(dci) == len(dcis[0][0]) else None
             if (
                 d is None
                 or (d.stride_src if load else d.stride_dst)
@@ -244,7 +244,7 @@ def _runs(div: WorkDivision, operand: int, load: bool) -> list[tuple[Any, np.nda
                     f"internal error: the per-core loop nests of {div.space.opfunc} differ "
                     "in more than their DDR offset and last slice; please report it"
                 )
-            offs.append(d.offset_src if load else d.offset_dst)
+            offs.append(start + (d.offset_src if load else d.offset_dst))
             counts.append(d.size)
         sizes = np.asarray(counts, np.int64)
         inside = None
@@ -255,6 +255,23 @@ def _runs(div: WorkDivision, operand: int, load: bool) -> list[tuple[Any, np.nda
                 i_k = np.broadcast_to(_iota(shape, len(d0.size) - 1 - k), shape).reshape(1, -1)
                 inside &= i_k < sizes[:, k : k + 1]
         out.append((d0, np.asarray(offs, np.int64), inside))
+    return out
+
+
+def _core_dcis(div: WorkDivision, operand: int, load: bool) -> list[tuple[Any, int]]:
+    """Each core's descriptors and the DDR offset of its box.
+
+    :func:`~spyrejax.device.core_dci` without building the same descriptors once per
+    core: those of a box's shape (from the image's first element) are shared.
+    """
+    by_shape: dict[tuple[int, ...], Any] = {}
+    out = []
+    for c in range(div.cores_used):
+        box = div.box(operand, c)
+        shape = tuple(b - a for a, b in box)
+        if shape not in by_shape:
+            by_shape[shape] = box_dci(div, operand, shape, load=load)
+        out.append((by_shape[shape], box_start(div, operand, box)))
     return out
 
 

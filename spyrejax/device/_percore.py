@@ -15,7 +15,7 @@ from ..layout._layout import SpyreTensorLayout
 from ..layout._segments import row_major_strides
 from ._division import WorkDivision
 
-__all__ = ["core_dci"]
+__all__ = ["box_dci", "box_start", "core_dci"]
 
 
 def core_dci(division: WorkDivision, operand: int, core: int, *, load: bool = True) -> DCI:
@@ -31,22 +31,45 @@ def core_dci(division: WorkDivision, operand: int, core: int, *, load: bool = Tr
         A :class:`DCI` whose "host" side is the DDR image (``offset`` in elements from
         the tensor's base) and whose "device" side is the core's LX buffer.
     """
-    t = division.space.operands[operand].tensor
     box = division.box(operand, core)
-    shape = tuple(b - a for a, b in box)
-    strides = t.layout.device_strides
-    lx = SpyreTensorLayout.from_stride_map(shape, strides, t.layout.device_dtype)
-    name = f"{t.name or f'operand{operand}'}.core{core}"
-    dci = generate_dci(shape, lx, host_strides=strides, host_to_device=load, name=name)
-    # A window of a larger buffer (a layout with gaps): boxes count from its valid range,
-    # which starts at the front gaps.
-    front = t.layout.gap_offsets if t.layout.has_gaps else (0,) * len(strides)
-    start = sum((a + f) * s for (a, _), f, s in zip(box, front, strides, strict=True))
+    dci = box_dci(division, operand, tuple(b - a for a, b in box), load=load, core=core)
+    start = box_start(division, operand, box)
     if load:
         descs = tuple(replace(d, offset_src=d.offset_src + start) for d in dci)
     else:
         descs = tuple(replace(d, offset_dst=d.offset_dst + start) for d in dci)
-    return replace(dci, descriptors=descs, host_shape=t.layout.device_size)
+    return replace(dci, descriptors=descs)
+
+
+def box_dci(
+    division: WorkDivision,
+    operand: int,
+    shape: tuple[int, ...],
+    *,
+    load: bool = True,
+    core: int | None = None,
+) -> DCI:
+    """The descriptors of a box of ``shape`` starting at the image's first element.
+
+    Every core's box of one shape moves by these, offset by :func:`box_start`.
+    """
+    t = division.space.operands[operand].tensor
+    strides = t.layout.device_strides
+    lx = SpyreTensorLayout.from_stride_map(shape, strides, t.layout.device_dtype)
+    name = f"{t.name or f'operand{operand}'}" + ("" if core is None else f".core{core}")
+    dci = generate_dci(shape, lx, host_strides=strides, host_to_device=load, name=name)
+    return replace(dci, host_shape=t.layout.device_size)
+
+
+def box_start(division: WorkDivision, operand: int, box: tuple[tuple[int, int], ...]) -> int:
+    """The DDR element (from the tensor's base) where a box of the operand starts.
+
+    A window of a larger buffer (a layout with gaps) counts boxes from its valid range,
+    which starts at the front gaps.
+    """
+    lay = division.space.operands[operand].tensor.layout
+    front = lay.gap_offsets if lay.has_gaps else (0,) * len(lay.device_strides)
+    return sum((a + f) * s for (a, _), f, s in zip(box, front, lay.device_strides, strict=True))
 
 
 def lx_strides(division: WorkDivision, operand: int, core: int) -> tuple[int, ...]:
