@@ -94,6 +94,63 @@ def assert_matches_jax_jit(fn, *args, exact=False, **tolerance):
     return got
 
 
+def run_side_by_side(cases):
+    """Run several cases as one program, under ``spyrejax.jit`` and under ``jax.jit``.
+
+    ``cases`` maps a name to ``(fn, args)``. Each function runs on its own arguments, so
+    the program is the cases' programs side by side, sharing no value: the planner, whose
+    passes follow the graph's edges, plans each part as it plans the case alone, and each
+    result has the bits the case alone gives. It is one compile each instead of one per
+    case (XLA's fixed cost per program is about half of a small case's time).
+
+    Returns:
+        ``{name: (got, want)}``: spyrejax's result moved to the host, and jax.jit's.
+    """
+    names = list(cases)
+    counts = [len(cases[name][1]) for name in names]
+
+    def side_by_side(*flat):
+        results, start = [], 0
+        for name, n in zip(names, counts, strict=True):
+            results.append(cases[name][0](*flat[start : start + n]))
+            start += n
+        return tuple(results)
+
+    flat = [a for name in names for a in cases[name][1]]
+    got = jax.tree.map(sj.to_host, sj.jit(side_by_side)(*flat))
+    want = jax.jit(side_by_side)(*flat)
+    return {name: (g, w) for name, g, w in zip(names, got, want, strict=True)}
+
+
+def check_each_side_by_side(cases, check):
+    """Check every case of ``cases`` (see :func:`run_side_by_side`) run in one program.
+
+    ``check(name, got, want)`` asserts one case's results. Every case is checked and the
+    failures are raised together, each under its case's name. If the program of all of
+    them cannot be built or run, each case runs alone, so the error names its case.
+    """
+    try:
+        results = run_side_by_side(cases)
+    except Exception as error:  # re-raised below, or named per case
+        results, together = None, error
+    failures = []
+    for name, (fn, args) in cases.items():
+        try:
+            if results is None:
+                got = jax.tree.map(sj.to_host, sj.jit(fn)(*args))
+                check(name, got, jax.jit(fn)(*args))
+            else:
+                check(name, *results[name])
+        except Exception as error:  # collected, raised below
+            failures.append(f"[{name}] {type(error).__name__}: {error}")
+    if failures:
+        raise AssertionError(
+            f"{len(failures)} of {len(cases)} cases failed:\n" + "\n".join(failures)
+        )
+    if results is None:
+        raise AssertionError("every case passes alone, but not side by side") from together
+
+
 def assert_round_trips_both_ways(x, layout, want):
     """Host -> device -> host eagerly (the engine ``dma_h2d`` picks) and inside jax.jit.
 

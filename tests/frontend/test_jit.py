@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import assert_close, rand, tol
+from helpers import assert_close, check_each_side_by_side, rand, tol
 from helpers import assert_matches_jax_jit as _check
 from hypothesis import given
 from hypothesis import strategies as st
@@ -106,17 +106,27 @@ ROUNDING = {
 }
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("name", COVERAGE)
-def test_covered_primitives_match_jax_jit(name, dtype, shape):
+def _covered_case(name, dtype, shape):
     fn, arity, positive = COVERAGE[name]
     low = 0.5 if positive else -2.0
     if name == "reshape" and shape[-1] % 2:
         shape = (3, 64)
-    args = [rand(shape, dtype, seed, low=low) for seed in range(arity)]
-    terms, ops = ROUNDING.get(name, (lambda s: 1, 1))
-    _check(fn, *args, reduce_len=terms(shape), ops=ops)
+    return fn, [rand(shape, dtype, seed, low=low) for seed in range(arity)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_covered_primitives_match_jax_jit(dtype, shape):
+    # Every entry, each on its own arguments, side by side in one program (one compile
+    # instead of 40; each result has the bits of the entry alone).
+    cases = {name: _covered_case(name, dtype, shape) for name in COVERAGE}
+
+    def check(name, got, want):
+        terms, ops = ROUNDING.get(name, (lambda s: 1, 1))
+        chex.assert_trees_all_equal_dtypes(got, want)
+        assert_close(got, want, reduce_len=terms(cases[name][1][0].shape), ops=ops)
+
+    check_each_side_by_side(cases, check)
 
 
 def test_jit_accepts_pytrees_of_host_and_spyre_arrays():
@@ -1127,15 +1137,18 @@ _FLOAT_OPS = {
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("shape", [(3, 150), (4, 64)])
-@pytest.mark.parametrize("name", _FLOAT_OPS)
-def test_float_ops_match_jax_jit(name, shape, dtype):
-    x = rand(shape, dtype, 3)
-    fn = _FLOAT_OPS[name]
-    got = np.asarray(sj.jit(fn)(x), np.float32)
-    want = np.asarray(jax.jit(fn)(x), np.float32)
-    # The same XLA kernels on the same values: a few ulps of each result at most.
-    eps = float(jnp.finfo(dtype).eps)
-    np.testing.assert_allclose(got, want, rtol=4 * eps, atol=4 * eps * max(1.0, np.abs(want).max()))
+def test_float_ops_match_jax_jit(shape, dtype):
+    # Every op side by side in one program (one compile instead of 15; same bits each).
+    cases = {name: (fn, [rand(shape, dtype, 3)]) for name, fn in _FLOAT_OPS.items()}
+
+    def check(name, got, want):
+        got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+        # The same XLA kernels on the same values: a few ulps of each result at most.
+        eps = float(jnp.finfo(dtype).eps)
+        atol = 4 * eps * max(1.0, np.abs(want).max())
+        np.testing.assert_allclose(got, want, rtol=4 * eps, atol=atol)
+
+    check_each_side_by_side(cases, check)
 
 
 def test_scalars_reshaped_to_one_element_fold_into_constants():
@@ -1203,33 +1216,43 @@ _DOTS = {
 }
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("spec", _DOTS)
-def test_dot_general_in_full(spec, dtype):
-    sa, sb = _DOTS[spec]
-    a, b = rand(sa, dtype, 0), rand(sb, dtype, 1)
-
+def _einsum(spec):
     def f(a, b):
         return jnp.einsum(spec, a, b)
 
-    got = np.asarray(sj.jit(f)(a, b), np.float32)
-    want = np.asarray(jax.jit(f)(a, b), np.float32)
-    # Sums of k products of values in [-2, 2], in another order: a few ulps of each term.
-    k = max(
-        1,
-        math.prod(sa)
-        * math.prod(sb)
-        // max(1, want.size)
-        // max(1, math.prod(sb) // math.prod(sa) or 1),
-    )
-    eps = float(jnp.finfo(dtype).eps)
-    atol = 4 * eps * 4 * math.sqrt(max(k, 1)) * 4
-    np.testing.assert_allclose(
-        got, want, rtol=4 * eps, atol=max(atol, 4 * eps * np.abs(want).max())
-    )
-    report = sj.explain(f, a, b)  # every copy the lowering makes is charged
-    moved = sum(int(c) for c in re.findall(r"cost=(\d+)", report.jaxpr))
-    assert moved == report.restickify_cost + report.copy_cost
+    return f
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_dot_general_in_full(dtype):
+    # Every contraction side by side in one program (one compile instead of 16; same bits).
+    cases = {
+        spec: (_einsum(spec), [rand(sa, dtype, 0), rand(sb, dtype, 1)])
+        for spec, (sa, sb) in _DOTS.items()
+    }
+
+    def check(spec, got, want):
+        sa, sb = _DOTS[spec]
+        got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+        # Sums of k products of values in [-2, 2], in another order: a few ulps of each term.
+        k = max(
+            1,
+            math.prod(sa)
+            * math.prod(sb)
+            // max(1, want.size)
+            // max(1, math.prod(sb) // math.prod(sa) or 1),
+        )
+        eps = float(jnp.finfo(dtype).eps)
+        atol = 4 * eps * 4 * math.sqrt(max(k, 1)) * 4
+        np.testing.assert_allclose(
+            got, want, rtol=4 * eps, atol=max(atol, 4 * eps * np.abs(want).max())
+        )
+        fn, args = cases[spec]
+        report = sj.explain(fn, *args)  # every copy the lowering makes is charged
+        moved = sum(int(c) for c in re.findall(r"cost=(\d+)", report.jaxpr))
+        assert moved == report.restickify_cost + report.copy_cost
+
+    check_each_side_by_side(cases, check)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -1285,11 +1308,7 @@ _INDEXED = {
 }
 
 
-@pytest.mark.parametrize("width", [70, 64])  # with and without stick padding
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("name", _INDEXED)
-def test_index_driven_and_cumulative_ops_match_jax_jit(name, dtype, width):
-    fn, makers = _INDEXED[name]
+def _indexed_args(makers, dtype, width):
     rng = np.random.default_rng(0)
     args = []
     for i, m in enumerate(makers):
@@ -1299,15 +1318,30 @@ def test_index_driven_and_cumulative_ops_match_jax_jit(name, dtype, width):
             args.append(jnp.asarray(rng.integers(0, width, (3,)), jnp.int32))
         else:
             args.append(rand((m[0], width), dtype, i, low=-1, high=1))
-    got, want = sj.jit(fn)(*args), jax.jit(fn)(*args)
-    assert np.asarray(got).dtype == np.asarray(want).dtype
-    got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
-    # The same JAX primitives on the same values; sums (cumsum, a mean over a softmax)
-    # may round in another order: a few ulps of the largest partial sum.
-    eps = float(jnp.finfo(dtype).eps)
-    np.testing.assert_allclose(got, want, rtol=4 * eps, atol=8 * eps * max(1.0, np.abs(want).max()))
-    report = sj.explain(fn, *args)
-    assert report.copy_cost > 0  # charged as the device copies they are
+    return args
+
+
+@pytest.mark.parametrize("width", [70, 64])  # with and without stick padding
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_index_driven_and_cumulative_ops_match_jax_jit(dtype, width):
+    # Every entry side by side in one program (one compile instead of 16; same bits each).
+    cases = {
+        name: (fn, _indexed_args(makers, dtype, width)) for name, (fn, makers) in _INDEXED.items()
+    }
+
+    def check(name, got, want):
+        assert np.asarray(got).dtype == np.asarray(want).dtype
+        got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+        # The same JAX primitives on the same values; sums (cumsum, a mean over a softmax)
+        # may round in another order: a few ulps of the largest partial sum.
+        eps = float(jnp.finfo(dtype).eps)
+        atol = 8 * eps * max(1.0, np.abs(want).max())
+        np.testing.assert_allclose(got, want, rtol=4 * eps, atol=atol)
+        fn, args = cases[name]
+        report = sj.explain(fn, *args)
+        assert report.copy_cost > 0  # charged as the device copies they are
+
+    check_each_side_by_side(cases, check)
 
 
 # Primitives with several results: each output planned on its own, computed once.
@@ -1326,14 +1360,18 @@ _SEVERAL = {
 
 @pytest.mark.parametrize("width", [70, 64])  # with and without stick padding
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("name", _SEVERAL)
-def test_primitives_with_several_results_match_jax_jit(name, dtype, width):
-    fn = _SEVERAL[name]
-    x = rand((3, width), dtype, 0, low=-1, high=1)
-    got, want = sj.jit(fn)(x), jax.jit(fn)(x)
-    got = jax.tree.map(np.asarray, got)
-    assert jax.tree.map(lambda a: a.dtype, got) == jax.tree.map(lambda a: a.dtype, want)
-    assert_close(got, want, reduce_len=width)  # the last case contracts over width
+def test_primitives_with_several_results_match_jax_jit(dtype, width):
+    # Every entry side by side in one program (one compile instead of 9; same bits each).
+    cases = {
+        name: (fn, [rand((3, width), dtype, 0, low=-1, high=1)]) for name, fn in _SEVERAL.items()
+    }
+
+    def check(name, got, want):
+        got = jax.tree.map(np.asarray, got)
+        assert jax.tree.map(lambda a: a.dtype, got) == jax.tree.map(lambda a: a.dtype, want)
+        assert_close(got, want, reduce_len=width)  # the last case contracts over width
+
+    check_each_side_by_side(cases, check)
 
 
 def test_several_results_are_computed_once_and_moved_as_needed():
