@@ -21,11 +21,21 @@ def broadcast_all(arrays: list[jax.Array]) -> list[jax.Array]:
     return [jnp.broadcast_to(a, shape) for a in arrays]
 
 
-def aligned(image: jax.Array, plan: AlignPlan) -> jax.Array:
-    """Bring an operand's image onto the target's device dims (see ``_devdims.align``)."""
-    if plan.take:
-        image = image[tuple(0 if k in plan.take else slice(None) for k in range(image.ndim))]
-    return image.transpose(plan.perm).reshape(plan.shape)
+def aligned(image: jax.Array, plan: AlignPlan, shape: Sequence[int] | None = None) -> jax.Array:
+    """Bring an operand's image onto the target's device dims (see ``_devdims.align``).
+
+    In one reshape, to ``shape`` if given (``plan.shape`` with runs of axes merged, see
+    ``merged_shape``): the dims taken at 0 are sliced to size 1, not squeezed, and any
+    size-1 axis a reshape inserts or drops leaves the elements' order as it is. Every
+    op here is one more op the interpreter traces and XLA compiles.
+    """
+    limits = tuple(1 if k in plan.take else n for k, n in enumerate(image.shape))
+    if limits != image.shape:
+        image = jax.lax.slice(image, (0,) * image.ndim, limits)
+    if plan.perm != tuple(range(len(plan.perm))):
+        kept = [k for k in range(image.ndim) if k not in plan.take]
+        image = jax.lax.transpose(image, tuple(kept[p] for p in plan.perm) + plan.take)
+    return image.reshape(plan.shape if shape is None else tuple(shape))
 
 
 def _joins_next(dims: Sequence[DevDim], j: int) -> bool:

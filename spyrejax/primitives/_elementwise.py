@@ -32,7 +32,7 @@ from ..layout._devdims import AlignPlan, align
 from ..layout._layout import SpyreTensorLayout
 from ._arranged import arranged_result, whole_groups
 from ._array import SpyreArray, SpyreType
-from ._axes import aligned, collapsed, merge_axes, merged_shape
+from ._axes import aligned, collapsed, merged_shape
 from ._base import SpyrePrim
 from ._elementwise_ops import OP, OPS, ElementwiseOp
 from ._in_place import ungapped, valid_image
@@ -155,8 +155,18 @@ class Elementwise(SpyrePrim):
 
     def kernel(self, *images: jax.Array) -> jax.Array:
         out_t = self.out_aval
-        valid = [valid_image(m, a.layout) for m, a in zip(images, self.in_avals, strict=True)]
-        ops: list[Any] = [aligned(img, p) for img, p in zip(valid, self._plans, strict=True)]
+        synthetic = [k for k, d in enumerate(out_t.dims) if not d.is_data]
+        sparse = bool(synthetic) and not padding_in_data_dims(out_t)
+        shape = out_t.layout.device_size
+        if sparse:  # compute on lane 0 only (aligned operands have size 1 there)
+            shape = tuple(1 if k in synthetic else n for k, n in enumerate(shape))
+        # Each operand aligned and its runs merged in one reshape (see ``collapsed``).
+        runs = collapsed(out_t.dims, shape, [p.shape for p in self._plans])
+        merged = merged_shape(shape, runs)
+        ops: list[Any] = [
+            aligned(valid_image(m, a.layout), p, merged_shape(p.shape, runs))
+            for m, a, p in zip(images, self.in_avals, self._plans, strict=True)
+        ]
         for pos, value in self.consts:
             ops.insert(pos, value)
         if self.op.result == "same":  # scalar values take the dtype
@@ -165,16 +175,6 @@ class Elementwise(SpyrePrim):
                 jnp.asarray(o, dt) if k in at and not isinstance(o, jax.Array) else o
                 for k, o in enumerate(ops)
             ]
-        synthetic = [k for k, d in enumerate(out_t.dims) if not d.is_data]
-        sparse = bool(synthetic) and not padding_in_data_dims(out_t)
-        shape = out_t.layout.device_size
-        if sparse:  # compute on lane 0 only and pad the other lanes with poison
-            lane0 = tuple(slice(0, 1) if k in synthetic else slice(None) for k in range(len(shape)))
-            ops = [o[lane0] if isinstance(o, jax.Array) and o.ndim else o for o in ops]
-            shape = tuple(1 if k in synthetic else n for k, n in enumerate(shape))
-        runs = collapsed(out_t.dims, shape, [o.shape for o in ops if jnp.ndim(o)])
-        ops = [merge_axes(o, runs) for o in ops]
-        merged = merged_shape(shape, runs)
         result = jnp.broadcast_to(self._compute(ops), merged).astype(out_t.dtype).reshape(shape)
         if sparse:
             return from_data_dims(result, out_t)
