@@ -57,6 +57,7 @@ __all__ = [
     "from_bits",
     "h2d_bits",
     "h2d_values",
+    "relayout_bits",
 ]
 
 DMA_EVENT = "/spyrejax/dma/transfer"
@@ -239,10 +240,16 @@ def _d2h_tiled(image: jax.Array, tiles: _Tiling, by_tiles: bool = False) -> jax.
     tile_dim = _stick_tile_dim(tiles) if by_tiles else None
     if tile_dim is not None:
         return _d2h_by_tiles(image, tiles, tile_dim)
+    return jax.lax.reshape(_d2h_sizes(image, tiles), tiles.shape)
+
+
+def _d2h_sizes(image: jax.Array, tiles: _Tiling) -> jax.Array:
+    """The host tensor in a tiled image, shaped ``tiles.sizes`` (or as tiled, if equal)."""
     x = jax.lax.transpose(image, tiles.order)
     x = _cut(x, x.shape[: x.ndim - tiles.unwalked] + (1,) * tiles.unwalked)
-    x = _cut(jax.lax.reshape(x, tiles.extents), tiles.sizes)
-    return jax.lax.reshape(x, tiles.shape)
+    if tiles.extents == tiles.sizes:  # no cut: a reshape to either is the same
+        return x
+    return _cut(jax.lax.reshape(x, tiles.extents), tiles.sizes)
 
 
 def _stick_tile_dim(tiles: _Tiling) -> int | None:
@@ -301,9 +308,11 @@ def _d2h_by_tiles(image: jax.Array, tiles: _Tiling, tile_dim: int) -> jax.Array:
 def _h2d_tiled(x: jax.Array, tiles: _Tiling, fill: Any) -> jax.Array:
     """The tiled image of host tensor ``x``, its padding ``fill``."""
     fill = jnp.asarray(fill, x.dtype)
-    x = _grow(jax.lax.reshape(x, tiles.sizes), tiles.extents, fill)
     shape = tuple(tiles.device_size[j] for j in tiles.order)
-    x = jax.lax.reshape(x, shape[: len(shape) - tiles.unwalked] + (1,) * tiles.unwalked)
+    walked = shape[: len(shape) - tiles.unwalked] + (1,) * tiles.unwalked
+    if tiles.extents != tiles.sizes:
+        x = _grow(jax.lax.reshape(x, tiles.sizes), tiles.extents, fill)
+    x = jax.lax.reshape(x, walked)
     x = _grow(x, shape, fill)
     return jax.lax.transpose(x, tuple(int(i) for i in np.argsort(tiles.order)))
 
@@ -552,6 +561,29 @@ def d2h_bits(image: jax.Array, shape: Sequence[int], layout: SpyreTensorLayout) 
     if isinstance(image, jax.core.Tracer):
         return d2h_values(as_bits(image), tuple(shape), layout)
     return as_bits(dma_d2h(image, shape, layout))
+
+
+def relayout_bits(
+    image: jax.Array,
+    dtype: Any,
+    shape: Sequence[int],
+    src: SpyreTensorLayout,
+    dst: SpyreTensorLayout,
+) -> jax.Array:
+    """``h2d_bits(d2h_bits(image, shape, src), dtype, dst)``: an image in another layout.
+
+    Traced between two tiled layouts, the host tensor between the read and the write
+    is reshaped once, from the one tiling's sizes to the other's, not through
+    ``shape``: each op is one more for the interpreter to trace and XLA to compile.
+    """
+    dt = np.dtype(dtype)
+    shape = tuple(shape)
+    a, b = src.for_host(shape), dst.for_host(shape)
+    tiles = None if a.layout.is_arranged or b.layout.is_arranged else (_tiling(a), _tiling(b))
+    if not isinstance(image, jax.core.Tracer) or tiles is None or None in tiles:
+        return h2d_bits(d2h_bits(image, shape, src), dt, dst)
+    moved = _h2d_tiled(_d2h_sizes(as_bits(image), tiles[0]), tiles[1], _fill(poison_value(dt), dt))
+    return from_bits(moved, dt, fence=_has_padding(shape, dst))
 
 
 def h2d_bits(

@@ -135,9 +135,10 @@ class _Plan:
         if not self.has_k or self.a_k_axes:
             return b_img
         ax = self.b_k_axis
-        pad = [(0, 0, 0)] * b_img.ndim
-        pad[ax] = (0, self.k_padded - b_img.shape[ax], 0)
-        b_img = jax.lax.pad(b_img, jnp.zeros((), b_img.dtype), pad)
+        if self.k_padded > b_img.shape[ax]:  # no op where k is whole: one less to compile
+            pad = [(0, 0, 0)] * b_img.ndim
+            pad[ax] = (0, self.k_padded - b_img.shape[ax], 0)
+            b_img = jax.lax.pad(b_img, jnp.zeros((), b_img.dtype), pad)
         return b_img.reshape(b_img.shape[:ax] + self.k_sizes + b_img.shape[ax + 1 :])
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from .._errors import LayoutError, SpyreTypeError
 from .._jax import poison_padding
-from ..dma._dma import as_bits, from_bits, h2d_bits, h2d_values
+from ..dma._dma import as_bits, from_bits, h2d_bits, h2d_values, relayout_bits
 from ..layout._dtypes import format_for_dtype, poison_value
 from ..layout._layout import SpyreTensorLayout
 from ._array import SpyreArray, SpyreType, batched_layout
@@ -62,7 +62,9 @@ class Restickify(SpyrePrim):
         perm = None if aval.is_view else aval.layout.permutation_to(self.layout)
         if perm is not None:
             return _transposed(img, perm, self.out_aval)
-        return h2d_bits(logical_bits(img, aval), aval.dtype, self.layout)
+        if aval.is_view:
+            return h2d_bits(logical_bits(img, aval), aval.dtype, self.layout)
+        return relayout_bits(img, aval.dtype, aval.base_shape, aval.layout, self.layout)
 
     def tangent_kernel(self, img: jax.Array) -> jax.Array:
         return h2d_values(logical_values(img, self.in_avals[0], exact=False), self.layout)
