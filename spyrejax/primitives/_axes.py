@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,7 +13,32 @@ import numpy as np
 
 from ..layout._devdims import AlignPlan, DevDim
 
-__all__ = ["aligned", "broadcast_all", "collapsed", "merge_axes", "merged_shape"]
+__all__ = ["aligned", "broadcast_all", "collapsed", "merge_axes", "merged_shape", "unmerged"]
+
+# Traced images that are a reshape of a kernel's merged result (:func:`unmerged`), by id:
+# the image's weak reference (its death removes the entry) and the merged result.
+_UNMERGED: dict[int, tuple[weakref.ref[jax.Array], jax.Array]] = {}
+
+
+def unmerged(result: jax.Array, shape: Sequence[int]) -> jax.Array:
+    """A kernel's ``result`` on merged axes reshaped to its image ``shape``.
+
+    While tracing, the image remembers ``result``: a reader that reshapes the image
+    with no other op between (:func:`aligned` of an identity plan) reshapes ``result``
+    instead, so the two kernels' reshapes (out to the image, back in to merged axes)
+    leave the program (XLA would fold them; each is one op more to trace and compile).
+    """
+    image = result.reshape(tuple(shape))
+    if image is not result and isinstance(image, jax.core.Tracer):
+        key = id(image)
+        _UNMERGED[key] = (weakref.ref(image, lambda _, key=key: _UNMERGED.pop(key, None)), result)
+    return image
+
+
+def _before_reshape(image: jax.Array) -> jax.Array:
+    """The merged result ``image`` is a reshape of (see :func:`unmerged`), else ``image``."""
+    entry = _UNMERGED.get(id(image))
+    return entry[1] if entry is not None and entry[0]() is image else image
 
 
 def broadcast_all(arrays: list[jax.Array]) -> list[jax.Array]:
@@ -29,6 +55,8 @@ def aligned(image: jax.Array, plan: AlignPlan, shape: Sequence[int] | None = Non
     size-1 axis a reshape inserts or drops leaves the elements' order as it is. Every
     op here is one more op the interpreter traces and XLA compiles.
     """
+    if plan.is_identity:  # a reshape of a reshape: one reshape
+        image = _before_reshape(image)
     limits = tuple(1 if k in plan.take else n for k, n in enumerate(image.shape))
     if limits != image.shape:
         image = jax.lax.slice(image, (0,) * image.ndim, limits)

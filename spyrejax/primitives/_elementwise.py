@@ -32,7 +32,7 @@ from ..layout._devdims import AlignPlan, align
 from ..layout._layout import SpyreTensorLayout
 from ._arranged import arranged_result, whole_groups
 from ._array import SpyreArray, SpyreType
-from ._axes import aligned, collapsed, merged_shape
+from ._axes import aligned, collapsed, merged_shape, unmerged
 from ._base import SpyrePrim
 from ._elementwise_ops import OP, OPS, ElementwiseOp
 from ._in_place import ungapped, valid_image
@@ -175,7 +175,7 @@ class Elementwise(SpyrePrim):
                 jnp.asarray(o, dt) if k in at and not isinstance(o, jax.Array) else o
                 for k, o in enumerate(ops)
             ]
-        result = jnp.broadcast_to(self._compute(ops), merged).astype(out_t.dtype).reshape(shape)
+        result = unmerged(jnp.broadcast_to(self._compute(ops), merged).astype(out_t.dtype), shape)
         if sparse:
             return from_data_dims(result, out_t)
         return poisoned(result, out_t)

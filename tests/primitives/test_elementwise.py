@@ -244,6 +244,18 @@ def test_operators_on_values_and_tracers():
             assert_close(np.asarray(fn(args[0], args[1])), ref_op(x, y), ops=2)
 
 
+def test_a_chain_of_merging_kernels_reshapes_each_operand_once():
+    # [256] float32 is [8, 32] on the device: each kernel merges the tiles and sticks
+    # into one axis; the next kernel reads the merged result, not a reshape of a reshape.
+    rng = np.random.default_rng(12)
+    x, y = rand((256,), jnp.float32, rng), rand((256,), jnp.float32, rng)
+    a, b = sj.to_device(x), sj.to_device(y)
+    f = jax.jit(lambda a, b: (sj.exp(a) * b + b) * 3)
+    # a and b in (b twice: two readers), the result out; 10 with a pair per kernel
+    assert f.lower(a, b).as_text().count("stablehlo.reshape") == 4
+    assert_close(sj.to_host(f(a, b)), (np.exp(x) * y + y) * 3, ops=4)
+
+
 def test_padding_of_results_is_left_as_computed_unless_the_debug_option_poisons_it():
     x = rand((4, 150), jnp.float32, np.random.default_rng(11))
     a = sj.to_device(x, pad_value=0)  # padding 0: what the kernel leaves there shows
