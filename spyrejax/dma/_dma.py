@@ -570,19 +570,13 @@ def relayout_bits(
     src: SpyreTensorLayout,
     dst: SpyreTensorLayout,
 ) -> jax.Array:
-    """``h2d_bits(d2h_bits(image, shape, src), dtype, dst)``: an image in another layout.
-
-    Traced between two tiled layouts, the host tensor between the read and the write
-    is reshaped once, from the one tiling's sizes to the other's, not through
-    ``shape``: each op is one more for the interpreter to trace and XLA to compile.
-    """
-    dt = np.dtype(dtype)
-    shape = tuple(shape)
-    a, b = src.for_host(shape), dst.for_host(shape)
-    tiles = None if a.layout.is_arranged or b.layout.is_arranged else (_tiling(a), _tiling(b))
-    if not isinstance(image, jax.core.Tracer) or tiles is None or None in tiles:
+    """``h2d_bits(d2h_bits(...))``: traced between tilings, one reshape, sizes to sizes."""
+    dt, shape = np.dtype(dtype), tuple(shape)
+    plain = not any(isinstance(x, LanedLayout) or x.is_arranged for x in (src, dst))
+    a, b = (_tiling(x.for_host(shape)) for x in (src, dst)) if plain else (None, None)
+    if not isinstance(image, jax.core.Tracer) or a is None or b is None:
         return h2d_bits(d2h_bits(image, shape, src), dt, dst)
-    moved = _h2d_tiled(_d2h_sizes(as_bits(image), tiles[0]), tiles[1], _fill(poison_value(dt), dt))
+    moved = _h2d_tiled(_d2h_sizes(as_bits(image), a), b, _fill(poison_value(dt), dt))
     return from_bits(moved, dt, fence=_has_padding(shape, dst))
 
 
