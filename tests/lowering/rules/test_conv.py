@@ -2,14 +2,15 @@
 
 import math
 
+import chex
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from blocks import CNN
+from helpers import assert_close, check_each_side_by_side, rand
 from helpers import assert_matches_jax_jit as _close
-from helpers import rand
 
 import spyrejax as sj
 
@@ -88,16 +89,34 @@ def _products(lhs, rhs, kw):
     return k, max(k, positions, window * rhs[dn.rhs_spec[0]])
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("case", sorted(CONVS))
-def test_conv_values_and_gradients(case, dtype):
-    lhs, rhs, kw = CONVS[case]
-    x, w = rand(lhs, dtype, 0), rand(rhs, dtype, 1)
+def _conv_grad(kw):
     conv = _conv(kw)
-    k, grad_len = _products(lhs, rhs, kw)
-    _close(conv, x, w, reduce_len=k)
-    grad = jax.grad(lambda x, w: jnp.sin(conv(x, w)).sum(), argnums=(0, 1))
-    _close(grad, x, w, reduce_len=grad_len, ops=3)
+    return jax.grad(lambda x, w: jnp.sin(conv(x, w)).sum(), argnums=(0, 1))
+
+
+def _matches(tolerances):
+    """A check of :func:`check_each_side_by_side`: ``_close``'s, each case's tolerance."""
+
+    def check(name, got, want):
+        chex.assert_trees_all_equal_dtypes(got, want)
+        assert_close(got, want, **tolerances[name])
+
+    return check
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_conv_values_and_gradients(dtype):
+    # Every case and its gradient side by side in one program (one compile instead of 22;
+    # each result has the bits of the case alone).
+    cases, tolerances = {}, {}
+    for case in sorted(CONVS):
+        lhs, rhs, kw = CONVS[case]
+        k, grad_len = _products(lhs, rhs, kw)
+        cases[case] = (_conv(kw), [rand(lhs, dtype, 0), rand(rhs, dtype, 1)])
+        tolerances[case] = {"reduce_len": k}
+        cases[f"{case} grad"] = (_conv_grad(kw), [rand(lhs, dtype, 0), rand(rhs, dtype, 1)])
+        tolerances[f"{case} grad"] = {"reduce_len": grad_len, "ops": 3}
+    check_each_side_by_side(cases, _matches(tolerances))
 
 
 def test_conv_preferred_element_type():
@@ -146,17 +165,24 @@ POOLS = {
 }
 
 
+def _pool_grad(pool):
+    return jax.grad(lambda x: jnp.sin(pool(x).astype(jnp.float32)).sum())
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(3, 9, 70), (2, 6, 64)])
-@pytest.mark.parametrize("case", sorted(POOLS))
-def test_reduce_window_values_and_gradients(case, shape, dtype):
-    pool = POOLS[case]
-    x = rand(shape, dtype)
-    _close(pool, x, reduce_len=12)
-    if case == "max_padded_dilated":
-        return  # JAX defines no gradient of max pooling with window dilation
-    grad = jax.grad(lambda x: jnp.sin(pool(x).astype(jnp.float32)).sum())
-    _close(grad, x, reduce_len=12, ops=3)
+def test_reduce_window_values_and_gradients(dtype):
+    # Every pool, shape and gradient side by side in one program (one compile instead of
+    # 14; each result has the bits of the case alone).
+    cases, tolerances = {}, {}
+    for case in sorted(POOLS):
+        for shape in [(3, 9, 70), (2, 6, 64)]:
+            cases[f"{case} {shape}"] = (POOLS[case], [rand(shape, dtype)])
+            tolerances[f"{case} {shape}"] = {"reduce_len": 12}
+            if case == "max_padded_dilated":
+                continue  # JAX defines no gradient of max pooling with window dilation
+            cases[f"{case} {shape} grad"] = (_pool_grad(POOLS[case]), [rand(shape, dtype)])
+            tolerances[f"{case} {shape} grad"] = {"reduce_len": 12, "ops": 3}
+    check_each_side_by_side(cases, _matches(tolerances))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -196,19 +222,26 @@ def test_equinox_convolutions_and_pools(dtype):
     key = jax.random.PRNGKey(0)
     conv1 = _cast(eqx.nn.Conv1d(3, 5, 4, stride=2, padding=1, key=key), dtype)
     conv2 = _cast(eqx.nn.Conv2d(3, 6, 3, padding="SAME", groups=3, key=key), dtype)
-    x1, x2 = rand((3, 40), dtype), rand((3, 9, 70), dtype, 1)
-    _close(_apply, conv1, x1, reduce_len=12, ops=2)
-    _close(_apply, conv2, x2, reduce_len=9, ops=2)
     conv3 = _cast(eqx.nn.Conv3d(2, 4, (2, 3, 3), stride=(1, 2, 1), key=key), dtype)
-    _close(_apply, conv3, rand((2, 4, 7, 33), dtype, 2), reduce_len=36, ops=2)
-    for pool in (
-        eqx.nn.MaxPool2d(2, 2),
-        eqx.nn.AvgPool2d(3, 2, padding=1),
-        eqx.nn.MaxPool2d(3, 1, 1),
+    # Side by side in one program (one compile instead of 9; same bits each).
+    cases = {
+        "conv1d": (_apply, [conv1, rand((3, 40), dtype)]),
+        "conv2d": (_apply, [conv2, rand((3, 9, 70), dtype, 1)]),
+        "conv3d": (_apply, [conv3, rand((2, 4, 7, 33), dtype, 2)]),
+    }
+    tolerances = {
+        "conv1d": {"reduce_len": 12, "ops": 2},
+        "conv2d": {"reduce_len": 9, "ops": 2},
+        "conv3d": {"reduce_len": 36, "ops": 2},
+    }
+    for i, pool in enumerate(
+        (eqx.nn.MaxPool2d(2, 2), eqx.nn.AvgPool2d(3, 2, padding=1), eqx.nn.MaxPool2d(3, 1, 1))
     ):
-        _close(lambda x, pool=pool: pool(x), x2, reduce_len=9, ops=2)  # pools hold functions
-        grad = jax.grad(lambda x, pool=pool: jnp.sin(pool(x).astype(jnp.float32)).sum())
-        _close(grad, x2, reduce_len=9, ops=3)
+        cases[f"pool{i}"] = (lambda x, pool=pool: pool(x), [rand((3, 9, 70), dtype, 1)])
+        tolerances[f"pool{i}"] = {"reduce_len": 9, "ops": 2}  # pools hold functions
+        cases[f"pool{i} grad"] = (_pool_grad(pool), [rand((3, 9, 70), dtype, 1)])
+        tolerances[f"pool{i} grad"] = {"reduce_len": 9, "ops": 3}
+    check_each_side_by_side(cases, _matches(tolerances))
 
 
 def test_equinox_conv_gradients():
