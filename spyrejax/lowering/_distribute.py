@@ -15,6 +15,14 @@ inside a stick would turn the views into copies). A slice that takes exactly one
 of a concatenate is that piece, and a slice of a ``broadcast_in_dim`` is the broadcast of
 the slice of its operand, so the operands' own concatenates (``concatenate([cos, cos])``)
 fold away too.
+
+Interleaved pairs picked out of ``x.reshape(..., D // s, s)`` (``xr[..., k]``: a slice of
+the last dim and a squeeze) are the strided slice ``x[..., k::s]``, which the planner
+reads in place on its lanes of ``x``'s sticks (``primitives._lanes``): rewritten so.
+And the way back, ``stack([a_0, ..., a_(s-1)], -1).reshape(..., s * n)`` (an
+``expand_dims`` per piece, a ``concatenate`` and a ``reshape``), is one ``interleave``
+node (``lowering.rules._interleave``), which the planner may build in place: each
+piece written by its producer on its lanes of the result's sticks.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..layout._dtypes import BYTES_PER_STICK
 from ..primitives import ELEMENTWISE
+from ..primitives._stick import grouped_layout
 
 if TYPE_CHECKING:  # lowering._graph calls this module: its classes for the types only
     from ._graph import Graph, Node, Value
@@ -36,14 +45,19 @@ _POINTWISE = {p for op in ELEMENTWISE for p in op.lowers}
 def distribute(graph: Graph) -> Graph:
     """Rewrite ``graph`` in place until no rewrite applies; return it."""
     changed = False
-    while _distribute_once(graph) or _fold_slices_once(graph):
+    while (
+        _distribute_once(graph)
+        or _fold_slices_once(graph)
+        or _pairs_as_lanes_once(graph)
+        or _interleave_once(graph)
+    ):
         changed = True
     if changed:
         _drop_unread(graph)
     return graph
 
 
-_PURE = {"concatenate", "broadcast_in_dim", "slice"}
+_PURE = {"concatenate", "broadcast_in_dim", "slice", "reshape", "expand_dims"}
 
 
 def _drop_unread(graph: Graph) -> None:
@@ -250,3 +264,92 @@ def _forward(graph: Graph, old: Value, new: Value) -> None:
     for n in graph.nodes:
         n.ins = [new if x is old else x for x in n.ins]
     graph.outputs = [new if x is old else x for x in graph.outputs]
+
+
+def _pairs_as_lanes_once(graph: Graph) -> bool:
+    """``squeeze(slice(reshape(x, [..., D // s, s]))[..., k:k+1])`` as ``x[..., k::s]``."""
+    producers = _producers(graph)
+    readers = graph.consumers()
+    outputs = {id(v) for v in graph.outputs}
+    for i, node in enumerate(graph.nodes):
+        if node.prim != "squeeze" or not _is_value(node.ins[0]):
+            continue
+        (c,) = node.ins
+        sl = producers.get(c)
+        if sl is None or sl.prim != "slice" or readers[c] != [node] or id(c) in outputs:
+            continue
+        found = _pair_pick(sl, producers, tuple(node.params["dimensions"]))
+        if found is None:
+            continue
+        x, k, step = found
+        params = {
+            "start_indices": (0,) * (x.ndim - 1) + (k,),
+            "limit_indices": x.shape,
+            "strides": (1,) * (x.ndim - 1) + (step,),
+        }
+        graph.nodes[i] = _new_node(node, "slice", params, [x], node.outs)
+        graph.nodes.remove(sl)
+        return True
+    return False
+
+
+def _pair_pick(sl: Node, producers: Any, squeezed: tuple[int, ...]) -> Any:
+    """``(x, k, s)`` if ``sl`` takes index ``k`` of the pairs of ``x.reshape(..., D // s, s)``."""
+    b = sl.ins[0]
+    rs = producers.get(b) if _is_value(b) else None
+    if rs is None or rs.prim != "reshape" or rs.params.get("dimensions") is not None:
+        return None
+    x = rs.ins[0]
+    if not _is_value(x) or x.ndim + 1 != b.ndim or squeezed != (b.ndim - 1,):
+        return None
+    step = b.shape[-1]
+    if step < 2 or b.shape[:-2] != x.shape[:-1] or b.shape[-2] * step != x.shape[-1]:
+        return None
+    strides = sl.params.get("strides")
+    if strides not in (None, (1,) * b.ndim):
+        return None
+    lo, hi = sl.params["start_indices"], sl.params["limit_indices"]
+    k = lo[-1]
+    if tuple(lo[:-1]) != (0,) * (b.ndim - 1) or tuple(hi) != (*b.shape[:-1], k + 1):
+        return None
+    return x, k, step
+
+
+def _interleave_once(graph: Graph) -> bool:
+    """``reshape(concatenate([expand_dims(a_k)], -1), [..., s * n])`` as one ``interleave``."""
+    producers = _producers(graph)
+    readers = graph.consumers()
+    outputs = {id(v) for v in graph.outputs}
+    for i, node in enumerate(graph.nodes):
+        if node.prim != "reshape" or node.params.get("dimensions") is not None:
+            continue
+        cat = producers.get(node.ins[0]) if _is_value(node.ins[0]) else None
+        if cat is None or cat.prim != "concatenate" or len(cat.ins) < 2:
+            continue
+        y, out = cat.outs[0], node.outs[0]
+        if readers[y] != [node] or id(y) in outputs or cat.params["dimension"] != y.ndim - 1:
+            continue
+        if out.shape != (*y.shape[:-2], y.shape[-2] * y.shape[-1]):
+            continue
+        pieces = _expanded_pieces(cat, producers, readers, outputs)
+        if pieces is None or grouped_layout(y.shape, y.dtype) is None:
+            continue
+        graph.nodes[i] = _new_node(node, "interleave", {}, [a for a, _ in pieces], [out])
+        for n in [cat, *(e for _, e in pieces)]:
+            graph.nodes.remove(n)
+        return True
+    return False
+
+
+def _expanded_pieces(cat: Node, producers: Any, readers: Any, outputs: set[int]) -> Any:
+    """``[(a_k, its expand_dims node)]`` if each piece of ``cat`` is ``a_k`` with a last 1."""
+    out = []
+    for p in cat.ins:
+        e = producers.get(p) if _is_value(p) else None
+        if e is None or e.prim != "expand_dims" or readers[p] != [cat] or id(p) in outputs:
+            return None
+        (a,) = e.ins
+        if not _is_value(a) or tuple(e.params["dimensions"]) != (a.ndim,) or a.ndim < 1:
+            return None
+        out.append((a, e))
+    return out

@@ -37,6 +37,7 @@ _LAX = {
     "squeeze": lambda x, *, dimensions: jax.lax.squeeze(x, dimensions),
     "expand_dims": lambda x, *, dimensions: jax.lax.expand_dims(x, dimensions),
     "concatenate": lambda *xs, dimension: jax.lax.concatenate(xs, dimension),
+    "interleave": lambda *xs: jnp.stack(xs, -1).reshape(*xs[0].shape[:-1], -1),
 }
 
 

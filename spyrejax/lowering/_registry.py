@@ -30,9 +30,11 @@ import numpy as np
 
 from .. import primitives as sp
 from .._errors import SpyreUnsupportedError
+from ..layout._lanes import LanedLayout
 from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import SpyreType
 from ..primitives._in_place import place
+from ..primitives._lanes import lane_place
 from ..primitives._stick import (
     SPARSE,
     canon,
@@ -161,7 +163,8 @@ def lower_node(node: Node, args: list[Any], mode: Mode, *, fallback: bool = Fals
         watch(node, args, mode)
     outs = rule_for(node, fallback=fallback).lower(node, args, mode)
     if mode.place is not None:
-        outs = [place(outs[0], mode.place), *outs[1:]]
+        put = lane_place if isinstance(mode.place, LanedLayout) else place
+        outs = [put(outs[0], mode.place), *outs[1:]]
     return outs
 
 

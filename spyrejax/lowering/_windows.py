@@ -1,8 +1,9 @@
 """The planner's rule for results written in place through gaps (issue 26, item 2).
 
 Modes that join values written into windows of their result's buffer
-(``lowering.rules._in_place``) name the exact type each input must have
-(``Mode.takes``: a layout with gaps). :class:`Windows` gives the planner those inputs:
+(``lowering.rules._in_place``, ``_interleave``) name the exact type each input must
+have (``Mode.takes``: a layout with gaps, or on some lanes of the result's sticks).
+:class:`Windows` gives the planner those inputs:
 a value can be had in a window's type only from its producer, writing its own fresh
 result there at no extra cost (the producer's option placed: ``Mode.place``), never
 from a restickify; a mode that overwrites an input's buffer (``Mode.clobbers``) or
@@ -18,6 +19,7 @@ from typing import Any
 
 from ..primitives._array import SpyreType
 from ..primitives._in_place import without_gaps
+from ..primitives._lanes import is_laned, read_type
 from ._graph import Graph, Node, Scalar, Value
 from ._registry import Mode
 
@@ -55,7 +57,7 @@ class Windows:
                 out.append(planner._candidates(u, mode.ins[k], 1))
                 continue
             have = [(a, c) for a, c in planner.avail[u].items() if _same(a, t)]
-            if not have and t.layout.has_gaps:
+            if not have and (t.layout.has_gaps or is_laned(t)):
                 self._place(planner, u, t)
                 have = [(a, c) for a, c in planner.avail[u].items() if _same(a, t)]
             out.append(sorted(have, key=lambda ac: ac[1])[:1])
@@ -82,7 +84,7 @@ class Windows:
         if node is None:
             return
         i = node.outs.index(u)
-        bare = replace(t, layout=without_gaps(t.layout))
+        bare = read_type(t) if is_laned(t) else replace(t, layout=without_gaps(t.layout))
         for total, option in list(planner.options.get(node, [])):
             if i or not _same(option.outs[0], bare) or not option.fresh or option.mode.place:
                 continue

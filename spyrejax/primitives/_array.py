@@ -274,7 +274,8 @@ class SpyreType(HiType):
 
         After the layout: ``gaps=`` (the ``(front, back)`` gaps of a window of a larger
         buffer, on the dims that have one), the element arrangement (``DL16_TO_FP32``,
-        ``FP32_TO_DL16``) if not the standard one, ``view=`` (a view over another base),
+        ``FP32_TO_DL16``) if not the standard one, ``lanes=1::2`` (a lane-strided view:
+        lanes 1, 3, ... of a buffer's sticks), ``view=`` (a view over another base),
         ``pad=0`` (zero padding), ``V:`` (the mesh axes it varies over) and
         ``@LX[c0:32]+0x4000`` (kept in the LX of cores 0..31 at that per-core byte
         address). A value with no ``@`` lives in DDR.
@@ -287,6 +288,8 @@ class SpyreType(HiType):
             text += f" gaps={','.join(gaps)}"
         if lay.is_arranged:
             text += f" {lay.arrangement.value}"
+        if hasattr(lay, "lanes"):
+            text += f" lanes={lay.lanes[0]}::{lay.lanes[1]}"
         if self.is_view:
             text += f" view={list(self.base_shape)}:{list(self.strides)}".replace(", ", ",")
         if self.pad is PadFill.ZERO:

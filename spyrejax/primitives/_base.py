@@ -232,12 +232,15 @@ class SpyrePrim(HiPrim):
         takes_arrangements: whether its kernel reads and writes layouts whose elements
             sit in a non-standard element arrangement (``layout.arrangement``); the
             others refuse them by name, so the planner restickifies first.
+        takes_lanes: whether its kernel reads lane-strided views (``x[..., ::2]`` in
+            place: ``primitives._lanes``); the others refuse them by name.
         param_names: the parameters the class declares.
     """
 
     role: ClassVar[str] = "compute"
     takes_gaps: ClassVar[bool] = False
     takes_arrangements: ClassVar[bool] = False
+    takes_lanes: ClassVar[bool] = False
     param_names: ClassVar[frozenset[str]] = frozenset()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -254,6 +257,8 @@ class SpyrePrim(HiPrim):
             self._refuse_gaps()
         if not self.takes_arrangements:
             self._refuse_arrangements()
+        if not self.takes_lanes:
+            self._refuse_lanes()
         varying = frozenset().union(*(_vma(a) for a in _flat(self.in_avals)))
         if isinstance(self.out_aval, SpyreType):
             vma = self.out_vma(varying | self.out_aval.vma)
@@ -286,6 +291,16 @@ class SpyrePrim(HiPrim):
                     f"{what} {a.str_short()} is in element arrangement "
                     f"{a.layout.arrangement.value} (what the card's 16 <-> 32-bit "
                     "conversion emits); restickify it to the standard arrangement first"
+                )
+
+    def _refuse_lanes(self) -> None:
+        """Raise a LayoutError naming the primitive if an operand or result is lane-strided."""
+        for what, a in self._typed():
+            if hasattr(a.layout, "lanes"):
+                raise LayoutError(
+                    f"{type(self).__name__} does not read lane-strided views: its {what} "
+                    f"{a.str_short()} lies on lanes {'::'.join(map(str, a.layout.lanes))} of "
+                    "a buffer's sticks; restickify it first"
                 )
 
     def out_vma(self, varying: frozenset[str]) -> frozenset[str]:
@@ -511,6 +526,7 @@ class Image(SpyrePrim):
 
     takes_gaps = True
     takes_arrangements = True  # a bridge: the image as it is
+    takes_lanes = True
 
     def __init__(self, aval: SpyreType) -> None:
         self.in_avals = (aval,)
@@ -541,6 +557,7 @@ class Wrap(SpyrePrim):
 
     takes_gaps = True
     takes_arrangements = True  # a bridge: the image as it is
+    takes_lanes = True
 
     type: SpyreType
 

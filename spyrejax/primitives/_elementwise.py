@@ -36,6 +36,7 @@ from ._axes import aligned, collapsed, merged_shape, unmerged
 from ._base import SpyrePrim
 from ._elementwise_ops import OP, OPS, ElementwiseOp
 from ._in_place import ungapped, valid_image
+from ._lanes import is_laned, read_lanes, read_type
 from ._masks import from_data_dims, masked, padding_in_data_dims, poisoned
 from ._pointwise import compute, pointwise
 from ._rounding import Rounding, float_eps
@@ -132,6 +133,11 @@ def _mismatch(name: str, i: int, a: SpyreType, shift: int, target: SpyreType) ->
     )
 
 
+def _read(img: jax.Array, t: SpyreType) -> jax.Array:
+    """An operand's image as the kernel reads it: its valid range, or its lanes in order."""
+    return read_lanes(img, t) if is_laned(t) else valid_image(img, t.layout)
+
+
 class Elementwise(SpyrePrim):
     """An elementwise op; one subclass per :class:`ElementwiseOp` sets ``op``."""
 
@@ -139,10 +145,12 @@ class Elementwise(SpyrePrim):
     consts: tuple[tuple[int, Scalar], ...]
     takes_gaps = True  # iterates its operands' valid ranges; its result has no gaps
     takes_arrangements = True  # position by position: operands of one arranged layout
+    takes_lanes = True  # reads a lane-strided operand lane by lane (primitives._lanes)
 
     def __init__(self, *avals: SpyreType, consts: tuple[tuple[int, Scalar], ...] = ()) -> None:
         out_dtype = _out_dtype(self.op, avals, consts)
-        out, plans = broadcast_rule(self.op.name, [ungapped(a) for a in avals], out_dtype)
+        read = [read_type(ungapped(a)) for a in avals]
+        out, plans = broadcast_rule(self.op.name, read, out_dtype)
         out = arranged_result(self.op.name, avals, out)
         self._plans = plans
         self.in_avals = tuple(avals)
@@ -164,7 +172,7 @@ class Elementwise(SpyrePrim):
         runs = collapsed(out_t.dims, shape, [p.shape for p in self._plans])
         merged = merged_shape(shape, runs)
         ops: list[Any] = [
-            aligned(valid_image(m, a.layout), p, merged_shape(p.shape, runs))
+            aligned(_read(m, a), p, merged_shape(p.shape, runs))
             for m, a, p in zip(images, self.in_avals, self._plans, strict=True)
         ]
         for pos, value in self.consts:
@@ -208,6 +216,8 @@ class Elementwise(SpyrePrim):
         """One variable per result dim; inputs broadcast right-aligned; its record's facts."""
         count("space.elementwise")
         if not whole_groups(self.out_aval):  # the cores' moves follow the standard map
+            return None
+        if any(is_laned(a) for a in self.in_avals):  # the cores' moves read whole runs
             return None
         op = self.op
         return elementwise_space(

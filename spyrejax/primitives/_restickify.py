@@ -34,6 +34,7 @@ class Restickify(SpyrePrim):
 
     role = "restickify"
     takes_gaps = True  # a DMA read and write: any window of a buffer
+    takes_lanes = True  # the DMA engines move lanes
     through_ddr = True  # its source image read from DDR, its target's written there
     takes_arrangements = True  # the DMA engines place elements in any arrangement
     layout: SpyreTensorLayout
@@ -59,7 +60,8 @@ class Restickify(SpyrePrim):
 
     def kernel(self, img: jax.Array) -> jax.Array:
         aval = self.in_avals[0]
-        perm = None if aval.is_view else aval.layout.permutation_to(self.layout)
+        plain = not aval.is_view and not hasattr(aval.layout, "lanes")
+        perm = aval.layout.permutation_to(self.layout) if plain else None
         if perm is not None:
             return _transposed(img, perm, self.out_aval)
         if aval.is_view:
@@ -86,6 +88,7 @@ class LoadRelayout(Restickify):
     """
 
     through_ddr = False
+    takes_lanes = False  # a whole-stick relayout in LX
 
 
 def _transposed(img: jax.Array, perm: tuple[int, ...], out_t: SpyreType) -> jax.Array:

@@ -31,6 +31,7 @@ class ToDevice(SpyrePrim):
     """DMA a host array into a fresh device image."""
 
     takes_gaps = True  # a DMA: any window of a buffer
+    takes_lanes = True  # the DMA engines move lanes
     takes_arrangements = True
 
     layout: SpyreTensorLayout
@@ -114,6 +115,7 @@ class ToHost(SpyrePrim):
     """DMA a device image back to a host array (and apply the array's view)."""
 
     takes_gaps = True
+    takes_lanes = True
     takes_arrangements = True
 
     def __init__(self, aval: SpyreType) -> None:

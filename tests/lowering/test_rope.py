@@ -113,7 +113,10 @@ def test_rope_runs_without_a_restickify_and_matches_jax_jit(rope, d):
 def test_stacked_pairs_fill_their_sticks():
     # The stack of the rotated pairs is built with its stick over both dims (the
     # default layout of [T, H, D]), so the reshape back is a view and the sum with x
-    # needs no restickify; no value takes more memory than its data.
+    # needs no restickify; no value takes more memory than its data. The pairs picked
+    # out of x.reshape(T, H, D/2, 2) are x[..., ::2] and x[..., 1::2] read in place on
+    # their lanes of x's sticks (LaneView), and each rotated half is written by its op
+    # on its lanes of the result (LanePlace, LaneAssemble): nothing is copied.
     def f(x, cos, sin):
         return rope_pairs_reshape(x, cos, sin) + x
 
@@ -121,7 +124,8 @@ def test_stacked_pairs_fill_their_sticks():
     cos, sin = _angles(128)
     report = sj.explain(f, x, cos, sin)
     assert not report.restickifies
-    assert report.copy_cost == 3 * x.size  # two slices (each reads x) and the stack
+    assert report.copy_cost == 0 and report.jaxpr.count("LaneView") == 2
+    assert report.jaxpr.count("LanePlace") == 2 and "LaneAssemble" in report.jaxpr
     _padding_bounded(report, factor=1)
     assert_matches_jax_jit(f, x, cos, sin, ops=4)
 
@@ -138,6 +142,21 @@ def test_rotate_half_copies_nothing(dtype):
     assert not report.restickifies and "SliceView" in report.jaxpr
     assert report.copy_cost == 0 and not report.copies
     assert_matches_jax_jit(rope_rotate_half, x, cos, sin, ops=3)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.float32])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("rope", [rope_pairs_reshape, rope_pairs_slices], ids=lambda f: f.__name__)
+def test_interleaved_pairs_copy_nothing(rope, d, dtype):
+    # The strided slices (and the pairs picked out of the reshape) are lane views of x;
+    # the stack of the rotated pairs is built in place: each half written by its op on
+    # its lanes of the result's sticks. Nothing is copied, whatever D and the dtype.
+    x = rand((T, H, d), dtype, seed=8)
+    cos, sin = _angles(d, dtype)
+    report = sj.explain(rope, x, cos, sin)
+    assert not report.restickifies and report.copy_cost == 0 and not report.copies
+    assert report.jaxpr.count("LaneView") == 2 and "LaneAssemble" in report.jaxpr
+    assert_matches_jax_jit(rope, x, cos, sin, ops=3)
 
 
 def test_rotate_half_inside_a_stick_keeps_its_copies():

@@ -8,6 +8,7 @@ from . import (
     _dot,  # noqa: F401  (dot_general)
     _elementwise,  # noqa: F401  (elementwise ops, conversions, reductions)
     _in_place,  # noqa: F401  (in-place modes of concatenate, pad, dynamic_update_slice)
+    _interleave,  # noqa: F401  (RoPE's stack of pairs, in place on lanes)
     _random,  # noqa: F401  (the random family)
     _scan,  # noqa: F401
     _shapes,  # noqa: F401  (shape ops, slices, concatenation, padding)

@@ -13,6 +13,7 @@ import numpy as np
 from ... import primitives as sp
 from ..._errors import SpyreUnsupportedError
 from ...primitives._in_place import slice_view
+from ...primitives._lanes import lane_slice_params, lane_view
 from ...primitives._stick import (
     SPARSE,
     canon,
@@ -152,9 +153,12 @@ class _Slice(Rule):
         out = node.outs[0]
         modes = [Mode((None,), s) for s in stick_options(out.shape)]
         strides = node.params.get("strides")
+        x = node.ins[0]
         if strides is None or all(k == 1 for k in strides):
-            x = node.ins[0]
             modes += [Mode((s,), canon(out.shape, s), "view") for s in stick_options(x.shape)]
+        elif _lanes_of(node) is not None:  # x[..., offset::step]: its lanes of x's sticks
+            last = x.ndim - 1
+            modes.append(Mode((last,), canon(out.shape, last), "lanes"))
         return modes
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
@@ -163,9 +167,19 @@ class _Slice(Rule):
         limit = tuple(node.params["limit_indices"])
         if mode.variant == "view":  # a LayoutError when the slice is no window
             return [slice_view(args[0], start, limit)]
+        if mode.variant == "lanes":  # a LayoutError when x's sticks do not walk its last dim
+            return [lane_view(args[0], *_lanes_of(node))]
         strides = node.params.get("strides")
         dim_order = dim_order_for(out.shape, mode.out)
         return [sp.slice_copy(args[0], start, limit, strides, dim_order=dim_order)]
+
+
+def _lanes_of(node: Node) -> tuple[int, int] | None:
+    """``(offset, step)`` of a slice that is ``x[..., offset::step]``, else None."""
+    p = node.params
+    return lane_slice_params(
+        node.ins[0].shape, p["start_indices"], p["limit_indices"], p.get("strides")
+    )
 
 
 _register(_Slice(), "slice")

@@ -1,0 +1,100 @@
+"""Strided slices along the stick read in place: lane-strided views (issue 26).
+
+``x[..., k::2]`` (RoPE's interleaved pairs, also ``x.reshape(..., D/2, 2)[..., k]``) is a
+:class:`LaneView`: its elements stay on lanes ``k, k + 2, ...`` of ``x``'s sticks. Pointwise
+kernels read it lane by lane; every other primitive refuses it by name (the planner
+moves it). Its values, through both DMA engines, are ``x``'s at the spread index.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import assert_matches_jax_jit, rand
+from oracles import random_bits, same_bits
+
+import spyrejax as sj
+from spyrejax.layout._lanes import laned
+from spyrejax.primitives._lanes import lane_assemble, lane_place, lane_view
+
+F16 = np.float16
+
+
+def test_a_lane_view_holds_the_strided_slice_and_pointwise_kernels_read_it_in_place():
+    x = random_bits((4, 2, 128), np.dtype(F16), np.random.default_rng(1))
+    a = sj.to_device(x)
+    even, odd = lane_view(a, 0, 2), lane_view(a, 1, 2)
+    assert even.image is a.image or same_bits(even.image, a.image)  # nothing moves
+    assert "lanes=1::2" in jax.typeof(odd).str_short()
+    assert same_bits(sj.to_host(even), x[..., ::2]) and same_bits(sj.to_host(odd), x[..., 1::2])
+    assert same_bits(sj.to_host(sj.restickify(odd)), x[..., 1::2])
+    y = (np.arange(4 * 2 * 128, dtype=F16) / 64).reshape(4, 2, 128)  # finite, exact sums
+    b, c = sj.to_device(y), sj.to_device(np.full((4, 1, 64), 2, F16))
+    want = y[..., ::2] * 2 - y[..., 1::2]
+    for f in (
+        lambda b, c: lane_view(b, 0, 2) * c - lane_view(b, 1, 2),
+        jax.jit(lambda b, c: lane_view(b, 0, 2) * c - lane_view(b, 1, 2)),
+    ):
+        got = f(b, c)
+        assert not hasattr(got.layout, "lanes") and same_bits(sj.to_host(got), want)
+    with pytest.raises(sj.LayoutError, match="does not read lane-strided views"):
+        lane_view(b, 0, 2).sum(axis=0)
+    with pytest.raises(sj.LayoutError, match="no multiple of 3"):
+        lane_view(b, 0, 3)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_under_jit_strided_slices_and_picked_pairs_are_lane_views(d):
+    def slices(x):
+        return x[..., ::2] * 2 - jnp.tanh(x[..., 1::2])
+
+    def picked(x):
+        xr = x.reshape(*x.shape[:-1], d // 2, 2)
+        return xr[..., 0] * 2 - jnp.tanh(xr[..., 1])
+
+    x = rand((4, 2, d), F16, seed=3)
+    for f in (slices, picked):
+        report = sj.explain(f, x)
+        assert report.copy_cost == 0 and not report.restickifies
+        assert report.jaxpr.count("LaneView") == 2
+        assert_matches_jax_jit(f, x, ops=3)
+        got = sj.to_host(sj.jit(f, emulate="cores")(x))
+        assert same_bits(got, sj.to_host(sj.jit(f)(x)))
+
+
+def test_a_lane_view_a_reduction_reads_is_a_copy_and_gradients_flow():
+    def f(x):
+        return x[..., 1::2].sum(-1) + x[..., ::2].sum(-1)
+
+    x = rand((4, 2, 128), jnp.float32, seed=4)
+    assert_matches_jax_jit(f, x, reduce_len=64)
+    assert "LaneView" not in sj.explain(f, x).jaxpr  # a sum refuses it: the slice copies
+
+    def g(x):
+        return (x[..., ::2] * x[..., 1::2]).sum()
+
+    np.testing.assert_allclose(
+        np.asarray(sj.to_host(sj.jit(jax.grad(g))(x))), np.asarray(jax.grad(g)(x)), rtol=1e-6
+    )
+
+
+def test_pieces_placed_on_their_lanes_assemble_the_interleaved_tensor():
+    x = random_bits((3, 2, 64), np.dtype(F16), np.random.default_rng(2))
+    y = random_bits((3, 2, 64), np.dtype(F16), np.random.default_rng(3))
+    dest = sj.SpyreTensorLayout((3, 2, 128), F16)
+    want = np.stack([x, y], -1).reshape(3, 2, 128)
+
+    def join(a, b):
+        pieces = [lane_place(a, laned(dest, 0, 2)), lane_place(b, laned(dest, 1, 2))]
+        return lane_assemble(pieces, dest, (3, 2, 128))
+
+    a, b = sj.to_device(x, dest.__class__((3, 2, 64), F16)), sj.to_device(y)
+    for f in (join, jax.jit(join)):
+        got = f(a, b)
+        assert got.layout == dest and same_bits(sj.to_host(got), want)
+    with pytest.raises(sj.LayoutError, match="is not lanes 0::2"):
+        lane_assemble([lane_place(b, laned(dest, 1, 2))] * 2, dest, (3, 2, 128))
+    with pytest.raises(sj.LayoutError, match=r"not .* read in order"):
+        lane_place(
+            sj.to_device(x, sj.SpyreTensorLayout.row_major((3, 2, 64), F16)), laned(dest, 0, 2)
+        )
