@@ -16,7 +16,7 @@ from ..._errors import LayoutError
 from ...layout._lanes import laned
 from ...primitives._array import SpyreType
 from ...primitives._lanes import lane_assemble
-from ...primitives._stick import default_layout, grouped_layout
+from ...primitives._stick import default_layout, dim_order_for, grouped_layout
 from .._graph import Node
 from .._registry import Mode, Rule, _register
 
@@ -47,7 +47,10 @@ class _Interleave(Rule):
         pairs = (*a.shape, len(args))
         pieces = [sp.expand_dims(x, (a.ndim,)) for x in args]
         stacked = sp.concatenate(pieces, a.ndim, layout=grouped_layout(pairs, out.dtype))
-        return [sp.reshape(stacked, out.shape)]
+        try:
+            return [sp.reshape(stacked, out.shape)]  # the pairs' stick is [..., D]'s
+        except LayoutError:  # the grouped stick spans more dims than the pairs
+            return [sp.reshape_copy(stacked, out.shape, dim_order=dim_order_for(out.shape, last))]
 
 
 _register(_Interleave(), "interleave")
