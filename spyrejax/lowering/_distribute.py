@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from .._errors import LayoutError
 from ..layout._dtypes import BYTES_PER_STICK
 from ..primitives import ELEMENTWISE
 from ..primitives._stick import grouped_layout
@@ -332,7 +333,7 @@ def _interleave_once(graph: Graph) -> bool:
         if out.shape != (*y.shape[:-2], y.shape[-2] * y.shape[-1]):
             continue
         pieces = _expanded_pieces(cat, producers, readers, outputs)
-        if pieces is None or grouped_layout(y.shape, y.dtype) is None:
+        if pieces is None or not _has_grouped_stick(y):
             continue
         graph.nodes[i] = _new_node(node, "interleave", {}, [a for a, _ in pieces], [out])
         for n in [cat, *(e for _, e in pieces)]:
@@ -353,3 +354,11 @@ def _expanded_pieces(cat: Node, producers: Any, readers: Any, outputs: set[int])
             return None
         out.append((a, e))
     return out
+
+
+def _has_grouped_stick(y: Value) -> bool:
+    """Whether the stacked pairs have a stick over their trailing dims (a Spyre format)."""
+    try:
+        return grouped_layout(y.shape, y.dtype) is not None
+    except LayoutError:  # no Spyre format (PRNG keys)
+        return False
