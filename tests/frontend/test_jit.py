@@ -855,7 +855,7 @@ def test_split_heads_and_gradients_through_copies():
     assert [what.split(" at ")[0] for what, _ in report.copies].count("slice") == 1
     assert report.jaxpr.count("SliceView") == 3
     assert "copy_cost" in str(report) and "copy_cost" in report._repr_html_()
-    _check(lambda x: x[:, ::2] * 2, x)  # strided slices are copies too
+    _check(lambda x: x[:, ::2] * 2, x)  # a strided slice along the stick: a lane view
 
 
 def _attention(q, k, v):
