@@ -330,7 +330,7 @@ def _interleave_once(graph: Graph) -> bool:
         y, out = cat.outs[0], node.outs[0]
         if readers[y] != [node] or id(y) in outputs or cat.params["dimension"] != y.ndim - 1:
             continue
-        if out.shape != (*y.shape[:-2], y.shape[-2] * y.shape[-1]):
+        if y.ndim < 2 or out.shape != (*y.shape[:-2], y.shape[-2] * y.shape[-1]):
             continue
         pieces = _expanded_pieces(cat, producers, readers, outputs)
         if pieces is None or not _has_grouped_stick(y):
