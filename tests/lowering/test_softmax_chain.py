@@ -93,6 +93,7 @@ def _grouped(fn, *args):
 _SMALL_GROUPS = {"batch_loop_min_bytes": 0, "batch_group_bytes": 2 * 40 * 64 * 4}
 
 
+@pytest.mark.plain_program
 def test_attention_runs_by_groups_of_heads_with_the_same_numbers():
     q, k, v = _qkv(heads=4)
     with tuned(**_SMALL_GROUPS):
@@ -106,6 +107,7 @@ def test_attention_runs_by_groups_of_heads_with_the_same_numbers():
     assert not _loops(lambda *a: _attention(*a), q, k, v)  # (a fresh trace)
 
 
+@pytest.mark.plain_program
 @pytest.mark.parametrize(("heads", "steps"), [(2, 0), (3, 2), (5, 3)])
 def test_a_batch_the_groups_do_not_divide_takes_an_overlapping_last_step(heads, steps):
     # Groups of two heads: 3 heads in steps at 0 and 1, 5 in steps at 0, 2 and 3 (the
