@@ -11,6 +11,7 @@ from oracles import same_bits
 import spyrejax as sj
 from spyrejax import SpyreTensorLayout
 from spyrejax import primitives as sp
+from spyrejax.layout._lanes import laned
 from spyrejax.primitives import SpyrePrim, abstract_eval
 from spyrejax.primitives._in_place import (
     assemble,
@@ -20,6 +21,7 @@ from spyrejax.primitives._in_place import (
     update_at,
     window_layout,
 )
+from spyrejax.primitives._lanes import lane_assemble, lane_place, lane_view
 from spyrejax.primitives._restickify import load_relayout
 from spyrejax.primitives._softmax import Softmax
 from spyrejax.primitives._widened_sum import WidenedSum
@@ -266,6 +268,10 @@ def _all_primitives():
         fill_around(halves[1], 0.0, dest, (8, 150), (4, 0))
         update_at(sj.to_device(np.ones((8, 150), np.float32)), a, [0, 0])
         sp.reshape_copy(a, (600,))
+        lane_view(a, 0, 2)
+        whole = SpyreTensorLayout((4, 150), np.float32)
+        pair = sj.to_device(np.ones((4, 75), np.float32))
+        lane_assemble([lane_place(pair, laned(whole, k, 2)) for k in (0, 1)], whole, (4, 150))
         sp.lax_copy(
             jax.lax.cumsum_p,
             [a],
