@@ -287,12 +287,10 @@ def reduce_window_body(params: dict[str, Any]) -> Any:
 def inner_jaxprs(of: Any) -> list[Jaxpr]:
     """Every jaxpr an equation's parameters hold (bodies, branches), unclosed.
 
-    ``of``: the equation, a graph node (which keeps its equation's parameters) or the
-    parameters themselves.
+    ``of``: the equation, or a graph node (which keeps its equation's parameters).
     """
-    params = of if isinstance(of, dict) else of.params
     out = []
-    for v in params.values():
+    for v in of.params.values():
         for p in v if isinstance(v, tuple) else (v,):
             if isinstance(p, ClosedJaxpr):
                 out.append(p.jaxpr)

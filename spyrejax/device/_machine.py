@@ -327,7 +327,10 @@ class Machine:
             ),
             "mm_multicast_sync_s": _FIT
             + "; the 0.2-vs-0.8 pairs of section 8 with it; kept when a plain matmul's "
-            "barrier reach was capped at the ring's diameter (16 sharers) afterwards",
+            "barrier reach was capped at the ring's diameter (16 sharers) afterwards: the cap "
+            "(max_cores / 2, no constant) and the batched matmuls' exemption from it were "
+            "chosen with section 8's q_proj (32,1,1) and the sweep's 1_32_1_1 rows in view "
+            "(the exemption on the sweep's rho alone), so q_proj (32,1,1) is in sample",
             "mm_run_s": _FIT,
             "mm_run_bytes": (
                 "structural, chosen on the sweep (4 KB; 8 and 16 KB rank and predict worse "

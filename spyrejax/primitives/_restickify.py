@@ -19,6 +19,7 @@ from .._errors import LayoutError, SpyreTypeError
 from .._jax import poison_padding
 from ..dma._dma import as_bits, from_bits, h2d_bits, h2d_values, relayout_bits
 from ..layout._dtypes import format_for_dtype, poison_value
+from ..layout._lanes import LanedLayout
 from ..layout._layout import SpyreTensorLayout
 from ._array import SpyreArray, SpyreType, batched_layout
 from ._base import SpyrePrim, target_layout
@@ -144,10 +145,11 @@ def restickify(
 def compact(x: SpyreArray) -> SpyreArray:
     """A dense copy of a sparse Spyre array (spec 2.5); dense arrays are returned as is.
 
-    The result has the default layout of its shape: sticks full of data again.
+    The result has the default layout of its shape: sticks full of data again. A lane
+    view (every ``s``-th lane of its buffer's sticks) is sparse in that sense too.
     """
     aval = _spyre_aval(x, "compact")
-    if not aval.layout.is_sparse:
+    if not (aval.layout.is_sparse or isinstance(aval.layout, LanedLayout)):
         return x
     return restickify(x)
 

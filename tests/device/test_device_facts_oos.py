@@ -110,7 +110,8 @@ def test_a_smaller_budget_is_never_faster_and_a_split_that_rereads_nothing_does_
 
 # --- divisions are bimodal ------------------------------------------------------------------
 
-# Llama-3.1-8B q_proj (M=512, N=K=4096), section 8's wall ms by (m, n, k) split.
+# Llama-3.1-8B q_proj (M=512, N=K=4096), section 8's wall ms by (m, n, k) split. In sample
+# since the barrier's reach cap (device/_matmul_cost._barrier_reach) was chosen with (32,1,1).
 Q_PROJ_WALL_US = {(4, 8, 1): 355, (8, 4, 1): 412, (1, 32, 1): 658, (32, 1, 1): 852}
 
 

@@ -98,3 +98,12 @@ def test_pieces_placed_on_their_lanes_assemble_the_interleaved_tensor():
         lane_place(
             sj.to_device(x, sj.SpyreTensorLayout.row_major((3, 2, 64), F16)), laned(dest, 0, 2)
         )
+
+
+def test_compact_of_a_lane_view_is_a_dense_copy():
+    # a lane view fills every s-th lane of its sticks: compact gives full sticks again
+    x = rand((4, 64), np.float32, seed=5)
+    v = lane_view(sj.to_device(x), 1, 2)
+    dense = sj.compact(v)
+    assert dense.layout == sj.SpyreTensorLayout((4, 32), np.float32)
+    assert same_bits(sj.to_host(dense), x[:, 1::2])

@@ -455,15 +455,14 @@ def division_hint(prim: SpyrePrim) -> dict[str, int] | None:
 def has_hints(graph: Graph) -> bool:
     """Whether the graph, or a loop, branch or ``shard_map`` body of it, has a hint."""
     return any(
-        node.prim == with_division_p.name or any(map(_has_hints, inner_jaxprs(node.params)))
+        node.prim == with_division_p.name or any(map(_has_hints, inner_jaxprs(node)))
         for node in graph.nodes
     )
 
 
 def _has_hints(jaxpr: Jaxpr) -> bool:
     return any(
-        e.primitive is with_division_p or any(map(_has_hints, inner_jaxprs(e.params)))
-        for e in jaxpr.eqns
+        e.primitive is with_division_p or any(map(_has_hints, inner_jaxprs(e))) for e in jaxpr.eqns
     )
 
 
