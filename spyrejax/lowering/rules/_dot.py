@@ -71,11 +71,7 @@ class _DotGeneral(Rule):
         batched = math.prod(lhs.shape[d] for d in lb) > 1
         if rfree and out.shape[-1] > 1 and batched:
             modes.insert(0, Mode((a_stick, b_stick), out_stick, "row_major"))
-        if (
-            batched
-            and _pads(rhs.shape, rfree, out.dtype)
-            and not _pads(lhs.shape, lfree, out.dtype)
-        ):
+        if _may_swap(node):
             a_s, b_s, _ = _sticks(rhs.shape, lhs.shape, rc, len(lb), rfree, lfree)
             n = _last_sized(lhs.shape, lfree)
             out_s = len(lb) + lfree.index(n) if n is not None else SPARSE
@@ -266,10 +262,23 @@ def in_place_layout(node: Node, value: Value) -> SpyreTensorLayout | None:
     lhs, rhs = node.ins
     if rhs is not value or lhs is value or lhs.dtype != rhs.dtype or rhs.ndim < 2:
         return None
-    _, rc, lb, rb, _, rfree = _DotGeneral._dims(node)
+    _, rc, _, rb, _, rfree = _DotGeneral._dims(node)
     nb = rhs.ndim - 2
     if rc != (nb,) or rb != tuple(range(nb)) or rfree != [nb + 1]:
         return None
-    if math.prod(lhs.shape[d] for d in lb) > 1 and _pads(rhs.shape, rfree, node.outs[0].dtype):
+    if _may_swap(node):
         return None  # the swapped mode may read it stuck on k (decode attention)
     return SpyreTensorLayout.row_major(rhs.shape, rhs.dtype)
+
+
+def _may_swap(node: Node) -> bool:
+    """Whether a product may run ``swapped`` (B as the matmul's A).
+
+    Batched, with B's free dims padded in the output and A's not (decode attention's
+    scores): the one rule the modes and :func:`in_place_layout` read.
+    """
+    _, _, lb, _, lfree, rfree = _DotGeneral._dims(node)
+    lhs, rhs = node.ins
+    dtype = node.outs[0].dtype
+    batched = math.prod(lhs.shape[d] for d in lb) > 1
+    return batched and _pads(rhs.shape, rfree, dtype) and not _pads(lhs.shape, lfree, dtype)
