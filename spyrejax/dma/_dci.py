@@ -17,13 +17,14 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from .._errors import LayoutError
+from ..layout._arrangements import GROUP
 from ..layout._dtypes import DataFormats, DTypeLike, fits_format, host_format
 from ..layout._gaps import valid_size
 from ..layout._host_mapping import HostMapping
@@ -273,11 +274,11 @@ def _front_gaps(
 class _Piece(NamedTuple):
     """Part of one host segment: per device dim ``(trip count, first coordinate)``."""
 
-    loops: dict[int, tuple[int, int]]
+    loops: dict[Hashable, tuple[int, int]]
     offset: int  # in segment elements
 
 
-def _cover(n: int, axes: Sequence[tuple[int, int]]) -> list[_Piece]:
+def _cover(n: int, axes: Sequence[tuple[Hashable, int]]) -> list[_Piece]:
     """Pieces that cover ``n`` segment elements with nested device dims ``axes``.
 
     The outermost dim gets the floor count of whole tiles, each covered like one tile
@@ -345,17 +346,6 @@ def _mapping_dci(
     Attached to :class:`HostMapping` as its ``dci`` method; arguments as
     :func:`generate_dci`'s.
     """
-    if mapping.layout.is_arranged:
-        raise LayoutError(
-            f"{mapping.layout}: an element arrangement has no DMA descriptors of its own (a "
-            "descriptor moves whole runs of lanes in order); the DMA engines move the standard "
-            "image and regroup it on the device"
-        )
-    if isinstance(mapping.layout, LanedLayout):
-        raise LayoutError(
-            f"{mapping.layout} is lane-strided: DMA descriptors move runs of lanes in order, "
-            "so it has no DCI (the DMA engines move it through its parent layout)"
-        )
     fmt = mapping.layout.device_dtype
     if host_dtype is None:
         host_fmt = host_format(fmt)
@@ -376,40 +366,107 @@ def _mapping_dci(
 HostMapping.dci = _mapping_dci  # type: ignore[misc]
 
 
+class _Loop(NamedTuple):
+    """One loop of a descriptor: its key in the covers, host and device strides."""
+
+    key: Hashable  # a device dim, or a digit of an arranged group (see _arranged_loops)
+    host: int
+    device: int
+
+
 @functools.lru_cache(maxsize=4096)
 def _descriptors(mapping: HostMapping, h2d: bool) -> tuple[Descriptor, ...]:
     layout = mapping.layout
-    segments = mapping.segmentation.segments
-    dstrides = layout.device_strides
     if mapping.size == 0:
         return ()  # an empty tensor: nothing to move
     hstrides = _host_strides(mapping)
+    dstrides = list(layout.device_strides)
+    base = 0
+    if isinstance(layout, LanedLayout):  # the valid range's lane k is device lane offset + step*k
+        offset, step = layout.lanes
+        base, dstrides[-1] = offset * dstrides[-1], step * dstrides[-1]
+    covers: list[tuple[tuple[Hashable, int], ...]] = [s.axes for s in mapping.segmentation.segments]
+    loops = {j: [_Loop(j, hstrides[j], dstrides[j])] for j in range(layout.device_rank)}
+    if layout.is_arranged:
+        _arranged_loops(mapping, covers, loops, dstrides)
     out = []
-    for combo in itertools.product(*(_cover(s.size, s.axes) for s in segments)):
-        loops: dict[int, tuple[int, int]] = {}
+    for combo in itertools.product(
+        *(_cover(s.size, c) for s, c in zip(mapping.segmentation.segments, covers, strict=True))
+    ):
+        walked: dict[Hashable, tuple[int, int]] = {}
         host_off = 0
-        for seg, piece in zip(segments, combo, strict=True):
-            loops.update(piece.loops)
+        for seg, piece in zip(mapping.segmentation.segments, combo, strict=True):
+            walked.update(piece.loops)
             host_off += piece.offset * seg.stride
         size, host, dev = [], [], []
-        dev_off = 0
+        dev_off = base
         for j in reversed(range(layout.device_rank)):
-            stride = layout.stride_map[j]
-            if j in loops:
-                count, first = loops[j]
-            elif stride == 0 and h2d:
-                count, first = layout.valid_size[j], 0
-            else:
-                count, first = 1, 0
-            size.append(count)
-            host.append(hstrides[j])
-            dev.append(dstrides[j])
-            dev_off += (first + layout.device_gaps[j][0]) * dstrides[j]
+            dev_off += layout.device_gaps[j][0] * layout.device_strides[j]
+            for loop in loops[j]:
+                if loop.key in walked:
+                    count, first = walked[loop.key]
+                elif layout.stride_map[j] == 0 and h2d:
+                    count, first = layout.valid_size[j], 0
+                else:
+                    count, first = 1, 0
+                size.append(count)
+                host.append(loop.host)
+                dev.append(loop.device)
+                dev_off += first * loop.device
         src, dst, src_off, dst_off = host, dev, host_off, dev_off
         if not h2d:
             src, dst, src_off, dst_off = dev, host, dev_off, host_off
         out.append(Descriptor(tuple(size), tuple(src), tuple(dst), src_off, dst_off, h2d))
     return tuple(out)
+
+
+def _arranged_loops(
+    mapping: HostMapping,
+    covers: list[tuple[tuple[Hashable, int], ...]],
+    loops: dict[int, list[_Loop]],
+    dstrides: Sequence[int],
+) -> None:
+    """Replace the loops of an arranged group by loops over its index's digits (in place).
+
+    An arrangement moves digit ``k`` of an element's index in its group (radix
+    ``r_k``) by ``stride_k`` positions, a position ``p`` being lane ``p % lanes`` of
+    stick ``p // lanes`` of the group (``lanes`` 64 for a 16-bit group of one stick,
+    32 for a 32-bit one of two: tiles ``2g, 2g + 1`` of the pair dim). No digit's move
+    carries across a stick, so each digit is a loop of its own: host stride ``r_k``
+    elements of the lanes' segment, device stride its move. The lane loop becomes the
+    digit loops; a 32-bit pair dim's loop steps whole groups (two tiles).
+
+    The lanes and the pair have no gap (the layout refuses them).
+
+    Raises:
+        LayoutError: if an outer axis of the lanes' segment splits a group.
+    """
+    layout, pair = mapping.layout, mapping.pair
+    last = layout.device_rank - 1
+    lanes = GROUP if pair is None else GROUP // 2
+    g = next(k for k, c in enumerate(covers) if (last, 1) in c)
+    seg = mapping.segmentation.segments[g]
+    mine = {last} | ({pair} if pair is not None else set())
+    rest = [(a, r) for a, r in covers[g] if a not in mine]
+    if any(r % GROUP for _, r in rest):  # (a layout holding the tensor has none such)
+        raise LayoutError(
+            f"{layout} for host shape {list(mapping.shape)}: a dim outside its lanes splits "
+            "an arrangement group, so no descriptor moves the group whole"
+        )
+    shape, stride = layout.arrangement.digits
+    digits, radix = [], 1
+    for k, (n, s) in enumerate(zip(shape, stride, strict=True)):
+        moved = s % lanes * dstrides[last]
+        if s >= lanes and pair is not None:  # (16-bit: every move stays in the stick)
+            moved += s // lanes * dstrides[pair]
+        digits.append((_Loop(("digit", k), radix * seg.stride, moved), radix))
+        radix *= n
+    loops[last] = [loop for loop, _ in digits]
+    group = [] if pair is None else [(("group",), GROUP)]
+    if pair is not None:
+        loops[pair] = [_Loop(("group",), GROUP * seg.stride, 2 * dstrides[pair])]
+    inner = [(loop.key, r) for loop, r in reversed(digits)]
+    covers[g] = (*rest, *group, *inner)
 
 
 def _host_strides(mapping: HostMapping) -> tuple[int, ...]:

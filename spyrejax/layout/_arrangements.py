@@ -87,6 +87,15 @@ class ElementArrangement(enum.Enum):
         return ElementArrangement(_INVERSE[self.value])
 
     @property
+    def digits(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The map as flat ``(shape, stride)`` pairs, digit by digit.
+
+        Digit ``k`` of a logical index (first fastest, radix ``prod(shape[:k])``) moves
+        its element ``stride[k]`` positions.
+        """
+        return _FLAT[self.value]
+
+    @property
     def positions(self) -> tuple[int, ...]:
         """``positions[i]``: where logical element ``i`` of a group is placed."""
         layout = self.cute

@@ -14,8 +14,8 @@ map is that of the *parent* layout (:func:`parent_layout`: the buffer's own layo
 ``[..., step * n]``) at host index ``[..., step * j + offset]``. That needs the stick to
 walk the piece's last host dim alone, by one, in a row-major host tensor: a laned
 layout bound otherwise is refused by name. A laned layout has no gaps and the standard
-element arrangement; DMA descriptors (DCI) move runs of lanes in order, so
-``generate_dci`` of a laned layout is refused by name.
+element arrangement; its DMA descriptors (DCI) are the valid range's with the lane loop
+stepping ``step`` lanes from lane ``offset``.
 
 Pure Python/NumPy: no JAX import.
 """

@@ -12,10 +12,10 @@ import pytest
 from helpers import assert_round_trips_both_ways, dma_transfers
 from hypothesis import given
 from hypothesis import strategies as st
-from oracles import coords_by_rule, random_bits, same_bits
+from oracles import coords_by_rule, random_bits, run_descriptors, same_bits
 
 import spyrejax as sj
-from spyrejax import ElementArrangement, LayoutError, SpyreTensorLayout
+from spyrejax import DCI, ElementArrangement, LayoutError, SpyreTensorLayout
 from spyrejax.dma._host_dma import without_host_engine
 from spyrejax.layout._dtypes import format_for_dtype, poison_value
 from spyrejax.viz import device_memory
@@ -185,10 +185,56 @@ def test_device_memory_picture_shows_the_arrangement():
     assert list(picture.text[1, :4]) == ["4", "5", "6", "7"]
 
 
-def test_an_arranged_layout_has_no_descriptors_of_its_own():
-    layout = arranged_row_major((2, 64), np.float16, FP32_TO_DL16)
-    with pytest.raises(LayoutError, match="no DMA descriptors of its own"):
-        sj.generate_dci((2, 64), layout)
+def _descriptors_place_by_oracle(shape, layout, coords):
+    """Brute force: the DCI writes every element once where the oracle says, and reads it back."""
+    n, cells = int(np.prod(shape)), int(np.prod(layout.device_size))
+    host = np.arange(n, dtype=np.int64)
+    image, writes = run_descriptors(sj.generate_dci(shape, layout), host, np.full(cells, -1))
+    flat = np.ravel_multi_index(tuple(coords.T), layout.device_size)
+    np.testing.assert_array_equal(image[flat], host)
+    assert writes.sum() == n and (writes <= 1).all()
+    d2h = sj.generate_dci(shape, layout, host_to_device=False)
+    back, reads = run_descriptors(d2h, image, np.full(n, -1))
+    np.testing.assert_array_equal(back, host)
+    assert (reads == 1).all()
+    assert DCI.from_json(d2h.to_json()) == d2h
+
+
+@given(arranged_cases())
+def test_property_descriptors_place_every_element_by_the_oracle(case):
+    shape, dtype, arrangement, _ = case
+    layout = arranged_row_major(shape, dtype, arrangement)
+    _descriptors_place_by_oracle(shape, layout, coords_by_oracle(shape, layout))
+
+
+def test_descriptors_loop_over_the_digits_of_a_group():
+    """A 32-bit group's index digits (4, 2, 8) move 1 lane, 1 tile and 4 lanes; a group 2 tiles."""
+    layout = arranged_row_major((2, 64), np.float32, DL16_TO_FP32)  # device [2, 2, 32]
+    (d,) = sj.generate_dci((2, 64), layout)
+    assert d.size == (4, 2, 8, 1, 2) and d.stride_src == (1, 4, 8, 64, 64)
+    assert d.stride_dst == (1, 32, 4, 64, 64)
+    (d,) = sj.generate_dci((2, 64), arranged_row_major((2, 64), np.float16, FP32_TO_DL16))
+    assert d.size == (4, 8, 2, 1, 2) and d.stride_dst == (1, 8, 4, 64, 64)
+
+
+@pytest.mark.parametrize(
+    ("device_size", "stride_map", "shape"),
+    [
+        ([2, 2, 32], [32, 64, 1], (128,)),  # the pair is the outer dim, a tile count inside it
+        ([2, 2, 64], [64, 128, 1], (256,)),
+        ([3, 4, 32], [100, 32, 1], (3, 100)),  # a tile count of 4 for 100: its last pair padding
+    ],
+)
+def test_descriptors_of_explicit_arranged_layouts_give_the_host_mapping(
+    device_size, stride_map, shape
+):
+    dtype = np.float32 if device_size[-1] == 32 else np.float16
+    arrangement = DL16_TO_FP32 if dtype == np.float32 else FP32_TO_DL16
+    layout = SpyreTensorLayout.from_stride_map(
+        device_size, stride_map, dtype, arrangement=arrangement
+    )
+    coords = layout.for_host(shape).device_coords().reshape(-1, len(device_size))
+    _descriptors_place_by_oracle(shape, layout, coords)
 
 
 def test_a_whole_tile_of_padding_reads_back_inside_jax_jit():
