@@ -16,6 +16,7 @@ from ._errors import (
     SpyreError,
     SpyreFallbackWarning,
     SpyreInternalError,
+    SpyrePlacementWarning,
     SpyreTypeError,
     SpyreUnsupportedError,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "SpyreFallbackWarning",
     "SpyreInternalError",
     "SpyreJit",
+    "SpyrePlacementWarning",
     "SpyreType",
     "SpyreTypeError",
     "SpyreUnsupportedError",

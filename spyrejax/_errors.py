@@ -13,6 +13,7 @@ __all__ = [
     "SpyreError",
     "SpyreFallbackWarning",
     "SpyreInternalError",
+    "SpyrePlacementWarning",
     "SpyreTypeError",
     "SpyreUnsupportedError",
 ]
@@ -56,4 +57,13 @@ class SpyreFallbackWarning(UserWarning):
     Its operands move device -> host through the DMA, JAX computes it, and the result
     moves back in a default layout. ``spyrejax.jit(f, fallback="error")`` raises
     :class:`SpyreUnsupportedError` instead.
+    """
+
+
+class SpyrePlacementWarning(UserWarning):
+    """``SpyreJit.place`` left a product's operand where it is, and why.
+
+    A weight a matrix product reads, but not in a layout it can read in place (converted
+    to another dtype first, read by other ops as well, contracted over its last dim),
+    stays in its layout; the product relays it out on every call.
     """

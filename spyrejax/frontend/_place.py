@@ -17,11 +17,12 @@ array is donated or freed.
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import jax
 
-from .._errors import SpyreInternalError
+from .._errors import SpyreInternalError, SpyrePlacementWarning
 from .._jax import ClosedJaxpr
 from ..layout._layout import SpyreTensorLayout
 from ..lowering._graph import build_graph
@@ -36,26 +37,54 @@ if TYPE_CHECKING:
 __all__ = ["in_place_layouts", "place_arguments"]
 
 
-def in_place_layouts(closed: ClosedJaxpr) -> list[SpyreTensorLayout | None]:
+def in_place_layouts(closed: ClosedJaxpr) -> list[SpyreTensorLayout | str | None]:
     """For each input of the traced function, the layout its readers take in place.
 
     A layout where every reader of the input is a product that reads it in the same
-    layout with no copy (and the input is no result of the function); None otherwise.
+    layout with no copy (and the input is no result of the function); where a product
+    reads it (directly or converted to another dtype) but not so, the reason; None for
+    an input no product reads as its rhs (an activation, the ``x`` of ``x @ w``).
     """
     graph = build_graph(closed)
     readers = graph.consumers()
     outputs = {id(o) for o in graph.outputs}
-    layouts: list[SpyreTensorLayout | None] = []
-    for v in graph.inputs:
-        wanted = {in_place_layout(node, v) for node in readers.get(v, [])}
-        one = len(wanted) == 1 and id(v) not in outputs
-        layouts.append(wanted.pop() if one else None)
-    return layouts
+    return [_in_place(v, readers, id(v) in outputs) for v in graph.inputs]
 
 
-def _placed(x: Any, layout: SpyreTensorLayout | None) -> Any:
+def _in_place(
+    v: Any, readers: dict[Any, list[Any]], is_output: bool
+) -> SpyreTensorLayout | str | None:
+    """The layout every reader of input ``v`` takes it in place, why not, or None."""
+    nodes = readers.get(v, [])
+    products = [n for n in nodes if n.prim == "dot_general" and n.ins[-1] is v]
+    converted = [
+        n
+        for n in nodes
+        if n.prim == "convert_element_type"
+        if any(r.prim == "dot_general" for r in readers.get(n.outs[0], []))
+    ]
+    if converted:
+        return f"it is converted to {converted[0].outs[0].dtype} before its product"
+    if not products:
+        return None
+    if is_output:
+        return "it is also a result of the function"
+    wanted = [in_place_layout(node, v) for node in nodes]
+    reasons = [w for w in wanted if isinstance(w, str)]
+    if reasons:
+        return reasons[0]
+    if len(set(wanted)) > 1:
+        return "its products read it in different layouts"
+    return wanted[0]
+
+
+def _placed(x: Any, layout: SpyreTensorLayout | str | None) -> Any:
     """``x`` in ``layout`` with zero padding (itself if it is, or if no layout)."""
-    if layout is None or isinstance(x, jax.core.Tracer) or not hasattr(x, "shape"):
+    if (
+        not isinstance(layout, SpyreTensorLayout)
+        or isinstance(x, jax.core.Tracer)
+        or not hasattr(x, "shape")
+    ):
         return x
     t = jax.typeof(x)
     if isinstance(t, SpyreType):
@@ -82,6 +111,14 @@ def place_arguments(jitted: SpyreJit, args: tuple[Any, ...]) -> tuple[Any, ...]:
             f"place: {len(leaves)} argument leaves, {len(layouts)} inputs of the trace"
         )
     placed = [_placed(x, lay) for x, lay in zip(leaves, layouts, strict=True)]
+    left = [f"{call.path(i)}: {why}" for i, why in enumerate(layouts) if isinstance(why, str)]
+    if left:
+        warnings.warn(
+            "place left these arguments of products where they are (each product relays "
+            "its operand out on every call):\n  " + "\n  ".join(left),
+            SpyrePlacementWarning,
+            stacklevel=3,
+        )
     dyn_args, _ = treedef.unflatten(placed)
     out = list(args)
     for pos, a in zip(call.positions, dyn_args, strict=True):

@@ -1,8 +1,11 @@
 """``SpyreJit.place``: weights moved once into the layout their products read in place."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from helpers import assert_close, rand
 
 import spyrejax as sj
@@ -42,8 +45,13 @@ def test_a_weight_read_otherwise_is_left_as_it_is():
     x, w, v = rand((8, 40)), rand((40, 40), seed=1), rand((24, 40), seed=2)
     b = rand((5, 40), seed=3)
     args = tuple(sj.to_device(a) for a in (x, w, v, b))
-    placed = sj.jit(f).place(*args)
+    with pytest.warns(sj.SpyrePlacementWarning) as caught:
+        placed = sj.jit(f).place(*args)
     assert all(p is a for p, a in zip(placed, args, strict=True))
+    (message,) = (str(w.message) for w in caught)
+    assert "(parameter 'w'): it is also read by slice" in message
+    assert "(parameter 'v'): its product contracts it in another dim order" in message
+    assert "'x'" not in message and "'b'" not in message  # no product's rhs
 
 
 def test_params_in_a_pytree_with_static_arguments():
@@ -56,3 +64,30 @@ def test_params_in_a_pytree_with_static_arguments():
     q, y, act = jf.place(p, x, jax.nn.gelu)
     assert _row_major(q["w"]) and q["b"] is p["b"] and y is x and act is jax.nn.gelu
     assert_close(sj.to_host(jf(q, y, act)), sj.to_host(jf(p, x, act)), reduce_len=32, ops=2)
+
+
+def test_place_says_which_operands_of_products_it_left_and_why():
+    """A float32 x with bfloat16 weights: the weights are converted first, nothing placed."""
+
+    def f(x, w, v, b):
+        return x @ w.astype(jnp.float32) + (x @ v) + b, v[0]
+
+    x, v = rand((8, 40)), rand((40, 24), seed=2)
+    w = rand((40, 24), seed=1).astype(jnp.bfloat16)
+    b = rand((24,), seed=3)
+    args = tuple(sj.to_device(a) for a in (x, w, v, b))
+    with pytest.warns(sj.SpyrePlacementWarning) as caught:
+        placed = sj.jit(f).place(*args)
+    assert all(p is a for p, a in zip(placed, args, strict=True))
+    (message,) = (str(w.message) for w in caught)
+    assert "(parameter 'w'): it is converted to float32 before its product" in message
+    assert "(parameter 'v'): it is also read by slice" in message  # v[0] reads it too
+    assert "'x'" not in message and "'b'" not in message  # x is the lhs; b no operand
+
+
+def test_place_of_weights_it_places_warns_of_nothing():
+    x, w = sj.to_device(rand((8, 40))), sj.to_device(rand((40, 24), seed=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sj.SpyrePlacementWarning)
+        _, pw = sj.jit(lambda x, w: x @ w).place(x, w)
+    assert _row_major(pw)

@@ -246,28 +246,35 @@ def _reshape(x: Any, shape: tuple[int, ...], *, sparse: bool = False) -> Any:
 _register(_DotGeneral(), "dot_general")
 
 
-def in_place_layout(node: Node, value: Value) -> SpyreTensorLayout | None:
-    """The layout in which this product reads ``value`` with no copy, or None.
+def in_place_layout(node: Node, value: Value) -> SpyreTensorLayout | str:
+    """The layout in which this product reads ``value`` with no copy, or why there is none.
 
     A weight ``[batch..., k, n]`` read as the rhs of ``x @ w`` (batch dims leading,
     contracted over k, n free) is read by the matmul kernel as XLA's dot takes it when
     it is ``SpyreTensorLayout.row_major`` (``[batch..., k, T(n), S(n)]``, the padded
     row-major matrix); in the default layout ``[T(n), k, S(n)]`` n sits on both sides
     of k and XLA copies the whole weight on every call (``primitives._matmul``).
-    None where the product reads it otherwise: as the lhs, in another dim order,
-    scaled, converted to another dtype first, or where the swapped mode may run.
+
+    Returns:
+        The layout; or, where the product reads ``value`` otherwise, the reason in a
+        user's words (``SpyreJit.place`` prints it): as the lhs, in another dim order,
+        scaled, beside an operand of another dtype, or where the swapped mode may run.
     """
-    if node.prim != "dot_general" or _scaled_operand(node) is not None:
-        return None
+    if node.prim != "dot_general":
+        return f"it is also read by {node.prim}"
+    if _scaled_operand(node) is not None:
+        return "its product is a scaling by a constant"
     lhs, rhs = node.ins
-    if rhs is not value or lhs is value or lhs.dtype != rhs.dtype or rhs.ndim < 2:
-        return None
+    if rhs is not value or lhs is value or rhs.ndim < 2:
+        return "it is read as the lhs of a product (x in x @ w)"
+    if lhs.dtype != rhs.dtype:
+        return f"its product's other operand is {lhs.dtype}, it is {rhs.dtype}"
     _, rc, _, rb, _, rfree = _DotGeneral._dims(node)
     nb = rhs.ndim - 2
     if rc != (nb,) or rb != tuple(range(nb)) or rfree != [nb + 1]:
-        return None
+        return "its product contracts it in another dim order than [batch..., k, n]"
     if _may_swap(node):
-        return None  # the swapped mode may read it stuck on k (decode attention)
+        return "its product may run swapped, reading it stuck on k (decode attention)"
     return SpyreTensorLayout.row_major(rhs.shape, rhs.dtype)
 
 
