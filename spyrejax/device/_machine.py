@@ -87,8 +87,9 @@ class Machine:
         mm_batched_macs_per_s: the most fp16 MACs per second one core's PT runs a
             batched matmul at (its operands keep the batch inside their rows: one small
             matmul per batch slice).
-        mm_batch_job_s: setup of one PT job of a batched matmul (a batch slice and an N
-            stick of a core's slice).
+        mm_batch_job_s: finishing one output tile of a batched matmul (a batch slice
+            and an N stick of a core's slice) whose K slice spans more than one stick:
+            accumulated in LX across the core's K loop, it is finished on its own.
         lx_bytes: scratchpad per core.
         lx_fraction: the fraction of the scratchpad the backend may use for a program's
             buffers (torch-spyre's ``DXP_LX_FRAC_AVAIL``; its default 0.2). It changes
@@ -343,9 +344,17 @@ class Machine:
                 "MAC/ns/core for batched matmuls in the tiled order"
             ),
             "mm_batch_job_s": (
-                "chosen on the sweep's batched shapes (0.1 us: the floor-bound divisions of "
-                "B32_M512_N128_K512 ranked by their jobs per core; 0.3 us and more misrank "
-                "the decode QK^T and prefill QK^T shapes)"
+                "chosen on the sweep's batched shapes, bounded by spec section 8's lx 0.8 "
+                "pairs: decode QK^T B64_M32_N576_K128's K-unsplit divisions with 1-4 rows per "
+                "core (1_32_1_1, 2_16_1_1, 4_8_1_1: 576, 288, 144 tiles of 2 K sticks; 793, "
+                "405, 234 us) leave ~0.9 us a tile over the model without it, and the time a "
+                "tile takes does not grow with its K sticks (decode attention-times-V "
+                "1_32_1_1 at 0.8: 64 tiles of 9 K sticks in 94 us); 0.5 us is the largest "
+                "before section 8's pairs suffer (from 0.6 us that 1_32_1_1's PT passes its "
+                "DDR at 0.8 and its 0.2/0.8 ratio, 3.65 on the card, falls under 2; 2_8_2_1 "
+                "moves 60 -> 64 us at 0.8, the card 60); a "
+                "K-split core's tiles of one K stick pay none (the sweep's fastest decode "
+                "and prefill QK^T divisions). Was 0.1 us on every job"
             ),
             "mm_partial_sum_bw": _FIT
             + " (near a core's share of DDR: 150 GB/s / 32 = 4.7); a core whose slices and "
@@ -430,7 +439,7 @@ class Machine:
             mm_run_bytes=4096,
             mm_partial_sum_bw=5.86e9,
             mm_batched_macs_per_s=85e9,
-            mm_batch_job_s=0.1e-6,
+            mm_batch_job_s=0.5e-6,
             lx_bytes=2 * _MIB,
             lx_fraction=lx_fraction,
             lx_alignment=128,

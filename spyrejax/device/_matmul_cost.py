@@ -11,8 +11,10 @@ bytes a division must read explain little of its time; what does (section 8):
   tiled layout of a 3-D operand: ``[M, K sticks, B, 64]``; not a batch laid out outside
   M, such as the heads of a 4-D ``[1, H, T, D]``) runs one small matmul per batch
   slice and N stick of a core (a job, its tiles gathered a batch of sticks apart): its
-  MACs run at no more than ``mm_batched_macs_per_s`` per core, and each job costs
-  ``mm_batch_job_s`` of setup.
+  MACs run at no more than ``mm_batched_macs_per_s`` per core. The core's K loop runs
+  outside its jobs (a K stick of every batch slice arrives together), so a job whose
+  K slice spans more than one stick accumulates its tile across that loop and is
+  finished on its own when K ends: ``mm_batch_job_s`` per such tile.
 - **DDR**: each tile of an operand that ``g`` cores share (the splits of the variables
   it does not walk) is read once and multicast, so the DDR reads the operand's unique
   bytes, times its LX re-reads (below); reads and writes pay the DDR's read/write
@@ -222,9 +224,10 @@ def matmul_time(
     pt = batch * m * n * k / (machine.peak_macs_per_cycle * rate * machine.pt_clock_hz)
     pt /= machine.matmul_efficiency
     if inner > 1:  # one PT job per batch slice and N stick (the batch inside the rows)
-        jobs = batch * -(-n // (machine.stick_bytes // itemsize))
         pt = max(pt, batch * m * n * k / (machine.mm_batched_macs_per_s * rate))
-        pt += jobs * machine.mm_batch_job_s
+        pt += _accumulated_tiles(batch, n, k, machine.stick_bytes // itemsize) * (
+            machine.mm_batch_job_s
+        )
     acc = _block_bytes(out.tensor.itemsize, 2 in in_lx, machine)
     passes = block_passes(m, n, k, machine.lx_usable, itemsize, acc)
     read = 0.0
@@ -280,6 +283,19 @@ def _barrier_reach(sharers: int, inner: int, machine: Machine) -> int:
     attention-times-V worse (rho 0.55 -> 0.41).
     """
     return sharers if inner > 1 else min(sharers, machine.max_cores // 2)
+
+
+def _accumulated_tiles(batch: int, n: int, k: int, eps: int) -> int:
+    """A batched core's output tiles finished one by one: each batch slice's N sticks.
+
+    The batch inside the rows (``[M, K sticks, B, 64]``) makes a K stick of every batch
+    slice arrive together, so the core's K loop runs outside its jobs (one per batch
+    slice and N stick). A job whose K slice spans more than one stick accumulates its
+    fp32 tile in LX across that loop and is finished on its own when K ends (its tiles
+    lie a batch of sticks apart: no two make one block); a job of one K stick leaves
+    the PT in its one pass. 0 when the K slice is one stick.
+    """
+    return batch * -(-n // eps) if k > eps else 0
 
 
 def _block_bytes(out_itemsize: int, out_in_lx: bool, machine: Machine) -> int:

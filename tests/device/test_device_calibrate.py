@@ -2,9 +2,8 @@
 
 The sweep is ``../shared/data/spyre/granite_splits_lx0.2.txt`` (every 32-core division
 of 12 Granite matmul shapes at lx_fraction 0.2). Issue 25's targets: the model's pick
-within 10% of the card's best on >= 10 of 12 shapes (11 reached: the decode QK^T shape
-B64_M32_N576_K128 picks 4_8_1_1, 1.48x the card's best), median Spearman rho >= 0.6
-(0.86), the best division's time predicted within 30% on 12 of 12 (reached).
+within 10% of the card's best on >= 10 of 12 shapes (12 reached), median Spearman rho
+>= 0.6 (0.86), the best division's time predicted within 30% on 12 of 12 (reached).
 """
 
 import dataclasses
@@ -32,7 +31,7 @@ def sweep():
 def test_the_model_ranks_the_granite_sweep_as_the_card_does(sweep):
     assert len(sweep.shapes) == 12 and sweep.hangs == 4
     assert sum(len(s.splits) for s in sweep.shapes) == 236
-    assert sweep.picks_within(0.10) == 11  # target: >= 10
+    assert sweep.picks_within(0.10) == 12  # target: >= 10
     assert sweep.median_rho == pytest.approx(0.857, abs=0.01)  # target: >= 0.6
     assert sweep.best_within(0.30) == 12  # target: 12
     worst = min(sweep.shapes, key=lambda s: s.best_error)
@@ -105,11 +104,13 @@ def test_the_issues_two_examples(sweep):
     fits = {s.shape: s for s in sweep.shapes}
     fit = fits["B1_M512_N4096_K4096"]
     assert fit.splits[fit.best] == fit.splits[fit.pick] == "1_4_8_1"
-    # B64_M32_N576_K128: the card's best is 4_4_1_2 (158 us); the model (with the DDR
-    # turnaround of its output) puts 4_8_1_1 (234 us) 5% ahead of it, not 1_32_1_1 (793).
+    # B64_M32_N576_K128: the card's best is 4_4_1_2 (158 us), and the model's pick. It
+    # picked 4_8_1_1 (234 us on the card, 1.48x) until a batched core's output tiles of
+    # more than one K stick paid their finishing (Machine.mm_batch_job_s): 4_8_1_1's 144
+    # such tiles, none in 4_4_1_2 (one K stick a core).
     fit = fits["B64_M32_N576_K128"]
-    assert fit.splits[fit.best] == "4_4_1_2" and fit.splits[fit.pick] == "4_8_1_1"
-    assert fit.pick_ratio == pytest.approx(1.48, abs=0.01)
+    assert fit.splits[fit.best] == fit.splits[fit.pick] == "4_4_1_2"
+    assert fit.rho == pytest.approx(0.72, abs=0.02)
 
 
 def test_the_chooser_picks_the_mixed_split_over_all_legal_divisions():
