@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import SpyreInternalError
+from ..layout._lanes import LanedLayout
 from ..layout._segments import axis_coord, row_major_strides
 from ._division import WorkDivision
 from ._percore import box_dci, box_start
@@ -349,7 +350,8 @@ def lx_index(div: WorkDivision, operand: int) -> np.ndarray:
     remainder by the ratios of the dims walking ``v`` outside it, divided by ``r``),
     counted from the box: boxes start on whole slices, so local counts work. A device
     dim folding several logical dims (its variables never split, so local counts are
-    global) holds it at the coordinate its :class:`~spyrejax.device.Fold` gives. Points
+    global) holds it at the coordinate its :class:`~spyrejax.device.Fold` gives. A lane
+    view's (``lanes=k::s``) lane ``c`` of its stick is the box's lane ``k + s * c``. Points
     outside the extents wrap into the box (they are never stored).
     """
     op = div.space.operands[operand]
@@ -370,6 +372,9 @@ def lx_index(div: WorkDivision, operand: int) -> np.ndarray:
                 reverse=True,
             )
             c = axis_coord([iota(var)], [1], ratio, outer)
+            if j == len(op.walks) - 1 and isinstance(op.tensor.layout, LanedLayout):
+                offset, step = op.tensor.layout.lanes  # a lane view's lane, spread out
+                c = offset + step * c
         elif fold is not None:
             c = fold.index.coord([iota(v) for v in fold.vars])
         else:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from .._errors import DeviceError
 from ..layout._devdims import DevDim, FoldIndex, device_dims, fold_index
 from ..layout._dtypes import BYTES_PER_STICK
+from ..layout._lanes import LanedLayout
 from ..layout._layout import SpyreTensorLayout
 from ..layout._segments import row_major_strides
 
@@ -300,13 +301,23 @@ def _follows(op: Operand, var: str, stick: int) -> bool:
     The operand walks ``var`` with one device dim (ratio 1), or with a tile and a stick
     dim (ratio ``eps`` and 1, the stick dim of size ``eps`` dividing ``stick``).
     """
-    dims = [(op.walks[j][1], op.tensor.layout.device_size[j]) for j in _walking(op, var)]
+    dims = [(op.walks[j][1], _steps(op.tensor.layout, j)) for j in _walking(op, var)]
     if len(dims) == 1:
         return dims[0][0] == 1
     if len(dims) == 2:
         (r_t, _), (r_s, n_s) = sorted(dims, reverse=True)
         return r_s == 1 and r_t == n_s and stick % n_s == 0
     return False
+
+
+def _steps(layout: SpyreTensorLayout, j: int) -> int:
+    """How many steps of its variable device dim ``j`` holds: its size, or a lane view's lanes.
+
+    A lane view's stick (``lanes=k::s``) holds ``eps / s`` of its elements, ``s`` lanes apart.
+    """
+    if j == layout.device_rank - 1 and isinstance(layout, LanedLayout):
+        return layout.valid_size[j]
+    return layout.device_size[j]
 
 
 def _walking(op: Operand, var: str) -> list[int]:

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._errors import DeviceError
+from ..layout._lanes import LanedLayout
 from ._division import WorkDivision
 from ._program import DeviceOp, DeviceProgram
 from ._space import Operand
@@ -106,6 +107,7 @@ def superdsc(
     div = op.division
     if div is None:
         raise DeviceError(f"{op.opfunc} has no work division: only compute ops get SuperDSC")
+    _refuse_lanes(op.opfunc, div)
     lx_address = lx_address or {}
     ddr_base = ddr_base or {}
     space, cores = div.space, div.cores_used
@@ -192,6 +194,25 @@ def superdsc(
         "dscs_": [{space.opfunc: dsc}],
     }
     return {f"{op.index}_{space.opfunc}": body}
+
+
+def _refuse_lanes(opfunc: str, div: WorkDivision) -> None:
+    """Raise for an op reading a lane view: SuperDSC has no field for a lane stride.
+
+    A labeled data set states its layout as the variables its device dims walk
+    (``layoutDimOrder_``, ``stickDimOrder_``) and the stick's size (``stickSize_``): a
+    stick's elements are its lanes in order. A lane view's elements lie ``s`` lanes
+    apart from lane ``k`` (``lanes=k::s``); written as a plain stick it would read the
+    wrong lanes, so the op gets no document.
+    """
+    for o in div.space.operands:
+        if isinstance(o.tensor.layout, LanedLayout):
+            offset, step = o.tensor.layout.lanes
+            raise DeviceError(
+                f"{opfunc} reads {o.tensor.name or 'an operand'} on lanes {offset}::{step} of its "
+                "sticks (a lane view); SuperDSC states a stick's size and dim orders but no "
+                "lane stride, so this op has no SuperDSC (spyrejax.export refuses it)"
+            )
 
 
 def validate_superdsc(doc: Mapping[str, Any]) -> None:

@@ -217,8 +217,6 @@ class Elementwise(SpyrePrim):
         count("space.elementwise")
         if not whole_groups(self.out_aval):  # the cores' moves follow the standard map
             return None
-        if any(is_laned(a) for a in self.in_avals):  # the cores' moves read whole runs
-            return None
         op = self.op
         return elementwise_space(
             op.name, out, ins, transcendental=op.transcendental, in_place=op.in_place

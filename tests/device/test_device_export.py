@@ -148,3 +148,14 @@ def test_a_gapped_operand_carries_its_gap_fields():
     name = walk[0] if walk is not None else "d0"
     assert lds[0]["frontGap_"] == {name: 2} and lds[0]["backGap_"] == {name: 5}
     assert all("backGap_" not in d for d in lds[1:])
+
+
+def test_an_op_reading_a_lane_view_is_refused_by_name():
+    """SuperDSC states a stick's size and dim orders but no lane stride (``x[..., 1::2]``)."""
+
+    def f(x):
+        return x[..., ::2] * 2 - x[..., 1::2]
+
+    with pytest.raises(sj.DeviceError, match=r"lanes 0::2 .* no lane stride"):
+        sj.export(f, S((4, 2, 128), F16))
+    assert sj.export(lambda x: x * 2, S((4, 2, 128), F16)).superdsc  # the buffer itself: one

@@ -15,6 +15,7 @@ from oracles import random_bits, same_bits
 
 import spyrejax as sj
 from spyrejax.layout._lanes import laned
+from spyrejax.lowering import checking_cores
 from spyrejax.primitives._lanes import lane_assemble, lane_place, lane_view
 
 F16 = np.float16
@@ -107,3 +108,31 @@ def test_compact_of_a_lane_view_is_a_dense_copy():
     dense = sj.compact(v)
     assert dense.layout == sj.SpyreTensorLayout((4, 32), np.float32)
     assert same_bits(sj.to_host(dense), x[:, 1::2])
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype", "splits"),
+    [
+        ((64, 8, 128), F16, {"mb": 1, "x": 1, "out": 32}),
+        ((7, 96), np.float32, {"mb": 2, "out": 7}),  # splits the stick: 2 lane-view tiles each
+        ((2, 1, 256), F16, {"mb": 2, "x": 1, "out": 2}),
+    ],
+)
+def test_pointwise_ops_reading_lane_views_are_divided_over_the_cores(shape, dtype, splits):
+    """Each core loads its box of the buffer's sticks and reads its lanes ``k::s`` of them."""
+
+    def f(x):
+        return x[..., ::2] * 2 - jnp.tanh(x[..., 1::2])
+
+    x = rand(shape, dtype, seed=3)
+    divided = [op for op in sj.explain(f, x).ops if op.division is not None]
+    assert [op.opfunc for op in divided] == ["mul", "tanh", "sub"]
+    for op in divided[:2]:  # the two reading a lane view
+        assert "lanes" in repr(op.division.space.inputs[0].tensor.layout)
+        assert dict(op.division.splits) == splits
+    with checking_cores() as check:
+        want = sj.to_host(sj.jit(f)(x))
+        jax.effects_barrier()
+    assert check.take() == [] and not check.fallbacks
+    assert dict(check.checked) == {"mul": 1, "tanh": 1, "sub": 1}
+    assert same_bits(sj.to_host(sj.jit(f, emulate="cores")(x)), want)
