@@ -42,9 +42,12 @@ bytes a division must read explain little of its time; what does (section 8):
   Llama q_proj (32,1,1)). Batched matmuls keep the barrier linear in the sharers:
   their 32-way multicasts cost the card more, not less (see ``_barrier_reach``).
 - **Partial-sum spill** (batched matmuls): the tiled layout puts the batch inside a
-  batched operand's rows, so a core's accumulators carry all its batch slices; when they
-  do not fit ``lx_usable`` and its K slice spans more than one stick, the fp32 partial
-  sums go to DDR and back between K steps (DDR bytes, no constant of their own).
+  batched operand's rows, so a core's output block carries all its batch slices; when
+  it does not fit ``lx_usable`` and its K slice spans more than one stick, the tiles
+  that fit stay in LX and the fp32 partial sums of the rest go to DDR and back between
+  K steps. A spilled tile of at most ``ddr_burst_bytes`` is one burst each way that the
+  K loop waits for: at one core's stream rate (``ddr_burst_core_bw``), as every burst
+  of the model; larger tiles stream at the DDR's rate. No constant of its own.
 - **K-split**: fp32 partial sums of each core's output block, combined by its partners
   at ``mm_partial_sum_bw`` (fitted: the partials of a core that streams its slices are
   combined between its DMA transfers). A core whose whole working set stays in LX (its
@@ -250,15 +253,18 @@ def matmul_time(
         runs += _core_runs(division, i, machine) * p
         over = max(0.0, _barrier_reach(g, inner, machine) / machine.mm_multicast_sharers - 1)
         sync += math.ceil(per_core * p / chunk) * over * machine.mm_multicast_sync_s
-    spill = _spill_bytes(inner, m, n, k, itemsize, machine) * (batch // inner) * cores
-    read += spill / 2
-    read_bytes += spill // 2
-    write = (0 if 2 in in_lx else out.tensor.nbytes) + spill // 2
+    spill = _spill_bytes(inner, m, n, k, itemsize, acc, machine) * (batch // inner)
+    burst = _spill_burst_s(spill, m, min(n, machine.stick_bytes // itemsize), machine)
+    streamed = 0 if burst else spill * cores // 2  # each way, at the DDR's rate
+    stored = 0 if 2 in in_lx else out.tensor.nbytes
+    read += streamed
+    read_bytes += spill * cores // 2
+    write = stored + spill * cores // 2
     if 2 not in in_lx:
         runs += _core_runs(division, 2, machine)
     bw = machine.ddr_bw * machine.bandwidth_fraction(cores)
-    turn = machine.turnaround_ns_per_byte * 1e-9 * min(read, write)  # spec section 1
-    ddr = (read + write) / bw + turn
+    turn = machine.turnaround_ns_per_byte * 1e-9 * min(read, stored + streamed)  # section 1
+    ddr = (read + stored + streamed) / bw + turn + burst
     sk = division.splits[k_name]
     partial = division.core_bytes(2) * machine.mm_accumulator_bytes // out.tensor.itemsize
     resident = _fits_lx(batch, m, n, k, itemsize, acc, machine.lx_usable)
@@ -326,22 +332,40 @@ def _inner_batch(division: WorkDivision) -> int:
     return math.prod(division.chunk(b) for b in names[:-3] if b not in where or where[b] > rows)
 
 
-def _spill_bytes(batch: int, m: int, n: int, k: int, itemsize: int, machine: Machine) -> int:
-    """DDR bytes one core moves spilling its fp32 partial sums between K steps.
+def _spill_bytes(
+    batch: int, m: int, n: int, k: int, itemsize: int, acc: int, machine: Machine
+) -> int:
+    """DDR bytes one core moves spilling fp32 partial sums between K steps.
 
     In the tiled layout a batched operand's batch sits inside its rows (``[M, K sticks,
     B, 64]``), so a core's LX block carries all its batch slices and cannot be blocked
     over them (coarse tiling loops over outer device dims only). When the core's
-    ``batch x m x n`` accumulators do not fit ``lx_usable`` and its K slice spans more
-    than one stick, the partial sums are written to DDR and read back at every further
-    K step. No fitted constant: the bytes run at the DDR rate.
+    ``batch x m x n`` output block (``acc`` bytes an element: fp32 accumulators and the
+    staged output, :func:`_block_bytes`) does not fit ``lx_usable`` and its K slice
+    spans more than one stick, the tiles that fit stay in LX across the K loop and only
+    the rest spill: their partial sums are written to DDR and read back at every further
+    K step. No fitted constant.
     """
     steps = -(-k // (machine.stick_bytes // itemsize))  # K sticks of the slice
-    acc = batch * m * n * machine.mm_accumulator_bytes
-    fits = _fits_lx(batch, m, n, 0, itemsize, machine.mm_accumulator_bytes, machine.lx_usable)
-    if batch == 1 or steps == 1 or fits:
+    whole = batch * m * n * acc
+    if batch == 1 or steps == 1 or whole <= machine.lx_usable:
         return 0
-    return 2 * (steps - 1) * acc
+    excess = (whole - machine.lx_usable) * machine.mm_accumulator_bytes // acc  # fp32 part
+    return 2 * (steps - 1) * excess
+
+
+def _spill_burst_s(spill: int, m: int, width: int, machine: Machine) -> float:
+    """Seconds one core's spill takes when each spilled tile is one DMA burst (else 0).
+
+    A spilled tile (a batch slice's ``m`` rows by one N stick of ``width`` elements, fp32)
+    of at most ``ddr_burst_bytes`` is one burst each way, and the K loop waits for it to
+    come back: unpipelined, at one core's stream rate (``ddr_burst_core_bw``, as every
+    burst of the model). Larger tiles stream at the DDR's rate (0 here).
+    """
+    tile = m * width * machine.mm_accumulator_bytes
+    if not spill or not machine.ddr_burst_core_bw or tile > machine.ddr_burst_bytes:
+        return 0.0
+    return spill / machine.ddr_burst_core_bw
 
 
 def _core_runs(division: WorkDivision, operand: int, machine: Machine) -> float:
