@@ -151,6 +151,19 @@ def check_each_side_by_side(cases, check):
         raise AssertionError("every case passes alone, but not side by side") from together
 
 
+def spyre_primitive_classes():
+    """Every primitive class spyrejax defines: ``SpyrePrim``'s subclasses at every depth."""
+    from spyrejax.primitives._base import SpyrePrim
+
+    found, todo = [], [SpyrePrim]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub.__module__.startswith("spyrejax.") and sub not in found:
+                found.append(sub)
+                todo.append(sub)
+    return found
+
+
 def assert_round_trips_both_ways(x, layout, want):
     """Host -> device -> host eagerly (the engine ``dma_h2d`` picks) and inside jax.jit.
 

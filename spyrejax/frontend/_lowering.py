@@ -216,7 +216,8 @@ class Lowering:
 
         Every value the interpreter computes is an extra result (then dropped): that says
         which variable holds which value. Under ``emulate="cores"`` the jaxpr is the
-        per-core program; the record is the program's own ops either way.
+        per-core program, recorded as it runs: the same primitives on the same types,
+        each result the per-core executor's (a variable of that jaxpr).
         """
         keys: list[tuple[Value, SpyreType]] = []
         interpreter = self.interpreter.unchecked()
@@ -228,12 +229,8 @@ class Lowering:
             return [*outs, *env.values()]
 
         args = [abstract(a) for a in self.in_avals]
-        if interpreter.emulate is None:
-            with recording() as rec:
-                closed = jax.make_jaxpr(run)(*args)
-        else:
+        with recording(executes=interpreter.emulate is not None) as rec:
             closed = jax.make_jaxpr(run)(*args)
-            rec = interpreter.record()
         outvars = closed.jaxpr.outvars
         n = len(outvars) - len(keys)
         variables = {k: v for k, v in zip(keys, outvars[n:], strict=True) if isinstance(v, Var)}

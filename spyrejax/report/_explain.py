@@ -94,22 +94,20 @@ def explain(
 def _view_names(lowering: Lowering) -> frozenset[str]:
     """The top-level values the program makes as views of another value's image.
 
-    Read from the program's record (``Lowering.record``): each node run's calls, the
-    primitive that made each value. A recorded value is a variable of the Spyre-level
-    jaxpr when the record is that trace (``tracer_var``); under ``emulate="cores"``
-    the jaxpr is the per-core program, traced apart, and a node's results are found by
-    the (graph value, planned type) each holds (``Lowering.spyre_variables``). Names
-    are as ``explain`` prints the jaxpr (retyping the residencies keeps every
-    variable where it is, so the names too).
+    Read from the program's record (``Lowering.record``): the primitive each node run
+    bound to make each value. The record is of the trace ``explain`` prints, in both
+    modes (under ``emulate="cores"``, the per-core program as it runs), so a recorded
+    value is its variable (``tracer_var``, as residency maps the record:
+    ``_annotated.residency_jaxpr``). Names are as ``explain`` prints the jaxpr
+    (retyping the residencies keeps every variable where it is, so the names too).
     """
-    variables = lowering.spyre_variables
-    views = set()
-    for run in lowering.record.runs:
-        results = zip(run.node.outs, run.option.outs, run.outs, strict=True)
-        held = {id(x): variables.get((v, t)) for v, t, x in results}
-        for call in run.entries:
-            if isinstance(call, Call) and call.prim.role == "view":
-                views.update(held.get(id(x)) or tracer_var(x) for x in call.outs)
+    views = {
+        tracer_var(x)
+        for run in lowering.record.runs
+        for call in run.entries
+        if isinstance(call, Call) and call.prim.role == "view"
+        for x in call.outs
+    }
     names = var_names(lowering.spyre_jaxpr)
     return frozenset(names[v] for v in views if v in names)
 

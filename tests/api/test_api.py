@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import spyre_primitive_classes
 from oracles import same_bits
 
 import spyrejax as sj
@@ -297,16 +298,9 @@ def _all_primitives():
 _ELEMENTWISE, _REDUCE = "spyrejax.primitives._elementwise", "spyrejax.primitives._reduce"
 
 
-def _classes(cls=SpyrePrim):
-    for sub in cls.__subclasses__():
-        if sub.__module__.startswith("spyrejax."):
-            yield sub
-            yield from _classes(sub)
-
-
 def test_every_primitive_declares_the_parameters_it_sets():
     prims = _all_primitives()
-    leaves = {c for c in _classes() if not c.__subclasses__()}
+    leaves = {c for c in spyre_primitive_classes() if not c.__subclasses__()}
     per_op = {m: {c for c in leaves if c.__module__ == m} for m in (_ELEMENTWISE, _REDUCE)}
     assert leaves - set().union(*per_op.values()) <= set(prims)  # every kind was built
     assert all(classes & set(prims) for classes in per_op.values())  # one op of each family

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 from blocks import D, T, _two_layers, _weights
-from helpers import rand
+from helpers import rand, spyre_primitive_classes
 
 import spyrejax as sj
 from spyrejax._counts import counting
@@ -89,16 +89,46 @@ def test_details_hold_every_record(report):
         assert f"  {name}: " in text
 
 
-def test_the_tensor_table_marks_the_views_the_program_makes():
+@pytest.fixture(scope="module")
+def both_modes():
+    """explain of a function whose views are made inside lowerings, in both modes.
+
+    The softmax's broadcasts lower to ExpandDims then BroadcastTo: the ExpandDims is
+    made inside the lowering, no node's result. Under ``emulate="cores"`` the printed
+    jaxpr is the per-core program (its own variable names).
+    """
+    f = lambda x: (jax.nn.softmax(x, axis=0), x.T)  # noqa: E731
+    x = rand((8, 64))
+    return {e: sj.explain(sj.jit(f, emulate=e), x) for e in (None, "cores")}
+
+
+@pytest.mark.parametrize("emulate", [None, "cores"])
+def test_the_tensor_table_marks_the_views_the_program_makes(both_modes, emulate):
     """A value is a view when a view primitive made it (the record says which made each)."""
-    report = sj.explain(lambda x: (jax.nn.softmax(x, axis=0), x.T), rand((8, 64)))
+    report = both_modes[emulate]
     made = dict(re.findall(r"^\s+(\w+):.*? = (\w+)", report.jaxpr, re.M))
-    views = {name for name, prim in made.items() if prim in _VIEW_PRIMS}
+    views = {name for name, prim in made.items() if prim in _view_primitives()}
     assert views and {t.name for t in report.tensors if t.view} == views
     assert all(f"{t.name}: {t.type}  [view]" in report.details() for t in report.tensors if t.view)
 
 
-_VIEW_PRIMS = ("ExpandDims", "BroadcastTo", "Transpose")
+def test_the_tensor_table_is_the_same_in_both_modes(both_modes):
+    """The per-core program marks the same views, with the same bytes and residencies."""
+
+    def table(report):
+        return [
+            (t.type, t.view, t.device_bytes, t.padding_overhead, t.residency)
+            for t in report.tensors
+        ]
+
+    default, cores = (table(both_modes[e]) for e in (None, "cores"))
+    assert sum(view for _, view, *_ in default) >= 5  # the softmax's four and x.T
+    assert cores == default
+
+
+def _view_primitives():
+    """The names of the primitive classes whose role is ``"view"`` (the op records')."""
+    return {c.__name__ for c in spyre_primitive_classes() if c.role == "view"}
 
 
 def test_html_folds_the_details(report):

@@ -69,8 +69,11 @@ def _variables_by_name(
 ) -> dict[str, list[Any]]:
     """The variables behind each buffer name of the device program.
 
-    A node's result is both the ``shard_map`` result and the value its body returns:
-    a name may have several variables (an ordered set of them, as dict keys).
+    A (graph value, planned type) name is the variable holding that pair; a recorded
+    value is its own variable (``tracer_var``: the record is of the jaxpr's own trace
+    in both modes, as ``explain``'s view marks read it). A node's result is both the
+    ``shard_map`` result and the value its body returns: a name may have several
+    variables (an ordered set of them, as dict keys).
     """
     by_name: dict[str, dict[Any, None]] = {}
     for key, name in ops.names.items():

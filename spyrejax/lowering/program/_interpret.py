@@ -189,7 +189,8 @@ class Interpreter:
         which value this way).
         """
         env = {} if env is None else env
-        if recorded.active() is not None:  # recorded: the record places the hints itself
+        rec = recorded.active()
+        if rec is not None and not rec.executes:  # recorded: the record places the hints
             return self._run(env, args, False)
         # Every mode divides the hinted ops: a hint the device model refuses raises here,
         # not only under explain, export or emulate="cores" (no hints: nothing to do). A

@@ -121,9 +121,13 @@ class Recorder:
             results, a loop's stacked results): a ``wrap`` of one moves no data.
         hinted: once the hints are resolved (``_device.resolve_hints``), what each
             hinted node run's hint divides, by ``(node, option index)``; None before.
+        executes: the program runs with its own executor while recorded (the per-core
+            program of ``emulate="cores"``): each call's result is the executor's, a
+            value of the trace the program is (see :func:`recording`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, executes: bool = False) -> None:
+        self.executes = executes
         self.runs: list[NodeRun] = []
         self.images: set[int] = set()
         self.hinted: dict[tuple[Node, int], Any] | None = None
@@ -165,12 +169,22 @@ _RECORDER: ContextVar[Recorder | None] = ContextVar("spyrejax_recorder", default
 
 
 @contextlib.contextmanager
-def recording() -> Iterator[Recorder]:
-    """Record what the interpreter binds inside the block (no executor runs meanwhile)."""
-    rec = Recorder()
+def recording(executes: bool = False) -> Iterator[Recorder]:
+    """Record what the interpreter binds inside the block.
+
+    By default no executor runs meanwhile: the record is the program's own ops, traced
+    plain. ``executes``: the interpreter runs with its executor (``emulate="cores"``'s
+    per-core one) and the record is of that trace, the same primitives bound on the
+    same operand types, each result the executor's (the printed per-core program's
+    variables are then the recorded values').
+    """
+    rec = Recorder(executes)
     token = _RECORDER.set(rec)
     try:
-        with sp.executing(None), sp.recording(rec):  # type: ignore[arg-type]
+        with (
+            contextlib.nullcontext() if executes else sp.executing(None),  # type: ignore[arg-type]
+            sp.recording(rec),
+        ):
             yield rec
     finally:
         _RECORDER.reset(token)
