@@ -85,13 +85,23 @@ def assert_matches_jax_jit(fn, *args, exact=False, **tolerance):
         spyrejax's result, moved to the host.
     """
     got = jax.tree.map(sj.to_host, sj.jit(fn)(*args))
-    want = jax.jit(fn)(*args)
+    assert_matches(got, want=jax.jit(fn)(*args), exact=exact, **tolerance)
+    return got
+
+
+def assert_matches(got, want, *, exact=False, **tolerance):
+    """The comparison of :func:`assert_matches_jax_jit`: spyrejax's result against jax.jit's.
+
+    For results computed elsewhere (:func:`check_each_side_by_side`'s checks): the same
+    pytree structure and dtypes, and values within :func:`assert_close`'s tolerance
+    (``tolerance``: its ``reduce_len``, ``ops`` and ``scale``), or bit for bit with
+    ``exact``.
+    """
     chex.assert_trees_all_equal_dtypes(got, want)
     if exact:
         chex.assert_trees_all_equal(got, want)
     else:
         assert_close(got, want, **tolerance)
-    return got
 
 
 def run_side_by_side(cases):

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import assert_close, check_each_side_by_side, rand, tol
+from helpers import assert_close, assert_matches, check_each_side_by_side, rand, tol
 from helpers import assert_matches_jax_jit as _check
 from hypothesis import given
 from hypothesis import strategies as st
@@ -123,8 +123,7 @@ def test_covered_primitives_match_jax_jit(dtype, shape):
 
     def check(name, got, want):
         terms, ops = ROUNDING.get(name, (lambda s: 1, 1))
-        chex.assert_trees_all_equal_dtypes(got, want)
-        assert_close(got, want, reduce_len=terms(cases[name][1][0].shape), ops=ops)
+        assert_matches(got, want, reduce_len=terms(cases[name][1][0].shape), ops=ops)
 
     check_each_side_by_side(cases, check)
 
@@ -1142,11 +1141,8 @@ def test_float_ops_match_jax_jit(shape, dtype):
     cases = {name: (fn, [rand(shape, dtype, 3)]) for name, fn in _FLOAT_OPS.items()}
 
     def check(name, got, want):
-        got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
         # The same XLA kernels on the same values: a few ulps of each result at most.
-        eps = float(jnp.finfo(dtype).eps)
-        atol = 4 * eps * max(1.0, np.abs(want).max())
-        np.testing.assert_allclose(got, want, rtol=4 * eps, atol=atol)
+        assert_matches(got, want)
 
     check_each_side_by_side(cases, check)
 
@@ -1233,20 +1229,15 @@ def test_dot_general_in_full(dtype):
 
     def check(spec, got, want):
         sa, sb = _DOTS[spec]
-        got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
         # Sums of k products of values in [-2, 2], in another order: a few ulps of each term.
         k = max(
             1,
             math.prod(sa)
             * math.prod(sb)
-            // max(1, want.size)
+            // max(1, np.size(want))
             // max(1, math.prod(sb) // math.prod(sa) or 1),
         )
-        eps = float(jnp.finfo(dtype).eps)
-        atol = 4 * eps * 4 * math.sqrt(max(k, 1)) * 4
-        np.testing.assert_allclose(
-            got, want, rtol=4 * eps, atol=max(atol, 4 * eps * np.abs(want).max())
-        )
+        assert_matches(got, want, reduce_len=k)
         fn, args = cases[spec]
         report = sj.explain(fn, *args)  # every copy the lowering makes is charged
         moved = sum(int(c) for c in re.findall(r"cost=(\d+)", report.jaxpr))
@@ -1330,13 +1321,9 @@ def test_index_driven_and_cumulative_ops_match_jax_jit(dtype, width):
     }
 
     def check(name, got, want):
-        assert np.asarray(got).dtype == np.asarray(want).dtype
-        got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
         # The same JAX primitives on the same values; sums (cumsum, a mean over a softmax)
         # may round in another order: a few ulps of the largest partial sum.
-        eps = float(jnp.finfo(dtype).eps)
-        atol = 8 * eps * max(1.0, np.abs(want).max())
-        np.testing.assert_allclose(got, want, rtol=4 * eps, atol=atol)
+        assert_matches(got, want, ops=2)
         fn, args = cases[name]
         report = sj.explain(fn, *args)
         assert report.copy_cost > 0  # charged as the device copies they are
@@ -1367,9 +1354,7 @@ def test_primitives_with_several_results_match_jax_jit(dtype, width):
     }
 
     def check(name, got, want):
-        got = jax.tree.map(np.asarray, got)
-        assert jax.tree.map(lambda a: a.dtype, got) == jax.tree.map(lambda a: a.dtype, want)
-        assert_close(got, want, reduce_len=width)  # the last case contracts over width
+        assert_matches(got, want, reduce_len=width)  # the last case contracts over width
 
     check_each_side_by_side(cases, check)
 

@@ -2,14 +2,13 @@
 
 import math
 
-import chex
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from blocks import CNN
-from helpers import assert_close, check_each_side_by_side, rand
+from helpers import assert_matches, check_each_side_by_side, rand
 from helpers import assert_matches_jax_jit as _close
 
 import spyrejax as sj
@@ -98,8 +97,7 @@ def _matches(tolerances):
     """A check of :func:`check_each_side_by_side`: ``_close``'s, each case's tolerance."""
 
     def check(name, got, want):
-        chex.assert_trees_all_equal_dtypes(got, want)
-        assert_close(got, want, **tolerances[name])
+        assert_matches(got, want, **tolerances[name])
 
     return check
 
