@@ -110,8 +110,10 @@ def run_side_by_side(cases):
     ``cases`` maps a name to ``(fn, args)``. Each function runs on its own arguments, so
     the program is the cases' programs side by side, sharing no value: the planner, whose
     passes follow the graph's edges, plans each part as it plans the case alone, and each
-    result has the bits the case alone gives. It is one compile each instead of one per
-    case (XLA's fixed cost per program is about half of a small case's time).
+    result has the bits the case alone gives (its layout may differ where the planner
+    weighs the whole program: tests/models/test_peer_ops.py runs the ops with a stated
+    layout alone). It is one compile each instead of one per case (10-20% less CPU
+    than the cases alone, more for many tiny cases: docs/testing.md).
 
     Returns:
         ``{name: (got, want)}``: spyrejax's result moved to the host, and jax.jit's.

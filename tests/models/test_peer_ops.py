@@ -9,11 +9,10 @@ hold the ops of Granite-3.3-8B, Llama-3.1-8B and GPT-OSS-20B at prefill and deco
 import os
 from pathlib import Path
 
-import chex
 import jax
 import numpy as np
 import pytest
-from helpers import assert_close
+from helpers import assert_matches
 from peer_ops import LISTS, Case, host_dtype, layout_of, operand, our_cases, same_placement, stated
 
 import spyrejax as sj
@@ -76,9 +75,7 @@ def _prepare(case: Case) -> tuple[list, list]:
 
 def _check(case: Case, out, want) -> None:
     """spyrejax.jit's result ``out`` against jax.jit's: dtypes, values, stated layouts."""
-    got = jax.tree.map(sj.to_host, out)
-    chex.assert_trees_all_equal_dtypes(got, want)
-    assert_close(got, want, reduce_len=case.reduce_len, ops=case.ops)
+    assert_matches(jax.tree.map(sj.to_host, out), want, reduce_len=case.reduce_len, ops=case.ops)
     if stated(case.result_layout, np.shape(want)):
         want_layout = layout_of(case.result_layout, host_dtype(str(want.dtype)))
         assert same_placement(out.layout, want_layout, np.shape(want)), (out.layout, want_layout)
