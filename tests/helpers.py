@@ -112,8 +112,8 @@ def run_side_by_side(cases):
     passes follow the graph's edges, plans each part as it plans the case alone, and each
     result has the bits the case alone gives (its layout may differ where the planner
     weighs the whole program: tests/models/test_peer_ops.py runs the ops with a stated
-    layout alone). It is one compile each instead of one per case (10-20% less CPU
-    than the cases alone, more for many tiny cases: docs/testing.md).
+    layout alone). It is one compile each instead of one per case (8-40% less CPU
+    than the cases alone in the cases measured: docs/testing.md).
 
     Returns:
         ``{name: (got, want)}``: spyrejax's result moved to the host, and jax.jit's.
