@@ -17,7 +17,9 @@ first places an element as the standard layout does, then moves it inside its gr
 (:func:`arranged_coords`). A group is one stick of a 16-bit layout (``FP32_TO_DL16``:
 what converting fp32 sticks emits) or the two sticks of a 32-bit layout at tiles
 ``2k, 2k + 1`` of the stick dim (``DL16_TO_FP32``: what converting a 16-bit stick emits);
-the device image of an arranged layout is the standard image with every group permuted
+a 32-bit stick dim within one stick has no tile count, and its group's second stick is a
+synthetic device dim of size 2 (:func:`_lone_pair`); the device image of an arranged
+layout is the standard image with every group permuted
 (:func:`arrange_image`), which is how both DMA engines move it.
 
 Pure Python/NumPy: no JAX.
@@ -162,12 +164,15 @@ def pair_axis(
     gaps: tuple[tuple[int, int], ...],
     segments: Any,
     what: str,
+    stride_map: tuple[int, ...],
 ) -> int | None:
     """The device dim whose tiles pair into groups, for a layout bound to a host shape.
 
     None for a standard or 16-bit arrangement (a group is one stick). A 32-bit one pairs
     tiles ``2k, 2k + 1`` of the stick dim's tile count: the axis that walks the lanes'
-    segment 32 elements at a time. It must have an even size and no gap.
+    segment 32 elements at a time. It must have an even size and no gap. Lanes whose
+    host dim fits one stick have no tile count: their group's second stick is a
+    synthetic dim of size 2 (:func:`_lone_pair`).
 
     Args:
         arrangement: the layout's arrangement.
@@ -175,6 +180,7 @@ def pair_axis(
         gaps: the layout's ``(front, back)`` gaps.
         segments: the host mapping's segments (``host_dims``, ``axes`` each).
         what: the layout and host shape, for errors.
+        stride_map: the layout's stride map (a lone pair is a synthetic dim).
 
     Raises:
         LayoutError: if the lanes walk no host dim one element at a time, or the
@@ -192,12 +198,43 @@ def pair_axis(
     if need == GROUP:
         return None
     pair = [j for j, ratio in mine[0].axes if ratio == need]
+    if not pair:
+        lone = _lone_pair(mine[0], valid_size, gaps, stride_map)
+        if lone is not None:
+            return lone
     if not pair or valid_size[pair[0]] % 2 or any(gaps[pair[0]]):
         raise LayoutError(
             f"{what}: element arrangement {arrangement.value} pairs the stick dim's tiles; it "
             "needs a tile count of even size without gaps"
         )
     return pair[0]
+
+
+def _lone_pair(
+    segment: Any,
+    valid_size: tuple[int, ...],
+    gaps: tuple[tuple[int, int], ...],
+    stride_map: tuple[int, ...],
+) -> int | None:
+    """The pair of a 32-bit group whose lanes' host dim fits one stick, or None.
+
+    A 16-bit stick holding ``n <= 32`` elements of its host dim converts to two fp32
+    sticks, ``DL16_TO_FP32`` sending element ``i`` to position ``(4,2,8):(1,32,4)(i)``:
+    runs of 4 alternate between the sticks (for ``n = 32``, lanes 0-15 of each). The
+    standard map has no second tile for such a host dim, so the layout names it as a
+    synthetic device dim (stride ``-1``) of size 2: the standard map places every
+    element at its coordinate 0, and the arrangement moves half of the runs to 1. The
+    innermost such dim without gaps, if the lanes walk their segment alone.
+    """
+    last = len(valid_size) - 1
+    if segment.axes != ((last, 1),) or segment.size > GROUP // 2:
+        return None
+    lone = [
+        j
+        for j, m in enumerate(stride_map[:last])
+        if m == -1 and valid_size[j] == 2 and not any(gaps[j])
+    ]
+    return lone[-1] if lone else None
 
 
 def arranged_coords(

@@ -86,6 +86,11 @@ def device_dims(
     for segment in seg.segments:
         for j, ratio in segment.axes:
             tags[j] = DevDim(segment.host_dims, ratio, layout.device_size[j])
+    pair = layout.for_host(base_shape).pair if layout.is_arranged else None
+    if pair is not None and not tags[pair].is_data and tags[-1].is_data:
+        # A group's second stick beside lanes within one stick (a synthetic dim of 2 the
+        # arrangement fills: ``_arrangements._lone_pair``) is their tile count.
+        tags[pair] = DevDim(tags[-1].dims, layout.elems_per_stick, layout.device_size[pair])
     return tuple(tags)
 
 

@@ -440,7 +440,8 @@ def for_host(
     for segment in seg.segments:
         _check_nesting(layout, segment, what)
     arr, valid, gaps = layout.arrangement, layout.valid_size, layout.device_gaps
-    return HostMapping(layout, shape, strides, seg, pair_axis(arr, valid, gaps, seg.segments, what))
+    pair = pair_axis(arr, valid, gaps, seg.segments, what, layout.stride_map)
+    return HostMapping(layout, shape, strides, seg, pair)
 
 
 def _check_nesting(layout: SpyreTensorLayout, segment: Any, what: str) -> None:

@@ -97,27 +97,37 @@ def emitted_layout(standard: SpyreTensorLayout, shape: tuple[int, ...]) -> Spyre
     """The layout the card's conversion writes: ``standard`` in the order it emits.
 
     A 32-bit result pairs the tiles of its stick dim (each 16-bit stick became two
-    fp32 sticks), so an odd tile count gets one more, padding.
+    fp32 sticks), so an odd tile count gets one more, padding. A stick dim within one
+    stick has a tile count of 1 that walks nothing: it becomes the group's second stick,
+    a synthetic dim of size 2 (``layout._arrangements._lone_pair``).
 
     Raises:
-        LayoutError: if the stick dim is one stick or less (32-bit: no tiles to pair), or
-            the lanes are not on a host dim.
+        LayoutError: if the lanes are not on a host dim, or a stick dim within one stick
+            has no tile count of 1 beside them.
     """
     arrangement = _EMITS[standard.elems_per_stick]
     if standard.elems_per_stick == 32:
-        segments = standard.for_host(shape).segmentation.segments
+        mapping = standard.for_host(shape)
         last = standard.device_rank - 1
-        lanes = [s for s in segments if (last, 1) in s.axes]
+        lanes = [s for s in mapping.segmentation.segments if (last, 1) in s.axes]
         pair = [j for s in lanes for j, ratio in s.axes if ratio == 32]
-        if not pair:
-            raise LayoutError(
-                f"astype: {arrangement.value} pairs the stick dim's tiles; a stick dim of "
-                f"{list(shape)} within one stick has none"
-            )
-        size = list(standard.device_size)
-        size[pair[0]] += size[pair[0]] % 2
+        size, smap = list(standard.device_size), list(standard.stride_map)
+        if pair:
+            size[pair[0]] += size[pair[0]] % 2
+        else:
+            tile = [
+                j
+                for j in mapping.segmentation.ignored
+                if j != last and size[j] == 1 and smap[j] == 32 * smap[last]
+            ]
+            if not lanes or not tile:
+                raise LayoutError(
+                    f"astype: {arrangement.value} pairs the stick dim's tiles; {list(shape)} "
+                    f"in {standard} has no tile count of its lanes to pair"
+                )
+            size[tile[-1]], smap[tile[-1]] = 2, -1  # the group's second stick: synthetic
         standard = SpyreTensorLayout.from_stride_map(
-            size, standard.stride_map, standard.device_dtype, device_gaps=standard.device_gaps
+            size, smap, standard.device_dtype, device_gaps=standard.device_gaps
         )
     layout = standard.with_arrangement(arrangement)
     layout.for_host(shape)  # validates the pair

@@ -76,6 +76,19 @@ def test_arranged_astype_eagerly_and_refusals():
     np.testing.assert_array_equal(np.asarray(sj.to_host(restored)), np.asarray(x, np.float32))
 
 
+@pytest.mark.parametrize("shape", [(3, 20), (2, 32), (5,)])
+def test_a_stick_dim_within_one_stick_converts_onto_a_pair_of_sticks(shape):
+    x = rand(shape, F16)
+    a = sp.astype(sj.to_device(x), F32, arranged=True)
+    lay = jax.typeof(a).layout
+    assert lay.arrangement.value == "DL16_TO_FP32" and -1 in lay.stride_map
+    assert 2 in lay.device_size  # the group's second stick: a synthetic dim of 2
+    np.testing.assert_array_equal(np.asarray(sj.to_host(a)), np.asarray(x, np.float32))
+    b = sp.astype(sp.elementwise("mul", a, a), F16)
+    assert not jax.typeof(b).layout.is_arranged
+    np.testing.assert_array_equal(np.asarray(sj.to_host(b)), np.asarray(x * x))
+
+
 def test_arranged_chains_differentiate_and_vmap():
     x = rand((8, 128), F16)
 
