@@ -155,6 +155,14 @@ _HOST_SIDE_FORMAT: dict[np.dtype, DataFormats] = {
 }
 
 
+def has_spyre_format(dtype: Any) -> bool:
+    """Whether a host dtype has a Spyre data format (PRNG keys, float64... do not)."""
+    try:
+        return np.dtype(dtype) in _HOST_TO_FORMAT
+    except TypeError:  # not a NumPy dtype at all
+        return False
+
+
 def host_dtype(dtype: DTypeLike) -> np.dtype:
     """Normalise a host dtype-like to a :class:`numpy.dtype` that has a Spyre format.
 

@@ -34,7 +34,14 @@ from ._host_mapping import HostMapping
 from ._layout import SpyreTensorLayout
 from ._segments import row_major_strides
 
-__all__ = ["LaneMapping", "LanedLayout", "laned", "parent_layout", "parent_shape"]
+__all__ = [
+    "LaneMapping",
+    "LanedLayout",
+    "lane_refusal",
+    "laned",
+    "parent_layout",
+    "parent_shape",
+]
 
 
 class LanedLayout(SpyreTensorLayout):
@@ -63,13 +70,11 @@ class LanedLayout(SpyreTensorLayout):
         """
         layout = cls.__new__(cls)
         layout._init(device_size, stride_map, device_dtype)
-        eps = layout.device_size[-1]
-        if not (isinstance(step, int) and isinstance(offset, int)) or step < 2 or eps % step:
-            raise LayoutError(f"lanes: a step of {step!r} does not divide a stick of {eps}")
-        if not 0 <= offset < step:
-            raise LayoutError(f"lanes: offset {offset!r} must lie in [0, {step})")
-        if layout.stride_map[-1] != 1:
-            raise LayoutError(f"lanes: the stick of {layout} does not walk a host dim by one")
+        refusal = _stick_refusal(layout, step)
+        if refusal is None and not (isinstance(offset, int) and 0 <= offset < step):
+            refusal = f"lanes: offset {offset!r} must lie in [0, {step})"
+        if refusal is not None:
+            raise LayoutError(refusal)
         object.__setattr__(layout, "lanes", (offset, step))
         return layout
 
@@ -122,15 +127,44 @@ def laned(buffer: SpyreTensorLayout, offset: int, step: int) -> LanedLayout:
 
     Raises:
         LayoutError: if ``buffer`` has gaps, an element arrangement or lanes, or a
-            stride ``step`` does not divide.
+            stride ``step`` does not divide (see :func:`lane_refusal`).
     """
-    if buffer.has_gaps or buffer.is_arranged or isinstance(buffer, LanedLayout):
-        raise LayoutError(f"lanes: {buffer} is a window, arranged or laned already")
+    refusal = lane_refusal(buffer, step)
+    if refusal is not None:
+        raise LayoutError(refusal)
     smap = list(buffer.stride_map)
-    if any(m > 0 and m % step for m in smap[:-1]):
-        raise LayoutError(f"lanes: the strides of {buffer} are not multiples of {step}")
     smap[:-1] = [m // step if m > 0 else m for m in smap[:-1]]
     return LanedLayout.make(buffer.device_size, smap, buffer.device_dtype, offset, step)
+
+
+def lane_refusal(
+    buffer: SpyreTensorLayout, step: int, piece: tuple[int, ...] | None = None
+) -> str | None:
+    """Why pieces ``x[..., k::step]`` cannot sit on their lanes of ``buffer``, or None.
+
+    The rule :func:`laned` enforces (a plain buffer, every stride a multiple of
+    ``step``, ``step`` dividing the stick, which walks a host dim by one); the
+    predicate the planner asks before it places pieces in lanes. With ``piece`` (the
+    pieces' host shape), also that they have a last dim a lane walks (2 or more).
+    """
+    if buffer.has_gaps or buffer.is_arranged or isinstance(buffer, LanedLayout):
+        return f"lanes: {buffer} is a window, arranged or laned already"
+    if any(m > 0 and m % step for m in buffer.stride_map[:-1]):
+        return f"lanes: the strides of {buffer} are not multiples of {step}"
+    refusal = _stick_refusal(buffer, step)
+    if refusal is None and piece is not None and (not piece or piece[-1] < 2):
+        return f"lanes: a piece of shape {list(piece)} has no last dim a lane walks"
+    return refusal
+
+
+def _stick_refusal(layout: SpyreTensorLayout, step: Any) -> str | None:
+    """Why ``layout``'s sticks cannot be cut in lanes ``k::step``, or None."""
+    eps = layout.device_size[-1]
+    if not isinstance(step, int) or step < 2 or eps % step:
+        return f"lanes: a step of {step!r} does not divide a stick of {eps}"
+    if layout.stride_map[-1] != 1:
+        return f"lanes: the stick of {layout} does not walk a host dim by one"
+    return None
 
 
 def parent_layout(layout: LanedLayout) -> SpyreTensorLayout:

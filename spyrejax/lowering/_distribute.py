@@ -30,8 +30,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from .._errors import LayoutError
-from ..layout._dtypes import BYTES_PER_STICK
+from ..layout._dtypes import BYTES_PER_STICK, has_spyre_format
 from ..primitives import ELEMENTWISE
 from ..primitives._stick import grouped_layout
 
@@ -357,8 +356,5 @@ def _expanded_pieces(cat: Node, producers: Any, readers: Any, outputs: set[int])
 
 
 def _has_grouped_stick(y: Value) -> bool:
-    """Whether the stacked pairs have a stick over their trailing dims (a Spyre format)."""
-    try:
-        return grouped_layout(y.shape, y.dtype) is not None
-    except LayoutError:  # no Spyre format (PRNG keys)
-        return False
+    """Whether the stacked pairs have a Spyre format and a stick over their trailing dims."""
+    return has_spyre_format(y.dtype) and grouped_layout(y.shape, y.dtype) is not None

@@ -24,7 +24,7 @@ import numpy as np
 
 from .._errors import SpyreInternalError, SpyreUnsupportedError
 from .._jax import call_params, closed_call_p
-from ..layout._dtypes import SUPPORTED_DTYPES
+from ..layout._dtypes import has_spyre_format
 from ._graph import Graph, Node, Scalar, Value
 
 __all__ = ["host_regions", "on_host"]
@@ -46,7 +46,7 @@ _NAMED = 6  # primitives a region's name lists
 
 def on_host(v: Value | Scalar) -> bool:
     """Whether a value has no Spyre data format: it can only live on the host."""
-    return isinstance(v, Value) and np.dtype(v.dtype) not in SUPPORTED_DTYPES
+    return isinstance(v, Value) and not has_spyre_format(v.dtype)
 
 
 def host_regions(graph: Graph) -> Graph:

@@ -49,6 +49,7 @@ from ._values import logical_values
 __all__ = [
     "Assemble",
     "FillAround",
+    "JoinedBits",
     "Place",
     "SliceView",
     "UpdateAt",
@@ -236,7 +237,29 @@ def slice_view(x: SpyreArray, start: Sequence[int], limit: Sequence[int]) -> Spy
     return SliceView(aval, start=start_, limit=limit_)(x)
 
 
-class Assemble(SpyrePrim):
+class JoinedBits(SpyrePrim):
+    """A view made of pieces already in their places of its buffer, joined bit for bit.
+
+    The emulator's images are values, so the kernel joins the pieces' images into one
+    (:meth:`_join`, on their bits: XLA moves integers and alters no float; the tangent
+    kernel joins the values); on the device nothing moves. :class:`Assemble` joins
+    windows, ``LaneAssemble`` (``primitives._lanes``) lanes.
+    """
+
+    role = "view"
+
+    def kernel(self, *imgs: jax.Array) -> jax.Array:
+        return _back(self._join(tuple(_bits(m, True) for m in imgs)), imgs[0].dtype, True)
+
+    def tangent_kernel(self, *imgs: jax.Array) -> jax.Array:
+        return self._join(imgs)
+
+    def _join(self, parts: tuple[jax.Array, ...]) -> jax.Array:
+        """The operands' images (bits or values) joined into the result's image."""
+        raise NotImplementedError
+
+
+class Assemble(JoinedBits):
     """A tensor made of pieces written into windows of its buffer (and the buffer itself).
 
     The operands are the pieces in their :func:`window_layout` at ``offsets``; with
@@ -245,7 +268,6 @@ class Assemble(SpyrePrim):
     the buffer. Nothing moves: every piece is already in place.
     """
 
-    role = "view"
     takes_gaps = True
     layout: SpyreTensorLayout
     shape: tuple[int, ...]
@@ -281,18 +303,12 @@ class Assemble(SpyrePrim):
         self.params = {"layout": layout, "shape": shape, "offsets": offsets, "base": base}
         super().__init__()
 
-    def kernel(self, *imgs: jax.Array) -> jax.Array:
-        return self._join(imgs, exact=True)
-
-    def tangent_kernel(self, *imgs: jax.Array) -> jax.Array:
-        return self._join(imgs, exact=False)
-
-    def _join(self, imgs: tuple[jax.Array, ...], exact: bool) -> jax.Array:
-        out = _bits(imgs[0], exact)
-        pairs = zip(imgs, self.in_avals, strict=True)
-        for img, aval in list(pairs)[1:]:  # the first is the buffer (or is in its window)
-            out = _window_into(out, _bits(img, exact), aval.layout)
-        return _back(out, imgs[0].dtype, exact)
+    def _join(self, parts: tuple[jax.Array, ...]) -> jax.Array:
+        out = parts[0]
+        pairs = zip(parts, self.in_avals, strict=True)
+        for part, aval in list(pairs)[1:]:  # the first is the buffer (or is in its window)
+            out = _window_into(out, part, aval.layout)
+        return out
 
 
 class FillAround(SpyrePrim):

@@ -27,11 +27,12 @@ import jax
 import numpy as np
 
 from .._errors import LayoutError, SpyreTypeError
-from ..dma._dma import as_bits, d2h_bits, d2h_values, from_bits, h2d_bits, h2d_values
+from ..dma._dma import d2h_bits, d2h_values, h2d_bits, h2d_values
 from ..layout._lanes import LanedLayout, laned, parent_layout, parent_shape
 from ..layout._layout import SpyreTensorLayout
 from ._array import SpyreArray, SpyreType
 from ._base import SpyrePrim
+from ._in_place import JoinedBits
 
 __all__ = [
     "LaneAssemble",
@@ -182,7 +183,7 @@ def lane_place(x: SpyreArray, layout: SpyreTensorLayout) -> SpyreArray:
     return LanePlace(jax.typeof(x), layout=layout)(x)
 
 
-class LaneAssemble(SpyrePrim):
+class LaneAssemble(JoinedBits):
     """``s`` pieces, each on lanes ``k::s`` of the buffer, as the interleaved tensor.
 
     Piece ``k`` must be in ``laned(layout, k, s)``; the result is ``[..., s * n]`` in
@@ -190,7 +191,6 @@ class LaneAssemble(SpyrePrim):
     Nothing moves: every piece is already on its lanes.
     """
 
-    role = "view"
     takes_lanes = True
     layout: SpyreTensorLayout
     shape: tuple[int, ...]
@@ -208,19 +208,12 @@ class LaneAssemble(SpyrePrim):
         self.params = {"layout": layout, "shape": shape}
         super().__init__()
 
-    def kernel(self, *imgs: jax.Array) -> jax.Array:
-        return self._join(imgs, exact=True)
-
-    def tangent_kernel(self, *imgs: jax.Array) -> jax.Array:
-        return self._join(imgs, exact=False)
-
-    def _join(self, imgs: tuple[jax.Array, ...], exact: bool) -> jax.Array:
-        lane = jax.lax.broadcasted_iota(np.int32, imgs[0].shape, imgs[0].ndim - 1) % len(imgs)
-        parts = [as_bits(m) if exact else m for m in imgs]
+    def _join(self, parts: tuple[jax.Array, ...]) -> jax.Array:
+        lane = jax.lax.broadcasted_iota(np.int32, parts[0].shape, parts[0].ndim - 1) % len(parts)
         out = parts[0]
         for k, part in enumerate(parts[1:], 1):
             out = jax.numpy.where(lane == k, part, out)
-        return from_bits(out, imgs[0].dtype, fence=True) if exact else out
+        return out
 
 
 def lane_assemble(

@@ -112,7 +112,7 @@ class Reshape(ShapeView):
 
     def __init__(self, aval: SpyreType, *, new_shape: tuple[int, ...]) -> None:
         strides = view_strides_for_reshape(aval.shape, aval.strides, new_shape)
-        if strides is None or _merges_padding(aval, new_shape, strides):
+        if not reshape_is_view(aval, new_shape):
             raise LayoutError(
                 f"reshape: {aval.str_short()} -> {list(new_shape)} needs a copy (it is not a "
                 "view, or it merges a padded dim with another); "
@@ -123,6 +123,16 @@ class Reshape(ShapeView):
 
     def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
         return {"new_shape": (size, *self.new_shape)}
+
+
+def reshape_is_view(aval: SpyreType, new_shape: tuple[int, ...]) -> bool:
+    """Whether ``aval`` reshaped to ``new_shape`` is a view of its image (:class:`Reshape`).
+
+    It is unless the new dims need strides the image does not have, or one spans a
+    padded dim and another (the padding would interleave the data).
+    """
+    strides = view_strides_for_reshape(aval.shape, aval.strides, new_shape)
+    return strides is not None and not _merges_padding(aval, new_shape, strides)
 
 
 def _split_folds(

@@ -7,6 +7,7 @@ offset]``: the index map, the padding (the buffer's padding and every other lane
 both DMA engines, eager and under ``jax.jit``, must agree with it bit for bit.
 """
 
+import itertools
 import math
 import pickle
 
@@ -25,7 +26,7 @@ from oracles import (
 
 import spyrejax as sj
 from spyrejax import DCI, SpyreTensorLayout, viz
-from spyrejax.layout._lanes import LanedLayout, laned, parent_layout
+from spyrejax.layout._lanes import LanedLayout, lane_refusal, laned, parent_layout
 
 F16, F32 = np.float16, np.float32
 
@@ -101,7 +102,8 @@ def _coords(buffer, shape, layout, piece):
 def test_index_map_and_padding_are_the_buffers_at_the_spread_index(case):
     buffer, shape, layout, piece, _ = case
     mapping = layout.for_host(piece)
-    np.testing.assert_array_equal(mapping.device_coords(), _coords(buffer, shape, layout, piece))
+    want = _coords(buffer, shape, layout, piece)
+    np.testing.assert_array_equal(mapping.device_coords(), want)
     offset, step = layout.lanes
     lanes = np.arange(buffer.device_size[-1]) % step == offset
     np.testing.assert_array_equal(mapping.data_mask(), data_mask_by_rule(shape, buffer) & lanes)
@@ -109,12 +111,29 @@ def test_index_map_and_padding_are_the_buffers_at_the_spread_index(case):
     assert sorted(offsets[offsets >= 0].tolist()) == list(range(math.prod(piece)))
     last = tuple(n - 1 for n in piece)
     assert mapping.host_index(mapping.device_coord(last)) == last
-    slabs = np.zeros(layout.device_size, bool)
-    for dim, start, stop in mapping.padding_slabs():
-        index = [slice(None)] * layout.device_rank
-        index[dim] = slice(start, stop)
-        slabs[tuple(index)] = True
-    assert not (mapping.padding_mask() & ~slabs).any()
+    # The padding is exactly the device elements no host index maps to (brute force).
+    mapped = np.zeros(layout.device_size, bool)
+    mapped[tuple(want.reshape(-1, layout.device_rank).T)] = True
+    np.testing.assert_array_equal(mapping.padding_mask(), ~mapped)
+
+
+@pytest.mark.parametrize("dtype", [F16, F32, np.int8], ids=str)
+def test_lane_refusal_is_the_predicate_of_placing_pieces_in_lanes(dtype):
+    # The planner asks lane_refusal before it places an interleave's pieces on lanes
+    # k::s of the default layout of [..., s * n]: it must say None exactly where
+    # building the pieces' types succeeds (a step dividing the stick, pieces with a
+    # last dim a lane walks), and name the reason otherwise.
+    for step, piece in itertools.product((2, 3, 4), [(1,), (3,), (8,), (2, 1), (4, 32), (2, 3, 1)]):
+        out = (*piece[:-1], piece[-1] * step)
+        dest = SpyreTensorLayout(out, dtype)
+        refusal = lane_refusal(dest, step, piece)
+        try:
+            for k in range(step):
+                laned(dest, k, step).for_host(piece)
+        except sj.LayoutError:
+            assert refusal is not None, (step, piece)
+        else:
+            assert refusal is None, (step, piece, refusal)
 
 
 @given(laned_cases())

@@ -226,3 +226,30 @@ def test_fms_rope_at_the_issue_shape_keeps_every_value_within_its_data():
     assert not report.restickifies
     _padding_bounded(report, factor=1)
     assert report.device_bytes < 2 * 1024 * 1024
+
+
+def _stack_scalars(a, b):
+    return jnp.stack([a * 2, b + 1]).reshape(2, 1)  # 1-D: no pairs of a trailing dim
+
+
+def _stack_keys(k):
+    ks = jax.random.split(k, 4).reshape(2, 2)  # PRNG keys have no Spyre format
+    pairs = jnp.stack([ks, ks.T], -1).reshape(2, 4)
+    return jax.random.uniform(pairs[1, 2], (3,))
+
+
+def _stack_past_the_pairs(a, b):
+    # [4, 8, 2] in float16: the stick over the trailing dims takes all of them
+    # (64 = 4 * 8 * 2), more than the pairs; [4, 16] is still a view of it.
+    return jnp.stack([a, b + 1], -1).reshape(4, 16)
+
+
+def test_stacks_the_interleave_rewrite_leaves_or_plans_as_before():
+    # The three follow-ups of the interleave rewrite (3e57da1, b5f65bc, 70ac853): a
+    # stack of scalars is no pair stack, a stack of keys stays on the host, and a
+    # stack whose grouped stick spans more dims than the pairs still plans.
+    assert_matches_jax_jit(_stack_scalars, jnp.float32(2), jnp.float32(3))
+    assert_matches_jax_jit(_stack_keys, jax.random.key(3), exact=True)
+    a, b = rand((4, 8), jnp.float16, seed=1), rand((4, 8), jnp.float16, seed=2)
+    assert_matches_jax_jit(_stack_past_the_pairs, a, b)
+    assert "Reshape[" in sj.explain(_stack_past_the_pairs, a, b).jaxpr

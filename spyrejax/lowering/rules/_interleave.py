@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
+
 from ... import primitives as sp
-from ..._errors import LayoutError
-from ...layout._lanes import laned
+from ...layout._lanes import lane_refusal, laned
 from ...primitives._array import SpyreType
 from ...primitives._lanes import lane_assemble
 from ...primitives._stick import default_layout, dim_order_for, grouped_layout
+from ...primitives._views import reshape_is_view
 from .._graph import Node
 from .._registry import Mode, Rule, _register
 
@@ -29,13 +31,12 @@ class _Interleave(Rule):
         last = out.ndim - 1
         modes = [Mode((None,) * n, last, "copy")]
         dest = default_layout(out.shape, out.dtype, last)
-        try:
-            takes = tuple(
-                SpyreType.contiguous(a.shape, a.dtype, laned(dest, k, n))
-                for k, a in enumerate(node.ins)
-            )
-        except LayoutError:
+        if lane_refusal(dest, n, node.ins[0].shape) is not None:
             return modes
+        takes = tuple(
+            SpyreType.contiguous(a.shape, a.dtype, laned(dest, k, n))
+            for k, a in enumerate(node.ins)
+        )
         return [*modes, Mode((None,) * n, last, "in_place", takes)]
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
@@ -46,11 +47,12 @@ class _Interleave(Rule):
         a = node.ins[0]
         pairs = (*a.shape, len(args))
         pieces = [sp.expand_dims(x, (a.ndim,)) for x in args]
-        stacked = sp.concatenate(pieces, a.ndim, layout=grouped_layout(pairs, out.dtype))
-        try:
-            return [sp.reshape(stacked, out.shape)]  # the pairs' stick is [..., D]'s
-        except LayoutError:  # the grouped stick spans more dims than the pairs
-            return [sp.reshape_copy(stacked, out.shape, dim_order=dim_order_for(out.shape, last))]
+        grouped = grouped_layout(pairs, out.dtype)
+        stacked = sp.concatenate(pieces, a.ndim, layout=grouped)
+        if reshape_is_view(jax.typeof(stacked), out.shape):  # the pairs' stick holds [..., D]
+            return [sp.reshape(stacked, out.shape)]
+        # The grouped stick spans more dims than the pairs and a padded one.
+        return [sp.reshape_copy(stacked, out.shape, dim_order=dim_order_for(out.shape, last))]
 
 
 _register(_Interleave(), "interleave")
