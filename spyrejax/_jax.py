@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from jax._src import core as _core
 from jax._src import linear_util as _lu
 from jax._src import source_info_util as _source_info
 from jax._src.api_util import fun_signature, resolve_argnums, save_wrapped_fun_debug_info
@@ -86,6 +87,7 @@ __all__ = [
     "scan_options",
     "scan_parts",
     "shard_map_body",
+    "staged_eqns",
     "summarize_source",
     "threefry2x32_rounds",
     "trace_context",
@@ -187,6 +189,16 @@ def tracer_var(x: object) -> Var | None:
     """The jaxpr variable a value traced by ``jax.make_jaxpr`` is (None for other values)."""
     var = getattr(x, "val", None) if isinstance(x, DynamicJaxprTracer) else None
     return var if isinstance(var, Var) else None
+
+
+def staged_eqns() -> int | None:
+    """How many equations the ``jax.make_jaxpr`` trace running has staged (None outside one).
+
+    Equations of values dropped meanwhile count too (the trace keeps a slot for each).
+    """
+    frame = getattr(_core.trace_ctx.trace, "frame", None)
+    eqns = getattr(frame, "tracing_eqns", None)
+    return None if eqns is None else len(eqns)
 
 
 # --- jaxpr structure: which parameters hold primitives and bodies -----------------------

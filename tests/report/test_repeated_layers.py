@@ -14,8 +14,11 @@ import jax
 import jax.numpy as jnp
 
 import spyrejax as sj
+from spyrejax import primitives as sp
 from spyrejax._counts import counting
+from spyrejax.lowering._registry import watching
 from spyrejax.lowering.program._device import spaces_apart
+from spyrejax.lowering.program._replay import replaying
 
 STEPS = (
     "plan.search",
@@ -50,3 +53,46 @@ def test_repeated_layers_search_once():
     assert many == few
     # Each layer still runs: the deeper model's predicted time grows with its layers.
     assert many_s > 1.5 * few_s
+
+
+def _blocks(x, ws):
+    for w in ws:
+        h = jax.nn.softmax(x @ w, axis=-1)
+        x = x + jax.nn.gelu(h) * jnp.mean(x, axis=-1, keepdims=True)
+    return x.sum(axis=0), x[:4]
+
+
+def _explained(fun, layers: int, replay: bool) -> tuple[sj.Report, int]:
+    """The report of ``fun`` on ``layers`` layers, and how many node runs the record's
+    trace lowered by their rules (replayed ones are not)."""
+    x = jax.ShapeDtypeStruct((16, 96), jnp.float32)
+    ws = [jax.ShapeDtypeStruct((96, 96), jnp.float32)] * layers
+    lowered = []
+
+    def watch(node, args, mode):
+        if sp.abstract_calls() is None:  # the trace, not the planner's evaluations
+            lowered.append(node)
+
+    def fresh(x, ws):  # not the lowering an earlier explain of ``fun`` cached
+        return fun(x, ws)
+
+    with replaying(replay), watching(watch):
+        report = sj.explain(fresh, x, ws)
+    return report, len(lowered)
+
+
+def test_repeated_layers_lowered_once_in_the_trace():
+    """The record's trace lowers a repeated node run by its rule once, then binds what it
+    bound again (``_replay``): deeper models lower no more, and the report (jaxpr, record,
+    device model) is the one lowering each gives."""
+    _, few = _explained(_blocks, 3, True)
+    _, many = _explained(_blocks, 6, True)
+    assert 0 < many == few
+    replayed, _ = _explained(_blocks, 3, True)
+    lowered, each = _explained(_blocks, 3, False)
+    assert each > few
+    assert replayed.jaxpr == lowered.jaxpr
+    assert str(replayed) == str(lowered)
+    assert replayed.details() == lowered.details()
+    assert [repr(op) for op in replayed.ops] == [repr(op) for op in lowered.ops]
+    assert replayed.time_s == lowered.time_s

@@ -43,6 +43,7 @@ from ._device import (
 )
 from ._groups import BatchGroups, batch_groups, run_groups
 from ._program import program_ops
+from ._replay import Replays
 from ._softmax import SoftmaxChain, softmax_chains
 
 __all__ = [
@@ -180,6 +181,7 @@ class Interpreter:
         self._hinted: HintTable | None = None
         self._record: recorded.Recorder | None = None
         self._hints: dict[Node, Any] | None = None
+        self._replays = Replays()  # a repeated node's lowering, bound again (recorded traces)
 
     def run(self, *args: Any, env: dict[tuple[Value, SpyreType], Any] | None = None) -> list[Any]:
         """Outputs for inputs (Spyre arrays, or host arrays moved with default layouts).
@@ -312,7 +314,7 @@ class Interpreter:
         )
         # The planner refused host fallbacks where they are not allowed.
         with scope, self._recorded(node, i, option, ins) as run:
-            outs = lower_node(node, ins, option.mode, fallback=True)
+            outs = self._replays.lower(node, ins, option, run)
             if run is not None:
                 run.outs = list(outs)
         if len(outs) != len(node.outs):
