@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from ..primitives._array import SpyreType
@@ -34,8 +35,21 @@ class NodeKey:
         return self is other or (self._hash == other._hash and self.key == other.key)
 
 
+_KEYS: weakref.WeakKeyDictionary[Node, NodeKey | None] = weakref.WeakKeyDictionary()
+
+
 def node_key(node: Node) -> NodeKey | None:
-    """The node's :class:`NodeKey`, or None if its parameters are not hashable."""
+    """The node's :class:`NodeKey`, or None if its parameters are not hashable.
+
+    Made once per node (the planner and the interpreter's replays ask for it again).
+    """
+    if node in _KEYS:
+        return _KEYS[node]
+    key = _KEYS[node] = _node_key(node)
+    return key
+
+
+def _node_key(node: Node) -> NodeKey | None:
     scalars = tuple((u.value, u.dtype) if isinstance(u, Scalar) else None for u in node.ins)
     outs = tuple((o.shape, o.dtype) for o in node.outs)
     in_shapes = tuple(None if isinstance(u, Scalar) else (u.shape, u.dtype) for u in node.ins)
