@@ -26,6 +26,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from ... import primitives as sp
 from ..._counts import count
 from ..._jax import inner_jaxprs, staged_eqns
 from .._graph import Node
@@ -80,8 +81,11 @@ class Replays:
         """The node's outputs for ``option`` (as ``lower_node``), replayed when known.
 
         ``run``: the node run being recorded (None: nothing records, nothing replays).
+        While an executor runs the primitives (``emulate="cores"``'s record) each run is
+        lowered by its rule.
         """
-        key = _key(node, option) if run is not None and _ON.get() else None
+        plain = run is not None and _ON.get() and sp.current_executor() is None
+        key = _key(node, option) if plain else None
         if key is None:
             return lower_node(node, ins, option.mode, fallback=True)
         known = self._known.get(key, False)
