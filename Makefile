@@ -11,7 +11,10 @@ LINTED := spyrejax tests tools benchmarks setup.py
 # `make test` runs pytest in TEST_WORKERS pytest-xdist workers (one per core; tests/conftest.py
 # keeps each one's XLA on one thread), then ruff, typecheck and docs (about 10 s); its measured
 # time and where it goes: docs/testing.md. `make test TEST_WORKERS=` runs it in one process.
+# `--dist worksteal`: a worker that runs dry takes half of the other's queue, so the run
+# does not end with one worker finishing a chunk of tests while the other idles.
 TEST_WORKERS ?= 2
+XDIST = $(if $(TEST_WORKERS),-n $(TEST_WORKERS) --dist worksteal,)
 
 .PHONY: test test-slow test-cores demo docs lab code-map public-names typecheck figures lint format bench notebooks clean
 
@@ -29,7 +32,7 @@ test: $(STAMP)
 	$(PY) -m ruff check $(LINTED)
 	$(PY) -m ruff format --check $(LINTED)
 	$(MAKE) --no-print-directory typecheck
-	$(PY) -m pytest -q -m "not slow" $(if $(TEST_WORKERS),-n $(TEST_WORKERS),) --durations=20
+	$(PY) -m pytest -q -m "not slow" $(XDIST) --durations=20
 	$(MAKE) --no-print-directory docs
 
 test-slow: $(STAMP)
@@ -40,7 +43,7 @@ test-slow: $(STAMP)
 # (the workers' check counts are added up for the summary: tests/conftest.py). 15 min on a
 # fresh clone of the idle 2-core VM (2026-11-28; issue 24's target is 30): docs/testing.md.
 test-cores: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" $(if $(TEST_WORKERS),-n $(TEST_WORKERS),) --emulate-check --durations=20
+	$(PY) -m pytest -q -m "not slow" $(XDIST) --emulate-check --durations=20
 
 demo: $(STAMP)
 	$(PY) -m spyrejax

@@ -55,12 +55,13 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 import pytest  # noqa: E402
 
 # --- xdist balance ------------------------------------------------------------------------
-# pytest-xdist hands out the first quarter of the tests round robin, then the rest to whichever
-# worker runs dry. These files hold the longest tests (seconds to tens of seconds each: the
-# notebooks in their own kernels, the bench's and the models' training steps); collected last,
-# as their folders sort, they ran in the final minute while the other worker idled (20 s of a
-# 450 s run, 2026-11-28). Run first, they are spread over both workers and the tail is short
-# tests. Each file keeps its tests together and in order.
+# pytest-xdist (3.8, `--dist worksteal` as `make test` runs it) gives each worker an equal
+# consecutive share of the collection, and a worker that runs dry takes half of the other's
+# queue. These files hold the longest tests (seconds to tens of seconds each: the notebooks
+# in their own kernels, the bench's and the models' training steps); collected last, as
+# their folders sort, they ran in the final minute while the other worker idled (20 s of a
+# 450 s run, 2026-11-28). Run first, they start the first worker's share and the run ends
+# on short tests. Each file keeps its tests together and in order.
 _LONG_FIRST = (
     "tests/project/test_notebooks.py",
     "tests/project/test_bench.py",
