@@ -11,11 +11,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import assert_matches_jax_jit, rand
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from oracles import random_bits, same_bits
 
 import spyrejax as sj
+from spyrejax import primitives as sp
+from spyrejax.device import divide_op
 from spyrejax.layout._lanes import laned
 from spyrejax.lowering import checking_cores
+from spyrejax.lowering.program._cores import CoreExecutor, dividing
+from spyrejax.primitives._base import executing
 from spyrejax.primitives._lanes import lane_assemble, lane_place, lane_view
 
 F16 = np.float16
@@ -136,3 +142,37 @@ def test_pointwise_ops_reading_lane_views_are_divided_over_the_cores(shape, dtyp
     assert check.take() == [] and not check.fallbacks
     assert dict(check.checked) == {"mul": 1, "tanh": 1, "sub": 1}
     assert same_bits(sj.to_host(sj.jit(f, emulate="cores")(x)), want)
+
+
+@st.composite
+def lane_reads(draw):
+    """A buffer (default or row-major layout), a piece's lanes and a split of its stick's var."""
+    dtype = np.dtype(draw(st.sampled_from([F16, np.float32, np.int8])))
+    step = draw(st.sampled_from([2, 4, 8]))
+    shape = [draw(st.integers(1, 5)) for _ in range(draw(st.integers(0, 2)))]
+    shape = (*shape, step * draw(st.integers(2, 80)))  # a piece of one element: no lane
+    order = None if draw(st.booleans()) else [*draw(st.permutations(range(len(shape) - 1))), -1]
+    order = order and [d % len(shape) for d in order]
+    buffer = sj.SpyreTensorLayout(shape, dtype, order)
+    return buffer, shape, dtype, draw(st.integers(0, step - 1)), step, draw(st.integers(1, 4))
+
+
+@settings(max_examples=15, deadline=None)  # each example compiles the per-core moves
+@given(lane_reads(), st.integers(0, 2**32 - 1))
+def test_property_a_lane_read_per_core_is_the_whole_kernels(case, seed):
+    """Every core's box of the buffer, read at lanes ``k + s * c``: the slice's values."""
+    buffer, shape, dtype, offset, step, mb = case
+    x = (np.random.default_rng(seed).standard_normal(shape) * 50).astype(dtype)  # finite
+    v = lane_view(sj.to_device(x, buffer), offset, step)
+    seen = []
+
+    def split_the_stick(space, machine, hint=None):
+        var = space.names[0]  # the innermost dim's: the stick's
+        split = {var: mb} if space.dim(var).units % mb == 0 else None
+        seen.append(divide_op(space, machine, split))
+        return seen[-1]
+
+    with executing(CoreExecutor()), dividing(split_the_stick):
+        got = sp.elementwise("maximum", v, v)
+    assert len(seen) == 1 and "lanes" in repr(seen[0].space.inputs[0].tensor.layout)
+    assert same_bits(sj.to_host(got), x[..., offset::step])
