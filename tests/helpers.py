@@ -223,7 +223,12 @@ def rand(shape, dtype=jnp.float32, seed=0, *, low=-2.0, high=2.0):
     either way the values are reproducible.
     """
     rng = np.random.default_rng(seed)
-    return jnp.asarray(rng.uniform(low, high, size=shape).astype(np.float32), dtype)
+    values = rng.uniform(low, high, size=shape).astype(np.float32)
+    if jnp.issubdtype(dtype, jnp.floating):
+        # Rounded on the host (NumPy and ml_dtypes round to nearest even, as XLA's convert
+        # does: the same bits) instead of by an eager XLA convert compiled per shape.
+        values = values.astype(dtype)
+    return jnp.asarray(values, dtype)
 
 
 def padding_is_poison(a):
