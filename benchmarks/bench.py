@@ -258,6 +258,10 @@ def padded_cases(scale: int) -> dict[str, tuple[Callable[..., Any], tuple[Any, .
             (_rand((1000 // scale, 1000)), _rand((1000, 1000), seed=1)),
         ),
         f"padded: softmax {2048 // scale}x2000 float32": (softmax, (_rand((2048 // scale, 2000)),)),
+        f"padded: softmax {2048 // scale}x2000 float32{PLACED}": (
+            softmax,
+            (_rand((2048 // scale, 2000)),),
+        ),
         f"padded: layer norm {4096 // scale}x1000 bfloat16": (
             layer_norm,
             (_rand((4096 // scale, 1000), bf16), _rand((1000,), bf16, 1), _rand((1000,), bf16, 2)),
@@ -290,11 +294,17 @@ WEIGHTS = ", weights row-major"
 reads them in place: row-major with zero padding (issue 24)."""
 
 
+PLACED = ", placed"
+"""The suffix of a case whose input is placed (``SpyreJit.place``) as its reductions read
+it: a softmax's with -inf padding, the max's identity (issue 24)."""
+
+
 def _to_device(name: str, args: tuple[Any, ...], emulated: Any) -> tuple[Any, ...]:
-    """A case's arguments on the device, in default layouts; in a :data:`WEIGHTS` case
-    then placed by ``emulated.place``, once, as a user of the function would."""
+    """A case's arguments on the device, in default layouts; in a :data:`WEIGHTS` or
+    :data:`PLACED` case then placed by ``emulated.place``, once, as a user would."""
     device_args = jax.tree.map(sj.to_device, args)
-    return emulated.place(*device_args) if name.endswith(WEIGHTS) else device_args
+    placed = name.endswith((WEIGHTS, PLACED))
+    return emulated.place(*device_args) if placed else device_args
 
 
 def bench_compute(scale: int, only: list[str]) -> list[dict[str, Any]]:

@@ -339,6 +339,9 @@ class SpyreJit:
         ``[..., k, n]``), comes back on the device in ``SpyreTensorLayout.row_major``
         with zero padding: the matrix XLA's dot reads in place. In the default layout,
         ``[T(n), k, S(n)]``, the product copies the whole weight on every call. Every
+        float argument that max reductions read (a softmax's input; elementwise ops
+        besides) comes back in its layout with ``-inf`` padding (``pad=-inf``), which
+        the reductions read unmasked. Every
         other argument comes back as it is. Call it once, before the calls (a weight
         already placed is returned as it is; a relayout moves it through the host)::
 

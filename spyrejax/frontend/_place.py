@@ -10,6 +10,12 @@ user, before the calls: ``place`` asks the traced program which arguments only p
 read as their rhs (the ``dot_general`` rule owns that answer:
 ``lowering.rules._dot.in_place_layout``) and returns them in that layout.
 
+An argument that max reductions read (a softmax's input), with elementwise ops only
+besides, comes back in its layout with ``-inf`` in the padding (``pad=-inf``), the max's
+identity: the reductions then read the tiled image unmasked, where masking the padding
+makes them windows over the image's tile dim (1.2-1.5x of ``jax.jit``'s softmax,
+``benchmarks/README.md`` items 32 and 36).
+
 It is explicit rather than a cache inside the call: a relaid copy kept per argument
 would double the weights' memory behind the user's back and need invalidating when an
 array is donated or freed.
@@ -18,37 +24,72 @@ array is donated or freed.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import jax
+import numpy as np
 
 from .._errors import SpyreInternalError, SpyrePlacementWarning
 from .._jax import ClosedJaxpr
 from ..layout._layout import SpyreTensorLayout
-from ..lowering._graph import build_graph
+from ..lowering._graph import Node, build_graph
+from ..lowering._planner import host_input_type
 from ..lowering.rules._dot import in_place_layout
-from ..primitives import to_device, to_host
+from ..primitives import ELEMENTWISE, to_device, to_host
 from ..primitives._array import PadFill, SpyreType
 from ._arguments import split_call
 
 if TYPE_CHECKING:
     from ._jit import SpyreJit
 
-__all__ = ["in_place_layouts", "place_arguments"]
+__all__ = ["Placement", "in_place_layouts", "place_arguments"]
+
+_ELEMENTWISE = frozenset(p for op in ELEMENTWISE for p in op.lowers)
+"""The graph's primitives an elementwise op lowers: their results' padding is their own."""
 
 
-def in_place_layouts(closed: ClosedJaxpr) -> list[SpyreTensorLayout | str | None]:
-    """For each input of the traced function, the layout its readers take in place.
+@dataclass(frozen=True)
+class Placement:
+    """Where an argument goes: ``layout`` (None: its own) with ``pad`` in the padding."""
 
-    A layout where every reader of the input is a product that reads it in the same
-    layout with no copy (and the input is no result of the function); where a product
-    reads it (directly or converted to another dtype) but not so, the reason; None for
-    an input no product reads as its rhs (an activation, the ``x`` of ``x @ w``).
+    layout: SpyreTensorLayout | None
+    pad: PadFill
+
+
+def in_place_layouts(closed: ClosedJaxpr) -> list[Placement | str | None]:
+    """For each input of the traced function, where its readers want it.
+
+    A weight: the layout where every reader of the input is a product that reads it in
+    the same layout with no copy (and the input is no result of the function), zero
+    padding; where a product reads it (directly or converted to another dtype) but not
+    so, the reason. A float input no product reads as its rhs that ``reduce_max`` and
+    otherwise elementwise ops only read (not a result): its own layout, ``-inf``
+    padding. None for other inputs (an activation, the ``x`` of ``x @ w``).
     """
     graph = build_graph(closed)
     readers = graph.consumers()
     outputs = {id(o) for o in graph.outputs}
-    return [_in_place(v, readers, id(v) in outputs) for v in graph.inputs]
+    return [_placement(v, readers, id(v) in outputs) for v in graph.inputs]
+
+
+def _placement(v: Any, readers: dict[Any, list[Any]], is_output: bool) -> Placement | str | None:
+    """Where input ``v`` goes (see :func:`in_place_layouts`)."""
+    got = _in_place(v, readers, is_output)
+    if isinstance(got, SpyreTensorLayout):
+        return Placement(got, PadFill.ZERO)
+    if got is None and not is_output:
+        return _max_read(v, readers.get(v, []))
+    return got
+
+
+def _max_read(v: Any, readers: list[Node]) -> Placement | None:
+    """``-inf`` padding for a float ``v`` that max reductions read (see above)."""
+    prims = {node.prim for node in readers}
+    floating = np.issubdtype(np.dtype(v.dtype), np.floating)
+    if not floating or "reduce_max" not in prims or not prims <= {"reduce_max", *_ELEMENTWISE}:
+        return None
+    return Placement(None, PadFill.NEG_INF)
 
 
 def _in_place(
@@ -78,20 +119,27 @@ def _in_place(
     return wanted[0]
 
 
-def _placed(x: Any, layout: SpyreTensorLayout | str | None) -> Any:
-    """``x`` in ``layout`` with zero padding (itself if it is, or if no layout)."""
+_FILLS = {PadFill.ZERO: 0, PadFill.NEG_INF: -np.inf}
+
+
+def _placed(x: Any, placement: Placement | str | None) -> Any:
+    """``x`` as ``placement`` says (itself if it is, or if there is none)."""
     if (
-        not isinstance(layout, SpyreTensorLayout)
+        not isinstance(placement, Placement)
         or isinstance(x, jax.core.Tracer)
         or not hasattr(x, "shape")
     ):
         return x
     t = jax.typeof(x)
+    layout = placement.layout
     if isinstance(t, SpyreType):
-        if t.layout == layout and not t.is_view and t.pad is PadFill.ZERO:
+        layout = t.layout if layout is None and not t.is_view else layout
+        if t.layout == layout and not t.is_view and t.pad is placement.pad:
             return x
         x = to_host(x)
-    return to_device(x, layout=layout, pad_value=0)
+    if layout is None:
+        layout = host_input_type(tuple(x.shape), x.dtype).layout
+    return to_device(x, layout=layout, pad_value=_FILLS[placement.pad])
 
 
 def place_arguments(jitted: SpyreJit, args: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -61,6 +61,20 @@ class PadFill(enum.Enum):
     A softmax's result (``primitives._softmax``) may hold NaN in the padding of a line
     whose data are all NaN: a product over that line is then NaN, as it is in JAX.
     """
+    NEG_INF = "-inf"
+    """Minus infinity (a float image ``to_device`` wrote with ``pad_value=-inf``): the
+    identity of a max, so a max reduction or a softmax reads the image unmasked.
+
+    Only transfers establish it and no op carries it over: every op's result states its
+    own fill, so a view, an in-place write or an elementwise op of such an array is
+    ``POISON`` (or ``ZERO``) as its kernel says.
+    """
+
+    def holds(self, value: float) -> bool:
+        """Whether the padding is known to hold ``value`` (an identity of a reduction)."""
+        if self is PadFill.ZERO:
+            return value == 0
+        return self is PadFill.NEG_INF and value == -np.inf
 
 
 def _ints(xs: Any) -> tuple[int, ...]:
@@ -276,7 +290,7 @@ class SpyreType(HiType):
         buffer, on the dims that have one), the element arrangement (``DL16_TO_FP32``,
         ``FP32_TO_DL16``) if not the standard one, ``lanes=1::2`` (a lane-strided view:
         lanes 1, 3, ... of a buffer's sticks), ``view=`` (a view over another base),
-        ``pad=0`` (zero padding), ``V:`` (the mesh axes it varies over) and
+        ``pad=0`` (zero padding) or ``pad=-inf``, ``V:`` (the mesh axes it varies over) and
         ``@LX[c0:32]+0x4000`` (kept in the LX of cores 0..31 at that per-core byte
         address). A value with no ``@`` lives in DDR.
         """
@@ -292,8 +306,8 @@ class SpyreType(HiType):
             text += f" lanes={lay.lanes[0]}::{lay.lanes[1]}"
         if self.is_view:
             text += f" view={list(self.base_shape)}:{list(self.strides)}".replace(", ", ",")
-        if self.pad is PadFill.ZERO:
-            text += " pad=0"
+        if self.pad is not PadFill.POISON:
+            text += f" pad={0 if self.pad is PadFill.ZERO else self.pad.value}"
         if self.vma:
             text += f" V:{','.join(sorted(self.vma))}"
         if self.residency.in_lx:

@@ -21,6 +21,7 @@ __all__ = [
     "data_mask",
     "from_data_dims",
     "has_padding",
+    "holds_identity",
     "masked",
     "padding_in_data_dims",
     "poison",
@@ -50,6 +51,19 @@ def padding_in_data_dims(t: SpyreType) -> bool:
     no other padding need not mask it again.
     """
     return _data_positions_count(t) != math.prod(d.size for d in t.dims if d.is_data)
+
+
+def holds_identity(t: SpyreType, identity: Any) -> bool:
+    """Whether every padding position of ``t``'s image holds ``identity``.
+
+    Only a plain image (no view, gaps, lane view or element arrangement) whose type
+    promises that fill (:meth:`PadFill.holds`): a view's padding positions are the
+    base's, and its data box may leave base data outside it.
+    """
+    lay = t.layout
+    if t.is_view or lay.has_gaps or lay.is_arranged or hasattr(lay, "lanes"):
+        return False
+    return np.dtype(t.dtype) != np.bool_ and t.pad.holds(identity)
 
 
 def data_mask(t: SpyreType) -> jax.Array | None:

@@ -41,6 +41,7 @@ from ._in_place import ungapped, valid_image
 from ._masks import (
     data_mask,
     from_data_dims,
+    holds_identity,
     masked,
     padding_in_data_dims,
     poison,
@@ -424,22 +425,25 @@ class Reduce(SpyrePrim):
         self.params = {"axes": axes, "keepdims": keepdims}
         super().__init__()
 
-    def kernel(self, img: jax.Array) -> jax.Array:
-        out, windowed = self.data_result(img)
-        return self.finish(out, windowed)
+    def kernel(self, img: jax.Array, trust_padding: bool = True) -> jax.Array:
+        return self.finish(*self.data_result(img, trust=trust_padding))
+
+    def tangent_kernel(self, img: jax.Array) -> jax.Array:
+        return self.kernel(img, trust_padding=False)  # a tangent's padding holds no identity
 
     def data_result(
-        self, img: jax.Array, then: Callable[[jax.Array], jax.Array] | None = None
+        self, img: jax.Array, then: Callable[..., Any] | None = None, *, trust: bool = True
     ) -> tuple[jax.Array, bool]:
         """The reduction over the result's data device dims, and whether it was windowed.
 
         In the accumulator's dtype (float32 for half-float sums), before any division.
         ``then`` (half-float sums only) maps the widened values before they are summed.
+        Padding that holds the identity is not masked (see :meth:`_mask`).
         """
         img = valid_image(img, self.in_avals[0].layout)
         t = ungapped(self.in_avals[0])
         op = self.op
-        mask = data_mask(t)
+        mask, unmasked = self._mask(t, then, trust)
         take = self._take
         if take:  # synthetic dims hold data at index 0 only
             index = tuple(0 if k in take else slice(None) for k in range(img.ndim))
@@ -454,16 +458,21 @@ class Reduce(SpyrePrim):
         widen = None if acc is None else _Widen(acc, then)
         box = None if mask is None else _data_box(t, take, runs)
         out = _reduce_data(img, mask, box, dev_axes, op, op.identity(t.dtype), widen)
-        if op.additive:
-            # Broadcast (stride-0) logical dims hold one copy of each value.
-            copies = math.prod(
-                t.shape[d] for d in self.axes if t.strides[d] == 0 and t.shape[d] > 1
-            )
-            if op.mean:
-                out = out / math.prod(t.shape[d] for d in self.axes if t.strides[d] != 0)
-            elif copies > 1:
-                out = out * copies
-        return out, box is not None
+        if op.mean:
+            out = out / math.prod(t.shape[d] for d in self.axes if t.strides[d] != 0)
+        elif op.additive:  # broadcast (stride-0) logical dims hold one copy of each value
+            copies = math.prod(t.shape[d] for d in self.axes if t.strides[d] == 0)
+            out = out * copies if copies > 1 else out
+        return out, box is not None or unmasked
+
+    def _mask(self, t: SpyreType, then: Any, trust: bool) -> tuple[Any, bool]:
+        """The data mask of ``t``, and whether padding holding the identity spared it.
+
+        Not spared where ``trust`` is false (a tangent) or ``then`` maps the padding.
+        """
+        if trust and then is None and holds_identity(self.in_avals[0], self.op.identity(t.dtype)):
+            return None, True
+        return data_mask(t), False
 
     def finish(self, out: jax.Array, windowed: bool) -> jax.Array:
         """The result's image from :meth:`data_result`: converted, padded, filled."""

@@ -8,7 +8,9 @@ XLA from fusing the softmax into the product (``benchmarks/README.md`` item 29).
 
 :class:`Softmax` runs the chain as one kernel: it writes ``-inf`` (the max's identity)
 into the input's padding, so both reductions run over whole device dims, and the result's
-padding comes out as ``exp(-inf - max) / sum = 0``. Its type says so (``pad=0``). A line
+padding comes out as ``exp(-inf - max) / sum = 0``. Its type says so (``pad=0``). An
+input whose padding holds ``-inf`` already (``pad=-inf``) needs no select: the kernel is
+then ``jax.nn.softmax``'s plain reductions over the tiled image. A line
 whose data are all ``-inf`` or hold a NaN is NaN in ``jax.nn.softmax`` too; its padding
 may hold NaN as well, which a product over that line turns into the NaN it gives anyway.
 """
@@ -25,7 +27,7 @@ import numpy as np
 from .._errors import SpyreTypeError
 from ._array import PadFill, SpyreArray, SpyreType
 from ._base import SpyrePrim
-from ._masks import data_mask, select
+from ._masks import data_mask, holds_identity, select
 
 __all__ = ["Softmax", "softmax_axes", "softmax_with_zero_padding"]
 
@@ -78,17 +80,22 @@ class Softmax(SpyrePrim):
         self.params = {"axis": axis}
         super().__init__()
 
-    def kernel(self, img: jax.Array) -> jax.Array:
+    def kernel(self, img: jax.Array, trust_padding: bool = True) -> jax.Array:
+        """The softmax; the padding is selected to -inf unless it holds it already."""
         x, axes, ok = img, self._axes, data_mask(self.in_avals[0])
         if axes == tuple(range(axes[0], axes[-1] + 1)):  # adjacent: one axis (a bitcast)
             merged = (*x.shape[: axes[0]], -1, *x.shape[axes[-1] + 1 :])
             x, axes = x.reshape(merged), (axes[0],)
             ok = None if ok is None else ok.reshape(merged)
-        if ok is not None:  # the max's identity in the padding
-            x = select(ok, x, jnp.asarray(-np.inf, x.dtype))
+        if ok is not None and not (trust_padding and holds_identity(self.in_avals[0], -np.inf)):
+            x = select(ok, x, jnp.asarray(-np.inf, x.dtype))  # the max's identity
         m = jnp.max(x, axis=axes, keepdims=True)
         e = jnp.exp(x - m)
         return (e / jnp.sum(e, axis=axes, keepdims=True)).reshape(img.shape)
+
+    def tangent_kernel(self, img: jax.Array) -> jax.Array:
+        """The kernel with the padding selected: a tangent's padding holds no zero."""
+        return self.kernel(img, trust_padding=False)
 
     def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
         return {"axis": self.axis + 1}

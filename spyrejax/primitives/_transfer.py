@@ -27,6 +27,15 @@ __all__ = ["ToDevice", "ToHost", "to_device", "to_host"]
 # --- to_device ------------------------------------------------------------------------
 
 
+def _pad_fill(pad_value: Any) -> PadFill:
+    """What the type may promise of padding the DMA fills with ``pad_value``."""
+    if pad_value is None:
+        return PadFill.POISON
+    if pad_value == 0:
+        return PadFill.ZERO
+    return PadFill.NEG_INF if pad_value == -np.inf else PadFill.POISON
+
+
 class ToDevice(SpyrePrim):
     """DMA a host array into a fresh device image."""
 
@@ -41,7 +50,7 @@ class ToDevice(SpyrePrim):
         self, aval: ShapedArray, *, layout: SpyreTensorLayout, pad_value: Any = None
     ) -> None:
         layout.for_host(aval.shape)
-        pad = PadFill.ZERO if pad_value is not None and pad_value == 0 else PadFill.POISON
+        pad = _pad_fill(pad_value)
         self.in_avals = (aval,)
         self.out_aval = SpyreType.contiguous(aval.shape, aval.dtype, layout, pad)
         self.params = {"layout": layout, "pad_value": pad_value}
@@ -78,7 +87,9 @@ def to_device(
         dim_order: with no ``layout``, the dim order of the default layout (the last
             entry is the stick dim; a trailing -1 makes it sparse).
         pad_value: fill of the padding; defaults to poison. ``0`` records in the type
-            that the padding is zero (``pad=0``), which a matmul can rely on.
+            that the padding is zero (``pad=0``), which a matmul and a sum can rely on;
+            ``-inf`` (float arrays) that it is minus infinity (``pad=-inf``), which a
+            max and a softmax can rely on.
 
     Returns:
         A :class:`SpyreArray` whose image was written by the layout's DMA descriptors.

@@ -71,12 +71,17 @@ class WidenedSum(SpyrePrim):
         self.params = {"axes": axes, "keepdims": keepdims, "dtype": dtype, "then": then}
         super().__init__()
 
-    def kernel(self, img: jax.Array) -> jax.Array:
+    def kernel(self, img: jax.Array, trust_padding: bool = True) -> jax.Array:
         then = self._then if self.then else None
         if self._narrow is None:
             wide = self._widen.kernel(img)
             return self._wide.kernel(wide if then is None else then(wide))
-        return self._wide.finish(*self._narrow.data_result(img, then))
+        narrow = self._narrow.data_result(img, then, trust=trust_padding)
+        return self._wide.finish(*narrow)
+
+    def tangent_kernel(self, img: jax.Array) -> jax.Array:
+        """The kernel with the padding masked: a tangent's padding holds no zero."""
+        return self.kernel(img, trust_padding=False)
 
     def _then(self, x: jax.Array) -> jax.Array:
         for name, consts in self.then:
