@@ -980,7 +980,7 @@ TARGETS = (
 def _find(rows: list[dict[str, Any]], part: str) -> dict[str, Any] | None:
     """The last row whose case names ``part`` (the last run is the largest size)."""
     found = [r for r in rows if part in r.get("case", "")]
-    for variant in ("dropout", WEIGHTS):
+    for variant in ("dropout", WEIGHTS, PLACED):
         if variant not in part:
             found = [r for r in found if variant not in r["case"]]
     return found[-1] if found else None

@@ -14,7 +14,7 @@ An argument that max reductions read (a softmax's input), with elementwise ops o
 besides, comes back in its layout with ``-inf`` in the padding (``pad=-inf``), the max's
 identity: the reductions then read the tiled image unmasked, where masking the padding
 makes them windows over the image's tile dim (1.2-1.5x of ``jax.jit``'s softmax,
-``benchmarks/README.md`` items 32 and 36).
+``benchmarks/README.md`` items 32 and 37).
 
 It is explicit rather than a cache inside the call: a relaid copy kept per argument
 would double the weights' memory behind the user's back and need invalidating when an

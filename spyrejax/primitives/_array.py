@@ -65,9 +65,11 @@ class PadFill(enum.Enum):
     """Minus infinity (a float image ``to_device`` wrote with ``pad_value=-inf``): the
     identity of a max, so a max reduction or a softmax reads the image unmasked.
 
-    Only transfers establish it and no op carries it over: every op's result states its
-    own fill, so a view, an in-place write or an elementwise op of such an array is
-    ``POISON`` (or ``ZERO``) as its kernel says.
+    Only transfers establish it. Views (and windows, lane views, a group's or a card's
+    block) keep the image and so its fill, as they keep ``ZERO``; every op that writes
+    an image states its own fill (elementwise ops, copies, in-place writes: ``POISON``
+    or ``ZERO``). Readers ask ``primitives._masks.holds_identity``, which takes plain
+    images only.
     """
 
     def holds(self, value: float) -> bool:
