@@ -159,6 +159,22 @@ def test_interleaved_pairs_copy_nothing(rope, d, dtype):
     assert_matches_jax_jit(rope, x, cos, sin, ops=3)
 
 
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.float32])
+@pytest.mark.parametrize("d", [64, 128])
+def test_repeat_interleave_copies_nothing(d, dtype):
+    # torch's spelling: the angles repeated (jnp.repeat(cos, 2, -1)) and the pairs
+    # swapped (stack([-xr[..., 1], xr[..., 0]], -1)), whose piece xr[..., 0] is a view
+    # no producer writes on the odd lanes. Each product over them runs lane set by lane
+    # set (lowering._distribute): on the even lanes with cos and -x1, on the odd ones
+    # with cos and x0, each result written on its lanes; x is read on its lanes.
+    x = rand((T, H, d), dtype, seed=8)
+    cos, sin = _angles(d, dtype)
+    report = sj.explain(rope_repeat_interleave, x, cos, sin)
+    assert not report.restickifies and report.copy_cost == 0 and not report.copies
+    assert "LaneAssemble" in report.jaxpr
+    assert_matches_jax_jit(rope_repeat_interleave, x, cos, sin, ops=3)
+
+
 def test_rotate_half_inside_a_stick_keeps_its_copies():
     # D 64 in float16: the halves cut a 64-element stick, so their slices would be
     # copies; the pointwise ops stay whole and the concatenates copy their pieces.
