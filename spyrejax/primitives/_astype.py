@@ -31,6 +31,7 @@ from ..layout._arrangements import ElementArrangement
 from ..layout._devdims import DevDim, layout_from_dims
 from ..layout._dtypes import format_for_dtype, host_dtype
 from ..layout._layout import SpyreTensorLayout
+from ..layout._segments import row_major_strides
 from ._arranged import converted_arrangement, emitted_layout
 from ._array import SpyreArray, SpyreType
 from ._base import SpyrePrim
@@ -226,6 +227,9 @@ def _rebuilt_layout(t: SpyreType, dtype: np.dtype) -> SpyreTensorLayout:
             rebuilt = _same_kind(layout, shape, fmt, dtype) if shape else None
             if rebuilt is not None and (shape == t.shape or _holds(rebuilt, t.shape)):
                 return rebuilt
+    permuted = _permuted_row_major(t, dtype)
+    if permuted is not None:
+        return permuted
     stick = t.stick_dim
     others = [d for d in range(t.ndim) if d != stick]
     order = [*others, -1] if stick is None and t.layout.is_sparse else [*others, stick]
@@ -247,6 +251,41 @@ def _same_kind(
     if layout == SpyreTensorLayout.row_major(shape, fmt):
         return SpyreTensorLayout.row_major(shape, dtype)
     return None
+
+
+def _permuted_row_major(t: SpyreType, dtype: np.dtype) -> SpyreTensorLayout | None:
+    """``t``'s device dim order, row-major for ``dtype``: whole dims, then the stick's tiles.
+
+    A transposed view of a row-major value (the scores of a product laid out
+    row-major, read as ``[g, b, k, t, s]``) is no layout of its own shape's kinds; the
+    default layout around its stick would put its first dim inside each tile (the
+    query groups of GQA's probabilities, which ``P @ V`` then reads as a strided A).
+    Its device dims are all whole host dims in some order, then the stick's tile count
+    and lanes: the same order for the new stick size keeps the result a view's base
+    apart (the sticks only re-cut). None if ``t``'s device dims are not so.
+    """
+    dims = t.dims
+    if len(dims) < 2 or t.layout.is_sparse:
+        return None
+    tile, lanes = dims[-2], dims[-1]
+    if len(lanes.dims) != 1 or lanes.ratio != 1 or (tile.dims, tile.ratio) != (
+        lanes.dims,
+        lanes.size,
+    ):
+        return None
+    outer = [d for d in dims[:-2] if d.is_data]
+    if any(len(d.dims) != 1 or d.ratio != 1 or d.size != t.shape[d.dims[0]] for d in outer):
+        return None
+    stick = lanes.dims[0]
+    order = [d.dims[0] for d in outer]
+    ones = [k for k in range(t.ndim) if k not in (*order, stick)]
+    if len(set(order)) != len(order) or stick in order or any(t.shape[k] != 1 for k in ones):
+        return None
+    order = [*ones, *order, stick]
+    strides = row_major_strides(t.shape)
+    return SpyreTensorLayout.row_major(
+        [t.shape[k] for k in order], dtype, host_strides=[strides[k] for k in order]
+    )
 
 
 def _stick_group_merged(t: SpyreType) -> tuple[int, ...] | None:

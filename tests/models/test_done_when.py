@@ -91,6 +91,17 @@ def test_scan_over_stacked_llama_layers():
     _close(llama_layers, stacked, x, reduce_len=_sums(shape), ops=30)  # three blocks
 
 
+def test_gqa_scores_land_stuck_on_the_keys():
+    # einsum("sgrd,tgd->grst") is K @ q^T: swapped, the scores are stuck on t, which the
+    # transpose, the mask and the softmax's reductions all take (none is relaid out).
+    q, k, v = rand((64, 2, 2, 32), seed=5), rand((64, 2, 32), seed=6), rand((64, 2, 32), seed=7)
+    mask = jnp.tril(jnp.ones((64, 64), bool))
+    args = [sj.to_device(a) for a in (q, k, v, mask)]
+    reasons = [r.reason for r in sj.explain(gqa_attention, *args).restickifies]
+    assert not [r for r in reasons if r.startswith(("reduce_", "transpose"))], reasons
+    _close(gqa_attention, q, k, v, mask, reduce_len=64)
+
+
 # --- greedy decoding with a KV cache ------------------------------------------------
 
 VOCAB, STEPS, MAX_LEN, LAYERS = 50, 6, 8, 2

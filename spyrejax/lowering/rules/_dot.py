@@ -77,7 +77,9 @@ class _DotGeneral(Rule):
             out_s = len(lb) + lfree.index(n) if n is not None else SPARSE
             modes.append(Mode((b_s, a_s), out_s, "swapped"))
             k = _last_sized(lhs.shape, lc)
-            if k is not None and k != b_s:
+            # Read in LX at no DDR charge, the load would win every tie: only where the
+            # product's own stick would pad (decode's KV cache stuck on the head dim).
+            if k is not None and k != b_s and _pads(rhs.shape, rfree, out.dtype):
                 modes.append(Mode((k, a_s), out_s, "swapped_load"))
         return modes
 
@@ -288,4 +290,9 @@ def _may_swap(node: Node) -> bool:
     lhs, rhs = node.ins
     dtype = node.outs[0].dtype
     batched = math.prod(lhs.shape[d] for d in lb) > 1
-    return batched and _pads(rhs.shape, rfree, dtype) and not _pads(lhs.shape, lfree, dtype)
+    several = sum(rhs.shape[d] > 1 for d in rfree) > 1
+    return (
+        batched
+        and not _pads(lhs.shape, lfree, dtype)
+        and (_pads(rhs.shape, rfree, dtype) or several)
+    )
