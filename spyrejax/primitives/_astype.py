@@ -261,17 +261,15 @@ def _permuted_row_major(t: SpyreType, dtype: np.dtype) -> SpyreTensorLayout | No
     default layout around its stick would put its first dim inside each tile (the
     query groups of GQA's probabilities, which ``P @ V`` then reads as a strided A).
     Its device dims are all whole host dims in some order, then the stick's tile count
-    and lanes: the same order for the new stick size keeps the result a view's base
-    apart (the sticks only re-cut). None if ``t``'s device dims are not so.
+    and lanes: in the same order for the new stick size, the result is laid out as
+    the value it views (the sticks only re-cut). None if ``t``'s device dims are not so.
     """
     dims = t.dims
     if len(dims) < 2 or t.layout.is_sparse:
         return None
     tile, lanes = dims[-2], dims[-1]
-    if len(lanes.dims) != 1 or lanes.ratio != 1 or (tile.dims, tile.ratio) != (
-        lanes.dims,
-        lanes.size,
-    ):
+    stuck = len(lanes.dims) == 1 and lanes.ratio == 1
+    if not stuck or tile.dims != lanes.dims or tile.ratio != lanes.size:
         return None
     outer = [d for d in dims[:-2] if d.is_data]
     if any(len(d.dims) != 1 or d.ratio != 1 or d.size != t.shape[d.dims[0]] for d in outer):

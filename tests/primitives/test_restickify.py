@@ -136,6 +136,11 @@ def test_astype_keeps_the_whole_dim_order():
     t = a.T.astype(jnp.float16)
     assert t.layout == sj.SpyreTensorLayout((150, 7, 5), jnp.float16)
     np.testing.assert_array_equal(np.asarray(t), x.T.astype(jnp.float16))
+    # A view of a row-major value with its outer dims permuted (GQA's probabilities,
+    # [g, b, k, t, s] of scores laid out [b, k, g, t, s]) keeps their device order.
+    p = rm.transpose(1, 0, 2).astype(jnp.float16)
+    assert p.layout.device_size == (5, 7, 3, 64) and padding_is_poison(p)
+    np.testing.assert_array_equal(np.asarray(p), x.transpose(1, 0, 2).astype(jnp.float16))
 
 
 def test_astype_of_a_size_one_stick_gives_the_canonical_layout():

@@ -48,14 +48,22 @@ class _DotGeneral(Rule):
         ``SpyreTensorLayout.row_major`` (same stick and size). The planner weighs both
         by what their consumers then cost (a reshape may be a view of one only).
 
-        A batched product whose n is under half a stick (the 4 query heads of a KV head
-        under ``vmap``: ``jnp.einsum`` puts the cache first, ``K @ q^T``, ``V^T @ P^T``,
-        and pads their stick 16x) can also run with its operands swapped (the rhs as A,
-        the lhs as B, the product transposed back, a view), its result stuck on the
-        lhs's free dim: ``"swapped"`` reads the lhs stuck there, ``"swapped_load"`` reads
-        it stuck on its contracting dim (a KV cache stuck on the head dim) and lays each
-        block out anew as the matmul loads it (``LoadRelayout``). So decode attention
-        runs ``q @ K^T`` and ``P @ V`` with every value dense (spec section 7's rule).
+        A batched product can also run with its operands swapped (the rhs as A, the lhs
+        as B, the product transposed back, a view), its result stuck on the lhs's free
+        dim, where :func:`_may_swap` says: its n under half a stick (the 4 query heads of
+        a KV head under ``vmap``: ``jnp.einsum`` puts the cache first, ``K @ q^T``,
+        ``V^T @ P^T``, and pads their stick 16x), or merged from several sized free dims
+        of the rhs (GQA's ``einsum("sgrd,tgd->grst")`` is ``K @ q^T`` with n the query
+        positions and repeats together: swapped, the scores land stuck on the keys, the
+        dim the transpose keeps last and the softmax reduces). Not for a plain
+        ``q @ k^T``, whose scores are stuck on the keys already: there the bytes
+        objective would still take it (reductions across the stick give dense results)
+        at two relayouts for one, a plan XLA runs 2x slower on the host
+        (``benchmarks/README.md`` item 35). ``"swapped"`` reads the lhs stuck on its free
+        dim; ``"swapped_load"`` (only where n pads: decode's KV cache stuck on the head
+        dim) reads it stuck on its contracting dim and lays each block out anew as the
+        matmul loads it (``LoadRelayout``). So decode attention runs ``q @ K^T`` and
+        ``P @ V`` with every value dense (spec section 7's rule).
         """
         scaled = _scaled_operand(node)
         if scaled is not None:  # a literal 0-d operand: a product by a scalar
@@ -276,15 +284,16 @@ def in_place_layout(node: Node, value: Value) -> SpyreTensorLayout | str:
     if rc != (nb,) or rb != tuple(range(nb)) or rfree != [nb + 1]:
         return "its product contracts it in another dim order than [batch..., k, n]"
     if _may_swap(node):
-        return "its product may run swapped, reading it stuck on k (decode attention)"
+        return "its product may run swapped, reading it stuck on k (decode attention, GQA scores)"
     return SpyreTensorLayout.row_major(rhs.shape, rhs.dtype)
 
 
 def _may_swap(node: Node) -> bool:
     """Whether a product may run ``swapped`` (B as the matmul's A).
 
-    Batched, with B's free dims padded in the output and A's not (decode attention's
-    scores): the one rule the modes and :func:`in_place_layout` read.
+    Batched, A's free dims not padded in the output, and B's padded (decode
+    attention's scores) or merged from several sized dims (GQA's ``K @ q^T``): the one
+    rule the modes and :func:`in_place_layout` read.
     """
     _, _, lb, _, lfree, rfree = _DotGeneral._dims(node)
     lhs, rhs = node.ins
