@@ -28,10 +28,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .._errors import SpyreInternalError, SpyrePlacementWarning
 from .._jax import ClosedJaxpr
+from ..layout._dtypes import has_infinity
 from ..layout._layout import SpyreTensorLayout
 from ..lowering._graph import Node, build_graph
 from ..lowering._planner import host_input_type
@@ -86,7 +88,7 @@ def _placement(v: Any, readers: dict[Any, list[Any]], is_output: bool) -> Placem
 def _max_read(v: Any, readers: list[Node]) -> Placement | None:
     """``-inf`` padding for a float ``v`` that max reductions read (see above)."""
     prims = {node.prim for node in readers}
-    floating = np.issubdtype(np.dtype(v.dtype), np.floating)
+    floating = jnp.issubdtype(v.dtype, jnp.floating) and has_infinity(v.dtype)
     if not floating or "reduce_max" not in prims or not prims <= {"reduce_max", *_ELEMENTWISE}:
         return None
     return Placement(None, PadFill.NEG_INF)
@@ -102,7 +104,9 @@ def _in_place(
         n
         for n in nodes
         if n.prim == "convert_element_type"
-        if any(r.prim == "dot_general" for r in readers.get(n.outs[0], []))
+        if any(
+            r.prim == "dot_general" and r.ins[-1] is n.outs[0] for r in readers.get(n.outs[0], [])
+        )
     ]
     if converted:
         return f"it is converted to {converted[0].outs[0].dtype} before its product"

@@ -20,6 +20,7 @@ __all__ = [
     "DataFormats",
     "fits_format",
     "format_for_dtype",
+    "has_infinity",
     "host_dtype",
     "host_format",
     "narrow_int64",
@@ -153,6 +154,16 @@ _HOST_SIDE_FORMAT: dict[np.dtype, DataFormats] = {
     # torch-spyre names a (1-byte) bool host tensor SENINT8.
     np.dtype(np.bool_): DataFormats.SENINT8,
 }
+
+
+def has_infinity(dtype: Any) -> bool:
+    """Whether a type has infinities.
+
+    float8_e4m3fn and the *fnuz types do not: an infinity cast to them is NaN, so -inf
+    is no identity of their max.
+    """
+    with np.errstate(invalid="ignore", over="ignore"):
+        return bool(np.isinf(np.asarray(np.inf, np.float32).astype(np.dtype(dtype))))
 
 
 def has_spyre_format(dtype: Any) -> bool:

@@ -34,6 +34,7 @@ from ..device._coremaps import valid_points
 from ..device._division import WorkDivision
 from ..device._space import OpSpace, TensorSpec, reduce_space
 from ..layout._devdims import DevDim, layout_from_dims
+from ..layout._dtypes import has_infinity
 from ._array import PadFill, SpyreArray, SpyreType
 from ._axes import collapsed, merge_axes
 from ._base import SpyrePrim, normalize_axes
@@ -73,21 +74,17 @@ class Reduction(Protocol):
     ) -> SpyreArray: ...
 
 
-def _additive(dtype: np.dtype) -> Any:
-    return 0
-
-
 def _lowest(dtype: np.dtype) -> Any:
-    """The identity of max: -inf, the smallest integer, or False."""
+    """The identity of max: -inf (float8_e4m3fn: its lowest), the smallest int, or False."""
     if jnp.issubdtype(dtype, jnp.floating):
-        return -np.inf
+        return -np.inf if has_infinity(dtype) else jnp.finfo(dtype).min
     return False if dtype == np.bool_ else np.iinfo(dtype).min
 
 
 def _highest(dtype: np.dtype) -> Any:
-    """The identity of min: +inf, the largest integer, or True."""
+    """The identity of min: +inf (float8_e4m3fn: its largest), the largest int, or True."""
     if jnp.issubdtype(dtype, jnp.floating):
-        return np.inf
+        return np.inf if has_infinity(dtype) else jnp.finfo(dtype).max
     return True if dtype == np.bool_ else np.iinfo(dtype).max
 
 
@@ -120,10 +117,10 @@ class ReductionOp:
 
 
 REDUCTIONS_TABLE: tuple[ReductionOp, ...] = (
-    ReductionOp("sum", _additive, jax.lax.reduce_sum, jnp.sum, ("reduce_sum",), True, doc="Sum"),
+    ReductionOp("sum", lambda _: 0, jax.lax.reduce_sum, jnp.sum, ("reduce_sum",), True, doc="Sum"),
     ReductionOp("max", _lowest, jax.lax.reduce_max, jnp.max, ("reduce_max",), doc="Maximum"),
     ReductionOp("min", _highest, jax.lax.reduce_min, jnp.min, ("reduce_min",), doc="Minimum"),
-    ReductionOp("mean", _additive, jax.lax.reduce_sum, jnp.sum, (), True, True, doc="Mean"),
+    ReductionOp("mean", lambda _: 0, jax.lax.reduce_sum, jnp.sum, (), True, True, doc="Mean"),
     ReductionOp(
         "any", _lowest, jax.lax.reduce_or, jnp.any, ("reduce_or",), bools=True, doc="Any true"
     ),

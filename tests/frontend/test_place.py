@@ -91,3 +91,13 @@ def test_place_of_weights_it_places_warns_of_nothing():
         warnings.simplefilter("error", sj.SpyrePlacementWarning)
         _, pw = sj.jit(lambda x, w: x @ w).place(x, w)
     assert _row_major(pw)
+
+
+def test_a_cast_activation_is_no_weight_it_names():
+    """``x.astype(bf16) @ w``: the cast value is the lhs; w is placed, x not named."""
+    x = sj.to_device(rand((8, 40)))
+    w = sj.to_device(rand((40, 24), seed=1).astype(jnp.bfloat16))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sj.SpyrePlacementWarning)
+        px, pw = sj.jit(lambda x, w: x.astype(jnp.bfloat16) @ w).place(x, w)
+    assert px is x and _row_major(pw)

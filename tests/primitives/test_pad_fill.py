@@ -148,3 +148,27 @@ def test_place_gives_a_softmax_input_minus_infinity_padding():
     assert g.place(px)[0] is px and jax.typeof(g.place(sj.to_device(x))[0]).pad is PadFill.POISON
     h = sj.jit(lambda x: (jnp.max(x), x))
     assert h.place(sj.to_device(x))[0].type.pad is PadFill.POISON
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float8_e5m2, jnp.float8_e4m3fn])
+def test_minus_infinity_padding_for_every_float_type_that_has_infinity(dtype):
+    """bfloat16 and float8_e5m2 take -inf padding; float8_e4m3fn has no infinity
+    (-inf is NaN there), so it keeps its poison and its max stays masked."""
+    x = rand(SHAPE).astype(dtype)
+    f = sj.jit(lambda x: jnp.max(x, axis=1))
+    (px,) = f.place(sj.to_device(x))
+    has_inf = dtype != jnp.float8_e4m3fn
+    assert px.type.pad is (PadFill.NEG_INF if has_inf else PadFill.POISON)
+    expect = np.asarray(jnp.max(x, axis=1), np.float32)
+    np.testing.assert_array_equal(np.asarray(sj.to_host(f(px)), np.float32), expect)
+
+
+@pytest.mark.parametrize("reduce", [jnp.max, jnp.min])
+def test_max_and_min_of_a_padded_float8_e4m3fn_array_are_its_values(reduce):
+    """float8_e4m3fn has no infinity: the identity of max / min is its lowest / largest
+    finite value (-inf there is NaN, and the padding's masks wrote NaN into every row)."""
+    x = rand((6, 40)).astype(jnp.float8_e4m3fn)
+    got = sj.jit(lambda v: reduce(v, axis=1))(x)
+    np.testing.assert_array_equal(
+        np.asarray(got, np.float32), np.asarray(reduce(x, axis=1), np.float32)
+    )
