@@ -28,6 +28,7 @@ piece written by its producer on its lanes of the result's sticks.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..layout._dtypes import BYTES_PER_STICK, has_spyre_format
@@ -118,14 +119,20 @@ def _new_node(
     return dataclasses.replace(like, prim=prim, params=params, ins=ins, outs=outs, primitive=None)
 
 
+def _facts(graph: Graph) -> tuple[dict[Value, Node], Any, set[int]]:
+    """Each value's producer, each value's readers, and the ids of the graph's outputs."""
+    return _producers(graph), graph.consumers(), {id(v) for v in graph.outputs}
+
+
+def _pointwise(graph: Graph) -> Iterator[tuple[int, Node]]:
+    """The pointwise nodes of one result, with their positions (rewrites stop the walk)."""
+    return ((i, n) for i, n in enumerate(graph.nodes) if n.prim in _POINTWISE and len(n.outs) == 1)
+
+
 def _distribute_once(graph: Graph) -> bool:
     """One pointwise op over a concatenate read by it alone, split by the pieces."""
-    producers = _producers(graph)
-    readers = graph.consumers()
-    outputs = {id(v) for v in graph.outputs}
-    for i, node in enumerate(graph.nodes):
-        if node.prim not in _POINTWISE or len(node.outs) != 1:
-            continue
+    producers, readers, outputs = _facts(graph)
+    for i, node in _pointwise(graph):
         for arg, c in enumerate(node.ins):
             if not _is_value(c) or id(c) in outputs or sum(x is c for x in node.ins) != 1:
                 continue
@@ -455,12 +462,8 @@ def _distribute_lanes_once(graph: Graph) -> bool:
     lane set, each result written on its lanes (the in-place interleave), the other
     operands read on their lanes (lane views, or the pieces of their own interleave).
     """
-    producers = _producers(graph)
-    readers = graph.consumers()
-    outputs = {id(v) for v in graph.outputs}
-    for i, node in enumerate(graph.nodes):
-        if node.prim not in _POINTWISE or len(node.outs) != 1:
-            continue
+    producers, readers, outputs = _facts(graph)
+    for i, node in _pointwise(graph):
         out = node.outs[0]
         if any(_is_value(x) and not _broadcasts(x.shape, out.shape) for x in node.ins):
             continue
