@@ -69,22 +69,27 @@ def _buffers(
     in one op's LX from one iteration (or branch) to the next. So does a value two ops
     write (the branches of a ``cond`` writing its result).
     """
-    producer = {d.output[0]: i for i, d in enumerate(descs)}
-    regions: dict[str, set[Region | None]] = {}
-    writes: dict[str, int] = {}
+    producer: dict[str, int] = {}
+    region: dict[str, Region | None] = {}  # the region a value is first used in
+    ddr: set[str] = set()  # written twice, or used in more than one region
     readers: dict[str, list[tuple[int, int]]] = {}
     for i, d in enumerate(descs):
-        writes[d.output[0]] = writes.get(d.output[0], 0) + 1
-        regions.setdefault(d.output[0], set()).add(d.region)
+        name, r = d.output[0], d.region
+        if name in producer:
+            ddr.add(name)
+        producer[name] = i
+        if region.setdefault(name, r) != r:
+            ddr.add(name)
         for k, (name, _) in enumerate(d.inputs):
             readers.setdefault(name, []).append((i, k))
-            regions.setdefault(name, set()).add(d.region)
+            if region.setdefault(name, r) != r:
+                ddr.add(name)
     out = []
     for name, i in producer.items():
         div, uses = divisions[i], readers.get(name, [])
         if name in keep or div is None or not uses:
             continue
-        if writes[name] > 1 or len(regions[name]) > 1:
+        if name in ddr:
             continue  # crosses a loop body's or branch's boundary: DDR
         n_out = len(div.space.operands) - 1
         ok = all(
@@ -141,16 +146,19 @@ class _Memo:
 
     def __init__(self, machine: Machine) -> None:
         self.machine = machine
-        self.keys: dict[int, tuple[WorkDivision, Hashable]] = {}  # by id: each key once
+        self.keys: dict[int, tuple[WorkDivision, int]] = {}  # by id: each key once
+        # Each distinct key numbered: the caches below hash a small int, not the key.
+        self.numbers: dict[Hashable, int] = {}
         self.costs: dict[Hashable, OpCost] = {}
         self.streams: dict[Hashable, tuple[tuple[int, Stream], ...]] = {}
         self.same: dict[Hashable, bool] = {}
 
-    def key(self, div: WorkDivision) -> Hashable:
-        """:func:`_division_key` of the division."""
+    def key(self, div: WorkDivision) -> int:
+        """The number of the division's :func:`_division_key` (equal keys, one number)."""
         found = self.keys.get(id(div))
         if found is None:
-            found = self.keys[id(div)] = (div, _division_key(div))  # keeps div: its id
+            number = self.numbers.setdefault(_division_key(div), len(self.numbers))
+            found = self.keys[id(div)] = (div, number)  # keeps div: its id
         return found[1]
 
     def same_slices(self, prod: WorkDivision, p_op: int, cons: WorkDivision, c_op: int) -> bool:
