@@ -5,11 +5,18 @@ same primitive and parameters, inputs available in the same types at costs that 
 by one constant per input. Their best options are the same, so the planner searches
 the first and reuses its options for the others, each total summed from the node's own
 input costs as the search sums them (byte counts held exactly in floats).
+
+The planners of one :func:`plan_graph` call (the graph's, and those of the loop bodies
+and branches its rules plan, a ``scan``'s body once per carry it tries) share these
+searches and the evaluations behind them (:func:`searches_shared`): a body planned for
+other carry types evaluates only the nodes whose input types changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import contextvars
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..primitives._array import SpyreType
@@ -17,7 +24,7 @@ from ._graph import Node, Scalar, Value
 from ._node_key import NodeKey
 from ._registry import Mode
 
-__all__ = ["option_total", "options_key"]
+__all__ = ["option_total", "options_key", "searches", "searches_shared"]
 
 
 def options_key(
@@ -52,3 +59,37 @@ def option_total(
     """An option's total for ``node``: its inputs' costs in ``ins``, then its traffic."""
     pairs = zip(node.ins, ins, strict=True)
     return sum(0.0 if t is None else avail[u][t] for u, t in pairs) + traffic
+
+
+_SHARED: contextvars.ContextVar[dict[bool, tuple[dict, dict]] | None] = contextvars.ContextVar(
+    "spyrejax_shared_searches", default=None
+)
+
+
+@contextlib.contextmanager
+def searches_shared() -> Iterator[None]:
+    """Inside (the outermost block), every planner shares its caches (:func:`searches`)."""
+    if _SHARED.get() is not None:
+        yield
+        return
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
+def searches(fallback: bool) -> tuple[dict[Any, Any], dict[Any, Any]]:
+    """A planner's caches: evaluations by ``evaluation_key``, options by :func:`options_key`.
+
+    Those of the enclosing :func:`searches_shared` block (one pair per ``fallback``: a
+    rule may lower otherwise), else new ones.
+
+    Both are functions of their keys alone (a node's primitive, parameters, scalars and
+    shapes, its mode and input types, or their relative costs), whatever graph the node
+    is in.
+    """
+    shared = _SHARED.get()
+    if shared is None:
+        return {}, {}
+    return shared.setdefault(fallback, ({}, {}))

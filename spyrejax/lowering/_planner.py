@@ -58,7 +58,7 @@ from ..primitives._stick import SPARSE, default_type, restickify_cost, serves, s
 from ..primitives._stick import stick_options as _stick_options
 from ..primitives._views import ShapeView
 from . import _traffic
-from ._chosen import option_total, options_key
+from ._chosen import option_total, options_key, searches, searches_shared
 from ._graph import Graph, Node, Scalar, Value
 from ._node_key import NodeKey, evaluation_key, node_key
 from ._registry import HOST_FALLBACK, RULES, Mode, lower_node, rule_for
@@ -232,7 +232,8 @@ def plan_graph(
             that cannot, or with ``fallback="error"`` may not, run on the host.
         LayoutError: for a node no mode of which can run, naming it and the layouts.
     """
-    return _Planner(graph, input_types, fallback == "warn", donated, default_results).plan()
+    with searches_shared():  # the loop bodies' planners share the graph's searches
+        return _Planner(graph, input_types, fallback == "warn", donated, default_results).plan()
 
 
 class _Planner:
@@ -255,9 +256,8 @@ class _Planner:
         self.warned: set[tuple[str, str]] = set()
         self.produced: dict[Value, dict[SpyreType, tuple[float, Option | None]]] = {}
         self.avail: dict[Value, dict[SpyreType, float]] = {}
-        self.cache: dict[Any, tuple[Option | None, str]] = {}
-        # A node's best options by options_key (_chosen): a repeated layer's nodes search once.
-        self.chosen: dict[Any, list[Option]] = {}
+        # Evaluations and best options (_chosen): a repeated layer's nodes search once.
+        self.cache, self.chosen = searches(fallback)
         self.options: dict[Node, list[tuple[float, Option]]] = {}
         self.refusals: dict[Node, str] = {}  # the last LayoutError a node's lowering raised
 
