@@ -65,14 +65,19 @@ _SHARED: contextvars.ContextVar[dict[bool, tuple[dict, dict]] | None] = contextv
     "spyrejax_shared_searches", default=None
 )
 
+_APART: dict[bool, tuple[dict, dict]] = {}  # searches_shared(False): never filled
+
 
 @contextlib.contextmanager
-def searches_shared() -> Iterator[None]:
-    """Inside (the outermost block), every planner shares its caches (:func:`searches`)."""
+def searches_shared(shared: bool = True) -> Iterator[None]:
+    """Inside (the outermost block), every planner shares its caches (:func:`searches`).
+
+    ``shared=False`` (tests): inside, every planner has caches of its own.
+    """
     if _SHARED.get() is not None:
         yield
         return
-    token = _SHARED.set({})
+    token = _SHARED.set({} if shared else _APART)
     try:
         yield
     finally:
@@ -90,6 +95,6 @@ def searches(fallback: bool) -> tuple[dict[Any, Any], dict[Any, Any]]:
     is in.
     """
     shared = _SHARED.get()
-    if shared is None:
+    if shared is None or shared is _APART:
         return {}, {}
     return shared.setdefault(fallback, ({}, {}))

@@ -16,6 +16,8 @@ import jax.numpy as jnp
 import spyrejax as sj
 from spyrejax import primitives as sp
 from spyrejax._counts import counting
+from spyrejax.lowering._chosen import searches_shared
+from spyrejax.lowering._node_key import node_key
 from spyrejax.lowering._registry import watching
 from spyrejax.lowering.program._device import spaces_apart
 from spyrejax.lowering.program._replay import replaying
@@ -96,3 +98,48 @@ def test_repeated_layers_lowered_once_in_the_trace():
     assert replayed.details() == lowered.details()
     assert [repr(op) for op in replayed.ops] == [repr(op) for op in lowered.ops]
     assert replayed.time_s == lowered.time_s
+
+
+def _scanned(x, ws):
+    def loss(ws):
+        def layer(h, w):
+            return jnp.tanh(h @ w) + jax.nn.softmax(h, axis=-1), None
+
+        return jax.lax.scan(layer, x, ws)[0].sum()
+
+    return jax.grad(loss)(ws)
+
+
+def _scan_explained(shared: bool) -> tuple[sj.Report, list]:
+    """The report of a scanned model's gradient (a scan forward, one backward), and the
+    (node, mode, input types) of every planner evaluation made by a rule."""
+    x = jax.ShapeDtypeStruct((16, 96), jnp.float32)
+    ws = jax.ShapeDtypeStruct((4, 96, 96), jnp.float32)
+    evaluated = []
+
+    def watch(node, args, mode):
+        if sp.abstract_calls() is not None:  # the planner's, not the trace's
+            types = tuple(getattr(a, "type", None) for a in args)  # a Spyre array's
+            evaluated.append((node_key(node), mode, types))
+
+    def fresh(x, ws):  # not the lowering an earlier explain cached
+        return _scanned(x, ws)
+
+    with searches_shared(shared), watching(watch):
+        report = sj.explain(fresh, x, ws)
+    return report, evaluated
+
+
+def test_loop_bodies_share_the_planner_searches():
+    """A scan's body is planned again for each carry type its rule tries: its planners
+    share one evaluation cache, so a node is lowered once per mode and input types, and
+    the report is the one planners with caches of their own give."""
+    shared, once = _scan_explained(True)
+    apart, each = _scan_explained(False)
+    assert len(once) == len(set(once)) > 0
+    assert len(each) > len(once)
+    assert shared.jaxpr == apart.jaxpr
+    assert str(shared) == str(apart)
+    assert shared.details() == apart.details()
+    assert [repr(op) for op in shared.ops] == [repr(op) for op in apart.ops]
+    assert shared.time_s == apart.time_s
