@@ -581,15 +581,19 @@ def bench_programs(size: str, only: list[str]) -> list[dict[str, Any]]:
 PLAN_LAYERS = (8, 16, 32, 48)
 
 
-def gpt_step_structs(layers: int) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+def gpt_step_structs(
+    layers: int, scanned: bool = False
+) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     """The large GPT's training step with ``layers`` layers, its arguments as
-    ``jax.ShapeDtypeStruct`` values (nothing allocated)."""
+    ``jax.ShapeDtypeStruct`` values (nothing allocated); ``scanned``: its blocks stacked
+    and run by a ``lax.scan`` (``models.ScannedGPT``)."""
     vocab, d, heads, seq, batch, _ = GPT_SIZES["large"]
 
     def structs(x: Any) -> bool:
         return isinstance(x, jax.ShapeDtypeStruct)
 
-    model = eqx.filter_eval_shape(models.GPT, vocab, d, heads, layers, seq, jax.random.key(0))
+    kind = models.ScannedGPT if scanned else models.GPT
+    model = eqx.filter_eval_shape(kind, vocab, d, heads, layers, seq, jax.random.key(0))
     params, static = eqx.partition(model, structs)
     opt = optax.adamw(1e-3)
     ids = jax.ShapeDtypeStruct((batch, seq), jnp.int32)
@@ -636,15 +640,17 @@ def bench_plan_scale(layer_counts: Sequence[int], only: list[str]) -> list[dict[
     one-layer warm-up: JAX's and equinox's own caches), split into trace (JAX's own
     trace of the function), plan (the graph and the layout plan) and the rest of
     explain (the Spyre-level jaxpr, the device model: every op divided, LX placement,
-    costs; the report).
+    costs; the report). From 8 layers, the same step with its blocks in a ``lax.scan``
+    too (``scanned``: what a model traced once per layer costs).
     """
     if only and not any(o in "plan time" for o in only):
         return []
     step, args = gpt_step_structs(1)
     sj.explain(step, *args)  # warm-up: JAX's and equinox's own caches
     rows = []
-    for layers in layer_counts:
-        step, args = gpt_step_structs(layers)
+    runs = [(n, False) for n in layer_counts] + [(n, True) for n in layer_counts if n >= 8]
+    for layers, scanned in runs:
+        step, args = gpt_step_structs(layers, scanned)
         with _stage_times() as stages:
             t0, c0 = time.perf_counter(), time.process_time()
             report = sj.explain(step, *args)
@@ -652,6 +658,7 @@ def bench_plan_scale(layer_counts: Sequence[int], only: list[str]) -> list[dict[
         eqns = int(stages["equations"])
         row = {
             "layers": layers,
+            "scanned": scanned,
             "equations": eqns,
             "device_ops": len(report.ops),
             "trace_s": stages["trace"],
@@ -663,7 +670,8 @@ def bench_plan_scale(layer_counts: Sequence[int], only: list[str]) -> list[dict[
         }
         rows.append(row)
         print(
-            f"  {layers:3} layers, {eqns:6} equations, {row['device_ops']:6} device ops: trace"
+            f"  {layers:3} layers{', scanned' if scanned else ''}, {eqns:6} equations,"
+            f" {row['device_ops']:6} device ops: trace"
             f" {row['trace_s']:6.2f} s  plan {row['plan_s']:6.2f} s  explain"
             f" {row['explain_s']:6.2f} s  total {row['total_s']:6.2f} s (CPU {cpu:6.2f} s)",
             flush=True,
@@ -902,7 +910,8 @@ def markdown(results: dict[str, Any]) -> str:
         for r in results["plan_scale"]:
             cpu = f"{r['cpu_s']:.2f} s" if "cpu_s" in r else "-"
             lines.append(
-                f"| {r['layers']} layers | {r['equations']} | {r['device_ops']}"
+                f"| {r['layers']} layers{', scanned' if r.get('scanned') else ''}"
+                f" | {r['equations']} | {r['device_ops']}"
                 f" | {r['trace_s']:.2f} s | {r['plan_s']:.2f} s | {r['explain_s']:.2f} s"
                 f" | {r['total_s']:.2f} s | {cpu} | {r['ms_per_equation']:.2f} ms |"
             )
@@ -1012,8 +1021,13 @@ def targets_markdown(results: dict[str, Any]) -> str:
         "| transfers inside `jax.jit` (4096 x 4000 float16, partial stick), of `x.copy()`"
         f" (h2d / d2h) | {cell} | >= 0.5 |"
     )
-    plan = {r["layers"]: r["total_s"] for r in results.get("plan_scale", [])}
+    plan = {
+        r["layers"]: r["total_s"] for r in results.get("plan_scale", []) if not r.get("scanned")
+    }
     cell = " / ".join(f"{plan[n]:.1f} s" for n in PLAN_LAYERS if n in plan) or "not run"
+    scanned = [r for r in results.get("plan_scale", []) if r.get("scanned")]
+    if scanned:  # the same step, its blocks in a lax.scan: the deepest one run
+        cell += f" (blocks in a scan: {scanned[-1]['total_s']:.1f} s at {scanned[-1]['layers']})"
     lines.append(
         "| `explain` of a GPT training step from ShapeDtypeStructs,"
         f" {' / '.join(str(n) for n in PLAN_LAYERS if n in plan) or '32'} layers | {cell}"

@@ -86,6 +86,24 @@ class GPT(eqx.Module):
         return jax.vmap(self.head)(jax.vmap(self.ln)(x))
 
 
+class ScannedGPT(GPT):
+    """The same GPT with its blocks stacked (one array per weight, a leading layer axis)
+    and run by a ``lax.scan``: JAX traces one block, whatever the depth (no dropout)."""
+
+    def __init__(self, vocab: int, d: int, heads: int, layers: int, seq: int, key: Any) -> None:
+        super().__init__(vocab, d, heads, 0, seq, key)
+        keys = jax.random.split(jax.random.fold_in(key, 1), layers)
+        self.blocks = eqx.filter_vmap(lambda k: Block(d, heads, k))(keys)
+
+    def __call__(self, ids: Any, key: Any = None) -> Any:
+        t = ids.shape[0]
+        x = jax.vmap(self.tok)(ids) + jax.vmap(self.pos)(jnp.arange(t))
+        mask = jnp.tril(jnp.ones((t, t), bool))
+        params, static = eqx.partition(self.blocks, eqx.is_array)
+        x = jax.lax.scan(lambda h, p: (eqx.combine(p, static)(h, mask), None), x, params)[0]
+        return jax.vmap(self.head)(jax.vmap(self.ln)(x))
+
+
 def loss_fn(model: GPT, ids: Any, labels: Any, key: Any = None) -> Any:
     """Mean integer-label cross-entropy of the model's logits over a batch of sequences
     (with ``key``, dropout is on: one key per sequence)."""

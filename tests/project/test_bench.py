@@ -95,6 +95,16 @@ def test_whole_programs_plan_scale_dispatch_and_ktir_rows():
         assert heading in text
 
 
+def test_scanned_gpt_step_traces_and_plans_one_block_whatever_the_depth():
+    reports = {}
+    for layers in (2, 3):
+        step, args = bench.gpt_step_structs(layers, scanned=True)
+        with jax.numpy_dtype_promotion("standard"):  # optax: 0.9 ** an int32 count
+            reports[layers] = sj.explain(step, *args)
+    assert len(reports[2].ops) == len(reports[3].ops)  # one block's ops, run per layer
+    assert reports[3].time_s > reports[2].time_s  # each layer still runs
+
+
 def test_granite_rows_time_explain_of_a_whole_layer():
     (row,) = bench.bench_granite(["decode"])
     assert row["case"].startswith("Granite-3.3-8B layer, decode") and row["explain_s"] > 0
