@@ -145,15 +145,18 @@ def lane_refusal(
     The rule :func:`laned` enforces (a plain buffer, every stride a multiple of
     ``step``, ``step`` dividing the stick, which walks a host dim by one); the
     predicate the planner asks before it places pieces in lanes. With ``piece`` (the
-    pieces' host shape), also that they have a last dim a lane walks (2 or more).
+    pieces' host shape, one ``buffer`` holds with its last dim cut ``step`` times),
+    also the rule binding a laned layout to the piece enforces (:func:`_bind_refusal`).
     """
     if buffer.has_gaps or buffer.is_arranged or isinstance(buffer, LanedLayout):
         return f"lanes: {buffer} is a window, arranged or laned already"
     if any(m > 0 and m % step for m in buffer.stride_map[:-1]):
         return f"lanes: the strides of {buffer} are not multiples of {step}"
     refusal = _stick_refusal(buffer, step)
-    if refusal is None and piece is not None and (not piece or piece[-1] < 2):
-        return f"lanes: a piece of shape {list(piece)} has no last dim a lane walks"
+    if refusal is None and piece is not None:
+        refusal = _host_refusal(piece, row_major_strides(piece))
+        if refusal is None:
+            refusal = _bind_refusal(SpyreTensorLayout.for_host(laned(buffer, 0, step), piece))
     return refusal
 
 
@@ -179,16 +182,36 @@ def parent_shape(layout: LanedLayout, shape: tuple[int, ...]) -> tuple[int, ...]
     return (*shape[:-1], shape[-1] * layout.lanes[1])
 
 
-@functools.lru_cache(maxsize=4096)
-def _bind(valid: HostMapping) -> LaneMapping:
+def _host_refusal(shape: tuple[int, ...], strides: tuple[int, ...]) -> str | None:
+    """Why no laned layout binds a host tensor of this shape and strides, or None."""
+    if not shape or shape[-1] < 2 or strides != row_major_strides(shape):
+        return f"lanes: host shape {list(shape)} is no row-major tensor with a last dim >= 2"
+    return None
+
+
+def _bind_refusal(valid: HostMapping) -> str | None:
+    """Why a laned layout cannot be bound as ``valid`` binds its valid range, or None.
+
+    The host tensor must be row-major with a last dim a lane walks (2 or more:
+    :func:`_host_refusal`), and the stick must walk that dim alone.
+    """
+    refusal = _host_refusal(valid.shape, valid.strides)
+    if refusal is not None:
+        return refusal
     layout, shape = valid.layout, valid.shape
     what = f"layout {layout} for host shape {list(shape)}"
-    if not shape or valid.strides != row_major_strides(shape):
-        raise LayoutError(f"{what}: lanes need a row-major host tensor of rank >= 1")
     found = valid.segmentation.segment_of(layout.device_rank - 1)
     if found is None or valid.segmentation.segments[found[0]].host_dims != (len(shape) - 1,):
-        raise LayoutError(f"{what}: the stick must walk the last host dim alone")
-    return LaneMapping(layout, shape, valid.strides, valid.segmentation, valid.pair)
+        return f"{what}: the stick must walk the last host dim alone"
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _bind(valid: HostMapping) -> LaneMapping:
+    refusal = _bind_refusal(valid)
+    if refusal is not None:
+        raise LayoutError(refusal)
+    return LaneMapping(valid.layout, valid.shape, valid.strides, valid.segmentation, valid.pair)
 
 
 @dataclass(frozen=True)
