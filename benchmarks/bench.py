@@ -1026,8 +1026,9 @@ def targets_markdown(results: dict[str, Any]) -> str:
     }
     cell = " / ".join(f"{plan[n]:.1f} s" for n in PLAN_LAYERS if n in plan) or "not run"
     scanned = [r for r in results.get("plan_scale", []) if r.get("scanned")]
-    if scanned:  # the same step, its blocks in a lax.scan: the deepest one run
-        cell += f" (blocks in a scan: {scanned[-1]['total_s']:.1f} s at {scanned[-1]['layers']})"
+    if scanned:  # the same step, its blocks in a lax.scan: at 32 layers (the target's)
+        deep = next((r for r in scanned if r["layers"] == 32), scanned[-1])
+        cell += f" (blocks in a scan: {deep['total_s']:.1f} s at {deep['layers']})"
     lines.append(
         "| `explain` of a GPT training step from ShapeDtypeStructs,"
         f" {' / '.join(str(n) for n in PLAN_LAYERS if n in plan) or '32'} layers | {cell}"
