@@ -29,6 +29,7 @@ device moves nothing, which is what their ``view`` role tells the cost model.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -178,7 +179,10 @@ class Place(SpyrePrim):
         fill = np.zeros((), img.dtype) if zero else poison(img.dtype)
         x = _bits(img, exact)
         widths = [(f, b, 0) for f, b in self.layout.device_gaps]
-        return _back(jax.lax.pad(x, _like(fill, x), widths), img.dtype, exact)
+        out = _back(jax.lax.pad(x, _like(fill, x), widths), img.dtype, exact)
+        if exact:
+            _remember_piece(out, x)
+        return out
 
     def tangent_kernel(self, img: jax.Array) -> jax.Array:
         return self.kernel(img, exact=False)
@@ -303,7 +307,27 @@ class Assemble(JoinedBits):
         self.params = {"layout": layout, "shape": shape, "offsets": offsets, "base": base}
         super().__init__()
 
+    def kernel(self, *imgs: jax.Array) -> jax.Array:
+        axis = self._axis()
+        if axis is None:
+            return super().kernel(*imgs)
+        pieces = [_piece_bits(m, a.layout) for m, a in zip(imgs, self.in_avals, strict=True)]
+        # A concatenate selects nothing: the bits leave unfenced (``dma._dma.from_bits``).
+        return from_bits(self._concatenated(pieces, axis), imgs[0].dtype)
+
+    def _axis(self) -> int | None:
+        return None if self.base else _tiling_axis([a.layout for a in self.in_avals])
+
+    def _concatenated(self, pieces: Sequence[jax.Array], axis: int) -> jax.Array:
+        """The pieces' valid images, in their windows' order along ``axis``, joined."""
+        order = sorted(range(len(pieces)), key=lambda i: self.in_avals[i].layout.gap_offsets)
+        return jax.lax.concatenate([pieces[i] for i in order], axis)
+
     def _join(self, parts: tuple[jax.Array, ...]) -> jax.Array:
+        axis = self._axis()
+        if axis is not None:
+            valid = [valid_image(p, a.layout) for p, a in zip(parts, self.in_avals, strict=True)]
+            return self._concatenated(valid, axis)
         out = parts[0]
         pairs = zip(parts, self.in_avals, strict=True)
         for part, aval in list(pairs)[1:]:  # the first is the buffer (or is in its window)
@@ -503,6 +527,51 @@ def valid_image(img: jax.Array, window: SpyreTensorLayout) -> jax.Array:
 def ungapped(t: SpyreType) -> SpyreType:
     """The type of ``t``'s valid range alone (:func:`valid_image` of its image)."""
     return replace(t, layout=without_gaps(t.layout)) if t.layout.has_gaps else t
+
+
+# Pieces :class:`Place` padded while a program is traced: the padded image's id -> (a
+# weak reference to it, the piece's bits unpadded). An entry leaves with its image.
+_PLACED: dict[int, tuple[weakref.ref[Any], jax.Array]] = {}
+
+
+def _remember_piece(out: jax.Array, bits: jax.Array) -> None:
+    """Note that traced image ``out`` is ``bits`` padded into its window (see :class:`Place`).
+
+    Its padding selects, so a bfloat16 image leaves it behind an optimization barrier
+    (``dma._dma.from_bits``), which keeps XLA from folding the slice of it a join takes
+    back to the piece: :class:`Assemble` reads the piece's bits from here instead, and
+    the padded image, unread, leaves the program. Concrete arrays are not noted.
+    """
+    if isinstance(out, jax.core.Tracer):
+        key = id(out)
+        _PLACED[key] = (weakref.ref(out, lambda _: _PLACED.pop(key, None)), bits)
+
+
+def _piece_bits(img: jax.Array, window: SpyreTensorLayout) -> jax.Array:
+    """The bits of ``img``'s valid range: the piece :class:`Place` padded, or a slice."""
+    entry = _PLACED.get(id(img))
+    if entry is not None and entry[0]() is img:
+        return entry[1]
+    return valid_image(_bits(img, True), window)
+
+
+def _tiling_axis(windows: Sequence[SpyreTensorLayout]) -> int | None:
+    """The device dim along which ``windows`` follow each other and tile their buffer.
+
+    RoPE's halves, say. Joined as one concatenate along it, the join fuses with the
+    pieces' producers; None: each piece is written over the first (a pass of its own).
+    """
+    cut = {k for w in windows for k, gap in enumerate(w.device_gaps) if gap != (0, 0)}
+    if len(cut) != 1:
+        return None
+    (axis,) = cut
+    spans = sorted((w.gap_offsets[axis], w.valid_size[axis]) for w in windows)
+    size = windows[0].device_size[axis]
+    ends = [front + length for front, length in spans]
+    if spans[0][0] != 0 or ends[-1] != size:
+        return None
+    follows = all(end == front for end, (front, _) in zip(ends[:-1], spans[1:], strict=True))
+    return axis if follows else None
 
 
 def _window_into(out: jax.Array, img: jax.Array, window: SpyreTensorLayout) -> jax.Array:

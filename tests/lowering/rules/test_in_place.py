@@ -16,6 +16,7 @@ import pytest
 from helpers import assert_matches_jax_jit, rand
 from hypothesis import given
 from hypothesis import strategies as st
+from oracles import random_bits, same_bits
 
 import spyrejax as sj
 from spyrejax.device._superdsc import validate_superdsc
@@ -94,6 +95,22 @@ def test_a_concatenate_of_computed_pieces_writes_them_in_place(shapes, axis):
     assert report.copy_cost == 0 and report.restickify_cost == 0
     assert "Assemble" in report.jaxpr and "gaps=" in report.jaxpr
     assert_matches_jax_jit(f, *args, exact=True)
+
+
+def test_bfloat16_pieces_are_joined_from_their_own_bits():
+    # A piece padded into its window leaves a bfloat16 pad fenced (dma._dma.from_bits),
+    # which kept XLA from folding the join's slice of it: each piece was written padded
+    # to the whole buffer, then copied (the placed Llama block's RoPE, issue 24). The
+    # join now reads the pieces' own bits, a concatenate: no pad is left to run.
+    def f(a, b):
+        return jnp.concatenate([-a, -b], axis=0)
+
+    rng = np.random.default_rng(3)
+    args = random_bits((100, 64), jnp.bfloat16, rng), random_bits((30, 64), jnp.bfloat16, rng)
+    assert "Assemble" in sj.explain(f, *args).jaxpr
+    device_args = [sj.to_device(x) for x in args]
+    assert " pad(" not in sj.jit(f).lower(*device_args).compile().as_text()
+    assert same_bits(sj.to_host(sj.jit(f)(*device_args)), -np.concatenate(args))
 
 
 def test_a_concatenate_that_cannot_be_written_in_place_is_a_copy():
