@@ -7,8 +7,9 @@ a quarter of an MLP's time; ``benchmarks/README.md`` items 26 and 33). Laid out
 ``SpyreTensorLayout.row_major`` with zero padding it is that matrix already, and the dot
 reads it as it is. A weight does not change between calls, so it is moved once, by the
 user, before the calls: ``place`` asks the traced program which arguments only products
-read as their rhs (the ``dot_general`` rule owns that answer:
-``lowering.rules._dot.in_place_layout``) and returns them in that layout.
+read as their weight (``x @ w``, ``h @ w.T``, ``W @ h``; the ``dot_general`` rule owns
+the layout it reads in place: ``lowering.rules._dot.in_place_layout``) and returns them
+in that layout.
 
 An argument that max reductions read (a softmax's input), with elementwise ops only
 besides, comes back in its layout with ``-inf`` in the padding (``pad=-inf``), the max's
@@ -24,6 +25,7 @@ array is donated or freed.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +37,7 @@ from .._errors import SpyreInternalError, SpyrePlacementWarning
 from .._jax import ClosedJaxpr
 from ..layout._dtypes import has_infinity
 from ..layout._layout import SpyreTensorLayout
+from ..layout._segments import row_major_strides
 from ..lowering._graph import Node, build_graph
 from ..lowering._planner import host_input_type
 from ..lowering.rules._dot import in_place_layout
@@ -72,12 +75,25 @@ def in_place_layouts(closed: ClosedJaxpr) -> list[Placement | str | None]:
     graph = build_graph(closed)
     readers = graph.consumers()
     outputs = {id(o) for o in graph.outputs}
-    return [_placement(v, readers, id(v) in outputs) for v in graph.inputs]
+    made = {id(o): n for n in graph.nodes for o in n.outs}
+    inputs = {id(v) for v in graph.inputs}
+
+    def argument(x: Any) -> bool:  # an argument, or one converted, transposed or reshaped
+        while id(x) in made and made[id(x)].prim in _ARGUMENT_FORMS:
+            x = made[id(x)].ins[0]
+        return id(x) in inputs
+
+    return [_placement(v, readers, id(v) in outputs, argument) for v in graph.inputs]
 
 
-def _placement(v: Any, readers: dict[Any, list[Any]], is_output: bool) -> Placement | str | None:
+_ARGUMENT_FORMS = frozenset({"convert_element_type", "transpose", "reshape", "copy"})
+
+
+def _placement(
+    v: Any, readers: dict[Any, list[Any]], is_output: bool, argument: Callable[[Any], bool]
+) -> Placement | str | None:
     """Where input ``v`` goes (see :func:`in_place_layouts`)."""
-    got = _in_place(v, readers, is_output)
+    got = _in_place(v, readers, is_output, argument)
     if isinstance(got, SpyreTensorLayout):
         return Placement(got, PadFill.ZERO)
     if got is None and not is_output:
@@ -94,12 +110,40 @@ def _max_read(v: Any, readers: list[Node]) -> Placement | None:
     return Placement(None, PadFill.NEG_INF)
 
 
+def _weight_of(node: Node, v: Any, argument: Callable[[Any], bool]) -> bool | str:
+    """Whether product ``node`` reads input ``v`` as its weight, or why that is not known.
+
+    The rhs is the weight (``w`` in ``x @ w``, ``x @ w.T``); the lhs is where the rhs
+    is computed (``W @ h``), not an argument (``x @ w.astype(...)``). Both arguments,
+    each contracted over its last dim, read alike: ``x @ w.T``, or ``W @ x`` under
+    ``vmap`` (equinox's ``Linear``).
+    """
+    lhs, rhs = node.ins
+    if lhs is rhs or not argument(rhs if v is lhs else lhs):
+        return True
+    lc, rc, *_ = _dims(node)
+    if lc == (lhs.ndim - 1,) and rc == (rhs.ndim - 1,):
+        return "its product's other operand is an argument too, read alike (x @ w.T, W @ x)"
+    return v is rhs
+
+
+def _dims(node: Node) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    (lc, rc), _ = node.params["dimension_numbers"]
+    return tuple(lc), tuple(rc)
+
+
 def _in_place(
-    v: Any, readers: dict[Any, list[Any]], is_output: bool
+    v: Any, readers: dict[Any, list[Any]], is_output: bool, argument: Callable[[Any], bool]
 ) -> SpyreTensorLayout | str | None:
     """The layout every reader of input ``v`` takes it in place, why not, or None."""
     nodes = readers.get(v, [])
-    products = [n for n in nodes if n.prim == "dot_general" and n.ins[-1] is v]
+    weighs: dict[int, Any] = {
+        id(n): _weight_of(n, v, argument) for n in nodes if n.prim == "dot_general"
+    }
+    for n in nodes:
+        if n.prim == "transpose" and (got := _transposed(n, v, readers, argument)) is not None:
+            weighs[id(n)] = got
+    products = [n for n in nodes if weighs.get(id(n), False) is not False]
     converted = [
         n
         for n in nodes
@@ -114,13 +158,39 @@ def _in_place(
         return None
     if is_output:
         return "it is also a result of the function"
-    wanted = [in_place_layout(node, v) for node in nodes]
+    wanted = [
+        w
+        if isinstance(w := weighs.get(id(node)), str | SpyreTensorLayout)
+        else in_place_layout(node, v)
+        for node in nodes
+    ]
     reasons = [w for w in wanted if isinstance(w, str)]
     if reasons:
         return reasons[0]
     if len(set(wanted)) > 1:
         return "its products read it in different layouts"
     return wanted[0]
+
+
+def _transposed(
+    t: Node, v: Any, readers: dict[Any, list[Any]], argument: Callable[[Any], bool]
+) -> SpyreTensorLayout | str | None:
+    """The layout of ``v`` whose transpose ``t`` products read in place (``x @ w.T``).
+
+    The row-major image of ``w.T`` is ``w`` laid out in the transpose's dim order: the
+    products read it, the transpose is a view. None if no product reads ``w.T``.
+    """
+    out = t.outs[0]
+    got = _in_place(out, readers, False, argument)
+    if not isinstance(got, SpyreTensorLayout):
+        return got
+    if got != SpyreTensorLayout.row_major(out.shape, out.dtype):
+        return "its transpose is read in another layout than row-major"
+    strides = row_major_strides(v.shape)
+    perm = t.params["permutation"]
+    return SpyreTensorLayout.row_major(
+        list(out.shape), v.dtype, host_strides=[strides[p] for p in perm]
+    )
 
 
 _FILLS = {PadFill.ZERO: 0, PadFill.NEG_INF: -np.inf}

@@ -37,7 +37,7 @@ def test_weights_placed_row_major_and_the_rest_as_given():
 
 
 def test_a_weight_read_otherwise_is_left_as_it_is():
-    """Placed only where every reader is a product reading it as ``x @ w``."""
+    """Placed only where every reader is a product reading it as its weight."""
 
     def f(x, w, v, b):
         return (x @ w) + w[0], jnp.einsum("mk,nk->mn", x, v), jnp.dot(b, x.T)
@@ -50,8 +50,11 @@ def test_a_weight_read_otherwise_is_left_as_it_is():
     assert all(p is a for p, a in zip(placed, args, strict=True))
     (message,) = (str(w.message) for w in caught)
     assert "(parameter 'w'): it is also read by slice" in message
-    assert "(parameter 'v'): its product contracts it in another dim order" in message
-    assert "'x'" not in message and "'b'" not in message  # no product's rhs
+    assert "'b'" not in message  # b @ x.T: x.T is an argument's view, b the lhs
+    # x @ v.T: both operands arguments, each contracted over its last dim (the form of
+    # vmapped W @ x too): which is the weight is not known, both are named.
+    for name in "vx":
+        assert f"(parameter '{name}'): its product's other operand is an argument too" in message
 
 
 def test_params_in_a_pytree_with_static_arguments():
@@ -101,3 +104,51 @@ def test_a_cast_activation_is_no_weight_it_names():
         warnings.simplefilter("error", sj.SpyrePlacementWarning)
         px, pw = sj.jit(lambda x, w: x.astype(jnp.bfloat16) @ w).place(x, w)
     assert px is x and _row_major(pw)
+
+
+def test_a_weight_read_as_w_t_or_as_the_lhs_is_placed_where_its_product_reads_it():
+    """``h @ w.T`` reads w's transpose as B row-major, ``W @ h.T`` reads W as A row-major."""
+
+    def f(x, w, big_w):
+        h = jnp.tanh(x)
+        return h @ w.T, big_w @ h.T
+
+    x, w, big_w = rand((24, 100)), rand((72, 100), seed=1), rand((40, 100), seed=2)
+    jf = sj.jit(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sj.SpyrePlacementWarning)
+        px, pw, pbig = jf.place(*(sj.to_device(a) for a in (x, w, big_w)))
+    assert _row_major(pbig) and not _row_major(pw) and not _row_major(px)
+    transposed = sj.SpyreTensorLayout.row_major([100, 72], np.float32, host_strides=[1, 100])
+    assert jax.typeof(pw).layout == transposed
+    # Only h is relaid (stuck on its 24 rows as W @ h.T's B); both weights read in place.
+    assert sj.explain(jf, px, pw, pbig).restickify_cost == 24 * 128
+    assert sj.explain(jf, *(sj.to_device(a) for a in (x, w, big_w))).restickify_cost > 24 * 128
+    for got, want in zip(jf(px, pw, pbig), f(x, w, big_w), strict=True):
+        assert_close(sj.to_host(got), want, reduce_len=100, ops=2)
+
+
+def test_an_equinox_mlp_has_its_weights_placed():
+    """``Linear`` computes ``W @ x``; under ``vmap`` each weight is a product's lhs."""
+    eqx = pytest.importorskip("equinox")
+    sizes, keys = [20, 40, 48, 30], jax.random.split(jax.random.key(0), 3)
+    layers = [eqx.nn.Linear(sizes[j], sizes[j + 1], key=keys[j]) for j in range(3)]
+
+    def f(layers, x):
+        def one(x):
+            for layer in layers[:-1]:
+                x = jax.nn.relu(layer(x))
+            return layers[-1](x)
+
+        return jax.vmap(one)(x)
+
+    x = rand((8, 20), seed=4)
+    jf = sj.jit(f)
+    on_device = jax.tree.map(sj.to_device, (layers, x))
+    with pytest.warns(sj.SpyrePlacementWarning) as caught:
+        placed, px = jf.place(*on_device)
+    assert [_row_major(layer.weight) for layer in placed] == [False, True, True]
+    # The first layer's W @ x reads two arguments alike: both are named, not guessed.
+    (message,) = (str(w.message) for w in caught)
+    assert "[0].weight" in message and "(parameter 'x')" in message
+    assert_close(sj.to_host(jf(placed, px)), jax.jit(f)(layers, x), reduce_len=48, ops=3)

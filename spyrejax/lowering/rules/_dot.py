@@ -12,6 +12,7 @@ import numpy as np
 from ... import primitives as sp
 from ..._errors import LayoutError
 from ...layout._layout import SpyreTensorLayout
+from ...layout._segments import row_major_strides
 from ...primitives._restickify import load_relayout
 from ...primitives._stick import (
     SPARSE,
@@ -263,29 +264,43 @@ def in_place_layout(node: Node, value: Value) -> SpyreTensorLayout | str:
     contracted over k, n free) is read by the matmul kernel as XLA's dot takes it when
     it is ``SpyreTensorLayout.row_major`` (``[batch..., k, T(n), S(n)]``, the padded
     row-major matrix); in the default layout ``[T(n), k, S(n)]`` n sits on both sides
-    of k and XLA copies the whole weight on every call (``primitives._matmul``).
+    of k and XLA copies the whole weight on every call (``primitives._matmul``). The
+    same for ``w[batch..., n, k]`` read as ``x @ w.T`` (that image of its transpose,
+    no restickify onto n), and for ``W[m..., k]`` read as the lhs of ``W @ x`` (A,
+    row-major ``[m..., T(k), S(k)]`` where the default ``[T(k), m, S(k)]`` is copied).
 
     Returns:
         The layout; or, where the product reads ``value`` otherwise, the reason in a
-        user's words (``SpyreJit.place`` prints it): as the lhs, in another dim order,
-        scaled, beside an operand of another dtype, or where the swapped mode may run.
+        user's words (``SpyreJit.place`` prints it): in another dim order, scaled,
+        beside an operand of another dtype, or where the swapped mode may run.
     """
     if node.prim != "dot_general":
         return f"it is also read by {node.prim}"
     if _scaled_operand(node) is not None:
         return "its product is a scaling by a constant"
     lhs, rhs = node.ins
-    if rhs is not value or lhs is value or rhs.ndim < 2:
-        return "it is read as the lhs of a product (x in x @ w)"
+    if lhs is rhs or value.ndim < 2:
+        return "its product reads it as a vector or as both operands"
     if lhs.dtype != rhs.dtype:
-        return f"its product's other operand is {lhs.dtype}, it is {rhs.dtype}"
-    _, rc, _, rb, _, rfree = _DotGeneral._dims(node)
-    nb = rhs.ndim - 2
-    if rc != (nb,) or rb != tuple(range(nb)) or rfree != [nb + 1]:
-        return "its product contracts it in another dim order than [batch..., k, n]"
+        return f"its product's other operand is {node.ins[value is lhs].dtype}, it is {value.dtype}"
     if _may_swap(node):
         return "its product may run swapped, reading it stuck on k (decode attention, GQA scores)"
-    return SpyreTensorLayout.row_major(rhs.shape, rhs.dtype)
+    lc, rc, lb, rb, _, _ = _DotGeneral._dims(node)
+    nb = rhs.ndim - 2
+    if value is lhs:  # W in W @ x: A, [m..., k], read as XLA's dot takes it row-major
+        if lb or lc != (lhs.ndim - 1,):
+            return "it is the lhs of a product that contracts it in another order than [m, k]"
+        return SpyreTensorLayout.row_major(lhs.shape, lhs.dtype)
+    if rc not in ((nb,), (nb + 1,)) or rb != tuple(range(nb)):
+        return "its product contracts it in another dim order than [batch..., k, n]"
+    if rc == (nb,):  # w in x @ w: [batch..., k, T(n), S(n)]
+        return SpyreTensorLayout.row_major(rhs.shape, rhs.dtype)
+    # w in x @ w.T: the same image, [batch..., k, T(n), S(n)], of w's transpose
+    order = [*range(nb), nb + 1, nb]
+    strides = row_major_strides(rhs.shape)
+    return SpyreTensorLayout.row_major(
+        [rhs.shape[d] for d in order], rhs.dtype, host_strides=[strides[d] for d in order]
+    )
 
 
 def _may_swap(node: Node) -> bool:
