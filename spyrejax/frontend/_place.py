@@ -78,10 +78,11 @@ def in_place_layouts(closed: ClosedJaxpr) -> list[Placement | str | None]:
     made = {id(o): n for n in graph.nodes for o in n.outs}
     inputs = {id(v) for v in graph.inputs}
 
-    def argument(x: Any) -> bool:  # an argument, or one converted, transposed or reshaped
+    def argument(x: Any) -> Any:
+        """The argument ``x`` is, converted, transposed or reshaped; else None."""
         while id(x) in made and made[id(x)].prim in _ARGUMENT_FORMS:
             x = made[id(x)].ins[0]
-        return id(x) in inputs
+        return x if id(x) in inputs else None
 
     return [_placement(v, readers, id(v) in outputs, argument) for v in graph.inputs]
 
@@ -90,7 +91,7 @@ _ARGUMENT_FORMS = frozenset({"convert_element_type", "transpose", "reshape", "co
 
 
 def _placement(
-    v: Any, readers: dict[Any, list[Any]], is_output: bool, argument: Callable[[Any], bool]
+    v: Any, readers: dict[Any, list[Any]], is_output: bool, argument: Callable[[Any], Any]
 ) -> Placement | str | None:
     """Where input ``v`` goes (see :func:`in_place_layouts`)."""
     got = _in_place(v, readers, is_output, argument)
@@ -110,7 +111,7 @@ def _max_read(v: Any, readers: list[Node]) -> Placement | None:
     return Placement(None, PadFill.NEG_INF)
 
 
-def _weight_of(node: Node, v: Any, argument: Callable[[Any], bool]) -> bool | str:
+def _weight_of(node: Node, v: Any, argument: Callable[[Any], Any]) -> bool | str:
     """Whether product ``node`` reads input ``v`` as its weight, or why that is not known.
 
     The rhs is the weight (``w`` in ``x @ w``, ``x @ w.T``); the lhs is where the rhs
@@ -119,8 +120,11 @@ def _weight_of(node: Node, v: Any, argument: Callable[[Any], bool]) -> bool | st
     ``vmap`` (equinox's ``Linear``).
     """
     lhs, rhs = node.ins
-    if lhs is rhs or not argument(rhs if v is lhs else lhs):
+    other = argument(rhs if v is lhs else lhs)
+    if other is None:
         return True
+    if other is argument(v):  # x @ x.T: no weight
+        return False
     lc, rc, *_ = _dims(node)
     if lc == (lhs.ndim - 1,) and rc == (rhs.ndim - 1,):
         return "its product's other operand is an argument too, read alike (x @ w.T, W @ x)"
@@ -133,7 +137,7 @@ def _dims(node: Node) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 
 def _in_place(
-    v: Any, readers: dict[Any, list[Any]], is_output: bool, argument: Callable[[Any], bool]
+    v: Any, readers: dict[Any, list[Any]], is_output: bool, argument: Callable[[Any], Any]
 ) -> SpyreTensorLayout | str | None:
     """The layout every reader of input ``v`` takes it in place, why not, or None."""
     nodes = readers.get(v, [])
@@ -173,7 +177,7 @@ def _in_place(
 
 
 def _transposed(
-    t: Node, v: Any, readers: dict[Any, list[Any]], argument: Callable[[Any], bool]
+    t: Node, v: Any, readers: dict[Any, list[Any]], argument: Callable[[Any], Any]
 ) -> SpyreTensorLayout | str | None:
     """The layout of ``v`` whose transpose ``t`` products read in place (``x @ w.T``).
 
