@@ -338,7 +338,9 @@ class SpyreJit:
         An argument that only matrix products read, as the ``w`` of ``x @ w`` (a weight
         ``[..., k, n]``), comes back on the device in ``SpyreTensorLayout.row_major``
         with zero padding: the matrix XLA's dot reads in place. In the default layout,
-        ``[T(n), k, S(n)]``, the product copies the whole weight on every call. Every
+        ``[T(n), k, S(n)]``, the product copies the whole weight on every call. The ``w``
+        of ``h @ w.T`` comes back in its transpose's order, the ``W`` of ``W @ h`` (``h``
+        computed: equinox's ``Linear`` under ``vmap``) row-major. Every
         float argument that max reductions read (a softmax's input; elementwise ops
         besides) comes back in its layout with ``-inf`` padding (``pad=-inf``), which
         the reductions read unmasked. Every
