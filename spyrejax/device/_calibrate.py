@@ -197,8 +197,18 @@ class ShapeFit:
 
     @property
     def pick(self) -> int:
-        """Index of the model's choice: the least predicted time among the measured ones."""
-        return int(np.argmin(self.predicted_us))
+        """Index of the model's choice: the least predicted time among the measured ones.
+
+        Exact ties are settled as the planner settles them (``divide``'s matmul pass):
+        more cores, then fewer K slices, then the smaller slices in dim order; not by
+        the file's order.
+        """
+
+        def key(i: int) -> tuple[float, int, int, tuple[int, ...]]:
+            slices = tuple(int(x) for x in self.splits[i].split("_"))
+            return (self.predicted_us[i], -math.prod(slices), slices[-1], slices)
+
+        return min(range(len(self.splits)), key=key)
 
     @property
     def pick_ratio(self) -> float:

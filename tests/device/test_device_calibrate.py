@@ -18,7 +18,14 @@ import pytest
 
 import spyrejax as sj
 from spyrejax.device import Machine, calibrate, matmul_time, op_cost
-from spyrejax.device._calibrate import Measurement, main, read_sweep, spearman, sweep_division
+from spyrejax.device._calibrate import (
+    Measurement,
+    ShapeFit,
+    main,
+    read_sweep,
+    spearman,
+    sweep_division,
+)
 
 S = jax.ShapeDtypeStruct
 
@@ -243,3 +250,15 @@ def test_ktir_cpu_keeps_its_roofline_matmul():
     )
     op = r.ops[0]
     assert op.cost.compute_s == pytest.approx(op.macs / op.division.cores_used / 512e9)
+
+
+def test_a_tied_pick_is_settled_as_the_planner_settles_it():
+    # Prefill attention-times-V predicts 4_4_2_1 (395 us on the card) and 8_4_1_1 (551)
+    # alike; the file's order must not decide: more cores, fewer K slices, then the
+    # smaller slices in dim order, as the planner's matmul pass iterates them.
+    fit = ShapeFit(
+        "B", ("8_4_1_1", "4_4_2_1", "4_4_1_1", "2_4_2_2"), (551, 395, 1, 1), (4, 4, 4, 4)
+    )
+    assert fit.splits[fit.pick] == "4_4_2_1"
+    fit = ShapeFit("B", ("1_4_4_2", "1_4_8_1"), (1, 2), (5.0, 5.0))
+    assert fit.splits[fit.pick] == "1_4_8_1"
