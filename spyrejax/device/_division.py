@@ -16,7 +16,7 @@ from typing import Any
 
 from .._errors import DeviceError
 from ._machine import Machine
-from ._space import Operand, OpSpace
+from ._space import IterDim, Operand, OpSpace
 
 __all__ = [
     "WorkDivision",
@@ -209,11 +209,30 @@ def _span_pass(space: OpSpace, machine: Machine, fixed: Mapping[str, int]) -> di
         if best is None or key > best[0]:
             best = (key, splits)
     if best is None:
+        why = _span_why(space, base, free, budget, machine.span_limit)
         raise DeviceError(
             f"{space.opfunc}: no division over {machine.cores} cores keeps every per-core "
-            f"span within {machine.span_limit} bytes with at most one reduction dim split"
+            f"span within {machine.span_limit} bytes with at most one reduction dim split "
+            f"(splits divide evenly, spec section 2): {why}"
         )
     return {n: s for n, s in best[1].items() if s > 1 and n not in fixed}
+
+
+def _span_why(
+    space: OpSpace, base: Mapping[str, int], free: Sequence[IterDim], budget: int, limit: int
+) -> str:
+    """The operands over the span limit undivided, and the splits each free dim allows."""
+    div = WorkDivision(space, dict(base), math.prod(base.values()), order(space, base))
+    over = [
+        f"operand {i} (device {list(op.tensor.layout.device_size)}) spans {div.span(i):,} B"
+        for i, op in enumerate(space.operands)
+        if div.span(i) > limit
+    ]
+    unit = {True: "sticks", False: "rows"}
+    allowed = [
+        f"{d.name} of {d.units} {unit[d.stick > 1]}: {_divisors(d.units, budget)}" for d in free
+    ]
+    return "; ".join(over) + "; splits allowed: " + ", ".join(allowed)
 
 
 def _distribute(space: OpSpace, cores: int, fixed: Mapping[str, int]) -> dict[str, int]:

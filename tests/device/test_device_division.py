@@ -163,3 +163,14 @@ def test_matmul_divisions_tile_the_space(m_, k, n, cores):
     _check_laws(d, m)
     a_count = _coverage(d, 0)
     assert (a_count == d.splits["out"]).all()  # A is read by each N slice
+
+
+def test_a_division_no_span_allows_is_refused_saying_why():
+    # Granite's LM head: 49155 columns are 769 sticks (a prime), so N cannot be split,
+    # and with N whole each core's box of the weight ([769, 4096, 64]) spans 403 MB,
+    # over the 256 MiB limit, whatever K's split.
+    a, b, out = spec([1, 4096]), spec([4096, 49155]), spec([1, 49155])
+    with pytest.raises(
+        sj.DeviceError, match=r"operand 1 .* spans 403,177,472 B.*out of 769 sticks: \[1\]"
+    ):
+        divide(matmul_space(a, b, out), Machine.spyre())
