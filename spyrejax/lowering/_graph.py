@@ -33,6 +33,7 @@ from .._jax import ClosedJaxpr, Jaxpr, Literal, call_body, inner_jaxprs, summari
 from ..primitives import ELEMENTWISE
 from . import _expansions, _keys
 from ._distribute import distribute
+from ._pair_sums import unroll_pair_sums
 
 __all__ = ["Graph", "Node", "Scalar", "Value", "build_graph", "source_line"]
 
@@ -488,7 +489,7 @@ def build_graph(closed: ClosedJaxpr, bound: Sequence[Scalar | None] = ()) -> Gra
         env[var] = b.const(c)
     b.inline(closed.jaxpr, env)
     b.graph.outputs = [_read(env, a) for a in closed.jaxpr.outvars]
-    return _keep_excess_precision(distribute(b.graph))
+    return _keep_excess_precision(distribute(unroll_pair_sums(b.graph)))
 
 
 # --- where intermediate bfloat16 values are rounded: one rule, as ``jax.jit`` rounds them
