@@ -25,7 +25,9 @@ Per op, torch-spyre's form: ``time = max(compute, memory, lx) + ring + launch``,
 
 Bytes are device bytes, stick-granular; a value living in LX costs no DDR traffic; an
 operand read twice by one op (``x + x``) or broadcast is read once; a constant fill
-(``OpDesc`` of a ``full``) is one stick, read once. Nothing here is fitted: every rate
+(``OpDesc`` of a ``full``) is one stick, read once. A lane view (``x[..., k::s]``) is
+read as whole sticks of its buffer (the card reads a stick whatever lanes it uses), once
+per op however many of the buffer's lane sets the op reads. Nothing here is fitted: every rate
 is a :class:`Machine` constant.
 """
 
@@ -239,7 +241,9 @@ def op_cost(
     cores = division.cores_used
     read, moved, seen, reads = 0, 0, set(), []
     for i, op in enumerate(space.operands[:-1]):
-        key = op.tensor.name or i  # one value read twice (x + x) is read once
+        # One value read twice (x + x) is read once; so are the sticks of one buffer
+        # read on several of their lane sets (x[..., 0::2] * x[..., 1::2]).
+        key = op.tensor.buffer or op.tensor.name or i
         if key in seen:
             continue
         seen.add(key)

@@ -53,6 +53,9 @@ class TensorSpec:
         base_shape: for a view, the contiguous host tensor the layout was built for
             (None: ``shape`` itself).
         strides: for a view, its strides over ``base_shape`` (None: row-major).
+        buffer: for a lane view (``lanes=k::s``), the name of the value whose sticks
+            it reads; an op reading several lane sets of one buffer reads its sticks
+            once (see ``op_cost``). Empty otherwise.
     """
 
     shape: tuple[int, ...]
@@ -61,6 +64,7 @@ class TensorSpec:
     name: str = ""
     base_shape: tuple[int, ...] | None = None
     strides: tuple[int, ...] | None = None
+    buffer: str = ""
 
     @classmethod
     def of(

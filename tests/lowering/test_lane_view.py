@@ -107,6 +107,17 @@ def test_pieces_placed_on_their_lanes_assemble_the_interleaved_tensor():
         )
 
 
+def test_lane_views_are_charged_the_sticks_of_their_buffer_once_per_op():
+    # x [4, 2, 128] float16 in its default layout: 8 rows of 2 sticks of 64, 2,048 bytes.
+    # The card reads a lane view as the whole sticks of its buffer, and an op reading
+    # both lane sets of one stick reads it once: 2,048 bytes in both programs (the
+    # product [4, 2, 64], 8 rows of one stick, writes 1,024).
+    x = jnp.ones((4, 2, 128), jnp.float16)
+    for f in (lambda x: x[..., ::2] * 2, lambda x: x[..., ::2] * x[..., 1::2]):
+        (op,) = [o for o in sj.explain(f, x).ops if o.desc.kind == "compute"]
+        assert (op.cost.read_bytes, op.cost.write_bytes) == (2048, 1024)
+
+
 def test_compact_of_a_lane_view_is_a_dense_copy():
     # a lane view fills every s-th lane of its sticks: compact gives full sticks again
     x = rand((4, 64), np.float32, seed=5)

@@ -110,8 +110,8 @@ _register(_WithDivision(), with_division_p.name)
 # --- the ops the device model divides ------------------------------------------------
 
 
-def _spec(t: SpyreType, name: str) -> TensorSpec:
-    return TensorSpec(t.shape, t.layout, t.dims, name, t.base_shape, t.strides)
+def _spec(t: SpyreType, name: str, buffer: str = "") -> TensorSpec:
+    return TensorSpec(t.shape, t.layout, t.dims, name, t.base_shape, t.strides, buffer)
 
 
 def classify(prim: Any, ins: list[TensorSpec], out: TensorSpec) -> tuple[str, str, Any]:

@@ -21,6 +21,7 @@ from ..._errors import DeviceError
 from ...device import OpDesc, Region
 from ...primitives._array import SpyreType
 from ...primitives._base import Wrap
+from ...primitives._lanes import LaneView
 from .._graph import Graph, Value
 from .._planner import Plan
 from ._device import _spec, classify, resolve_hints, traced
@@ -39,6 +40,7 @@ class _Names:
         self.names: dict[tuple[Value, SpyreType], str] = {}
         self.count: dict[Value, int] = {}
         self.regions = itertools.count()
+        self.buffers: dict[str, str] = {}  # a lane view's name -> its buffer's
 
     def __call__(self, v: Value, t: SpyreType) -> str:
         key = (v, t)
@@ -125,7 +127,10 @@ class _Walk:
         if getattr(prim, "role", "") == "collective":
             return  # between cards: timed at the card link, not a device op
         ins = [(self.env[id(a)], jax.typeof(a)) for a in call.args if id(a) in self.env]
-        in_specs = [_spec(t, n) for n, t in ins]
+        buffers = self.names.buffers
+        if isinstance(prim, LaneView) and ins:  # its sticks are its operand's
+            buffers[self.env[id(out)]] = buffers.get(ins[0][0], ins[0][0])
+        in_specs = [_spec(t, n, buffers.get(n, "")) for n, t in ins]
         out_spec = _spec(jax.typeof(out), self.env[id(out)])
         try:
             kind, opfunc, space = classify(prim, in_specs, out_spec)
