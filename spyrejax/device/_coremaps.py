@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import SpyreInternalError
+from ..layout._arrangements import arranged_coords
 from ..layout._lanes import LanedLayout
 from ..layout._segments import axis_coord, row_major_strides
 from ._division import WorkDivision
@@ -352,7 +353,9 @@ def lx_index(div: WorkDivision, operand: int) -> np.ndarray:
     dim folding several logical dims (its variables never split, so local counts are
     global) holds it at the coordinate its :class:`~spyrejax.device.Fold` gives. A lane
     view's (``lanes=k::s``) lane ``c`` of its stick is the box's lane ``k + s * c``. Points
-    outside the extents wrap into the box (they are never stored).
+    outside the extents wrap into the box (they are never stored). An element
+    arrangement then moves each point inside its group (``layout._arrangements``), as
+    the layout's index map does.
     """
     op = div.space.operands[operand]
     shape = local_shape(div, operand)
@@ -362,7 +365,7 @@ def lx_index(div: WorkDivision, operand: int) -> np.ndarray:
     def iota(var: str | None) -> Any:
         return 0 if var is None else _iota(shape, div.space.names.index(var))
 
-    idx = np.zeros(shape, np.int64)
+    coords: list[Any] = [0] * len(op.walks)
     for j, w in enumerate(op.walks):
         fold = op.fold(j)
         if w is not None:
@@ -379,6 +382,13 @@ def lx_index(div: WorkDivision, operand: int) -> np.ndarray:
             c = fold.index.coord([iota(v) for v in fold.vars])
         else:
             continue
+        coords[j] = c
+    layout = op.tensor.layout
+    if layout.is_arranged:  # boxes hold whole groups (``_space._unit``): moved inside them
+        pair = layout.for_host(op.tensor.base_shape or op.tensor.shape).pair
+        coords = arranged_coords(coords, pair, layout.arrangement)
+    idx = np.zeros(shape, np.int64)
+    for j, c in enumerate(coords):
         idx = idx + c % box[j] * strides[j]
     return idx
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from .._errors import DeviceError
+from ..layout._arrangements import GROUP
 from ..layout._devdims import DevDim, FoldIndex, device_dims, fold_index
 from ..layout._dtypes import BYTES_PER_STICK
 from ..layout._lanes import LanedLayout
@@ -281,7 +282,7 @@ def _space(
             var = vars_[0]
             walks.append((var, d.ratio))
             if j == len(tensor.dims) - 1:
-                stick[var] = max(stick[var], tensor.layout.elems_per_stick)
+                stick[var] = max(stick[var], _unit(tensor.layout))
         seen = {w[0] for w in walks if w is not None}
         if role == "input" and any(
             n not in seen and e > 1 for n, e, r in zip(names, extents, reduced, strict=True)
@@ -297,6 +298,15 @@ def _space(
         for n, e, r in zip(names, extents, reduced, strict=True)
     )
     return OpSpace(opfunc, kind, dims, tuple(ops), macs, broadcast, transcendental, in_place)
+
+
+def _unit(layout: SpyreTensorLayout) -> int:
+    """Elements of a layout's stick dim a core takes whole: a stick, or an arranged group.
+
+    An element arrangement permutes the elements of a group (a 16-bit stick, or two fp32
+    sticks): a core's box holds whole groups, so it places them by the arranged map.
+    """
+    return max(layout.elems_per_stick, GROUP if layout.is_arranged else 1)
 
 
 def _follows(op: Operand, var: str, stick: int) -> bool:

@@ -17,6 +17,7 @@ import numpy as np
 from .. import primitives as sp
 from ..layout import BYTES_PER_STICK, SpyreTensorLayout
 from ..primitives._array import SpyreType
+from ..primitives._astype import Astype
 from ..primitives._copies import SliceCopy
 from ..primitives._in_place import FillAround
 from ..primitives._iota import Full
@@ -29,6 +30,7 @@ __all__ = [
     "nbytes",
     "read_bytes",
     "read_tie_break",
+    "reorder_bytes",
     "source_bytes",
     "through_ddr",
     "tie_break",
@@ -45,10 +47,9 @@ power of two: sums of byte counts and ties stay exact in floats."""
 RELAYOUT_TIE = 2.0**-14
 """What reading a value kept in an element arrangement costs a restickify besides its bytes.
 
-Values are in the card's staggered order only where a user asked for it
-(``sp.astype(..., arranged=True)``); a restickify of one moves it anyway, so the tie
-makes the planner convert in the standard order where it can. Far below a byte and
-below :data:`MOVE_TIE`."""
+A restickify of an arranged value moves it anyway, so the tie makes the planner
+convert in the standard order where the value is moved regardless. Far below a byte
+and below :data:`MOVE_TIE`."""
 
 
 def nbytes(t: SpyreType) -> int:
@@ -142,6 +143,8 @@ def traffic(called: list[Any]) -> float:
         elif isinstance(p, sp.SpyrePrim):
             total += sum(map(read_bytes, _spyre_types(p.in_avals)))
             total += sum(map(nbytes, _spyre_types(p.out_avals)))
+            if isinstance(p, Astype) and p.reorders:
+                total += reorder_bytes(p)
             if p.role == "collective":
                 total += _elements_bytes(p.moves, _spyre_types(p.in_avals))
         elif p.role == "host":
@@ -149,6 +152,18 @@ def traffic(called: list[Any]) -> float:
         else:
             total += 2 * _elements_bytes(p.moves, _spyre_types(p.in_avals))
     return total
+
+
+def reorder_bytes(p: Astype) -> int:
+    """What the card pays to give its 16 <-> 32-bit conversion in the standard order.
+
+    The conversion writes its result staggered (``DL16_TO_FP32`` / ``FP32_TO_DL16``): the
+    standard order is a relayout inside each group, read and written once, on the side
+    with fewer bytes (the 16-bit operand put in the inverse order first, or the result
+    put back). An arranged result (the planner's ``arranged`` mode of ``astype``) or
+    operand saves it.
+    """
+    return 2 * min(nbytes(p.in_avals[0]), nbytes(p.out_aval))
 
 
 def _elements_bytes(elements: int, avals: list[SpyreType]) -> int:

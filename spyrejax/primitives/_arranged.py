@@ -12,17 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from .._errors import LayoutError
-from ..layout._arrangements import GROUP, ElementArrangement
+from ..layout._arrangements import ElementArrangement
 from ..layout._dtypes import format_for_dtype
 from ..layout._layout import SpyreTensorLayout
 from ._array import SpyreType
 
 __all__ = [
     "arranged_result",
+    "card_conversion",
     "converted_arrangement",
     "emitted_layout",
-    "whole_groups",
 ]
 
 _EMITS = {32: ElementArrangement.DL16_TO_FP32, 64: ElementArrangement.FP32_TO_DL16}
@@ -55,18 +57,20 @@ def arranged_result(name: str, avals: Sequence[SpyreType], out: SpyreType) -> Sp
     )
 
 
-def whole_groups(t: SpyreType) -> bool:
-    """Whether ``t``'s arrangement moves data onto data only (no padding in a group).
+def card_conversion(src: object, dst: object) -> bool:
+    """Whether converting ``src`` elements to ``dst`` is the card's 16 <-> 32-bit one.
 
-    Then the standard and the arranged map put data at the same positions, so the
-    device model's per-core loads and stores (which follow the standard map) of an op
-    position by position on operands of ``t``'s layout are exact.
+    That conversion writes its result staggered (:data:`_EMITS`): the standard order
+    costs a relayout inside each group, which an arranged result or operand saves. False
+    for bool and for dtypes without a Spyre format.
     """
-    if not t.layout.is_arranged:
-        return True
-    last = t.layout.device_rank - 1
-    segments = t.layout.for_host(t.base_shape).segmentation.segments
-    return all(s.size % GROUP == 0 for s in segments if (last, 1) in s.axes)
+    if np.bool_ in (np.dtype(src), np.dtype(dst)):  # type: ignore[call-overload]
+        return False
+    try:
+        widths = {format_for_dtype(d).elems_per_stick() for d in (src, dst)}  # type: ignore[arg-type]
+    except LayoutError:
+        return False
+    return widths == _WIDTHS
 
 
 def converted_arrangement(aval: SpyreType, dtype: object, arranged: bool) -> bool:
@@ -79,8 +83,7 @@ def converted_arrangement(aval: SpyreType, dtype: object, arranged: bool) -> boo
     """
     if not (arranged or aval.layout.is_arranged):
         return False
-    widths = {aval.layout.elems_per_stick, format_for_dtype(dtype).elems_per_stick()}
-    if widths != _WIDTHS:
+    if not card_conversion(aval.dtype, dtype):
         raise LayoutError(
             f"astype to {dtype}: the element arrangements are those of the card's conversion "
             f"between 16-bit and 32-bit formats, not of {aval.str_short()} to {dtype}"

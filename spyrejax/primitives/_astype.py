@@ -32,7 +32,7 @@ from ..layout._devdims import DevDim, layout_from_dims
 from ..layout._dtypes import format_for_dtype, host_dtype
 from ..layout._layout import SpyreTensorLayout
 from ..layout._segments import row_major_strides
-from ._arranged import converted_arrangement, emitted_layout
+from ._arranged import card_conversion, converted_arrangement, emitted_layout
 from ._array import SpyreArray, SpyreType
 from ._base import SpyrePrim
 from ._masks import masked, poison, poisoned
@@ -83,6 +83,18 @@ class Astype(SpyrePrim):
         self.params = {"dtype": dtype, "arranged": arranged}
         super().__init__()
 
+    @property
+    def reorders(self) -> bool:
+        """The card's conversion from the standard order to the standard order.
+
+        On the card, a relayout inside each group (of the 16-bit side, before or after
+        converting) that an arranged operand or result saves; the planner charges it
+        (``lowering._traffic.reorder_bytes``).
+        """
+        aval = self.in_avals[0]
+        plain = not (self.arranged or aval.layout.is_arranged)
+        return plain and card_conversion(aval.dtype, self.dtype)
+
     def kernel(self, img: jax.Array) -> jax.Array:
         return self._convert(img, exact=True)
 
@@ -90,9 +102,7 @@ class Astype(SpyrePrim):
         return self._convert(img, exact=False)
 
     def space(self, ins: Sequence[TensorSpec], out: TensorSpec) -> OpSpace | None:
-        """An elementwise space: one variable per dim (not divided when arranged)."""
-        if self.out_aval.layout.is_arranged or self.in_avals[0].layout.is_arranged:
-            return None
+        """An elementwise space: one variable per dim (an arranged operand in whole groups)."""
         return elementwise_space("astype", out, ins)
 
     def core_kernel(self, div: WorkDivision, vals: list[jax.Array]) -> jax.Array:

@@ -30,7 +30,7 @@ from ..device._division import WorkDivision
 from ..device._space import OpSpace, TensorSpec, elementwise_space
 from ..layout._devdims import AlignPlan, align
 from ..layout._layout import SpyreTensorLayout
-from ._arranged import arranged_result, whole_groups
+from ._arranged import arranged_result
 from ._array import SpyreArray, SpyreType
 from ._axes import aligned, collapsed, merged_shape, unmerged
 from ._base import SpyrePrim
@@ -215,8 +215,6 @@ class Elementwise(SpyrePrim):
     def space(self, ins: Sequence[TensorSpec], out: TensorSpec) -> OpSpace | None:
         """One variable per result dim; inputs broadcast right-aligned; its record's facts."""
         count("space.elementwise")
-        if not whole_groups(self.out_aval):  # the cores' moves follow the standard map
-            return None
         op = self.op
         return elementwise_space(
             op.name, out, ins, transcendental=op.transcendental, in_place=op.in_place

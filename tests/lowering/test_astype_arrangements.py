@@ -1,8 +1,9 @@
 """astype between 16-bit and 32-bit formats in the card's staggered order (issue 26, item 4).
 
 The card's conversion emits DL16_TO_FP32 / FP32_TO_DL16; ``sp.astype(..., arranged=True)``
-keeps that order. The planner keeps the standard order: the device model does not divide
-arranged ops over the cores, so the card's order would be predicted slower.
+keeps that order. The planner chooses it itself where the readers keep the arrangement
+(the standard order costs the card a relayout inside each group), and keeps the standard
+order where a reader would need the value restickified.
 """
 
 import jax
@@ -46,15 +47,68 @@ def test_astype_matches_jax_jit_on_padded_shapes(shape, src, dst):
     assert_matches_jax_jit(lambda x: x.astype(dst), x, exact=True)
 
 
-def test_the_planner_keeps_the_standard_order_the_device_model_divides():
-    # A chain in the card's order would be costed on one core (no division of arranged
-    # ops): the planner keeps the standard order, divided, with nothing restickified.
-    x = rand((512, 4096), F16)
-    report = sj.explain(closed_chain(F32), x)
-    assert not arranged_in_plan(closed_chain(F32), x)
-    assert not report.restickifies
+def plain_chain(dst):
+    """The chain of the issue: convert, a position-by-position map, convert back."""
+
+    def f(x):
+        y = x.astype(dst)
+        return (y * 2 + 1).astype(x.dtype)
+
+    return f
+
+
+@pytest.mark.parametrize(("src", "dst"), PAIRS)
+def test_the_planner_keeps_the_cards_order_through_a_closed_chain(src, dst):
+    # Both conversions are the card's: the arranged one saves the relayout of each, the
+    # ops between keep the arrangement, and every op is divided over the cores.
+    x = rand((64, 256), src)
+    report = sj.explain(plain_chain(dst), x)
+    name = "DL16_TO_FP32" if dst == F32 else "FP32_TO_DL16"
+    assert name in report.jaxpr and not report.restickifies
+    arranged = [t for t in report.tensors if name in t.type]
+    assert len(arranged) >= 2  # the conversion's result and the maps' (bfloat16 + 1: f32)
     converts = [op for op in report.ops if op.desc.opfunc == "astype"]
     assert len(converts) == 2 and all(op.division.cores > 1 for op in converts)
+    assert_matches_jax_jit(plain_chain(dst), x, exact=True)
+
+
+@pytest.mark.parametrize(
+    "reader",
+    [
+        lambda y: jnp.sum(y * 2, axis=-1),  # a reduction over the stick dim
+        lambda y: y @ jnp.ones((y.shape[-1], 64), y.dtype),  # a product
+        lambda y: y * 2,  # a result: returned in the default layout
+    ],
+    ids=["sum", "matmul", "result"],
+)
+def test_the_planner_keeps_the_standard_order_where_a_reader_needs_it(reader):
+    # Restickifying an arranged value costs more than the relayout it saves.
+    x = rand((16, 128), F16)
+
+    def f(x):
+        return reader(x.astype(F32))
+
+    assert not arranged_in_plan(f, x)
+    assert_matches_jax_jit(f, x, reduce_len=128)
+
+
+def test_the_planner_restickifies_the_cards_order_where_that_costs_less():
+    # One conversion read by two closed chains and by a sum over the stick dim: the card's
+    # order saves three relayouts of the 16-bit side (3 * 2 * 2 KiB) and costs one
+    # restickify of the fp32 value for the sum (4 + 4 KiB): the planner takes it.
+    # (With one closed chain the two cost the same; with none, the standard order wins:
+    # the test above.)
+    x = rand((8, 128), F16)
+
+    def f(x):
+        y = x.astype(F32)
+        return (y * 2).astype(F16), (y + 1).astype(F16), jnp.sum(y, axis=-1)
+
+    report = sj.explain(f, x)
+    assert "DL16_TO_FP32" in report.jaxpr
+    moved = [r for r in report.restickifies if "DL16_TO_FP32" in r.source_type]
+    assert [r.cost for r in moved] == [8 * 128]
+    assert_matches_jax_jit(f, x, reduce_len=128)
 
 
 def test_arranged_astype_eagerly_and_refusals():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import jax
@@ -9,6 +10,7 @@ import numpy as np
 
 from ... import primitives as sp
 from ..._errors import SpyreUnsupportedError
+from ...primitives._arranged import card_conversion
 from ...primitives._array import SpyreType
 from ...primitives._stick import (
     SPARSE,
@@ -17,7 +19,7 @@ from ...primitives._stick import (
     stick_of,
     stick_options,
 )
-from .._graph import Node, Scalar
+from .._graph import Node, Scalar, Value
 from .._registry import Mode, Rule, _arg, _carried_modes, _register, _req
 
 # --- elementwise ----------------------------------------------------------------------
@@ -127,26 +129,32 @@ _register(_Polynomial(), "polynomial")
 
 
 class _Convert(Rule):
-    """``astype``, in the standard order.
+    """``astype``: in the standard order, or in the card's staggered one.
 
     The card's conversion between 16-bit and 32-bit formats writes its result staggered
-    (``DL16_TO_FP32``, ``FP32_TO_DL16``) and ``sp.astype(x, dtype, arranged=True)`` keeps
-    that order where a user asks for it. The planner does not choose it: the device model
-    does not divide an arranged op over the cores (its per-core moves follow the standard
-    map), so a chain kept in the card's order is predicted about twice as slow as the
-    standard order's (a [512, 4096] float16 chain: 328 against 168 us), while the
-    objective's bytes are equal. Offering it waits for a division of arranged ops.
+    (``DL16_TO_FP32``, ``FP32_TO_DL16``): the standard order costs it a relayout inside
+    each group (``_traffic.reorder_bytes``, charged by the objective), which the
+    ``arranged`` mode saves where the readers take the arrangement (ops position by
+    position keep it, and converting an arranged value back gives the standard order).
+    Where a reader refuses it (a reduction over the stick dim, a product), the value is
+    restickified, and the objective compares that with the standard order's relayout.
     """
 
     def modes(self, node: Node) -> list[Mode]:
         out = node.outs[0]
-        return [
+        sticks = stick_options(out.shape)
+        modes = [
             Mode((_req(node.ins[0], s),), canon(out.shape, s) if out.shape else SPARSE)
-            for s in stick_options(out.shape)
+            for s in sticks
         ]
+        x = node.ins[0]
+        if isinstance(x, Value) and card_conversion(x.dtype, out.dtype):
+            modes += [replace(m, variant="arranged") for m in modes if m.out != SPARSE]
+        return modes
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
-        return [sp.astype(args[0], node.params["new_dtype"])]
+        arranged = mode.variant == "arranged"
+        return [sp.astype(args[0], node.params["new_dtype"], arranged=arranged)]
 
 
 _register(_Convert(), "convert_element_type")
