@@ -59,6 +59,17 @@ def _gap_fields(op: Operand) -> dict[str, dict[str, int]]:
     return {"frontGap_": front, "backGap_": back}
 
 
+def _arrangement_field(op: Operand) -> dict[str, str]:
+    """``elementArrangement_`` of an operand in a non-standard element arrangement.
+
+    torch-spyre's op specs carry each tensor's ``ElementArrangement`` (the order the
+    card's 16 <-> 32-bit conversion emits); the field names it where it is not
+    ``STANDARD``, so a standard document is unchanged.
+    """
+    layout = op.tensor.layout
+    return {"elementArrangement_": layout.arrangement.value} if layout.is_arranged else {}
+
+
 def _labels(div: WorkDivision) -> list[str]:
     names = _LABELS_MATMUL if div.space.kind == "matmul" else _LABELS_OTHER
     keys: dict[Any, str] = {}
@@ -139,6 +150,7 @@ def superdsc(
                 "dataFormat_": fmt,
                 "memOrg_": {"hbm": {"isPresent": 1}, "lx": {"isPresent": int(value in lx_address)}},
                 **_gap_fields(o),
+                **_arrangement_field(o),
             }
         )
         in_lx = lx_address.get(value) is not None

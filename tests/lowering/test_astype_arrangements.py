@@ -151,3 +151,21 @@ def test_arranged_chains_differentiate_and_vmap():
 
     assert_matches_jax_jit(jax.grad(loss), x, ops=4)
     assert_matches_jax_jit(jax.vmap(closed_chain(F32)), x, exact=True)
+
+
+def test_the_export_names_the_arrangement_of_each_arranged_tensor():
+    e = sj.export(plain_chain(F32), np.zeros((8, 128), np.float16))
+    fields = [
+        [d.get("elementArrangement_") for d in dsc["labeledDs_"]]
+        for doc in e.superdsc
+        for body in doc.values()
+        for entry in body["dscs_"]
+        for dsc in entry.values()
+    ]
+    arranged = "DL16_TO_FP32"
+    assert fields == [
+        [None, arranged],
+        [arranged, arranged],
+        [arranged, arranged],
+        [arranged, None],
+    ]
