@@ -10,6 +10,7 @@ import numpy as np
 
 from ... import primitives as sp
 from ..._errors import SpyreUnsupportedError
+from ...layout._arrangements import GROUP
 from ...primitives._arranged import card_conversion
 from ...primitives._array import SpyreType
 from ...primitives._stick import (
@@ -138,6 +139,10 @@ class _Convert(Rule):
     position keep it, and converting an arranged value back gives the standard order).
     Where a reader refuses it (a reduction over the stick dim, a product), the value is
     restickified, and the objective compares that with the standard order's relayout.
+    The mode is offered where the stick dim is whole groups of 64: a group with padding
+    (a short stick dim, a ``[T, 1]`` mean) gains too little to be worth the value the
+    planner's reconstruction may then restickify (it does not run a shared producer
+    twice), nor the emulator's transposes of the staggered image.
     """
 
     def modes(self, node: Node) -> list[Mode]:
@@ -149,7 +154,11 @@ class _Convert(Rule):
         ]
         x = node.ins[0]
         if isinstance(x, Value) and card_conversion(x.dtype, out.dtype):
-            modes += [replace(m, variant="arranged") for m in modes if m.out != SPARSE]
+            modes += [
+                replace(m, variant="arranged")
+                for m in modes
+                if m.out != SPARSE and out.shape[m.out] % GROUP == 0
+            ]
         return modes
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
