@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from .._errors import LayoutError
 from ..layout._arrangements import ElementArrangement
@@ -57,17 +58,17 @@ def arranged_result(name: str, avals: Sequence[SpyreType], out: SpyreType) -> Sp
     )
 
 
-def card_conversion(src: object, dst: object) -> bool:
+def card_conversion(src: DTypeLike, dst: DTypeLike) -> bool:
     """Whether converting ``src`` elements to ``dst`` is the card's 16 <-> 32-bit one.
 
     That conversion writes its result staggered (:data:`_EMITS`): the standard order
     costs a relayout inside each group, which an arranged result or operand saves. False
     for bool and for dtypes without a Spyre format.
     """
-    if np.bool_ in (np.dtype(src), np.dtype(dst)):  # type: ignore[call-overload]
+    if np.bool_ in (np.dtype(src), np.dtype(dst)):
         return False
     try:
-        widths = {format_for_dtype(d).elems_per_stick() for d in (src, dst)}  # type: ignore[arg-type]
+        widths = {format_for_dtype(d).elems_per_stick() for d in (src, dst)}
     except LayoutError:
         return False
     return widths == _WIDTHS
