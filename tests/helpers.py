@@ -108,11 +108,11 @@ def run_side_by_side(cases):
     """Run several cases as one program, under ``spyrejax.jit`` and under ``jax.jit``.
 
     ``cases`` maps a name to ``(fn, args)``. Each function runs on its own arguments, so
-    the program is the cases' programs side by side, sharing no value: the planner, whose
-    passes follow the graph's edges, plans each part as it plans the case alone, and each
-    result has the bits the case alone gives (its layout may differ where the planner
-    weighs the whole program: tests/models/test_peer_ops.py runs the ops with a stated
-    layout alone). It is one compile each instead of one per case (8-40% less CPU
+    the program is the cases' programs side by side, sharing no value. The planner sees
+    the whole program, so a part's layouts may differ from its case's alone (a peer
+    list's rope view did: a case that checks a layout runs alone, as
+    tests/models/test_peer_ops.py does); its values do not: each result has the bits the
+    case alone gives. It is one compile each instead of one per case (8-40% less CPU
     than the cases alone in the cases measured: docs/testing.md).
 
     Returns:

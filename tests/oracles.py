@@ -125,6 +125,27 @@ def run_descriptors(dci, src_flat, dst_flat):
     return dst, writes
 
 
+def check_descriptors_against_coords(h2d, d2h, host, coords, device_size):
+    """Run a DCI pair literally and check it against the device coordinates of each element.
+
+    ``host``: the flat host buffer, element ``k`` (row-major order) holding ``k`` and -1
+    where no element lies. ``coords``: ``[n, device rank]``, element ``k``'s device
+    coordinates by an independent oracle. The host-to-device descriptors must put element
+    ``k`` at ``coords[k]``, writing no position twice; the device-to-host ones must give
+    ``host`` back, writing no host position twice. Returns how many times each device
+    position was written.
+    """
+    n = len(coords)
+    image, writes = run_descriptors(h2d, host, np.full(int(np.prod(device_size)), -1))
+    at = np.ravel_multi_index(tuple(np.asarray(coords).T), device_size)
+    np.testing.assert_array_equal(image[at], np.arange(n))
+    assert (writes <= 1).all()
+    back, reads = run_descriptors(d2h, image, np.full(len(host), -1))
+    np.testing.assert_array_equal(back, host)
+    assert (reads <= 1).all()
+    return writes
+
+
 def data_mask_by_rule(shape, layout, host_strides=None):
     """Spec section 4, brute force: True on the device positions some host element maps to.
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
-from helpers import assert_matches
+from helpers import assert_matches, check_each_side_by_side
 from peer_ops import LISTS, Case, host_dtype, layout_of, operand, our_cases, same_placement, stated
 
 import spyrejax as sj
@@ -88,40 +88,19 @@ def run_case(case: Case) -> None:
 
 
 def run_side_by_side(cases: list[Case]) -> None:
-    """Run ``cases`` as one program under each jit, each op on its own operands.
+    """Run ``cases`` as one program under each jit (``helpers.check_each_side_by_side``).
 
-    The ops share no value, so the planner plans each as it plans the op alone (see
-    ``helpers.run_side_by_side``), in one compile per jit instead of one per op. Every
-    case is checked as :func:`run_case` checks it and the failures are named together; if
-    the program of all of them cannot be built, each case runs alone.
+    Only cases with no stated layout come here (:func:`_alone`), so each runs on its host
+    operands and is checked as :func:`run_case` checks it: dtypes and values.
     """
-    prepared = [_prepare(case) for case in cases]
-    counts = [len(hosts) for hosts, _ in prepared]
 
-    def together(*flat):
-        results, start = [], 0
-        for case, n in zip(cases, counts, strict=True):
-            results.append(case.fn(*flat[start : start + n]))
-            start += n
-        return tuple(results)
+    def check(name, got, want):
+        case = by_id[name]
+        assert_matches(got, want, reduce_len=case.reduce_len, ops=case.ops)
 
-    try:
-        outs = sj.jit(together)(*[a for _, args in prepared for a in args])
-        wants = jax.jit(together)(*[h for hosts, _ in prepared for h in hosts])
-    except Exception as error:  # re-raised below, or named per case
-        outs, together_error = None, error
-    failures = []
-    for i, case in enumerate(cases):
-        try:
-            if outs is None:
-                run_case(case)
-            else:
-                _check(case, outs[i], wants[i])
-        except Exception as error:  # collected, raised below
-            failures.append(f"[{case.id}] {type(error).__name__}: {error}")
-    assert not failures, f"{len(failures)} of {len(cases)} ops failed:\n" + "\n".join(failures)
-    if outs is None:
-        raise AssertionError("every op passes alone, but not side by side") from together_error
+    by_id = {case.id: case for case in cases}
+    assert not any(_alone(case) for case in cases), "a stated layout runs alone"
+    check_each_side_by_side({c.id: (c.fn, _prepare(c)[0]) for c in cases}, check)
 
 
 def _alone(case: Case) -> bool:

@@ -64,9 +64,10 @@ def _blocks(x, ws):
     return x.sum(axis=0), x[:4]
 
 
-def _explained(fun, layers: int, replay: bool) -> tuple[sj.Report, int]:
-    """The report of ``fun`` on ``layers`` layers, and how many node runs the record's
-    trace lowered by their rules (replayed ones are not)."""
+def _explained(fun, layers: int, replay: bool, emulate=None) -> tuple[sj.Report, int]:
+    """The report of ``fun`` on ``layers`` layers (under ``sj.jit(..., emulate=emulate)``),
+    and how many node runs the record's trace lowered by their rules (replayed ones are
+    not)."""
     x = jax.ShapeDtypeStruct((16, 96), jnp.float32)
     ws = [jax.ShapeDtypeStruct((96, 96), jnp.float32)] * layers
     lowered = []
@@ -79,7 +80,7 @@ def _explained(fun, layers: int, replay: bool) -> tuple[sj.Report, int]:
         return fun(x, ws)
 
     with replaying(replay), watching(watch):
-        report = sj.explain(fresh, x, ws)
+        report = sj.explain(sj.jit(fresh, emulate=emulate), x, ws)
     return report, len(lowered)
 
 
@@ -98,6 +99,18 @@ def test_repeated_layers_lowered_once_in_the_trace():
     assert replayed.details() == lowered.details()
     assert [repr(op) for op in replayed.ops] == [repr(op) for op in lowered.ops]
     assert replayed.time_s == lowered.time_s
+
+
+def test_no_replay_while_the_cores_executor_runs():
+    """Under ``emulate="cores"`` the record's trace runs the per-core executor: every node
+    run is lowered by its rule, replays on or off, and the report is the default mode's."""
+    with counting() as counts:
+        cores, each = _explained(_blocks, 2, True, emulate="cores")
+    assert counts["interpret.replay"] == 0
+    assert each == _explained(_blocks, 2, False, emulate="cores")[1]
+    default, _ = _explained(_blocks, 2, True)
+    assert [repr(op) for op in cores.ops] == [repr(op) for op in default.ops]
+    assert cores.time_s == default.time_s
 
 
 def _scanned(x, ws):
