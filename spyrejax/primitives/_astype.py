@@ -89,11 +89,13 @@ class Astype(SpyrePrim):
 
         On the card, a relayout inside each group (of the 16-bit side, before or after
         converting) that an arranged operand or result saves; the planner charges it
-        (``lowering._traffic.reorder_bytes``).
+        (``lowering._traffic.reorder_bytes``). A sparse stick holds its one element in
+        lane 0, which both arrangements leave in place: nothing to relayout there.
         """
         aval = self.in_avals[0]
         plain = not (self.arranged or aval.layout.is_arranged)
-        return plain and card_conversion(aval.dtype, self.dtype)
+        sparse = aval.layout.is_sparse or self.out_aval.layout.is_sparse
+        return plain and not sparse and card_conversion(aval.dtype, self.dtype)
 
     def kernel(self, img: jax.Array) -> jax.Array:
         return self._convert(img, exact=True)

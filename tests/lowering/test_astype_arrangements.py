@@ -92,6 +92,18 @@ def test_the_planner_keeps_the_standard_order_where_a_reader_needs_it(reader):
     assert_matches_jax_jit(f, x, reduce_len=128)
 
 
+def test_a_sparse_conversion_is_charged_no_relayout():
+    # A float16 softmax sums in float32 and converts the [.., 1] row sums back: a sparse
+    # stick holds its one element in lane 0, which the card's order leaves in place, so
+    # that conversion costs no relayout and the softmax plans with nothing moved (charged
+    # as if dense, the planner took the card's order there and restickified 540,672
+    # elements at [16, 1024, 1024]).
+    x = rand((4, 8, 256), F16)
+    report = sj.explain(lambda s: jax.nn.softmax(s, -1), x)
+    assert not report.restickifies
+    assert "FP32_TO_DL16" not in report.jaxpr
+
+
 def test_the_planner_restickifies_the_cards_order_where_that_costs_less():
     # One conversion read by two closed chains and by a sum over the stick dim: the card's
     # order saves three relayouts of the 16-bit side (3 * 2 * 2 KiB) and costs one
