@@ -37,7 +37,6 @@ from .._errors import SpyreInternalError, SpyrePlacementWarning
 from .._jax import ClosedJaxpr
 from ..layout._dtypes import has_infinity
 from ..layout._layout import SpyreTensorLayout
-from ..layout._segments import row_major_strides
 from ..lowering._graph import Node, build_graph
 from ..lowering._planner import host_input_type
 from ..lowering.rules._dot import in_place_layout
@@ -114,10 +113,11 @@ def _max_read(v: Any, readers: list[Node]) -> Placement | None:
 def _weight_of(node: Node, v: Any, argument: Callable[[Any], Any]) -> bool | str:
     """Whether product ``node`` reads input ``v`` as its weight, or why that is not known.
 
-    The rhs is the weight (``w`` in ``x @ w``, ``x @ w.T``); the lhs is where the rhs
-    is computed (``W @ h``), not an argument (``x @ w.astype(...)``). Both arguments,
-    each contracted over its last dim, read alike: ``x @ w.T``, or ``W @ x`` under
-    ``vmap`` (equinox's ``Linear``).
+    The rhs is the weight (``w`` in ``x @ w``, ``x @ w.T``: jnp traces ``w.T`` as a
+    transpose and a ``[1], [0]`` product); the lhs is where the rhs is computed
+    (``W @ h``), not an argument (``x @ w.astype(...)``). Both arguments, each
+    contracted over its last dim in the product itself, read alike:
+    ``jnp.einsum("mk,nk->mn", x, w)``, or ``W @ x`` under ``vmap`` (equinox's ``Linear``).
     """
     lhs, rhs = node.ins
     other = argument(rhs if v is lhs else lhs)
@@ -127,7 +127,10 @@ def _weight_of(node: Node, v: Any, argument: Callable[[Any], Any]) -> bool | str
         return False
     lc, rc, *_ = _dims(node)
     if lc == (lhs.ndim - 1,) and rc == (rhs.ndim - 1,):
-        return "its product's other operand is an argument too, read alike (x @ w.T, W @ x)"
+        return (
+            "its product's other operand is an argument too, read alike"
+            " (einsum('mk,nk->mn', x, w), a vmapped W @ x)"
+        )
     return v is rhs
 
 
@@ -153,7 +156,8 @@ def _in_place(
         for n in nodes
         if n.prim == "convert_element_type"
         if any(
-            r.prim == "dot_general" and r.ins[-1] is n.outs[0] for r in readers.get(n.outs[0], [])
+            r.prim == "dot_general" and _weight_of(r, n.outs[0], argument) is not False
+            for r in readers.get(n.outs[0], [])
         )
     ]
     if converted:
@@ -190,11 +194,7 @@ def _transposed(
         return got
     if got != SpyreTensorLayout.row_major(out.shape, out.dtype):
         return "its transpose is read in another layout than row-major"
-    strides = row_major_strides(v.shape)
-    perm = t.params["permutation"]
-    return SpyreTensorLayout.row_major(
-        list(out.shape), v.dtype, host_strides=[strides[p] for p in perm]
-    )
+    return SpyreTensorLayout.row_major(v.shape, v.dtype, order=t.params["permutation"])
 
 
 _FILLS = {PadFill.ZERO: 0, PadFill.NEG_INF: -np.inf}

@@ -237,14 +237,19 @@ device_dtype=DataFormats.SEN169_FP16, device_gaps=[(0, 3996), (0, 0), (0, 0)])
 
     @classmethod
     def row_major(
-        cls, size: Sequence[int], dtype: DTypeLike, *, host_strides: Sequence[int] | None = None
+        cls,
+        size: Sequence[int],
+        dtype: DTypeLike,
+        *,
+        host_strides: Sequence[int] | None = None,
+        order: Sequence[int] | None = None,
     ) -> SpyreTensorLayout:
         """The tiled row-major layout: host dims in host order, the last one stuck.
 
         Device dims ``[d0, ..., d(r-2), T(s), S(s)]``: every row of sticks is contiguous,
         the order a batched matmul computes its product in (the default layout puts the
-        tile count before ``d0`` instead). Stuck on the last dim, padded like the default
-        layout; rank 0 and 1 give the default layout.
+        tile count before ``d0``). Stuck on the last dim, padded like the default layout
+        (rank 0 and 1: it). ``order``: that of ``x.transpose(order)``, ``x`` of ``size``.
 
         Example:
             >>> import numpy as np
@@ -253,9 +258,14 @@ device_dtype=DataFormats.SEN169_FP16, device_gaps=[(0, 3996), (0, 0), (0, 0)])
 device_dtype=DataFormats.SEN169_FP16)
 
         Raises:
-            LayoutError: on a bad size, dtype or host strides.
+            LayoutError: on a bad size, dtype, host strides or order.
         """
         shape = check_shape(size)
+        if order is not None:
+            perm, base = check_dim_order(order, len(shape)), row_major_strides(shape)
+            if host_strides is not None or len(perm) != len(shape):
+                raise LayoutError(f"row_major: order {order} with host strides, or sparse")
+            shape, host_strides = [shape[k] for k in perm], [base[k] for k in perm]
         if len(shape) < 2:
             return cls(shape, dtype, host_strides=host_strides)
         fmt = format_for_dtype(dtype)

@@ -31,7 +31,6 @@ from ..layout._arrangements import ElementArrangement
 from ..layout._devdims import DevDim, layout_from_dims
 from ..layout._dtypes import format_for_dtype, host_dtype
 from ..layout._layout import SpyreTensorLayout
-from ..layout._segments import row_major_strides
 from ._arranged import card_conversion, converted_arrangement, emitted_layout
 from ._array import SpyreArray, SpyreType
 from ._base import SpyrePrim
@@ -291,11 +290,7 @@ def _permuted_row_major(t: SpyreType, dtype: np.dtype) -> SpyreTensorLayout | No
     ones = [k for k in range(t.ndim) if k not in (*order, stick)]
     if len(set(order)) != len(order) or stick in order or any(t.shape[k] != 1 for k in ones):
         return None
-    order = [*ones, *order, stick]
-    strides = row_major_strides(t.shape)
-    return SpyreTensorLayout.row_major(
-        [t.shape[k] for k in order], dtype, host_strides=[strides[k] for k in order]
-    )
+    return SpyreTensorLayout.row_major(t.shape, dtype, order=[*ones, *order, stick])
 
 
 def _stick_group_merged(t: SpyreType) -> tuple[int, ...] | None:

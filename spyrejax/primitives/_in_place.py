@@ -37,7 +37,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._errors import LayoutError, SpyreTypeError
+from .._errors import LayoutError, SpyreInternalError, SpyreTypeError
 from ..dma._dma import as_bits, from_bits
 from ..layout._devdims import DevDim, device_dims
 from ..layout._layout import SpyreTensorLayout
@@ -548,10 +548,20 @@ def _remember_piece(out: jax.Array, bits: jax.Array) -> None:
 
 
 def _piece_bits(img: jax.Array, window: SpyreTensorLayout) -> jax.Array:
-    """The bits of ``img``'s valid range: the piece :class:`Place` padded, or a slice."""
+    """The bits of ``img``'s valid range: the piece :class:`Place` padded, or a slice.
+
+    The piece is trusted by the image's identity alone, so its shape is checked against
+    ``window``'s valid range: a mismatch raises rather than join wrong bits.
+    """
     entry = _PLACED.get(id(img))
     if entry is not None and entry[0]() is img:
-        return entry[1]
+        bits = entry[1]
+        if tuple(bits.shape) != tuple(window.valid_size):
+            raise SpyreInternalError(
+                f"the piece padded into this image has shape {tuple(bits.shape)}, "
+                f"its window's valid range {tuple(window.valid_size)}"
+            )
+        return bits
     return valid_image(_bits(img, True), window)
 
 

@@ -51,8 +51,8 @@ def test_a_weight_read_otherwise_is_left_as_it_is():
     (message,) = (str(w.message) for w in caught)
     assert "(parameter 'w'): it is also read by slice" in message
     assert "'b'" not in message  # b @ x.T: x.T is an argument's view, b the lhs
-    # x @ v.T: both operands arguments, each contracted over its last dim (the form of
-    # vmapped W @ x too): which is the weight is not known, both are named.
+    # einsum("mk,nk->mn", x, v): both operands arguments, each contracted over its last
+    # dim by the product (vmapped W @ x too): which is the weight is not known, both named.
     for name in "vx":
         assert f"(parameter '{name}'): its product's other operand is an argument too" in message
 
@@ -104,6 +104,20 @@ def test_a_cast_activation_is_no_weight_it_names():
         warnings.simplefilter("error", sj.SpyrePlacementWarning)
         px, pw = sj.jit(lambda x, w: x.astype(jnp.bfloat16) @ w).place(x, w)
     assert px is x and _row_major(pw)
+
+
+def test_a_cast_lhs_weight_is_named_as_a_cast_rhs_weight_is():
+    """``W.astype(bf16) @ h.astype(bf16)``: W is the product's weight, converted first."""
+    big_w = sj.to_device(rand((24, 40), seed=1))
+    x = sj.to_device(rand((40, 8)))
+    with pytest.warns(sj.SpyrePlacementWarning) as caught:
+        placed = sj.jit(
+            lambda w, x: w.astype(jnp.bfloat16) @ jnp.tanh(x).astype(jnp.bfloat16)
+        ).place(big_w, x)
+    assert placed[0] is big_w and placed[1] is x
+    (message,) = (str(w.message) for w in caught)
+    assert "(parameter 'w'): it is converted to bfloat16 before its product" in message
+    assert "'x'" not in message  # tanh(x) is computed: x is no product's operand
 
 
 def test_a_weight_read_as_w_t_or_as_the_lhs_is_placed_where_its_product_reads_it():

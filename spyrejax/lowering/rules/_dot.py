@@ -12,7 +12,6 @@ import numpy as np
 from ... import primitives as sp
 from ..._errors import LayoutError
 from ...layout._layout import SpyreTensorLayout
-from ...layout._segments import row_major_strides
 from ...primitives._restickify import load_relayout
 from ...primitives._stick import (
     SPARSE,
@@ -296,11 +295,7 @@ def in_place_layout(node: Node, value: Value) -> SpyreTensorLayout | str:
     if rc == (nb,):  # w in x @ w: [batch..., k, T(n), S(n)]
         return SpyreTensorLayout.row_major(rhs.shape, rhs.dtype)
     # w in x @ w.T: the same image, [batch..., k, T(n), S(n)], of w's transpose
-    order = [*range(nb), nb + 1, nb]
-    strides = row_major_strides(rhs.shape)
-    return SpyreTensorLayout.row_major(
-        [rhs.shape[d] for d in order], rhs.dtype, host_strides=[strides[d] for d in order]
-    )
+    return SpyreTensorLayout.row_major(rhs.shape, rhs.dtype, order=[*range(nb), nb + 1, nb])
 
 
 def _may_swap(node: Node) -> bool:
