@@ -401,6 +401,19 @@ def test_row_major_layout_keeps_host_order():
         SpyreTensorLayout.row_major((-1, 4), F16)
 
 
+def test_row_major_in_a_dim_order_is_the_transposed_view_of_a_row_major_value():
+    """``order``: ``x.transpose(order)`` row-major over ``x``'s elements (``w.T`` of ``w``)."""
+    got = SpyreTensorLayout.row_major((2, 72, 100), F16, order=(0, 2, 1))
+    want = SpyreTensorLayout.row_major((2, 100, 72), F16, host_strides=(7200, 1, 100))
+    assert got == want
+    assert want.stride_map == (7200, 1, 100 * 64, 100)  # rows of w.T: w's columns
+    for bad in ((0, 1), (0, 2, 1, -1)):
+        with pytest.raises(sj.LayoutError, match="order"):
+            SpyreTensorLayout.row_major((2, 72, 100), F16, order=bad)
+    with pytest.raises(sj.LayoutError, match="order"):
+        SpyreTensorLayout.row_major((72, 100), F16, order=(1, 0), host_strides=(100, 1))
+
+
 @given(shape=shapes(max_elements=5000), dtype=dtypes)
 def test_row_major_layouts_follow_the_rule(shape, dtype):
     layout = SpyreTensorLayout.row_major(shape, dtype)

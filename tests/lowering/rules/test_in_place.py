@@ -20,7 +20,7 @@ from oracles import random_bits, same_bits
 
 import spyrejax as sj
 from spyrejax.device._superdsc import validate_superdsc
-from spyrejax.primitives._in_place import window_layout
+from spyrejax.primitives._in_place import _piece_bits, _remember_piece, window_layout
 
 F16 = np.float16
 
@@ -259,3 +259,17 @@ def test_the_producers_of_a_concatenate_export_their_gaps():
             out = op["labeledDs_"][-1]
             gaps.append((sum(out["frontGap_"].values()), sum(out["backGap_"].values())))
     assert sorted(gaps) == [(0, 64), (128, 0)]
+
+
+def test_a_remembered_piece_of_another_shape_than_its_window_raises():
+    """A join trusts a padded image's piece by identity: the shape is checked, not trusted."""
+    window = sj.SpyreTensorLayout.row_major((4, 64), F16)
+    img = np.zeros(window.device_size, np.uint16)
+
+    def join(img, bits):
+        _remember_piece(img, bits)
+        return _piece_bits(img, window)
+
+    jax.eval_shape(join, img, img)  # the piece's own shape: read back
+    with pytest.raises(sj.SpyreInternalError, match="valid range"):
+        jax.eval_shape(join, img, img[:3])
