@@ -582,12 +582,12 @@ PLAN_LAYERS = (8, 16, 32, 48)
 
 
 def gpt_step_structs(
-    layers: int, scanned: bool = False
+    layers: int, scanned: bool = False, size: str = "large"
 ) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """The large GPT's training step with ``layers`` layers, its arguments as
-    ``jax.ShapeDtypeStruct`` values (nothing allocated); ``scanned``: its blocks stacked
-    and run by a ``lax.scan`` (``models.ScannedGPT``)."""
-    vocab, d, heads, seq, batch, _ = GPT_SIZES["large"]
+    """The GPT's training step (``size`` of :data:`GPT_SIZES`) with ``layers`` layers, its
+    arguments as ``jax.ShapeDtypeStruct`` values (nothing allocated); ``scanned``: its
+    blocks stacked and run by a ``lax.scan`` (``models.ScannedGPT``)."""
+    vocab, d, heads, seq, batch, _ = GPT_SIZES[size]
 
     def structs(x: Any) -> bool:
         return isinstance(x, jax.ShapeDtypeStruct)

@@ -23,7 +23,7 @@ import numpy as np
 from .._errors import DeviceError
 from ..layout._layout import SpyreTensorLayout
 from ._cost import op_cost
-from ._division import WorkDivision, order
+from ._division import WorkDivision, matmul_tie_key, order
 from ._machine import Machine
 from ._space import TensorSpec, matmul_space
 
@@ -199,14 +199,13 @@ class ShapeFit:
     def pick(self) -> int:
         """Index of the model's choice: the least predicted time among the measured ones.
 
-        Exact ties are settled as the planner settles them (``divide``'s matmul pass):
-        more cores, then fewer K slices, then the smaller slices in dim order; not by
+        Exact ties are settled as the planner settles them (``matmul_tie_key``), not by
         the file's order.
         """
 
         def key(i: int) -> tuple[float, int, int, tuple[int, ...]]:
-            slices = tuple(int(x) for x in self.splits[i].split("_"))
-            return (self.predicted_us[i], -math.prod(slices), slices[-1], slices)
+            slices = [int(x) for x in self.splits[i].split("_")]
+            return matmul_tie_key(self.predicted_us[i], slices)
 
         return min(range(len(self.splits)), key=key)
 

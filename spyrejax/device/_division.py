@@ -251,10 +251,20 @@ def _distribute(space: OpSpace, cores: int, fixed: Mapping[str, int]) -> dict[st
     return splits
 
 
+def matmul_tie_key(time: float, slices: Sequence[int]) -> tuple[float, int, int, tuple[int, ...]]:
+    """The matmul pass's order of candidate divisions (the least key wins).
+
+    Least predicted ``time``, then more cores, then fewer slices of the last (the
+    reduced K) dim, then the smaller ``slices`` in dim order (the pass's iteration
+    order): an exact tie is never settled by the order candidates are listed in.
+    """
+    return (time, -math.prod(slices), slices[-1], tuple(slices))
+
+
 def _matmul_pass(
     space: OpSpace, machine: Machine, score: Callable[[WorkDivision], float]
 ) -> dict[str, int] | None:
-    """Pass 2: the splits of least predicted time (ties: more cores, then fewer K splits)."""
+    """Pass 2: the splits of least predicted time (ties: ``matmul_tie_key``)."""
     free = [d for d in space.dims if not d.pinned]
     best: tuple[Any, dict[str, int]] | None = None
     for combo in itertools.product(*(_divisors(d.units, machine.cores) for d in free)):
@@ -262,7 +272,7 @@ def _matmul_pass(
             continue
         splits = {n: 1 for n in space.names} | {d.name: s for d, s in zip(free, combo, strict=True)}
         div = WorkDivision(space, splits, machine.cores, order(space, splits), how="matmul")
-        key = (score(div), -div.cores_used, splits[space.names[-1]])
+        key = matmul_tie_key(score(div), [splits[n] for n in space.names])
         if best is None or key < best[0]:
             best = (key, splits)
     return None if best is None else best[1]

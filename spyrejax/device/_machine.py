@@ -35,7 +35,8 @@ _FIT = (
     "with section 8's four lx 0.8 points), on the model before the batched PT terms and "
     "the matmul turnaround; kept: tools/fit_matmul_cost.py's refit on today's model is "
     "no better on what is judged (in sample 12/12 picks, median rho 0.84 against the "
-    "shipped 0.86; leave-one-shape-out 11/12, 0.84, 11/12) and each of the four moved by "
+    "shipped 0.86; leave-one-shape-out 12/12, 0.84, 11/12, an exact tie settled by the "
+    "planner's rule counting as a hit) and each of the four moved by "
     "x0.8 or x1.25 keeps 11-12/12 picks and rho 0.84-0.86: the data cannot tell the sets "
     "apart (docs/device-model.md)"
 )

@@ -14,11 +14,13 @@ interleave of its rows (``lowering.rules._interleave``: each row written on its 
 
 The pattern: ``reshape(cvt*(reduce_sum(cvt*(f(a, b, ...)), last)), [..., N * R])`` with
 ``f`` pointwise, ``cvt*`` dtype conversions (JAX sums float16 in float32), the summed dim
-of 2 (two terms added once: exactly what the reduction computes) and the kept last dim
-``R >= 2``. Each operand is picked at ``(r, c)`` through the nodes that built it
-(broadcasts, concatenates, expand_dims, the pair reshape of ``x``), or, where no such
-node gives it and it is no dim of 1, the rewrite does not apply (the piece would be a
-copy: FMS's rotation given as a host array keeps its reduction).
+of 2 and the kept last dim ``R >= 2``. The row is summed as the reduction sums it, from
+its init: ``(0.0 + p(r, 0)) + p(r, 1)`` in the reduction's dtype, so it is bit-exact
+(``-0.0 + -0.0`` alone is ``-0.0``, the reduction's ``+0.0``). Each operand is picked at
+``(r, c)`` through the nodes that built it (broadcasts, concatenates, expand_dims, the
+pair reshape of ``x``), or, where no such node gives it and it is no dim of 1, the
+rewrite does not apply (the piece would be a copy: FMS's rotation given as a host array
+keeps its reduction).
 """
 
 from __future__ import annotations
@@ -140,12 +142,23 @@ def _rows(
             for k, cvt in enumerate(before):
                 term = _apply(cvt, [term], f"{tag}.cvt{k}", new)
             terms.append(term)
-        row = _node(f, "add", {}, terms, _value(terms[0], terms[0].shape, f"{p.name}.{r}"), new)
+        row = _sum_from_zero(f, terms, f"{p.name}.{r}", new)
         for k, cvt in enumerate(after):
             row = _apply(cvt, [row], f"{p.name}.{r}.cvt{k}", new, drop=1)
         rows.append(row)
     new.append(_new_node(reshape, "interleave", {}, rows, reshape.outs))
     return _dedupe(new)
+
+
+def _sum_from_zero(f: Node, terms: list[Value], name: str, new: list[Node]) -> Value:
+    """``(0 + terms[0]) + terms[1]``: the reduction's order from its init, bit for bit."""
+    from ._graph import Scalar  # lowering._graph imports this module: a call-time import
+
+    zero = Scalar(0.0, terms[0].dtype)
+    first = _node(
+        f, "add", {}, [zero, terms[0]], _value(terms[0], terms[0].shape, f"{name}.0"), new
+    )
+    return _node(f, "add", {}, [first, terms[1]], _value(terms[0], terms[0].shape, name), new)
 
 
 def _dedupe(new: list[Node]) -> list[Node]:

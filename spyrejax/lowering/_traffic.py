@@ -162,6 +162,10 @@ def reorder_bytes(p: Astype) -> int:
     with fewer bytes (the 16-bit operand put in the inverse order first, or the result
     put back). An arranged result (the planner's ``arranged`` mode of ``astype``) or
     operand saves it.
+
+    Origin: issue 26 item 4's text, not a measurement (the card's conversion writes the
+    staggered order; a relayout is a read and a write of the smaller side). The device
+    model does not charge it yet (an open gap, docs/device-model.md).
     """
     return 2 * min(nbytes(p.in_avals[0]), nbytes(p.out_aval))
 

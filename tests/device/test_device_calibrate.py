@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import spyrejax as sj
-from spyrejax.device import Machine, calibrate, matmul_time, op_cost
+from spyrejax.device import Machine, calibrate, divide, matmul_time, op_cost
 from spyrejax.device._calibrate import (
     Measurement,
     ShapeFit,
@@ -262,3 +262,21 @@ def test_a_tied_pick_is_settled_as_the_planner_settles_it():
     assert fit.splits[fit.pick] == "4_4_2_1"
     fit = ShapeFit("B", ("1_4_4_2", "1_4_8_1"), (1, 2), (5.0, 5.0))
     assert fit.splits[fit.pick] == "1_4_8_1"
+
+
+def test_the_tied_sweep_pick_is_the_planners_choice(sweep):
+    # On the card's sweep, prefill attention x V predicts 4_4_2_1 and 8_4_1_1 alike
+    # (398.908 us): the planner's matmul pass, scored with the same predicted times
+    # (unmeasured divisions excluded), must choose what ShapeFit.pick chose.
+    (fit,) = [s for s in sweep.shapes if s.shape == "B32_M512_N128_K512"]
+    times = dict(zip(fit.splits, fit.predicted_us, strict=True))
+    assert times["4_4_2_1"] == times["8_4_1_1"]
+    m = Machine.spyre()
+    space = sweep_division(Measurement(32, 512, 128, 512, (1, 1, 1, 1), 0.0), m).space
+
+    def score(div):
+        return times.get("_".join(str(div.splits[n]) for n in space.names), np.inf)
+
+    div = divide(space, m, score=score)
+    assert div.how == "matmul"
+    assert "_".join(str(div.splits[n]) for n in space.names) == fit.splits[fit.pick] == "4_4_2_1"

@@ -6,7 +6,9 @@ piece would be a copy (an input with pairs of its own, such as FMS's rotation gi
 a host array), a sum of three terms, and a sum not interleaved back. Each matches jax.jit.
 """
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from helpers import assert_matches_jax_jit, rand
 
@@ -55,3 +57,15 @@ def test_sums_the_unroll_leaves_to_the_reduction():
     s = rand((T, D // 2), jnp.float32, seed=5)
     assert "Sum[" in sj.explain(_not_interleaved, x, s).jaxpr
     assert_matches_jax_jit(_not_interleaved, x, s, ops=2, reduce_len=2)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.float32], ids=str)
+def test_the_unroll_sums_from_the_reductions_init_bit_for_bit(dtype):
+    # -0.0 + -0.0 is -0.0, but the reduction sums from its init: (0 + -0.0) + -0.0 = +0.0.
+    x, s = jnp.full((T, H, D), -0.0, dtype), jnp.ones((T, D // 2), dtype)
+    want = np.asarray(jax.jit(_scaled_pairs)(x, s))
+    got = np.asarray(sj.to_host(sj.jit(_scaled_pairs)(x, s)))
+    assert "Sum[" not in sj.explain(_scaled_pairs, x, s).jaxpr
+    assert not np.signbit(want).any()
+    bits = np.uint16 if dtype == jnp.float16 else np.uint32
+    np.testing.assert_array_equal(got.view(bits), want.view(bits))

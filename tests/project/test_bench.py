@@ -98,7 +98,7 @@ def test_whole_programs_plan_scale_dispatch_and_ktir_rows():
 def test_scanned_gpt_step_traces_and_plans_one_block_whatever_the_depth():
     reports = {}
     for layers in (2, 3):
-        step, args = bench.gpt_step_structs(layers, scanned=True)
+        step, args = bench.gpt_step_structs(layers, scanned=True, size="small")
         with jax.numpy_dtype_promotion("standard"):  # optax: 0.9 ** an int32 count
             reports[layers] = sj.explain(step, *args)
     assert len(reports[2].ops) == len(reports[3].ops)  # one block's ops, run per layer
