@@ -38,17 +38,21 @@ __all__ = ["unroll_pair_sums"]
 _CONVERT = "convert_element_type"
 
 
-def unroll_pair_sums(graph: Graph) -> Graph:
-    """Rewrite every pair sum of ``graph`` (see the module docstring) in place; return it."""
+def unroll_pair_sums(graph: Graph, scalar: type) -> Graph:
+    """Rewrite every pair sum of ``graph`` (see the module docstring) in place; return it.
+
+    ``scalar`` is the graph's scalar class (``lowering._graph.Scalar``, passed: that
+    module imports this one), for each row's init.
+    """
     changed = False
-    while _unroll_once(graph):
+    while _unroll_once(graph, scalar):
         changed = True
     if changed:
         _drop_unread(graph)
     return graph
 
 
-def _unroll_once(graph: Graph) -> bool:
+def _unroll_once(graph: Graph, scalar: type) -> bool:
     producers, readers, outputs = _facts(graph)
     for node in graph.nodes:
         if node.prim != "reshape" or node.params.get("dimensions") is not None:
@@ -57,7 +61,7 @@ def _unroll_once(graph: Graph) -> bool:
         if found is None:
             continue
         f, before, after, gone = found
-        new = _rows(f, before, after, node, producers)
+        new = _rows(f, before, after, node, producers, scalar)
         if new is None:
             continue
         at = graph.nodes.index(f)
@@ -117,7 +121,7 @@ def _broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
 
 
 def _rows(
-    f: Node, before: list[Node], after: list[Node], reshape: Node, producers: Any
+    f: Node, before: list[Node], after: list[Node], reshape: Node, producers: Any, scalar: type
 ) -> list[Node] | None:
     """The new nodes: each row's two products, their sum, and the interleave of the rows.
 
@@ -142,7 +146,7 @@ def _rows(
             for k, cvt in enumerate(before):
                 term = _apply(cvt, [term], f"{tag}.cvt{k}", new)
             terms.append(term)
-        row = _sum_from_zero(f, terms, f"{p.name}.{r}", new)
+        row = _sum_from_zero(f, terms, scalar(0.0, terms[0].dtype), f"{p.name}.{r}", new)
         for k, cvt in enumerate(after):
             row = _apply(cvt, [row], f"{p.name}.{r}.cvt{k}", new, drop=1)
         rows.append(row)
@@ -150,11 +154,8 @@ def _rows(
     return _dedupe(new)
 
 
-def _sum_from_zero(f: Node, terms: list[Value], name: str, new: list[Node]) -> Value:
-    """``(0 + terms[0]) + terms[1]``: the reduction's order from its init, bit for bit."""
-    from ._graph import Scalar  # lowering._graph imports this module: a call-time import
-
-    zero = Scalar(0.0, terms[0].dtype)
+def _sum_from_zero(f: Node, terms: list[Value], zero: Any, name: str, new: list[Node]) -> Value:
+    """``(zero + terms[0]) + terms[1]``: the reduction's order from its init, bit for bit."""
     first = _node(
         f, "add", {}, [zero, terms[0]], _value(terms[0], terms[0].shape, f"{name}.0"), new
     )
