@@ -489,7 +489,7 @@ def build_graph(closed: ClosedJaxpr, bound: Sequence[Scalar | None] = ()) -> Gra
         env[var] = b.const(c)
     b.inline(closed.jaxpr, env)
     b.graph.outputs = [_read(env, a) for a in closed.jaxpr.outvars]
-    return _keep_excess_precision(distribute(unroll_pair_sums(b.graph, Scalar)))
+    return _keep_excess_precision(distribute(unroll_pair_sums(b.graph)))
 
 
 # --- where intermediate bfloat16 values are rounded: one rule, as ``jax.jit`` rounds them

@@ -14,13 +14,13 @@ interleave of its rows (``lowering.rules._interleave``: each row written on its 
 
 The pattern: ``reshape(cvt*(reduce_sum(cvt*(f(a, b, ...)), last)), [..., N * R])`` with
 ``f`` pointwise, ``cvt*`` dtype conversions (JAX sums float16 in float32), the summed dim
-of 2 and the kept last dim ``R >= 2``. The row is summed as the reduction sums it, from
-its init: ``(0.0 + p(r, 0)) + p(r, 1)`` in the reduction's dtype, so it is bit-exact
-(``-0.0 + -0.0`` alone is ``-0.0``, the reduction's ``+0.0``). Each operand is picked at
-``(r, c)`` through the nodes that built it (broadcasts, concatenates, expand_dims, the
-pair reshape of ``x``), or, where no such node gives it and it is no dim of 1, the
-rewrite does not apply (the piece would be a copy: FMS's rotation given as a host array
-keeps its reduction).
+of 2 (two terms added once: the reduction's value, to the sign of a zero: ``-0.0 +
+-0.0`` is ``-0.0`` where the reduction, summed from its ``+0.0`` init, gives ``+0.0``; an
+explicit init would not keep it, as XLA folds ``x + 0.0`` to ``x``) and the kept last dim
+``R >= 2``. Each operand is picked at ``(r, c)`` through the nodes that built it
+(broadcasts, concatenates, expand_dims, the pair reshape of ``x``), or, where no such
+node gives it and it is no dim of 1, the rewrite does not apply (the piece would be a
+copy: FMS's rotation given as a host array keeps its reduction).
 """
 
 from __future__ import annotations
@@ -38,21 +38,17 @@ __all__ = ["unroll_pair_sums"]
 _CONVERT = "convert_element_type"
 
 
-def unroll_pair_sums(graph: Graph, scalar: type) -> Graph:
-    """Rewrite every pair sum of ``graph`` (see the module docstring) in place; return it.
-
-    ``scalar`` is the graph's scalar class (``lowering._graph.Scalar``, passed: that
-    module imports this one), for each row's init.
-    """
+def unroll_pair_sums(graph: Graph) -> Graph:
+    """Rewrite every pair sum of ``graph`` (see the module docstring) in place; return it."""
     changed = False
-    while _unroll_once(graph, scalar):
+    while _unroll_once(graph):
         changed = True
     if changed:
         _drop_unread(graph)
     return graph
 
 
-def _unroll_once(graph: Graph, scalar: type) -> bool:
+def _unroll_once(graph: Graph) -> bool:
     producers, readers, outputs = _facts(graph)
     for node in graph.nodes:
         if node.prim != "reshape" or node.params.get("dimensions") is not None:
@@ -61,7 +57,7 @@ def _unroll_once(graph: Graph, scalar: type) -> bool:
         if found is None:
             continue
         f, before, after, gone = found
-        new = _rows(f, before, after, node, producers, scalar)
+        new = _rows(f, before, after, node, producers)
         if new is None:
             continue
         at = graph.nodes.index(f)
@@ -121,7 +117,7 @@ def _broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
 
 
 def _rows(
-    f: Node, before: list[Node], after: list[Node], reshape: Node, producers: Any, scalar: type
+    f: Node, before: list[Node], after: list[Node], reshape: Node, producers: Any
 ) -> list[Node] | None:
     """The new nodes: each row's two products, their sum, and the interleave of the rows.
 
@@ -146,20 +142,12 @@ def _rows(
             for k, cvt in enumerate(before):
                 term = _apply(cvt, [term], f"{tag}.cvt{k}", new)
             terms.append(term)
-        row = _sum_from_zero(f, terms, scalar(0.0, terms[0].dtype), f"{p.name}.{r}", new)
+        row = _node(f, "add", {}, terms, _value(terms[0], terms[0].shape, f"{p.name}.{r}"), new)
         for k, cvt in enumerate(after):
             row = _apply(cvt, [row], f"{p.name}.{r}.cvt{k}", new, drop=1)
         rows.append(row)
     new.append(_new_node(reshape, "interleave", {}, rows, reshape.outs))
     return _dedupe(new)
-
-
-def _sum_from_zero(f: Node, terms: list[Value], zero: Any, name: str, new: list[Node]) -> Value:
-    """``(zero + terms[0]) + terms[1]``: the reduction's order from its init, bit for bit."""
-    first = _node(
-        f, "add", {}, [zero, terms[0]], _value(terms[0], terms[0].shape, f"{name}.0"), new
-    )
-    return _node(f, "add", {}, [first, terms[1]], _value(terms[0], terms[0].shape, name), new)
 
 
 def _dedupe(new: list[Node]) -> list[Node]:

@@ -38,7 +38,7 @@ from ._elementwise_ops import OP, OPS, ElementwiseOp
 from ._in_place import ungapped, valid_image
 from ._lanes import is_laned, read_lanes, read_type
 from ._masks import from_data_dims, masked, padding_in_data_dims, poisoned
-from ._pointwise import compute, kept_zero, pointwise
+from ._pointwise import compute, pointwise
 from ._rounding import Rounding, float_eps
 from ._views import align_batch_dims
 
@@ -176,7 +176,7 @@ class Elementwise(SpyrePrim):
             for m, a, p in zip(images, self.in_avals, self._plans, strict=True)
         ]
         for pos, value in self.consts:
-            ops.insert(pos, kept_zero(value, out_t.dtype))
+            ops.insert(pos, value)
         if self.op.result == "same":  # scalar values take the dtype
             dt, at = out_t.dtype, self.op.value_positions
             ops = [

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from ._axes import broadcast_all
 
-__all__ = ["compute", "kept_zero", "pointwise"]
+__all__ = ["compute", "pointwise"]
 
 
 def compute(op: Any, ops: list[Any], dtype: Any) -> jax.Array:
@@ -26,17 +26,6 @@ def compute(op: Any, ops: list[Any], dtype: Any) -> jax.Array:
     return op.lax(*broadcast_all(ops))
 
 
-def kept_zero(value: Any, dtype: Any) -> Any:
-    """A float scalar zero as an operand XLA cannot fold away (other scalars as they are).
-
-    XLA's simplifier turns ``x + 0.0`` into ``x``: ``-0.0`` where IEEE (and the card)
-    give ``+0.0``; the pair-sum unroll adds its reduction's init (``lowering._pair_sums``).
-    """
-    if not isinstance(value, float) or value != 0 or not jnp.issubdtype(dtype, jnp.floating):
-        return value
-    return jax.lax.optimization_barrier(jnp.asarray(value, dtype))
-
-
 def pointwise(op: Any, consts: Any, vals: Sequence[jax.Array], dtype: Any) -> jax.Array:
     """``op`` on plain arrays ``vals`` (its array operands) and ``(position, scalar)`` consts.
 
@@ -44,7 +33,7 @@ def pointwise(op: Any, consts: Any, vals: Sequence[jax.Array], dtype: Any) -> ja
     """
     ops: list[Any] = list(vals)
     for pos, value in consts:
-        ops.insert(pos, kept_zero(value, dtype))
+        ops.insert(pos, value)
     if op.result == "same" and op.values is None:
         ops = [o if isinstance(o, jax.Array) else jnp.asarray(o, dtype) for o in ops]
     return compute(op, ops, dtype).astype(dtype)
