@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import primitives as sp
 from ..layout import BYTES_PER_STICK, SpyreTensorLayout
+from ..primitives._arranged import card_relayout_bytes
 from ..primitives._array import SpyreType
 from ..primitives._astype import Astype
 from ..primitives._copies import SliceCopy
@@ -155,19 +156,12 @@ def traffic(called: list[Any]) -> float:
 
 
 def reorder_bytes(p: Astype) -> int:
-    """What the card pays to give its 16 <-> 32-bit conversion in the standard order.
+    """What the card pays to give ``p``'s conversion in the standard order.
 
-    The conversion writes its result staggered (``DL16_TO_FP32`` / ``FP32_TO_DL16``): the
-    standard order is a relayout inside each group, read and written once, on the side
-    with fewer bytes (the 16-bit operand put in the inverse order first, or the result
-    put back). An arranged result (the planner's ``arranged`` mode of ``astype``) or
-    operand saves it.
-
-    Origin: issue 26 item 4's text, not a measurement (the card's conversion writes the
-    staggered order; a relayout is a read and a write of the smaller side). The device
-    model does not charge it yet (an open gap, docs/device-model.md).
+    :func:`primitives._arranged.card_relayout_bytes` of its operand and result images'
+    bytes (:func:`nbytes`), charged where ``p.reorders``.
     """
-    return 2 * min(nbytes(p.in_avals[0]), nbytes(p.out_aval))
+    return card_relayout_bytes(nbytes(p.in_avals[0]), nbytes(p.out_aval))
 
 
 def _elements_bytes(elements: int, avals: list[SpyreType]) -> int:

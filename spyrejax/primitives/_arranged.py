@@ -24,6 +24,8 @@ from ._array import SpyreType
 __all__ = [
     "arranged_result",
     "card_conversion",
+    "card_order_matters",
+    "card_relayout_bytes",
     "converted_arrangement",
     "emitted_layout",
 ]
@@ -72,6 +74,37 @@ def card_conversion(src: DTypeLike, dst: DTypeLike) -> bool:
     except LayoutError:
         return False
     return widths == _WIDTHS
+
+
+def card_order_matters(src: DTypeLike, dst: DTypeLike, *, sparse: bool) -> bool:
+    """Whether the order a conversion of ``src`` to ``dst`` writes its result in matters.
+
+    The one predicate of "where card order matters": the card's 16 <-> 32-bit
+    conversion (:func:`card_conversion`) on dense sticks. There the standard order costs
+    a relayout inside each group (:func:`card_relayout_bytes`) that the arranged order
+    saves, so the planner offers the arranged mode and both costs charge the standard
+    one. A sparse stick (``sparse``: the operand's or the result's, e.g. a reduction's
+    row sums) holds its one element in lane 0, which both arrangements leave in place:
+    the order does not matter there.
+    """
+    return not sparse and card_conversion(src, dst)
+
+
+def card_relayout_bytes(read: int, written: int) -> int:
+    """What the card pays to give its 16 <-> 32-bit conversion in the standard order.
+
+    ``read`` and ``written`` are the conversion's operand and result bytes. The
+    conversion writes its result staggered (``DL16_TO_FP32`` / ``FP32_TO_DL16``): the
+    standard order is a relayout inside each group, read and written once, on the side
+    with fewer bytes (the 16-bit operand put in the inverse order first, or the result
+    put back): twice the smaller side. An arranged result or operand saves it; a
+    conversion where the order does not matter (:func:`card_order_matters`) pays none.
+    The planner's objective (``lowering._traffic``) charges this.
+
+    Origin: issue 26 item 4's text, not a measurement (the card's conversion writes the
+    staggered order; a relayout is a read and a write of the smaller side).
+    """
+    return 2 * min(read, written)
 
 
 def converted_arrangement(aval: SpyreType, dtype: object, arranged: bool) -> bool:

@@ -31,7 +31,7 @@ from ..layout._arrangements import ElementArrangement
 from ..layout._devdims import DevDim, layout_from_dims
 from ..layout._dtypes import format_for_dtype, host_dtype
 from ..layout._layout import SpyreTensorLayout
-from ._arranged import card_conversion, converted_arrangement, emitted_layout
+from ._arranged import card_order_matters, converted_arrangement, emitted_layout
 from ._array import SpyreArray, SpyreType
 from ._base import SpyrePrim
 from ._masks import masked, poison, poisoned
@@ -87,14 +87,14 @@ class Astype(SpyrePrim):
         """The card's conversion from the standard order to the standard order.
 
         On the card, a relayout inside each group (of the 16-bit side, before or after
-        converting) that an arranged operand or result saves; the planner charges it
-        (``lowering._traffic.reorder_bytes``). A sparse stick holds its one element in
-        lane 0, which both arrangements leave in place: nothing to relayout there.
+        converting) that an arranged operand or result saves, where the order matters
+        (:func:`._arranged.card_order_matters`); its cost is
+        :func:`._arranged.card_relayout_bytes`.
         """
         aval = self.in_avals[0]
         plain = not (self.arranged or aval.layout.is_arranged)
         sparse = aval.layout.is_sparse or self.out_aval.layout.is_sparse
-        return plain and not sparse and card_conversion(aval.dtype, self.dtype)
+        return plain and card_order_matters(aval.dtype, self.dtype, sparse=sparse)
 
     def kernel(self, img: jax.Array) -> jax.Array:
         return self._convert(img, exact=True)

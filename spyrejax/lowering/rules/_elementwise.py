@@ -11,7 +11,7 @@ import numpy as np
 from ... import primitives as sp
 from ..._errors import SpyreUnsupportedError
 from ...layout._arrangements import GROUP
-from ...primitives._arranged import card_conversion
+from ...primitives._arranged import card_order_matters
 from ...primitives._array import SpyreType
 from ...primitives._stick import (
     SPARSE,
@@ -134,7 +134,8 @@ class _Convert(Rule):
 
     The card's conversion between 16-bit and 32-bit formats writes its result staggered
     (``DL16_TO_FP32``, ``FP32_TO_DL16``): the standard order costs it a relayout inside
-    each group (``_traffic.reorder_bytes``, charged by the objective), which the
+    each group (``_arranged.card_relayout_bytes``, charged by the objective and the
+    device model) where the order matters (``_arranged.card_order_matters``), which the
     ``arranged`` mode saves where the readers take the arrangement (ops position by
     position keep it, and converting an arranged value back gives the standard order).
     Where a reader refuses it (a reduction over the stick dim, a product), the value is
@@ -153,11 +154,12 @@ class _Convert(Rule):
             for s in sticks
         ]
         x = node.ins[0]
-        if isinstance(x, Value) and card_conversion(x.dtype, out.dtype):
+        if isinstance(x, Value):
             modes += [
                 replace(m, variant="arranged")
                 for m in modes
-                if m.out != SPARSE and out.shape[m.out] % GROUP == 0
+                if card_order_matters(x.dtype, out.dtype, sparse=m.out == SPARSE)
+                and out.shape[m.out] % GROUP == 0
             ]
         return modes
 
