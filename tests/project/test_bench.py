@@ -169,3 +169,34 @@ def test_the_gpt_step_with_a_key_drops_out():
     *_, plain = step(params, state, ids, labels)
     *_, dropped = step(params, state, ids, labels, jax.random.PRNGKey(0))
     assert plain != dropped and abs(float(plain) - float(dropped)) > 1e-3
+
+
+def _plan_row(layers, scanned, total_s):
+    return {
+        "layers": layers,
+        "scanned": scanned,
+        "equations": 1000 * layers,
+        "device_ops": 900 * layers,
+        "trace_s": total_s / 4,
+        "plan_s": total_s / 2,
+        "explain_s": total_s / 4,
+        "total_s": total_s,
+        "cpu_s": total_s,
+        "ms_per_equation": total_s / layers,
+    }
+
+
+def test_scanned_plan_rows_render_in_both_tables():
+    unrolled = [_plan_row(n, False, n / 4) for n in (8, 32)]
+    scanned = [_plan_row(n, True, 1.0 + n / 64) for n in (8, 32)]
+    results = {"machine": bench.machine(), "runs": 5, "compute": [], "dma": [], "compile": []}
+    results["plan_scale"] = unrolled + scanned
+    rows = [line for line in bench.markdown(results).splitlines() if "layers" in line]
+    assert "| 32 layers | 32000 | 28800 |" in rows[-3]
+    assert rows[-2].startswith("| 8 layers, scanned |") and "| 1.12 s |" in rows[-2]
+    assert rows[-1].startswith("| 32 layers, scanned |") and "| 1.50 s |" in rows[-1]
+    (line,) = [r for r in bench.targets_markdown(results).splitlines() if "`explain`" in r]
+    assert "| 2.0 s / 8.0 s (blocks in a scan: 1.5 s at 32) |" in line
+    results["plan_scale"] = unrolled[:1] + scanned[:1]  # no 32-layer scan: the deepest run
+    (line,) = [r for r in bench.targets_markdown(results).splitlines() if "`explain`" in r]
+    assert "| 2.0 s (blocks in a scan: 1.1 s at 8) |" in line
