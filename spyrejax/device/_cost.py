@@ -17,6 +17,13 @@ Per op, torch-spyre's form: ``time = max(compute, memory, lx) + ring + launch``,
   operand, in LX or not: the vector units read and write LX) / (port bandwidth x cores);
   zero on a machine whose LX is free (ktir-cpu);
 - ring = bytes over the ring (a K split's partial sums) / ring bandwidth;
+- relayout = the bytes an op's cores reorder inside stick groups in their own LX (a
+  16 <-> 32-bit conversion in the standard order, ``OpSpace.relayout_bytes``) / (LX
+  port bandwidth x cores): the elements never leave the core, so the port is the limit;
+  a pass of its own after the conversion writes a group (an assumption, not measured:
+  the card's conversion emits the staggered order, the relayout reorders what it
+  wrote), added like the ring's term: ``max(compute, memory, lx) + ring + relayout``
+  (inside a fused kernel it joins the kernel's LX term instead, ``device._kernels``);
 - launch = the machine's per-kernel device cost, once per kernel (views are none);
 - every op that runs on the cores (a stage of a kernel: a divided op, a copy, a
   restickify; not a view, a fill, or a cast inside a fused kernel) takes at least
@@ -70,15 +77,17 @@ class OpCost:
         compute_s: compute time.
         memory_s: DDR time.
         ring_s: ring time.
-        time_s: predicted time, ``max(stage, max(compute, memory, lx) + ring) +
-            launch`` (an op inside a fused kernel: its share of the kernel's time, see
-            ``device._plan``).
+        time_s: predicted time, ``max(stage, max(compute, memory, lx) + ring +
+            relayout) + launch`` (an op inside a fused kernel: its share of the
+            kernel's time, see ``device._plan``).
         bound: ``"compute"`` or ``"memory"``.
         pattern: the access pattern whose bandwidth was used.
         lx_s: time of the bytes through the cores' LX ports.
         launch_s: the kernel's launch cost (0 for a view).
         stage_s: the least time the op takes as a stage of its kernel (0 for a view,
             a fill, or a cast inside a fused kernel).
+        relayout_s: time of its in-group relayout through the cores' LX ports
+            (``OpSpace.relayout_bytes``; 0 for most ops).
     """
 
     read_bytes: int
@@ -95,6 +104,7 @@ class OpCost:
     lx_s: float = 0.0
     launch_s: float = 0.0
     stage_s: float = 0.0
+    relayout_s: float = 0.0
 
     def repeated(self, n: int) -> OpCost:
         """The cost of ``n`` runs of the op (bytes, MACs, sticks and times times ``n``)."""
@@ -114,6 +124,7 @@ class OpCost:
             lx_s=self.lx_s * n,
             launch_s=self.launch_s * n,
             stage_s=self.stage_s * n,
+            relayout_s=self.relayout_s * n,
         )
 
     @property
@@ -171,6 +182,7 @@ def _finish(
     kernel: bool = True,
     stage: bool = True,
     burst: float = 0.0,
+    relayout: float = 0.0,
 ) -> OpCost:
     memory = memory_seconds(machine, read, write, cores, pattern) if read + write else 0.0
     memory = max(memory, burst)
@@ -181,8 +193,8 @@ def _finish(
     floor = machine.stage_s if stage else 0.0
     return OpCost(
         read, write, ring, macs, sticks, compute, memory, ring_s,
-        max(floor, max(compute, memory, lx) + ring_s) + launch, bound, pattern, lx, launch,
-        floor,
+        max(floor, max(compute, memory, lx) + ring_s + relayout) + launch, bound, pattern, lx,
+        launch, floor, relayout,
     )  # fmt: skip
 
 
@@ -277,9 +289,10 @@ def op_cost(
     pattern = _pattern(space)
     stage = launch or space.opfunc not in CASTS
     burst = burst_seconds(machine, tuple(reads), (write,) if write else (), cores)
+    relayout = lx_seconds(machine, space.relayout_bytes, cores)
     return _finish(
         machine, read, write, ring, space.macs, compute, cores, pattern, lx, launch, stage,
-        burst,
+        burst, relayout,
     )  # fmt: skip
 
 

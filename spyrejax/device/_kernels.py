@@ -2,6 +2,10 @@
 
 - An elementwise chain, a softmax or a norm (and a matmul's epilogue): one stream of
   DDR reads and writes (:func:`one_stream`); its matmuls keep their own cost.
+- Both: an op's in-group relayout (``OpCost.relayout_s``, a standard-order 16 <-> 32-bit
+  conversion's) joins the kernel's LX-port term, as its restickifies' relayouts do:
+  the kernel's stages overlap (the same assumption, unmeasured), where an op alone
+  pays it after its conversion (``device._cost``).
 - An attention: ONE kernel, flash-style (:func:`attention_kernel`).
 
 Pure Python.
@@ -80,7 +84,7 @@ def one_stream(members: list[DeviceOp], machine: Machine) -> list[tuple[int, Dev
     memory = max(
         memory, _bursts(machine, [c.read_bytes for c in costs], [c.write_bytes for c in costs])
     )
-    compute, lx = sum(c.compute_s for c in costs), sum(c.lx_s for c in costs)
+    compute, lx = sum(c.compute_s for c in costs), sum(c.lx_s + c.relayout_s for c in costs)
     total = max(compute, memory, lx) + sum(c.ring_s for c in costs)
     own = sum(c.time_s - c.launch_s for c in costs)
     out = []
@@ -150,7 +154,7 @@ def attention_kernel(
     pt = sum(c.compute_s for c in costs)
     ddr = memory_seconds(machine, sum(reads), sum(writes), machine.cores, "ddr")
     ddr = max(ddr, _bursts(machine, reads, writes))
-    lx = sum(c.lx_s for c in costs)
+    lx = sum(c.lx_s + c.relayout_s for c in costs)
     total = max(pt, ddr, lx) + sum(c.ring_s for c in costs)
     own = sum(c.time_s - c.launch_s for c in costs)
     bound = "compute" if pt >= max(ddr, lx) else "memory"

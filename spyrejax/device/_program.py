@@ -317,7 +317,11 @@ class DeviceProgram:
         return writers, frozenset(n for op in self.ops for n, _ in op.desc.inputs)
 
     def table(self) -> list[dict[str, object]]:
-        """One row per op: what it is, where, its division and its predicted cost."""
+        """One row per op: what it is, where, its division and its predicted cost.
+
+        ``relayout_us``: the part of ``time_us`` that is an in-group relayout (a
+        16 <-> 32-bit conversion in the standard order; 0 for most ops).
+        """
         return [
             {
                 "op": f"{op.index}_{op.opfunc}",
@@ -328,6 +332,7 @@ class DeviceProgram:
                 "macs": op.macs,
                 "lx_peak": op.lx_peak,
                 "time_us": op.time_s * 1e6,
+                "relayout_us": op.cost.relayout_s * 1e6,
                 "bound": op.bound,
                 "kernel": "" if op.group is None else f"#{op.group} {self.groups[op.group].family}",
                 "loop": _where(op),
@@ -345,6 +350,11 @@ class DeviceProgram:
                 f"  {r['op']:<16} {r['division']:<40} read {r['read_bytes']:>10} B  write "
                 f"{r['write_bytes']:>10} B  MACs {r['macs']:>12}  LX {r['lx_peak']:>8} B  "
                 f"{r['time_us']:10.3f} us  {r['bound']}  [{r['source']}]"
+                + (
+                    f"  incl. {r['relayout_us']:.3f} us in-group relayout"
+                    if r["relayout_us"]
+                    else ""
+                )
                 + (f"  fused {r['kernel']}" if r["kernel"] else "")
                 + (f"  {r['loop']}" if r["loop"] else "")
             )

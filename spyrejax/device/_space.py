@@ -201,6 +201,10 @@ class OpSpace:
             (``Machine.transcendental_factor``); the op's record says so.
         in_place: whether its result may take the LX space of an input dying at it;
             the op's record says so.
+        relayout_bytes: bytes its cores read and write again in their own LX to reorder
+            elements inside stick groups (a 16 <-> 32-bit conversion in the standard
+            order: the card's conversion writes them staggered); the op's primitive
+            says how many.
     """
 
     opfunc: str
@@ -211,6 +215,7 @@ class OpSpace:
     broadcast: bool = False
     transcendental: bool = False
     in_place: bool = False
+    relayout_bytes: int = 0
 
     def dim(self, name: str) -> IterDim:
         """The variable called ``name``."""
@@ -245,7 +250,10 @@ class OpSpace:
             (o.role, o.walks, o.folds, o.tensor.shape, o.tensor.layout, o.tensor.dims)
             for o in self.operands
         )
-        return (self.opfunc, self.kind, self.dims, operands, self.macs, self.broadcast)
+        return (
+            self.opfunc, self.kind, self.dims, operands, self.macs, self.broadcast,
+            self.relayout_bytes,
+        )  # fmt: skip
 
 
 def _space(

@@ -99,7 +99,9 @@ def card_relayout_bytes(read: int, written: int) -> int:
     with fewer bytes (the 16-bit operand put in the inverse order first, or the result
     put back): twice the smaller side. An arranged result or operand saves it; a
     conversion where the order does not matter (:func:`card_order_matters`) pays none.
-    The planner's objective (``lowering._traffic``) charges this.
+    The planner's objective (``lowering._traffic``) charges these bytes; the device
+    model charges them as the astype's ``OpSpace.relayout_bytes``, through its cores'
+    LX ports (``device._cost``).
 
     Origin: issue 26 item 4's text, not a measurement (the card's conversion writes the
     staggered order; a relayout is a read and a write of the smaller side).

@@ -31,7 +31,12 @@ from ..layout._arrangements import ElementArrangement
 from ..layout._devdims import DevDim, layout_from_dims
 from ..layout._dtypes import format_for_dtype, host_dtype
 from ..layout._layout import SpyreTensorLayout
-from ._arranged import card_order_matters, converted_arrangement, emitted_layout
+from ._arranged import (
+    card_order_matters,
+    card_relayout_bytes,
+    converted_arrangement,
+    emitted_layout,
+)
 from ._array import SpyreArray, SpyreType
 from ._base import SpyrePrim
 from ._masks import masked, poison, poisoned
@@ -103,8 +108,15 @@ class Astype(SpyrePrim):
         return self._convert(img, exact=False)
 
     def space(self, ins: Sequence[TensorSpec], out: TensorSpec) -> OpSpace | None:
-        """An elementwise space: one variable per dim (an arranged operand in whole groups)."""
-        return elementwise_space("astype", out, ins)
+        """An elementwise space: one variable per dim (an arranged operand in whole groups).
+
+        In the standard order where that matters (:attr:`reorders`), its cores also
+        relay the groups (``relayout_bytes``: :func:`._arranged.card_relayout_bytes`).
+        """
+        space = elementwise_space("astype", out, ins)
+        if not self.reorders:
+            return space
+        return replace(space, relayout_bytes=card_relayout_bytes(ins[0].nbytes, out.nbytes))
 
     def core_kernel(self, div: WorkDivision, vals: list[jax.Array]) -> jax.Array:
         """Each core converts its own elements."""

@@ -181,3 +181,30 @@ def test_the_export_names_the_arrangement_of_each_arranged_tensor():
         [arranged, arranged],
         [arranged, None],
     ]
+
+
+def test_the_device_model_charges_what_the_planner_charges_for_the_standard_order(
+    monkeypatch,
+):
+    # The planner's arranged 16 -> 32 -> 16 chain against the same chain with the
+    # arranged mode not offered (standard order): explain predicts the arranged one
+    # cheaper by the two conversions' in-group relayouts, each twice the 16-bit side's
+    # bytes through the cores' LX ports (primitives._arranged.card_relayout_bytes).
+    from spyrejax.device._cost import lx_seconds
+    from spyrejax.lowering.rules import _elementwise
+
+    x = jax.ShapeDtypeStruct((256, 1024), F16)
+    arranged = sj.explain(plain_chain(F32), x)
+    assert "DL16_TO_FP32" in arranged.jaxpr
+    assert all(op.cost.relayout_s == 0 for op in arranged.ops)
+    monkeypatch.setattr(_elementwise, "card_order_matters", lambda *a, **k: False)
+    standard = sj.explain(plain_chain(F32), x)  # a new function: planned anew
+    assert "DL16_TO_FP32" not in standard.jaxpr
+    converts = [op for op in standard.ops if op.desc.opfunc == "astype"]
+    relayout = lx_seconds(
+        standard.device.machine, 2 * 256 * 1024 * 2, converts[0].division.cores_used
+    )
+    assert [op.cost.relayout_s for op in converts] == [relayout, relayout]
+    assert relayout > 0 and "in-group relayout" in str(standard.device)
+    gap = standard.time_s - arranged.time_s
+    assert gap == pytest.approx(2 * relayout, rel=1e-9)
