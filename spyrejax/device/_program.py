@@ -319,8 +319,8 @@ class DeviceProgram:
     def table(self) -> list[dict[str, object]]:
         """One row per op: what it is, where, its division and its predicted cost.
 
-        ``relayout_us``: the part of ``time_us`` that is an in-group relayout (a
-        16 <-> 32-bit conversion in the standard order; 0 for most ops).
+        ``relayout_us``: its in-group relayout's time (a 16 <-> 32-bit conversion in
+        the standard order; 0 for most ops); ``note`` says so (:func:`_relayout_note`).
         """
         return [
             {
@@ -333,6 +333,7 @@ class DeviceProgram:
                 "lx_peak": op.lx_peak,
                 "time_us": op.time_s * 1e6,
                 "relayout_us": op.cost.relayout_s * 1e6,
+                "note": _relayout_note(op),
                 "bound": op.bound,
                 "kernel": "" if op.group is None else f"#{op.group} {self.groups[op.group].family}",
                 "loop": _where(op),
@@ -350,11 +351,7 @@ class DeviceProgram:
                 f"  {r['op']:<16} {r['division']:<40} read {r['read_bytes']:>10} B  write "
                 f"{r['write_bytes']:>10} B  MACs {r['macs']:>12}  LX {r['lx_peak']:>8} B  "
                 f"{r['time_us']:10.3f} us  {r['bound']}  [{r['source']}]"
-                + (
-                    f"  incl. {r['relayout_us']:.3f} us in-group relayout"
-                    if r["relayout_us"]
-                    else ""
-                )
+                + (f"  {r['note']}" if r["note"] else "")
                 + (f"  fused {r['kernel']}" if r["kernel"] else "")
                 + (f"  {r['loop']}" if r["loop"] else "")
             )
@@ -366,6 +363,21 @@ class DeviceProgram:
         bound = " (a lower bound: while loops counted once)" if self.lower_bound else ""
         out.append(f"  predicted time: {self.time_s * 1e6:.3f} us{bound}")
         return "\n".join(out)
+
+
+def _relayout_note(op: DeviceOp) -> str:
+    """What an op's row says of its in-group relayout (none: ``""``).
+
+    An op alone pays it after its conversion: its time includes it. In a fused kernel
+    it is part of the kernel's LX-port term, which overlaps its DDR and PT terms
+    (``device._kernels``).
+    """
+    us = op.cost.relayout_s * 1e6
+    if not us:
+        return ""
+    if op.group is None:
+        return f"incl. {us:.3f} us in-group relayout"
+    return f"in-group relayout {us:.3f} us in the kernel's LX term"
 
 
 def _where(op: DeviceOp) -> str:

@@ -470,8 +470,8 @@ def _device_html(program: DeviceProgram) -> str:
         for key, _ in _DEVICE_COLUMNS:
             v = r[key]
             text = f"{v:.3f}" if isinstance(v, float) else str(v)
-            if key == "time_us" and r["relayout_us"]:
-                text += f" (incl. {r['relayout_us']:.3f} in-group relayout)"
+            if key == "time_us" and r["note"]:
+                text += f" ({r['note']})"
             cells.append(f"<td>{e(text)}</td>")
         rows.append(f"<tr>{''.join(cells)}</tr>")
     m = program.machine

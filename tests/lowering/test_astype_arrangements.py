@@ -205,6 +205,7 @@ def test_the_device_model_charges_what_the_planner_charges_for_the_standard_orde
         standard.device.machine, 2 * 256 * 1024 * 2, converts[0].division.cores_used
     )
     assert [op.cost.relayout_s for op in converts] == [relayout, relayout]
-    assert relayout > 0 and "in-group relayout" in str(standard.device)
+    assert relayout > 0 and "incl. 0.171 us in-group relayout" in str(standard.device)
+    assert "in-group relayout" in standard._repr_html_()
     gap = standard.time_s - arranged.time_s
     assert gap == pytest.approx(2 * relayout, rel=1e-9)
