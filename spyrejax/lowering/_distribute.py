@@ -39,22 +39,21 @@ from ..primitives._stick import default_layout, grouped_layout
 if TYPE_CHECKING:  # lowering._graph calls this module: its classes for the types only
     from ._graph import Graph, Node, Value
 
-__all__ = ["distribute"]
+__all__ = ["Facts", "distribute"]
 
 _POINTWISE = {p for op in ELEMENTWISE for p in op.lowers}
 
 
-def distribute(graph: Graph) -> Graph:
-    """Rewrite ``graph`` in place until no rewrite applies; return it."""
+def distribute(graph: Graph, facts: Facts | None = None) -> Graph:
+    """Rewrite ``graph`` in place until no rewrite applies; return it.
+
+    ``facts``: the graph's :class:`Facts`, if walked already (re-walked after a rewrite).
+    """
     changed = False
-    while (
-        _distribute_once(graph)
-        or _fold_slices_once(graph)
-        or _pairs_as_lanes_once(graph)
-        or _interleave_once(graph)
-        or _distribute_lanes_once(graph)
-    ):
+    facts = Facts.of(graph) if facts is None else facts
+    while any(rewrite(graph, facts) for rewrite in _REWRITES):
         changed = True
+        facts = Facts.of(graph)
     if changed:
         _drop_unread(graph)
     return graph
@@ -63,8 +62,8 @@ def distribute(graph: Graph) -> Graph:
 _PURE = {"concatenate", "broadcast_in_dim", "slice", "reshape", "expand_dims", "interleave"}
 
 
-def _drop_unread(graph: Graph) -> None:
-    """Drop the concatenates, broadcasts and slices the rewrites left unread."""
+def _drop_unread(graph: Graph, facts: Facts | None = None) -> None:
+    """Drop the concatenates, broadcasts and slices left unread (from ``facts`` too, if given)."""
     while True:
         read = {id(x) for n in graph.nodes for x in n.ins} | {id(x) for x in graph.outputs}
         dead = [
@@ -74,6 +73,8 @@ def _drop_unread(graph: Graph) -> None:
             return
         for n in dead:
             graph.nodes.remove(n)
+        if facts is not None:
+            facts.swap(dead, [])
 
 
 def _is_value(x: Any) -> bool:
@@ -119,9 +120,38 @@ def _new_node(
     return dataclasses.replace(like, prim=prim, params=params, ins=ins, outs=outs, primitive=None)
 
 
-def _facts(graph: Graph) -> tuple[dict[Value, Node], Any, set[int]]:
-    """Each value's producer, each value's readers, and the ids of the graph's outputs."""
-    return _producers(graph), graph.consumers(), {id(v) for v in graph.outputs}
+@dataclasses.dataclass
+class Facts:
+    """Each value's producer and readers, and the graph's output ids: one walk.
+
+    It serves every rewrite of a build (pair sums', then this module's) until one
+    changes the graph, or :meth:`swap`s its nodes in them.
+    """
+
+    producers: dict[Value, Node]
+    readers: dict[Value, list[Node]]
+    outputs: set[int]
+
+    @classmethod
+    def of(cls, graph: Graph) -> Facts:
+        """The facts of ``graph`` (one walk of its nodes)."""
+        return cls(_producers(graph), graph.consumers(), {id(v) for v in graph.outputs})
+
+    def swap(self, gone: list[Node], new: list[Node]) -> None:
+        """The facts once ``gone`` left the graph and ``new`` joined it (outputs unchanged)."""
+        for n in gone:
+            for v in n.outs:
+                if self.producers.get(v) is n:
+                    del self.producers[v]
+            for v in n.ins:
+                if _is_value(v):
+                    self.readers[v].remove(n)
+        for n in new:
+            for v in n.outs:
+                self.producers[v] = n
+            for v in n.ins:
+                if _is_value(v):
+                    self.readers.setdefault(v, []).append(n)
 
 
 def _pointwise(graph: Graph) -> Iterator[tuple[int, Node]]:
@@ -129,9 +159,9 @@ def _pointwise(graph: Graph) -> Iterator[tuple[int, Node]]:
     return ((i, n) for i, n in enumerate(graph.nodes) if n.prim in _POINTWISE and len(n.outs) == 1)
 
 
-def _distribute_once(graph: Graph) -> bool:
+def _distribute_once(graph: Graph, facts: Facts) -> bool:
     """One pointwise op over a concatenate read by it alone, split by the pieces."""
-    producers, readers, outputs = _facts(graph)
+    producers, readers, outputs = facts.producers, facts.readers, facts.outputs
     for i, node in _pointwise(graph):
         for arg, c in enumerate(node.ins):
             if not _is_value(c) or id(c) in outputs or sum(x is c for x in node.ins) != 1:
@@ -211,14 +241,14 @@ def _split(node: Node, arg: int, dim: int, pieces: list[Any], cat: Node) -> list
     return new
 
 
-def _fold_slices_once(graph: Graph) -> bool:
+def _fold_slices_once(graph: Graph, facts: Facts) -> bool:
     """A slice of one whole piece of a concatenate, or of a broadcast, moved to its operand.
 
     Likewise a slice of lanes ``k::s`` of an interleave (or a repeat) is its piece ``k``.
     """
-    producers = _producers(graph)
+    producers = facts.producers
     for i, node in enumerate(graph.nodes):
-        if node.prim == "slice" and _fold_lane_slice(graph, i, node, producers):
+        if node.prim == "slice" and _fold_lane_slice(graph, i, node, facts):
             return True
         if node.prim != "slice" or node.params.get("strides") not in (
             None,
@@ -289,11 +319,9 @@ def _forward(graph: Graph, old: Value, new: Value) -> None:
     graph.outputs = [new if x is old else x for x in graph.outputs]
 
 
-def _pairs_as_lanes_once(graph: Graph) -> bool:
+def _pairs_as_lanes_once(graph: Graph, facts: Facts) -> bool:
     """``squeeze(slice(reshape(x, [..., D // s, s]))[..., k:k+1])`` as ``x[..., k::s]``."""
-    producers = _producers(graph)
-    readers = graph.consumers()
-    outputs = {id(v) for v in graph.outputs}
+    producers, readers, outputs = facts.producers, facts.readers, facts.outputs
     for i, node in enumerate(graph.nodes):
         if node.prim != "squeeze" or not _is_value(node.ins[0]):
             continue
@@ -338,11 +366,9 @@ def _pair_pick(sl: Node, producers: Any, squeezed: tuple[int, ...]) -> Any:
     return x, k, step
 
 
-def _interleave_once(graph: Graph) -> bool:
+def _interleave_once(graph: Graph, facts: Facts) -> bool:
     """``reshape(concatenate([expand_dims(a_k)], -1), [..., s * n])`` as one ``interleave``."""
-    producers = _producers(graph)
-    readers = graph.consumers()
-    outputs = {id(v) for v in graph.outputs}
+    producers, readers, outputs = facts.producers, facts.readers, facts.outputs
     for i, node in enumerate(graph.nodes):
         if node.prim != "reshape" or node.params.get("dimensions") is not None:
             continue
@@ -430,14 +456,15 @@ def _lane_sources(v: Value, producers: Any, readers: Any) -> tuple[list[Value], 
     return [y] * s, [rs, bc]
 
 
-def _fold_lane_slice(graph: Graph, i: int, node: Node, producers: Any) -> bool:
+def _fold_lane_slice(graph: Graph, i: int, node: Node, facts: Facts) -> bool:
     """``x[..., k::s]`` of an interleave or repeat as its piece, of a broadcast beneath it."""
     lane = _lane_slice(node)
     if lane is None:
         return False
     k, s = lane
     x = node.ins[0]
-    found = _lane_sources(x, producers, graph.consumers())
+    producers = facts.producers
+    found = _lane_sources(x, producers, facts.readers)
     if found is not None and len(found[0]) == s:
         _forward(graph, node.outs[0], found[0][k])
         del graph.nodes[i]
@@ -452,7 +479,7 @@ def _fold_lane_slice(graph: Graph, i: int, node: Node, producers: Any) -> bool:
     return True
 
 
-def _distribute_lanes_once(graph: Graph) -> bool:
+def _distribute_lanes_once(graph: Graph, facts: Facts) -> bool:
     """One pointwise op over interleaved lanes it would otherwise copy, run lane by lane.
 
     ``f(interleave(a_0, ..., a_(s-1)), y)`` is ``interleave(f(a_k, y[..., k::s]))``: where
@@ -462,7 +489,7 @@ def _distribute_lanes_once(graph: Graph) -> bool:
     lane set, each result written on its lanes (the in-place interleave), the other
     operands read on their lanes (lane views, or the pieces of their own interleave).
     """
-    producers, readers, outputs = _facts(graph)
+    producers, readers, outputs = facts.producers, facts.readers, facts.outputs
     for i, node in _pointwise(graph):
         out = node.outs[0]
         if any(_is_value(x) and not _broadcasts(x.shape, out.shape) for x in node.ins):
@@ -563,3 +590,7 @@ def _strided(y: Value, k: int, s: int, tag: str, node: Node) -> tuple[Node, Valu
         "strides": (1,) * (y.ndim - 1) + (s,),
     }
     return _new_node(node, "slice", params, [y], [out]), out
+
+
+_REWRITES = (_distribute_once, _fold_slices_once, _pairs_as_lanes_once, _interleave_once)
+_REWRITES += (_distribute_lanes_once,)  # :func:`distribute` tries them in order, each pass

@@ -32,7 +32,7 @@ from .._errors import SpyreUnsupportedError
 from .._jax import ClosedJaxpr, Jaxpr, Literal, call_body, inner_jaxprs, summarize_source
 from ..primitives import ELEMENTWISE
 from . import _expansions, _keys
-from ._distribute import distribute
+from ._distribute import Facts, distribute
 from ._pair_sums import unroll_pair_sums
 
 __all__ = ["Graph", "Node", "Scalar", "Value", "build_graph", "source_line"]
@@ -489,7 +489,8 @@ def build_graph(closed: ClosedJaxpr, bound: Sequence[Scalar | None] = ()) -> Gra
         env[var] = b.const(c)
     b.inline(closed.jaxpr, env)
     b.graph.outputs = [_read(env, a) for a in closed.jaxpr.outvars]
-    return _keep_excess_precision(distribute(unroll_pair_sums(b.graph)))
+    facts = Facts.of(b.graph)  # one walk for every rewrite until one changes the graph
+    return _keep_excess_precision(distribute(unroll_pair_sums(b.graph, facts), facts))
 
 
 # --- where intermediate bfloat16 values are rounded: one rule, as ``jax.jit`` rounds them

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from ._distribute import _POINTWISE, _drop_unread, _facts, _is_value, _new_node
+from ._distribute import _POINTWISE, Facts, _drop_unread, _is_value, _new_node
 
 if TYPE_CHECKING:  # lowering._graph calls this module: its classes for the types only
     from ._graph import Graph, Node, Value
@@ -38,18 +38,24 @@ __all__ = ["unroll_pair_sums"]
 _CONVERT = "convert_element_type"
 
 
-def unroll_pair_sums(graph: Graph) -> Graph:
-    """Rewrite every pair sum of ``graph`` (see the module docstring) in place; return it."""
+def unroll_pair_sums(graph: Graph, facts: Facts | None = None) -> Graph:
+    """Rewrite every pair sum of ``graph`` (see the module docstring) in place; return it.
+
+    ``facts``: the graph's :class:`~spyrejax.lowering._distribute.Facts`, walked once by
+    the caller and kept current here (each unroll swaps its nodes in them), so the
+    rewrites that follow read them as they are.
+    """
+    facts = Facts.of(graph) if facts is None else facts
     changed = False
-    while _unroll_once(graph):
+    while _unroll_once(graph, facts):
         changed = True
     if changed:
-        _drop_unread(graph)
+        _drop_unread(graph, facts)
     return graph
 
 
-def _unroll_once(graph: Graph) -> bool:
-    producers, readers, outputs = _facts(graph)
+def _unroll_once(graph: Graph, facts: Facts) -> bool:
+    producers, readers, outputs = facts.producers, facts.readers, facts.outputs
     for node in graph.nodes:
         if node.prim != "reshape" or node.params.get("dimensions") is not None:
             continue
@@ -64,6 +70,7 @@ def _unroll_once(graph: Graph) -> bool:
         graph.nodes[at:at] = new
         for n in [*gone, node]:
             graph.nodes.remove(n)
+        facts.swap([*gone, node], new)
         return True
     return False
 
