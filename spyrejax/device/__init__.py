@@ -8,7 +8,7 @@ its op record's facts included; the integration with ``spyrejax.jit`` programs l
 
 from ._calibrate import Calibration, calibrate
 from ._cost import OpCost, op_cost, transfer_cost
-from ._division import WorkDivision, divide, validate_hint
+from ._division import WorkDivision, divide, ragged_splits, validate_hint
 from ._fusion import Fusion, find_fusions
 from ._lx import Buffer, LXPlan, Stream, place, stream
 from ._machine import Machine, default_machine
@@ -60,6 +60,7 @@ __all__ = [
     "op_cost",
     "place",
     "plan_program",
+    "ragged_splits",
     "reduce_space",
     "stream",
     "transfer_cost",

@@ -22,6 +22,7 @@ __all__ = [
     "WorkDivision",
     "divide",
     "order",
+    "ragged_splits",
     "validate_hint",
 ]
 
@@ -62,9 +63,19 @@ class WorkDivision:
         return {n: out[n] for n in self.space.names}
 
     def chunk(self, name: str) -> int:
-        """Logical elements of dim ``name`` per slice (the last slice may hold fewer)."""
+        """Logical elements of dim ``name`` per slice (the last slice may hold fewer).
+
+        A split that does not divide the dim's units (a ragged split, pass 1's way out
+        when no even one fits, :func:`ragged_splits`) gives every slice the rounded-up
+        count; the last slice is short, its cores' boxes stop at the tensor's end.
+        """
         d = self.space.dim(name)
-        return d.units // self.splits[name] * d.stick
+        return -(-d.units // self.splits[name]) * d.stick
+
+    @property
+    def ragged(self) -> tuple[str, ...]:
+        """The dims whose split does not divide their units (their last slice is short)."""
+        return tuple(n for n in self.space.names if self.space.dim(n).units % self.splits[n])
 
     def extent(self, name: str, core: int) -> int:
         """Logical elements of dim ``name`` that core ``core`` works on."""
@@ -188,15 +199,58 @@ def _max_span(space: OpSpace, splits: Mapping[str, int], cores: int) -> int:
     return max(div.span(i) for i in range(len(space.operands)))
 
 
+def ragged_splits(units: int, limit: int) -> list[int]:
+    """Splits of ``units`` up to ``limit`` that do not divide it and leave no slice empty.
+
+    Every slice holds ``ceil(units / s)`` units but the last, which is short: the dim is
+    walked as if padded to ``s * ceil(units / s)`` units (a gap after the tensor's end
+    that no core reads or writes). Granite's vocabulary, 49155 columns = 769 sticks (a
+    prime), has no even split at all.
+    """
+    return [
+        s for s in range(2, min(units, limit) + 1) if units % s and (s - 1) * -(-units // s) < units
+    ]
+
+
 def _span_pass(space: OpSpace, machine: Machine, fixed: Mapping[str, int]) -> dict[str, int]:
-    """Pass 1: splits forced so every operand's span fits (empty if it already does)."""
+    """Pass 1: splits forced so every operand's span fits (empty if it already does).
+
+    Even splits first (the spec's rule). When none fits, ragged ones
+    (:func:`ragged_splits`): a compiler tiles a dim of prime stick count anyway, and the
+    cores of its short last slice do less work; the op's time is its full slices'.
+    """
     base = {n: fixed.get(n, 1) for n in space.names}
     if _max_span(space, base, machine.cores) <= machine.span_limit:
         return {}
     free = [d for d in space.dims if d.name not in fixed and not d.pinned]
     budget = machine.cores // math.prod(base.values())
+    for uneven in (False, True):
+        options = [
+            _divisors(d.units, budget) + (ragged_splits(d.units, budget) if uneven else [])
+            for d in free
+        ]
+        best = _fitting(space, machine, base, free, options, budget)
+        if best is not None:
+            return {n: s for n, s in best.items() if s > 1 and n not in fixed}
+    why = _span_why(space, base, free, budget, machine.span_limit)
+    raise DeviceError(
+        f"{space.opfunc}: no division over {machine.cores} cores keeps every per-core "
+        f"span within {machine.span_limit} bytes with at most one reduction dim split "
+        f"(even or ragged splits, spec section 2): {why}"
+    )
+
+
+def _fitting(
+    space: OpSpace,
+    machine: Machine,
+    base: Mapping[str, int],
+    free: Sequence[IterDim],
+    options: Sequence[Sequence[int]],
+    budget: int,
+) -> dict[str, int] | None:
+    """Among ``options`` per free dim, the splits of largest span within the limit."""
     best: tuple[Any, dict[str, int]] | None = None
-    for combo in itertools.product(*(_divisors(d.units, budget) for d in free)):
+    for combo in itertools.product(*options):
         if math.prod(combo) > budget:
             continue
         splits = {**base, **{d.name: s for d, s in zip(free, combo, strict=True)}}
@@ -205,17 +259,10 @@ def _span_pass(space: OpSpace, machine: Machine, fixed: Mapping[str, int]) -> di
         span = _max_span(space, splits, machine.cores)
         if span > machine.span_limit:
             continue
-        key = (span, -math.prod(combo))
+        key = (span, -math.prod(combo), -sum(d.units % s for d, s in zip(free, combo, strict=True)))
         if best is None or key > best[0]:
             best = (key, splits)
-    if best is None:
-        why = _span_why(space, base, free, budget, machine.span_limit)
-        raise DeviceError(
-            f"{space.opfunc}: no division over {machine.cores} cores keeps every per-core "
-            f"span within {machine.span_limit} bytes with at most one reduction dim split "
-            f"(splits divide evenly, spec section 2): {why}"
-        )
-    return {n: s for n, s in best[1].items() if s > 1 and n not in fixed}
+    return None if best is None else best[1]
 
 
 def _span_why(

@@ -119,6 +119,7 @@ def superdsc(
     if div is None:
         raise DeviceError(f"{op.opfunc} has no work division: only compute ops get SuperDSC")
     _refuse_lanes(op.opfunc, div)
+    _refuse_ragged(op.opfunc, div)
     lx_address = lx_address or {}
     ddr_base = ddr_base or {}
     space, cores = div.space, div.cores_used
@@ -206,6 +207,23 @@ def superdsc(
         "dscs_": [{space.opfunc: dsc}],
     }
     return {f"{op.index}_{space.opfunc}": body}
+
+
+def _refuse_ragged(opfunc: str, div: WorkDivision) -> None:
+    """Raise for a ragged division: SuperDSC states one slice size for every core.
+
+    ``dataStageParam_``'s ``ss_`` is each core's slice, the same on all; a split that
+    does not divide its dim (:func:`~spyrejax.device.ragged_splits`) has a short last
+    slice, and a document giving every core the full slice would read and write past
+    the tensors' ends on the cores that own it.
+    """
+    if div.ragged:
+        dims = ", ".join(f"{n} ({div.space.dim(n).units} / {div.splits[n]})" for n in div.ragged)
+        raise DeviceError(
+            f"{opfunc} is divided raggedly over {dims}: its last slice is short, and SuperDSC "
+            "gives every core the same slice size, so this op has no SuperDSC "
+            "(spyrejax.export refuses it)"
+        )
 
 
 def _refuse_lanes(opfunc: str, div: WorkDivision) -> None:

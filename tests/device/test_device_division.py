@@ -1,5 +1,6 @@
 """Work division over cores: the spec's worked examples and the laws of a division."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -14,6 +15,7 @@ from spyrejax.device import (
     divide,
     elementwise_space,
     matmul_space,
+    ragged_splits,
     reduce_space,
 )
 from spyrejax.layout import SpyreTensorLayout
@@ -122,8 +124,9 @@ def _coverage(d, operand):
 
 def _check_laws(d, machine):
     assert d.cores_used <= machine.cores
-    for dim in d.space.dims:
-        assert dim.units % d.splits[dim.name] == 0
+    for dim in d.space.dims:  # even, or ragged with no empty slice
+        s = d.splits[dim.name]
+        assert dim.units % s == 0 or (dim.name in d.ragged and s in ragged_splits(dim.units, s))
     # the active cores take every slice combination exactly once
     seen = {tuple(sorted(d.core_to_slice(c).items())) for c in range(d.cores_used)}
     assert len(seen) == d.cores_used
@@ -165,12 +168,75 @@ def test_matmul_divisions_tile_the_space(m_, k, n, cores):
     assert (a_count == d.splits["out"]).all()  # A is read by each N slice
 
 
+def test_granites_lm_head_splits_its_prime_vocabulary_raggedly():
+    # 49155 columns are 769 sticks (a prime): no even N split, and with N whole each
+    # core's box of the weight ([769, 4096, 64]) spans 403 MB, over the 256 MiB limit,
+    # whatever K's split. Pass 1 takes the ragged N split of largest span: 2 slices of
+    # 385 sticks, the second one stick short.
+    a, b, out = spec([4, 4096]), spec([4096, 49155]), spec([4, 49155])
+    m = Machine.spyre()
+    d = divide(matmul_space(a, b, out), m)
+    assert d.how == "span" and d.ragged == ("out",) and d.splits["out"] == 2
+    assert d.chunk("out") == 385 * 64
+    owners = {d.core_to_slice(c)["out"]: c for c in range(d.cores_used)}
+    assert d.extent("out", owners[0]) == 385 * 64 and d.extent("out", owners[1]) == 49155 - 385 * 64
+    assert d.box_shape(1, owners[1])[0] == 384  # the weight's box stops at its last stick
+    assert max(d.span(1, c) for c in range(d.cores_used)) == 385 * 4096 * 128 <= m.span_limit
+    _check_laws(d, m)
+
+
+def test_an_even_split_that_fits_is_kept_over_a_ragged_one():
+    # 49152 columns, 768 sticks: N = 2 divides; the same division as 49155's but even.
+    a, b, out = spec([4, 4096]), spec([4096, 49152]), spec([4, 49152])
+    d = divide(matmul_space(a, b, out), Machine.spyre())
+    assert d.ragged == () and d.splits["out"] == 2
+
+
+@pytest.mark.parametrize(
+    "units, limit, want", [(769, 4, [2, 3, 4]), (10, 8, [3, 4]), (5, 4, [2, 3])]
+)
+def test_ragged_splits_leave_no_slice_empty(units, limit, want):
+    assert ragged_splits(units, limit) == want
+    for s in want:
+        assert (s - 1) * -(-units // s) < units
+
+
+@given(st.integers(1, 40), st.integers(1, 700), st.integers(1, 700), st.sampled_from([4, 32]))
+def test_a_small_span_limit_forces_legal_divisions_that_tile_the_space(m_, k, n, cores):
+    # A span limit of a few sticks forces pass 1 on small shapes (ragged where no even
+    # split fits): the division's laws hold, or the refusal is a named error.
+    m = dataclasses.replace(Machine.spyre(cores), span_limit=8 * 4096)
+    space = matmul_space(spec((m_, k)), spec((k, n)), spec((m_, n)))
+    try:
+        d = divide(space, m)
+    except sj.DeviceError as e:
+        assert "no division" in str(e)
+        return
+    _check_laws(d, m)
+    assert all(d.span(i, c) <= m.span_limit for i in range(3) for c in range(d.cores_used))
+
+
 def test_a_division_no_span_allows_is_refused_saying_why():
-    # Granite's LM head: 49155 columns are 769 sticks (a prime), so N cannot be split,
-    # and with N whole each core's box of the weight ([769, 4096, 64]) spans 403 MB,
-    # over the 256 MiB limit, whatever K's split.
-    a, b, out = spec([1, 4096]), spec([4096, 49155]), spec([1, 49155])
-    with pytest.raises(
-        sj.DeviceError, match=r"operand 1 .* spans 403,177,472 B.*out of 769 sticks: \[1\]"
-    ):
-        divide(matmul_space(a, b, out), Machine.spyre())
+    # A 1 x 2^21 fp16 row: its one device dim past the stick is the row of sticks, and a
+    # span limit under one stick's row cannot be met by any split, even or ragged.
+    m = dataclasses.replace(Machine.spyre(), span_limit=64)
+    with pytest.raises(sj.DeviceError, match=r"no division .*even or ragged.*spans"):
+        divide(add_space((4, 4096)), m)
+
+
+@pytest.mark.parametrize("tokens", [4, 512])
+def test_explain_of_granites_lm_head_streams_its_weights(tokens):
+    # Decode (batch 4) and prefill (512 tokens): a division, and a time no faster than
+    # streaming the 403 MB of weights at the model's DDR rate; decode, whose matmul is
+    # nothing but that stream, within 10% of it.
+    import jax
+
+    x = jax.ShapeDtypeStruct((tokens, 4096), F16)
+    w = jax.ShapeDtypeStruct((4096, 49155), F16)
+    r = sj.explain(lambda x, w: x @ w, x, w)
+    (op,) = [o for o in r.ops if o.division is not None]
+    assert op.division.ragged == ("out",) and op.division.cores_used == 32
+    stream = 4096 * 49155 * 2 / Machine.spyre().ddr_bw
+    assert stream <= op.time_s
+    if tokens == 4:
+        assert op.time_s <= 1.1 * stream

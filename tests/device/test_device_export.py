@@ -159,3 +159,10 @@ def test_an_op_reading_a_lane_view_is_refused_by_name():
     with pytest.raises(sj.DeviceError, match=r"lanes 0::2 .* no lane stride"):
         sj.export(f, S((4, 2, 128), F16))
     assert sj.export(lambda x: x * 2, S((4, 2, 128), F16)).superdsc  # the buffer itself: one
+
+
+def test_a_ragged_division_has_no_superdsc():
+    # Granite's LM head: 769 N sticks split 2 ways raggedly (385 + 384); SuperDSC's one
+    # slice size would send the second slice's cores a stick past the weight's end.
+    with pytest.raises(sj.DeviceError, match=r"raggedly over out \(769 / 2\)"):
+        sj.export(jnp.matmul, S((1, 4096), F16), S((4096, 49155), F16))

@@ -454,3 +454,24 @@ def test_the_op_records_facts_reach_the_device_model_through_the_space():
     }
     assert facts["exp"] == (True, True) and facts["sqrt"] == (True, False)
     assert facts["log2"] == (False, False) and facts["sub"] == (False, True)
+
+
+def test_a_ragged_division_runs_per_core_as_the_whole_op():
+    # A span limit of two of the weight's stick columns forces pass 1 to split N's 37
+    # sticks (a prime over the core count) raggedly, 19 slices of 2: the cores of the
+    # short last slice load, compute and store less, and the result equals the default
+    # mode's.
+    import dataclasses
+
+    seen = []
+
+    def small_span(space, machine, hint=None):
+        seen.append(divide_op(space, dataclasses.replace(machine, span_limit=64_000), hint))
+        return seen[-1]
+
+    x, w = rand((6, 250)), rand((250, 37 * 32 - 5), seed=1)
+    with _cores.dividing(small_span):
+        got = sj.to_host(sj.jit(lambda a, b: a @ b, emulate="cores")(x, w))
+    assert [(d.ragged, d.splits["out"]) for d in seen] == [(("out",), 19)]
+    want = sj.to_host(sj.jit(lambda a, b: a @ b)(x, w))
+    assert_close(got, want, reduce_len=250)
