@@ -102,6 +102,11 @@ def test_a_sparse_conversion_is_charged_no_relayout():
     report = sj.explain(lambda s: jax.nn.softmax(s, -1), x)
     assert not report.restickifies
     assert "FP32_TO_DL16" not in report.jaxpr
+    # The device model agrees: the dense conversion up pays its relayout (2 x 16 KiB of
+    # float16), the sparse one back none.
+    converts = [op for op in report.ops if op.desc.opfunc == "astype"]
+    assert [op.desc.space.relayout_bytes for op in converts] == [2 * x.size * 2, 0]
+    assert converts[0].cost.relayout_s > 0 and converts[1].cost.relayout_s == 0
 
 
 def test_the_planner_restickifies_the_cards_order_where_that_costs_less():
