@@ -11,12 +11,14 @@ operands by name (``SpyrePrim.takes_arrangements``), so the planner restickifies
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 from numpy.typing import DTypeLike
 
 from .._errors import LayoutError
-from ..layout._arrangements import ElementArrangement
+from ..layout._arrangements import ElementArrangement, arrange_image
 from ..layout._dtypes import format_for_dtype
 from ..layout._layout import SpyreTensorLayout
 from ._array import SpyreType
@@ -28,6 +30,9 @@ __all__ = [
     "card_relayout_bytes",
     "converted_arrangement",
     "emitted_layout",
+    "lone_pair",
+    "standard_image",
+    "standard_order",
 ]
 
 _EMITS = {32: ElementArrangement.DL16_TO_FP32, 64: ElementArrangement.FP32_TO_DL16}
@@ -38,9 +43,13 @@ def arranged_result(name: str, avals: Sequence[SpyreType], out: SpyreType) -> Sp
     """``out`` in the operands' element arrangement, if they have one.
 
     An op position by position computes on arranged images as on standard ones when
-    every operand has the same arranged layout, unviewed, and the result's stick has the
-    same width (a comparison's bool result has 64-lane sticks: not a 32-bit
-    arrangement's). Otherwise the operands need the standard arrangement.
+    every arranged operand has the same arranged layout, unviewed, the result's shape
+    and the result's layout (in the standard order), and the result's stick has the same
+    width (a comparison's bool result has 64-lane sticks: not a 32-bit arrangement's).
+    A standard operand may join them where it is broadcast along the stick dim (a row
+    statistic, ``x * rsqrt(mean(x * x, -1, keepdims=True))``): it holds one value per
+    group, which any order inside the group reads alike. Otherwise the operands need
+    the standard arrangement.
 
     Raises:
         LayoutError: if an operand is arranged and the op cannot keep the arrangement.
@@ -49,15 +58,25 @@ def arranged_result(name: str, avals: Sequence[SpyreType], out: SpyreType) -> Sp
     if not arranged:
         return out
     layout = arranged[0].layout
-    same = all(a.layout == layout and a.shape == out.shape and not a.is_view for a in avals)
-    if not same or out.layout.elems_per_stick != layout.elems_per_stick:
+    same = all(a.layout == layout and a.shape == out.shape and not a.is_view for a in arranged)
+    kept = out.layout.with_arrangement(layout.arrangement) == layout
+    others = [a for a in avals if not a.layout.is_arranged]
+    if not (same and kept and all(_along_stick(a, out) for a in others)):
         raise LayoutError(
             f"{name}: operands in element arrangement {layout.arrangement.value} must all have "
-            "its layout, the result's shape and the result's stick width; restickify them first"
+            "its layout, the result's shape and the result's stick width (others: broadcast "
+            "along the stick dim); restickify them first"
         )
-    return SpyreType.contiguous(
-        out.shape, out.dtype, out.layout.with_arrangement(layout.arrangement)
-    )
+    return SpyreType.contiguous(out.shape, out.dtype, layout)
+
+
+def _along_stick(a: SpyreType, out: SpyreType) -> bool:
+    """Whether ``a`` (right-aligned to ``out``) is broadcast along ``out``'s stick dim."""
+    stick = out.stick_dim
+    if stick is None:
+        return False
+    k = stick - (out.ndim - a.ndim)
+    return k < 0 or (a.shape[k] == 1 < out.shape[stick]) or a.strides[k] == 0
 
 
 def card_conversion(src: DTypeLike, dst: DTypeLike) -> bool:
@@ -171,3 +190,51 @@ def emitted_layout(standard: SpyreTensorLayout, shape: tuple[int, ...]) -> Spyre
     layout = standard.with_arrangement(arrangement)
     layout.for_host(shape)  # validates the pair
     return layout
+
+
+def standard_order(aval: SpyreType, axes: Sequence[int], name: str) -> SpyreType:
+    """``aval`` in the standard order, for a reduction over ``axes`` that may read it so.
+
+    A group (a 16-bit stick, a pair of 32-bit tiles) holds elements of the stick dim
+    only: a reduction over the stick dim folds each group whole, so which element sits
+    where inside it does not change the result (the card reduces the group as it is;
+    the emulator puts it back first, :func:`standard_image`, so the result is the
+    standard order's, bit for bit). Its padding is the standard layout's, moved inside
+    the groups: the standard image has it in its standard places.
+
+    Raises:
+        LayoutError: if ``aval`` is arranged and the stick dim is kept (the result
+            would need the groups in an order no layout of it names), or is a view.
+    """
+    if not aval.layout.is_arranged:
+        return aval
+    if aval.stick_dim not in axes or aval.is_view:
+        raise LayoutError(
+            f"{name} over axes {tuple(axes)}: {aval.str_short()} is in element arrangement "
+            f"{aval.layout.arrangement.value}, which a reduction reads only over its stick "
+            "dim (a group whole) and unviewed; restickify it to the standard arrangement first"
+        )
+    plain = aval.layout.with_arrangement(ElementArrangement.STANDARD)
+    return replace(aval, layout=plain)
+
+
+def standard_image(img: Any, aval: SpyreType) -> Any:
+    """``img`` (of ``aval``'s layout) in the standard order: every group put back."""
+    if not aval.layout.is_arranged:
+        return img
+    mapping = aval.layout.for_host(aval.base_shape)
+    return arrange_image(img, mapping.pair, aval.layout.arrangement, inverse=True)
+
+
+def lone_pair(aval: SpyreType) -> int | None:
+    """The synthetic device dim holding the second stick of ``aval``'s groups, or None.
+
+    A 32-bit arranged stick dim within one stick (``emitted_layout``) has no tile
+    count: its groups' second sticks are a synthetic dim of size 2, which the standard
+    order leaves empty.
+    """
+    if not aval.layout.is_arranged:
+        return None
+    pair = aval.layout.for_host(aval.base_shape).pair
+    plain = replace(aval, layout=aval.layout.with_arrangement(ElementArrangement.STANDARD))
+    return pair if pair is not None and not plain.dims[pair].is_data else None

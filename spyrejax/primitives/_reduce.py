@@ -35,6 +35,7 @@ from ..device._division import WorkDivision
 from ..device._space import OpSpace, TensorSpec, reduce_space
 from ..layout._devdims import DevDim, layout_from_dims
 from ..layout._dtypes import has_infinity
+from ._arranged import lone_pair, standard_image, standard_order
 from ._array import PadFill, SpyreArray, SpyreType
 from ._axes import collapsed, merge_axes
 from ._base import SpyrePrim, normalize_axes
@@ -133,8 +134,14 @@ REDUCTIONS_TABLE: tuple[ReductionOp, ...] = (
 REDUCTION: dict[str, ReductionOp] = {op.name: op for op in REDUCTIONS_TABLE}
 
 
-def _out_dims(t: SpyreType, axes: tuple[int, ...], keepdims: bool) -> list[DevDim]:
-    """The result's device dims: reduced ones dropped, a reduced stick made synthetic."""
+def _out_dims(
+    t: SpyreType, axes: tuple[int, ...], keepdims: bool, lone: int | None = None
+) -> list[DevDim]:
+    """The result's device dims: reduced ones dropped, a reduced stick made synthetic.
+
+    ``lone``: a synthetic device dim that held the second stick of an arranged group
+    (``primitives._arranged.lone_pair``); the sum of the group has one, size 1.
+    """
     renumber = {}
     for d in range(t.ndim):
         if d not in axes:
@@ -143,7 +150,7 @@ def _out_dims(t: SpyreType, axes: tuple[int, ...], keepdims: bool) -> list[DevDi
     out = []
     for j, dd in enumerate(t.dims):
         if not dd.is_data:
-            out.append(dd)
+            out.append(DevDim((), 1, 1) if j == lone else dd)
             continue
         reduced = [d in axes for d in dd.dims]
         if any(reduced) and not all(reduced):
@@ -400,13 +407,14 @@ class Reduce(SpyrePrim):
     axes: tuple[int, ...]
     keepdims: bool
     takes_gaps = True  # reduces its operand's valid range; its result has no gaps
+    takes_arrangements = True  # over the stick dim: a group's order does not matter
 
     def __init__(self, aval: SpyreType, *, axes: tuple[int, ...], keepdims: bool) -> None:
-        window, aval = aval, ungapped(aval)
+        window, aval = aval, standard_order(ungapped(aval), axes, self.op.name)
         shape = tuple(1 if d in axes else n for d, n in enumerate(aval.shape))
         if not keepdims:
             shape = tuple(n for d, n in enumerate(aval.shape) if d not in axes)
-        dims = _out_dims(aval, axes, keepdims)
+        dims = _out_dims(aval, axes, keepdims, lone_pair(window))
         layout = layout_from_dims(shape, dims, aval.layout.device_dtype)
         self._dev_axes = tuple(
             j for j, d in enumerate(aval.dims) if d.is_data and set(d.dims) <= set(axes)
@@ -437,8 +445,8 @@ class Reduce(SpyrePrim):
         ``then`` (half-float sums only) maps the widened values before they are summed.
         Padding that holds the identity is not masked (see :meth:`_mask`).
         """
-        img = valid_image(img, self.in_avals[0].layout)
-        t = ungapped(self.in_avals[0])
+        img = standard_image(valid_image(img, self.in_avals[0].layout), self.in_avals[0])
+        t = standard_order(ungapped(self.in_avals[0]), self.axes, self.op.name)
         op = self.op
         mask, unmasked = self._mask(t, then, trust)
         take = self._take
