@@ -133,6 +133,25 @@ def test_index_map_is_the_oracle(shape, dtype, arrangement):
     assert mask.all()
 
 
+@given(
+    st.sampled_from([(np.float32, DL16_TO_FP32), (np.float16, FP32_TO_DL16)]),
+    st.integers(1, 3),
+    st.integers(1, 17).flatmap(lambda g: st.integers(max(2, 64 * g - 63), 64 * g - 1)),
+)
+def test_property_a_partial_last_group_is_placed_by_the_oracle(case, rows, n):
+    # A stick dim of n elements that is not whole 64-groups (1000 = 15 * 64 + 40): the
+    # last group is partial, its elements placed by the golden map and the rest padding.
+    dtype, arrangement = case
+    layout = arranged_row_major((rows, n), dtype, arrangement)
+    mapping = layout.for_host((rows, n))
+    want = coords_by_oracle((rows, n), layout)
+    assert (mapping.device_coords().reshape(-1, layout.device_rank) == want).all()
+    mask = np.zeros(layout.device_size, bool)
+    mask[tuple(want.T)] = True
+    assert (mapping.data_mask() == mask).all()
+    assert (mapping.host_offsets_of(want) == np.arange(rows * n)).all()
+
+
 @pytest.mark.parametrize("n", [2, 4, 20, 31, 32])
 def test_a_stick_dim_within_one_stick_spreads_over_a_pair_and_converts_back(n):
     """Golden: a 16-bit stick of ``n <= 32`` elements becomes two fp32 sticks, runs of 4
