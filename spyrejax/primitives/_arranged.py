@@ -200,7 +200,8 @@ def standard_order(aval: SpyreType, axes: Sequence[int], name: str) -> SpyreType
     where inside it does not change the result (the card reduces the group as it is;
     the emulator puts it back first, :func:`standard_image`, so the result is the
     standard order's, bit for bit). Its padding is the standard layout's, moved inside
-    the groups: the standard image has it in its standard places.
+    the groups: the standard image has it in its standard places. A stick dim within
+    one stick (:func:`lone_pair`) has its second sticks dropped: they hold nothing.
 
     Raises:
         LayoutError: if ``aval`` is arranged and the stick dim is kept (the result
@@ -215,15 +216,21 @@ def standard_order(aval: SpyreType, axes: Sequence[int], name: str) -> SpyreType
             "dim (a group whole) and unviewed; restickify it to the standard arrangement first"
         )
     plain = aval.layout.with_arrangement(ElementArrangement.STANDARD)
+    lone = lone_pair(aval)
+    if lone is not None:  # the groups' second sticks, empty in the standard order: dropped
+        size = [1 if j == lone else n for j, n in enumerate(plain.device_size)]
+        plain = SpyreTensorLayout.from_stride_map(size, plain.stride_map, plain.device_dtype)
     return replace(aval, layout=plain)
 
 
 def standard_image(img: Any, aval: SpyreType) -> Any:
-    """``img`` (of ``aval``'s layout) in the standard order: every group put back."""
+    """``img`` (of ``aval``'s layout) in :func:`standard_order`'s: every group put back."""
     if not aval.layout.is_arranged:
         return img
     mapping = aval.layout.for_host(aval.base_shape)
-    return arrange_image(img, mapping.pair, aval.layout.arrangement, inverse=True)
+    img = arrange_image(img, mapping.pair, aval.layout.arrangement, inverse=True)
+    lone = lone_pair(aval)
+    return img if lone is None else img[(slice(None),) * lone + (slice(0, 1),)]
 
 
 def lone_pair(aval: SpyreType) -> int | None:

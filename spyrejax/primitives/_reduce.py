@@ -35,7 +35,7 @@ from ..device._division import WorkDivision
 from ..device._space import OpSpace, TensorSpec, reduce_space
 from ..layout._devdims import DevDim, layout_from_dims
 from ..layout._dtypes import has_infinity
-from ._arranged import lone_pair, standard_image, standard_order
+from ._arranged import standard_image, standard_order
 from ._array import PadFill, SpyreArray, SpyreType
 from ._axes import collapsed, merge_axes
 from ._base import SpyrePrim, normalize_axes
@@ -134,14 +134,8 @@ REDUCTIONS_TABLE: tuple[ReductionOp, ...] = (
 REDUCTION: dict[str, ReductionOp] = {op.name: op for op in REDUCTIONS_TABLE}
 
 
-def _out_dims(
-    t: SpyreType, axes: tuple[int, ...], keepdims: bool, lone: int | None = None
-) -> list[DevDim]:
-    """The result's device dims: reduced ones dropped, a reduced stick made synthetic.
-
-    ``lone``: a synthetic device dim that held the second stick of an arranged group
-    (``primitives._arranged.lone_pair``); the sum of the group has one, size 1.
-    """
+def _out_dims(t: SpyreType, axes: tuple[int, ...], keepdims: bool) -> list[DevDim]:
+    """The result's device dims: reduced ones dropped, a reduced stick made synthetic."""
     renumber = {}
     for d in range(t.ndim):
         if d not in axes:
@@ -150,7 +144,7 @@ def _out_dims(
     out = []
     for j, dd in enumerate(t.dims):
         if not dd.is_data:
-            out.append(DevDim((), 1, 1) if j == lone else dd)
+            out.append(dd)
             continue
         reduced = [d in axes for d in dd.dims]
         if any(reduced) and not all(reduced):
@@ -414,7 +408,7 @@ class Reduce(SpyrePrim):
         shape = tuple(1 if d in axes else n for d, n in enumerate(aval.shape))
         if not keepdims:
             shape = tuple(n for d, n in enumerate(aval.shape) if d not in axes)
-        dims = _out_dims(aval, axes, keepdims, lone_pair(window))
+        dims = _out_dims(aval, axes, keepdims)
         layout = layout_from_dims(shape, dims, aval.layout.device_dtype)
         self._dev_axes = tuple(
             j for j, d in enumerate(aval.dims) if d.is_data and set(d.dims) <= set(axes)

@@ -141,16 +141,25 @@ def test_a_sparse_conversion_is_charged_no_relayout():
     # stick holds its one element in lane 0, which the card's order leaves in place, so
     # that conversion costs no relayout and the softmax plans with nothing moved (charged
     # as if dense, the planner took the card's order there and restickified 540,672
-    # elements at [16, 1024, 1024]).
+    # elements at [16, 1024, 1024]). The conversion up is read by the row sums only: it
+    # is written in the card's order, which the sums read as it is.
     x = rand((4, 8, 256), F16)
     report = sj.explain(lambda s: jax.nn.softmax(s, -1), x)
     assert not report.restickifies
-    assert "FP32_TO_DL16" not in report.jaxpr
-    # The device model agrees: the dense conversion up pays its relayout (2 x 16 KiB of
-    # float16), the sparse one back none.
+    assert "FP32_TO_DL16" not in report.jaxpr and "DL16_TO_FP32" in report.jaxpr
+    # The device model agrees: neither conversion pays a relayout.
     converts = [op for op in report.ops if op.desc.opfunc == "astype"]
-    assert [op.desc.space.relayout_bytes for op in converts] == [2 * x.size * 2, 0]
-    assert converts[0].cost.relayout_s > 0 and converts[1].cost.relayout_s == 0
+    assert [op.desc.space.relayout_bytes for op in converts] == [0, 0]
+    assert all(op.cost.relayout_s == 0 for op in converts)
+
+
+def test_the_device_model_charges_a_standard_conversion_its_relayout():
+    # A sum keeping the stick dim needs the standard order: the conversion up pays the
+    # card's in-group relayout (2 x 4 KiB of float16), as the planner's objective does.
+    x = rand((16, 128), F16)
+    report = sj.explain(lambda x: jnp.sum(x.astype(F32), axis=0), x)
+    (convert,) = [op for op in report.ops if op.desc.opfunc == "astype"]
+    assert convert.desc.space.relayout_bytes == 2 * x.size * 2 and convert.cost.relayout_s > 0
 
 
 def test_the_planner_restickifies_the_cards_order_where_that_costs_less():
