@@ -91,7 +91,9 @@ class _Coord:
     def __init__(self, x: jax.Array) -> None:
         self.x = x
 
-    def __mul__(self, k: int) -> _Coord:
+    def __mul__(self, k: _Coord | int) -> _Coord:
+        if isinstance(k, _Coord):  # a lane view's lane, zeroed off its lanes by a bool
+            return _Coord(jax.lax.mul(self.x, jax.lax.convert_element_type(k.x, self.x.dtype)))
         return self if k == 1 else _Coord(jax.lax.mul(self.x, np.int32(k)))
 
     def __add__(self, other: _Coord | int) -> _Coord:
@@ -102,8 +104,20 @@ class _Coord:
     __radd__ = __add__
 
     # An element arrangement's index map moves coordinates inside a group of lanes.
-    def __sub__(self, other: _Coord) -> _Coord:
+    def __sub__(self, other: _Coord | int) -> _Coord:
+        if isinstance(other, int):  # a lane view's lanes start at its offset
+            return self + (-other)
         return _Coord(jax.lax.sub(self.x, other.x))
+
+    # A lane view's layout says which lanes are its own (``layout._lanes``).
+    def __eq__(self, k: object) -> _Coord:  # type: ignore[override]
+        assert isinstance(k, int)
+        return _Coord(jax.lax.eq(self.x, np.int32(k)))
+
+    __hash__ = object.__hash__
+
+    def __ge__(self, bound: int) -> _Coord:
+        return _Coord(jax.lax.ge(self.x, np.int32(bound)))
 
     def __floordiv__(self, k: int) -> _Coord:
         return self if k == 1 else _Coord(jax.lax.div(self.x, np.int32(k)))

@@ -12,8 +12,12 @@ import jax
 import jax.numpy as jnp
 import pytest
 from helpers import assert_matches_jax_jit, rand
+from oracles import same_bits
 
 import spyrejax as sj
+from spyrejax.device import divide_op
+from spyrejax.lowering import checking_cores
+from spyrejax.lowering.program._cores import dividing, injecting
 
 T, H = 4, 2
 
@@ -243,3 +247,48 @@ def test_stacks_the_interleave_rewrite_leaves_or_plans_as_before():
     a, b = rand((4, 8), jnp.float16, seed=1), rand((4, 8), jnp.float16, seed=2)
     assert_matches_jax_jit(_stack_past_the_pairs, a, b)
     assert "Reshape[" in sj.explain(_stack_past_the_pairs, a, b).jaxpr
+
+
+@pytest.mark.parametrize("rope", [rope_pairs_slices, rope_fms], ids=lambda f: f.__name__)
+def test_lane_writes_run_per_core_divided_as_their_producers(rope):
+    # Each rotated piece is written on its lanes by the cores that computed it: under
+    # emulate="cores" LanePlace and LaneAssemble run per core with the division the
+    # device model gave the op producing the piece (explain's), give the default bits,
+    # and the check mode compares them per core.
+    x = rand((T, H, 128), jnp.float32, seed=5)
+    cos, sin = _angles(128, jnp.float32)
+    seen = []
+
+    def watched(space, machine, hint):
+        div = divide_op(space, machine, hint)
+        seen.append((space.opfunc, dict(div.splits)))
+        return div
+
+    with dividing(watched):
+        got = sj.to_host(sj.jit(rope, emulate="cores")(x, cos, sin))
+    assert same_bits(got, sj.to_host(sj.jit(rope)(x, cos, sin)))
+    writes = [splits for name, splits in seen if name.startswith("lane_")]
+    assert [n for n, _ in seen if n.startswith("lane_")] == ["lane_place"] * 2 + ["lane_assemble"]
+    planned = [dict(op.division.splits) for op in sj.explain(rope, x, cos, sin).ops if op.division]
+    assert writes == [planned[-1]] * 3 and planned[-1]["mb"] > 1  # the stick dim split too
+    with checking_cores() as check:
+        sj.to_host(sj.jit(rope)(x, cos, sin))
+        jax.effects_barrier()
+    assert check.take() == [] and not check.fallbacks
+    assert check.checked["lane_place"] == 2 and check.checked["lane_assemble"] == 1
+
+
+def test_the_check_sees_a_core_writing_wrong_lanes():
+    x = rand((T, H, 128), jnp.float32, seed=5)
+    cos, sin = _angles(128, jnp.float32)
+
+    def swap_cores(prim, div, vals):  # the lane writes' cores 0 and 1 trade their data
+        if div.space.opfunc != "lane_place":
+            return vals
+        return [v.at[0].set(v[1]).at[1].set(v[0]) for v in vals]
+
+    with checking_cores() as check, injecting(swap_cores):
+        sj.to_host(sj.jit(rope_pairs_slices)(x, cos, sin))
+        jax.effects_barrier()
+    found = check.take()
+    assert found and {m.op for m in found} == {"lane_place"}

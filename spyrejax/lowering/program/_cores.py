@@ -25,7 +25,9 @@ geometry: :func:`spyrejax.lowering.program._device.division_hint`, loop bodies a
 branches included). Ops the device model
 does not divide run as in the default mode: only compute ops get a division
 (spyre-device spec section 2), so views, restickifies, copies, ``iota`` and host
-fallbacks run their whole-image kernels.
+fallbacks run their whole-image kernels; but a view standing for its producer's own
+stores (``written_space``: ``LanePlace``, ``LaneAssemble``) runs per core,
+divided as the op that produced its operand.
 
 The check mode (:class:`CoreCheck`, :func:`checking_cores`) runs every divided op both
 ways in default-mode programs and compares the two results when the program runs.
@@ -47,14 +49,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..._errors import SpyreUnsupportedError
+from ..._errors import DeviceError, SpyreUnsupportedError
 from ...device import Machine, OpSpace, WorkDivision, default_machine, divide_alike
 from ...primitives._array import PadFill
 from ...primitives._base import image, wrap
 from ...primitives._masks import masked, poison
 from ...primitives._rounding import Rounding
 from ._coremoves import loaded, stored
-from ._device import current_line, divided_space, division_hint
+from ._device import current_line, divided_space, division_hint, written_space
 
 __all__ = [
     "CoreCheck",
@@ -88,21 +90,52 @@ class CoreExecutor:
         # One division per geometry and hint, as the device model's plan keeps them: a
         # repeated layer's ops share it and the per-core maps it computes once.
         self._alike: dict[Any, WorkDivision] = {}
+        # Each result computed per core, by id, with its division: a view its producer's
+        # cores write (``written_space``) is divided as the producer.
+        self._made: dict[int, tuple[Any, WorkDivision]] = {}
 
     def __call__(self, prim: Any, args: tuple[Any, ...]) -> Any:
         """The result of ``prim`` on ``args`` computed per core, or None (run it as usual)."""
         found = divided_space(prim)
         if found is None:
-            return None  # the device model does not divide it
+            return self._written(prim, args)
         space, _ = found
         hint = division_hint(prim)  # taken even if skipped below, as the record has it
         if any(math.prod(t.shape) == 0 for t in (*prim.in_avals, prim.out_aval)):
             return None
+        return self._run(prim, args, self._divide(space, hint))
+
+    def _written(self, prim: Any, args: tuple[Any, ...]) -> Any:
+        """A view its producer's cores write (``written_space``), divided as the producer.
+
+        The producer of its first operand (a divided op, or such a write) gave its
+        division: each core writes the box it computed. Where those splits do not divide
+        the write (or no divided op made the operand), the device model's own division.
+        """
+        space = written_space(prim)
+        if space is None or any(math.prod(t.shape) == 0 for t in (*prim.in_avals, prim.out_aval)):
+            return None  # the device model does not divide it, nor does a producer write it
+        made = self._made.get(id(args[0]))
+        div = None
+        if made is not None and made[0] is args[0]:
+            with contextlib.suppress(DeviceError):
+                div = self._divide(space, dict(made[1].splits))
+        return self._run(prim, args, self._divide(space, None) if div is None else div)
+
+    def _divide(self, space: OpSpace, hint: dict[str, int] | None) -> WorkDivision:
         hook = _DIVIDE.get()
         if hook is not None:
-            div = hook(space, self.machine, hint)
-        else:
-            div = divide_alike(space, hint, self.machine, self._alike)
+            return hook(space, self.machine, hint)
+        return divide_alike(space, hint, self.machine, self._alike)
+
+    def _run(self, prim: Any, args: tuple[Any, ...], div: WorkDivision) -> Any:
+        """``prim`` on ``args`` per core by ``div`` (checked, in the check mode)."""
+        out = self._run_divided(prim, args, div)
+        if out is not None:
+            self._made[id(out)] = (out, div)  # kept alive: its id names no other value
+        return out
+
+    def _run_divided(self, prim: Any, args: tuple[Any, ...], div: WorkDivision) -> Any:
         try:
             _check_supported(div)
         except SpyreUnsupportedError as err:

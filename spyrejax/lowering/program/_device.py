@@ -51,6 +51,7 @@ __all__ = [
     "traced",
     "with_division",
     "with_division_p",
+    "written_space",
 ]
 
 _DIM_NAMES = frozenset({*OTHER_NAMES, *MATMUL_NAMES, "out"})
@@ -193,6 +194,24 @@ def spaces_apart() -> Iterator[None]:
     finally:
         _SPACES.clear()
         _SPACES.update(kept)
+
+
+def written_space(prim: Any) -> OpSpace | None:
+    """The space of the stores a view stands for, or None.
+
+    A view whose result its producer's cores write in place (``LanePlace``,
+    ``LaneAssemble``: each core writes its own sticks) defines
+    ``written_space(ins, out)``: ``emulate="cores"`` runs it per core over that space,
+    divided as its producer; the device model counts no kernel for it (a ``"view"``).
+    """
+    write = getattr(prim, "written_space", None) if isinstance(prim, SpyrePrim) else None
+    if write is None:
+        return None
+    avals = (*prim.in_avals, prim.out_aval)
+    if not all(isinstance(t, SpyreType) for t in avals):
+        return None
+    specs = [_spec(t, f"in{k}") for k, t in enumerate(prim.in_avals)]
+    return write(specs, _spec(prim.out_aval, "out"))
 
 
 def _divided_space(prim: SpyrePrim) -> tuple[OpSpace, tuple[TensorSpec, ...]] | None:
