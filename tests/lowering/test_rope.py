@@ -249,6 +249,16 @@ def test_stacks_the_interleave_rewrite_leaves_or_plans_as_before():
     assert "Reshape[" in sj.explain(_stack_past_the_pairs, a, b).jaxpr
 
 
+@pytest.mark.parametrize("rope", ROPES, ids=lambda f: f.__name__)
+def test_every_rope_gives_the_default_bits_per_core(rope):
+    # float16, D 128: the halves of rotate-half fill whole sticks (windows), the other
+    # spellings write their pieces on lanes; per core, the same bits either way.
+    x = rand((T, H, 128), jnp.float16, seed=5)
+    cos, sin = _angles(128)
+    got = sj.to_host(sj.jit(rope, emulate="cores")(x, cos, sin))
+    assert same_bits(got, sj.to_host(sj.jit(rope)(x, cos, sin)))
+
+
 @pytest.mark.parametrize("rope", [rope_pairs_slices, rope_fms], ids=lambda f: f.__name__)
 def test_lane_writes_run_per_core_divided_as_their_producers(rope):
     # Each rotated piece is written on its lanes by the cores that computed it: under
