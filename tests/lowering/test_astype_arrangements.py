@@ -123,47 +123,17 @@ def layer_norm(x, w):
     return w * ((x32 - m) * jax.lax.rsqrt(v + 1e-5)).astype(x.dtype)
 
 
-@pytest.mark.parametrize(("src", "d"), [(F16, 256), (BF16, 256), (F16, 1000)])
+@pytest.mark.parametrize("src", [F16, BF16])
 @pytest.mark.parametrize("norm", [rms_norm, layer_norm])
-def test_norms_in_float32_on_a_16_bit_activation_keep_the_cards_order(norm, src, d):
+def test_norms_in_float32_on_a_16_bit_activation_keep_the_cards_order(norm, src):
     # The sums over the stick dim read the card's order (a group folds whole) and the row
     # statistics broadcast back along the stick dim hold one value per group: the [T, D]
     # values are never restickified (the row statistics are, as in the standard order).
-    # 1000 = 15 * 64 + 40: the last group is partial, its padding staggered with it.
-    x = rand((16, d), src)
-    args = (x,) if norm is rms_norm else (x, rand((d,), src, seed=1))
+    x = rand((16, 256), src)
+    args = (x,) if norm is rms_norm else (x, rand((256,), src, seed=1))
     report = sj.explain(norm, *args)
     assert "DL16_TO_FP32" in report.jaxpr and not restickified(report, x.shape)
-    assert_matches_jax_jit(norm, *args, reduce_len=d, ops=4)
-
-
-def test_a_stick_dim_of_partial_groups_keeps_the_cards_order():
-    # Not whole 64-groups: the closed chain is planned arranged as a whole-group one is.
-    for src, dst in ((F16, F32), (F32, BF16)):
-        x = rand((8, 1000), src)
-        report = sj.explain(plain_chain(dst), x)
-        name = "DL16_TO_FP32" if dst == F32 else "FP32_TO_DL16"
-        assert name in report.jaxpr and not report.restickifies
-        assert_matches_jax_jit(plain_chain(dst), x, exact=True)
-
-
-def test_a_conversion_read_both_ways_is_converted_once():
-    # Read by a closed chain (the card's order) and by a product (the standard order): the
-    # conversion runs once, in the card's order, and only the product's read of it is
-    # restickified (1000 elements a row padded to 1024), as for a stick dim of whole groups.
-    x, w = rand((8, 1000), F16), rand((1000, 64), F32, seed=1)
-
-    def f(x, w):
-        y = x.astype(F32)
-        return (y * 2 + 1).astype(F16), y @ w
-
-    report = sj.explain(f, x, w)
-    converts = [op for op in report.ops if op.desc.opfunc == "astype"]
-    assert len(converts) == 2 and "DL16_TO_FP32" in report.jaxpr
-    assert [(r.source_type, r.cost) for r in report.restickifies] == [
-        ("f32[8,1000]{[32,8,32]/[32,1000,1] DL16_TO_FP32}", 8 * 1024)
-    ]
-    assert_matches_jax_jit(f, x, w, reduce_len=1000)
+    assert_matches_jax_jit(norm, *args, reduce_len=256, ops=4)
 
 
 def test_a_sparse_conversion_is_charged_no_relayout():

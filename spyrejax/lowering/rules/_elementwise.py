@@ -10,6 +10,7 @@ import numpy as np
 
 from ... import primitives as sp
 from ..._errors import SpyreUnsupportedError
+from ...layout._arrangements import GROUP
 from ...primitives._arranged import card_order_matters
 from ...primitives._array import SpyreType
 from ...primitives._stick import (
@@ -139,10 +140,10 @@ class _Convert(Rule):
     position keep it, and converting an arranged value back gives the standard order).
     Where a reader refuses it (a reduction over the stick dim, a product), the value is
     restickified, and the objective compares that with the standard order's relayout.
-    The mode is offered on every dense stick dim of more than one element: a partial
-    last group (1000 = 15 * 64 + 40) is arranged with its padding, a stick dim within
-    one stick onto a pair of sticks (``_arranged.emitted_layout``); a size-1 stick is
-    synthetic, with no lanes to arrange.
+    The mode is offered where the stick dim is whole groups of 64: a group with padding
+    (a short stick dim, a ``[T, 1]`` mean) gains too little to be worth the value the
+    planner's reconstruction may then restickify (it does not run a shared producer
+    twice), nor the emulator's transposes of the staggered image.
     """
 
     def modes(self, node: Node) -> list[Mode]:
@@ -158,7 +159,7 @@ class _Convert(Rule):
                 replace(m, variant="arranged")
                 for m in modes
                 if card_order_matters(x.dtype, out.dtype, sparse=m.out == SPARSE)
-                and out.shape[m.out] > 1
+                and out.shape[m.out] % GROUP == 0
             ]
         return modes
 
