@@ -94,6 +94,12 @@ class Machine:
         mm_batch_job_s: finishing one output tile of a batched matmul (a batch slice
             and an N stick of a core's slice) whose K slice spans more than one stick:
             accumulated in LX across the core's K loop, it is finished on its own.
+        mm_projection_macs_per_s: the most fp16 MACs per second one core's PT runs a
+            3-D by 2-D projection at (``[B, T, K] @ [K, N]``: the batch inside A's rows,
+            one weight shared by every batch slice), for a batch of at most
+            ``mm_projection_small_batch``.
+        mm_projection_wide_macs_per_s: the same for a larger batch.
+        mm_projection_small_batch: the largest batch ``mm_projection_macs_per_s`` holds for.
         lx_bytes: scratchpad per core.
         lx_fraction: the fraction of the scratchpad the backend may use for a program's
             buffers (torch-spyre's ``DXP_LX_FRAC_AVAIL``; its default 0.2). It changes
@@ -165,6 +171,9 @@ class Machine:
     mm_partial_sum_bw: float
     mm_batched_macs_per_s: float
     mm_batch_job_s: float
+    mm_projection_macs_per_s: float
+    mm_projection_wide_macs_per_s: float
+    mm_projection_small_batch: int
     lx_bytes: int
     lx_fraction: float
     lx_alignment: int
@@ -347,6 +356,15 @@ class Machine:
                 "B32_M64_N128_K576 2_8_2_1); spec section 1: torch-spyre fitted 160 "
                 "MAC/ns/core for batched matmuls in the tiled order"
             ),
+            "mm_projection_macs_per_s": (
+                "spec section 1 (torch-spyre's fitted rate of a 3-D by 2-D projection, batch "
+                "<= 4: 705 MAC/ns/core); not fitted here: the sweep holds no such shape"
+            ),
+            "mm_projection_wide_macs_per_s": (
+                "spec section 1 (torch-spyre's fitted rate of a 3-D by 2-D projection with a "
+                "larger batch: 470 MAC/ns/core); not fitted here"
+            ),
+            "mm_projection_small_batch": "spec section 1 (the 705 rate holds for batch <= 4)",
             "mm_batch_job_s": (
                 "chosen on the sweep's batched shapes, bounded by spec section 8's lx 0.8 "
                 "pairs: decode QK^T B64_M32_N576_K128's K-unsplit divisions with 1-4 rows per "
@@ -447,6 +465,9 @@ class Machine:
             mm_partial_sum_bw=5.86e9,
             mm_batched_macs_per_s=85e9,
             mm_batch_job_s=0.5e-6,
+            mm_projection_macs_per_s=705e9,
+            mm_projection_wide_macs_per_s=470e9,
+            mm_projection_small_batch=4,
             lx_bytes=2 * _MIB,
             lx_fraction=lx_fraction,
             lx_alignment=128,

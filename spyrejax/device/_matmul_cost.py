@@ -222,11 +222,16 @@ def matmul_time(
     itemsize = a.tensor.itemsize
     batch = math.prod(division.chunk(n) for n in names[:-3])
     inner = _inner_batch(division)  # batch slices inside A's rows (the rest: outer loops)
+    projection = inner > 1 and _shared_weight(division)
+    if projection:  # one weight for every slice: a plain matmul of batch x m rows, but
+        inner = 1  # its rows gathered a batch of sticks apart (its rate, below)
     m, n, k = (division.chunk(x) for x in (m_name, n_name, k_name))
     rate = pt_rate(machine, a.tensor.layout.device_dtype.name)
     pt = batch * m * n * k / (machine.peak_macs_per_cycle * rate * machine.pt_clock_hz)
     pt /= machine.matmul_efficiency
-    if inner > 1:  # one PT job per batch slice and N stick (the batch inside the rows)
+    if projection:  # the projection's rate (spec section 1)
+        pt = max(pt, batch * m * n * k / (_projection_rate(division, machine) * rate))
+    elif inner > 1:  # one PT job per batch slice and N stick (the batch inside the rows)
         pt = max(pt, batch * m * n * k / (machine.mm_batched_macs_per_s * rate))
         pt += _accumulated_tiles(batch, n, k, machine.stick_bytes // itemsize) * (
             machine.mm_batch_job_s
@@ -289,6 +294,33 @@ def _barrier_reach(sharers: int, inner: int, machine: Machine) -> int:
     attention-times-V worse (rho 0.55 -> 0.41).
     """
     return sharers if inner > 1 else min(sharers, machine.max_cores // 2)
+
+
+def _shared_weight(division: WorkDivision) -> bool:
+    """Whether B walks none of the batch dims: one weight shared by every batch slice.
+
+    ``[B, T, K] @ [K, N]`` (a linear layer on a batch of sequences) is such a
+    projection; attention's ``[B, H, T, D] @ [B, H, D, S]`` is not (each slice its own B).
+    """
+    names = division.space.names
+    walks = division.space.operands[1].walks
+    return not any(w is not None and w[0] in names[:-3] for w in walks)
+
+
+def _projection_rate(division: WorkDivision, machine: Machine) -> float:
+    """A 3-D by 2-D projection's fp16 MAC rate per core, by its whole batch (section 1).
+
+    torch-spyre's fitted rates (spec section 1): 705 MAC/ns/core for a batch of at most
+    4, 470 beyond; a plain matmul's is 1,140 (the 1.1 GHz peak, section 8). The batch
+    inside A's rows makes the PT gather rows a batch of sticks apart, as a batched
+    matmul's, but the weight's tiles serve every batch slice, so it runs 3-4x faster than
+    a batched matmul's 160 (85 fitted on the sweep). Not fitted here: the sweep has no
+    projection.
+    """
+    batch = math.prod(d.extent for d in division.space.dims[:-3])
+    if batch <= machine.mm_projection_small_batch:
+        return machine.mm_projection_macs_per_s
+    return machine.mm_projection_wide_macs_per_s
 
 
 def _accumulated_tiles(batch: int, n: int, k: int, eps: int) -> int:
