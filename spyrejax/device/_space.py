@@ -20,6 +20,7 @@ from .._errors import DeviceError
 from ..layout._arrangements import GROUP
 from ..layout._devdims import DevDim, FoldIndex, device_dims, fold_index
 from ..layout._dtypes import BYTES_PER_STICK
+from ..layout._gaps import valid_nbytes
 from ..layout._lanes import LanedLayout
 from ..layout._layout import SpyreTensorLayout
 from ..layout._segments import row_major_strides
@@ -115,10 +116,7 @@ class TensorSpec:
         A window of a larger buffer (a layout with gaps) is read and written in its
         valid range only: the gaps are the buffer's other slots.
         """
-        layout = self.layout
-        if layout.has_gaps:
-            return BYTES_PER_STICK * math.prod(layout.valid_size[:-1])
-        return layout.nbytes
+        return valid_nbytes(self.layout)
 
 
 @dataclass(frozen=True)

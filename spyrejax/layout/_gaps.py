@@ -10,11 +10,21 @@ Pure Python/NumPy: no JAX import.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .._errors import LayoutError
+from ._dtypes import BYTES_PER_STICK
 
-__all__ = ["Gaps", "check_gaps", "gap_slabs", "in_valid_range", "valid_size", "widen"]
+__all__ = [
+    "Gaps",
+    "check_gaps",
+    "gap_slabs",
+    "in_valid_range",
+    "valid_nbytes",
+    "valid_size",
+    "widen",
+]
 
 Gaps = tuple[tuple[int, int], ...]
 
@@ -98,3 +108,16 @@ def gap_slabs(size: tuple[int, ...], gaps: Gaps) -> list[tuple[int, int, int]]:
         slabs += [(j, 0, front)] if front else []
         slabs += [(j, size[j] - back, size[j])] if back else []
     return slabs
+
+
+def valid_nbytes(layout: Any) -> int:
+    """The device bytes an op reading or writing ``layout`` moves: its own data's.
+
+    The whole image (``layout.nbytes``, padding included) or, for a window of a larger
+    buffer (a layout with gaps), its valid range only: the gaps are the buffer's other
+    slots, written by their own producers. The one rule the planner's objective
+    (``lowering._traffic``) and the device model (``device._space.TensorSpec``) both read.
+    """
+    if layout.has_gaps:
+        return BYTES_PER_STICK * math.prod(layout.valid_size[:-1])
+    return layout.nbytes

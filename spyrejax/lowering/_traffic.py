@@ -9,13 +9,13 @@ among equal costs (:data:`MOVE_TIE`, :func:`tie_break`).
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any
 
 import numpy as np
 
 from .. import primitives as sp
 from ..layout import BYTES_PER_STICK, SpyreTensorLayout
+from ..layout._gaps import valid_nbytes
 from ..primitives._arranged import card_relayout_bytes
 from ..primitives._array import SpyreType
 from ..primitives._astype import Astype
@@ -59,10 +59,7 @@ def nbytes(t: SpyreType) -> int:
     A layout with gaps (a slot of a larger buffer) is read and written in its valid
     range only: the gaps are the buffer's other slots, written by their own producers.
     """
-    layout = t.layout
-    if layout.has_gaps:
-        return BYTES_PER_STICK * math.prod(layout.valid_size[:-1])
-    return layout.nbytes
+    return valid_nbytes(t.layout)
 
 
 @functools.lru_cache(maxsize=65536)
