@@ -86,8 +86,8 @@ class Machine:
             tile multicast to more cores, per multiple of ``mm_multicast_sharers``.
         mm_run_s: DMA setup of one contiguous run of a core's box in DDR.
         mm_run_bytes: run length that hides its setup (shorter runs hide a part).
-        mm_partial_sum_bw: bytes per second one core combines fp32 partial sums of a K
-            split at.
+        mm_partial_sum_bw: bytes per second one core combines a plain matmul's fp32
+            partial sums of a K split at, when they do not stay in LX.
         mm_batched_macs_per_s: the most fp16 MACs per second one core's PT runs a
             batched matmul at (its operands keep the batch inside their rows: one small
             matmul per batch slice).
@@ -366,24 +366,26 @@ class Machine:
             ),
             "mm_projection_small_batch": "spec section 1 (the 705 rate holds for batch <= 4)",
             "mm_batch_job_s": (
-                "chosen on the sweep's batched shapes, bounded by spec section 8's lx 0.8 "
-                "pairs: decode QK^T B64_M32_N576_K128's K-unsplit divisions with 1-4 rows per "
-                "core (1_32_1_1, 2_16_1_1, 4_8_1_1: 576, 288, 144 tiles of 2 K sticks; 793, "
-                "405, 234 us) leave ~0.9 us a tile over the model without it, and the time a "
-                "tile takes does not grow with its K sticks (decode attention-times-V "
-                "1_32_1_1 at 0.8: 64 tiles of 9 K sticks in 94 us); 0.5 us is the largest "
-                "before section 8's pairs suffer (from 0.6 us that 1_32_1_1's PT passes its "
-                "DDR at 0.8 and its 0.2/0.8 ratio, 3.65 on the card, falls under 2; 2_8_2_1 "
-                "moves 60 -> 64 us at 0.8, the card 60); a "
-                "K-split core's tiles of one K stick pay none (the sweep's fastest decode "
-                "and prefill QK^T divisions). Was 0.1 us on every job. Leave-one-shape-out "
-                "(chosen among 0-1 us on 11 shapes, the twelfth predicted): the held-out "
-                "shape is met in every fold, the sweep alone asks for 1 us: the 0.5 us is "
-                "set by section 8's pairs, not by the sweep's pick margin"
+                "chosen on the sweep's batched shapes: decode QK^T B64_M32_N576_K128's "
+                "K-unsplit divisions with 1-4 rows per core (1_32_1_1, 2_16_1_1, 4_8_1_1: "
+                "576, 288, 144 tiles of 2 K sticks; 793, 405, 234 us) leave ~0.9 us a tile "
+                "over the model without it, and the time a tile takes does not grow with its "
+                "K sticks (decode attention-times-V 1_32_1_1 at 0.8: 64 tiles of 9 K sticks "
+                "in 94 us); a K-split core's tiles of one K stick pay none. Was 0.5 us (the "
+                "largest before section 8's lx 0.8 pairs moved) while the batched K splits' "
+                "partials were combined at the plain matmul's fitted rate: predicted 21-39% "
+                "under the card, they ranked above 4_8_1_1 only because it too was 45% "
+                "under. With those partials through DDR (device/_matmul_cost._k_combine, no "
+                "constant), 0.75 us is the least that picks the decode QK^T shape's best "
+                "(0.5 and 0.7 pick 4_8_1_1, 1.48x the card's best) and 0.8 ranks best "
+                "(median rho 0.87; 0.9 the same, 0.75 0.84); section 8's lx 0.8 pairs "
+                "pay for it within their 30% bar: decode attention-times-V 1_32_1_1 92 -> "
+                "107 us (card 94), 2_8_2_1 64 -> 68 (card 60)"
             ),
             "mm_partial_sum_bw": _FIT
-            + " (near a core's share of DDR: 150 GB/s / 32 = 4.7); a core whose slices and "
-            "partials all stay in LX combines over the ring instead (ring_bw)",
+            + " (near a core's share of DDR: 150 GB/s / 32 = 4.7); plain matmuls only: a "
+            "core whose slices and partials all stay in LX combines over the ring instead "
+            "(ring_bw), a batched matmul whose set does not fit through DDR (_k_combine)",
             "lx_bytes": d,
             "lx_fraction": "torch-spyre's default DXP_LX_FRAC_AVAIL (spec section 8)",
             "lx_alignment": d,
@@ -464,7 +466,7 @@ class Machine:
             mm_run_bytes=4096,
             mm_partial_sum_bw=5.86e9,
             mm_batched_macs_per_s=85e9,
-            mm_batch_job_s=0.5e-6,
+            mm_batch_job_s=0.8e-6,
             mm_projection_macs_per_s=705e9,
             mm_projection_wide_macs_per_s=470e9,
             mm_projection_small_batch=4,

@@ -49,11 +49,15 @@ bytes a division must read explain little of its time; what does (section 8):
   K loop waits for: at one core's stream rate (``ddr_burst_core_bw``), as every burst
   of the model; larger tiles stream at the DDR's rate. No constant of its own.
 - **K-split**: fp32 partial sums of each core's output block, combined by its partners
-  at ``mm_partial_sum_bw`` (fitted: the partials of a core that streams its slices are
-  combined between its DMA transfers). A core whose whole working set stays in LX (its
-  slices of A and B beside its fp32 output block, within ``lx_usable``) runs one pass and
-  hands its partials LX to LX to its K partners, ring neighbours (spec section 2), at
-  the ring bandwidth: section 8's decode QK^T 8_2_1_2 at lx_fraction 0.8.
+  (a reduce-scatter: each sends and receives ``(sk - 1) / sk`` of its partials). A core
+  whose whole working set stays in LX (its slices of A and B beside its fp32 output
+  block, within ``lx_usable``) runs one pass and hands its partials LX to LX to its K
+  partners, ring neighbours (spec section 2), at the ring bandwidth: section 8's decode
+  QK^T 8_2_1_2 at lx_fraction 0.8. A batched matmul whose set does not fit (its block
+  holds all its batch slices) sends them through DDR after its K loop, written and read
+  back by every core at once at the DDR's rate (the same kernel at 0.2: 202 us); a plain
+  matmul's are combined at ``mm_partial_sum_bw`` (fitted: the partials of a core that
+  streams its slices are combined between its DMA transfers).
 
 ``time = max(PT, max(DDR, runs) + sync) + K-split``. The fitted constants are
 :class:`Machine` fields with their origin. Pure Python; nothing here reads JAX.
@@ -88,10 +92,12 @@ class MatmulTime:
         runs_s: DMA setups of core 0's contiguous runs not hidden by their transfer.
         sync_s: barriers of tiles multicast to more cores than a cohort serves.
         reduce_s: combining a K split's fp32 partial sums (over the ring when the
-            core's slices and partials all stay in LX).
-        read_bytes: DDR bytes read (unique bytes times LX re-reads, plus spilled
-            partial sums read back).
-        write_bytes: DDR bytes written (the output, plus spilled partial sums).
+            core's slices and partials all stay in LX; through DDR for a batched
+            matmul whose set does not fit: ``_k_combine``).
+        read_bytes: DDR bytes read (unique bytes times LX re-reads, plus spilled or
+            exchanged partial sums read back).
+        write_bytes: DDR bytes written (the output, plus spilled or exchanged partial
+            sums).
         passes: how many times A and B pass through LX (1: no re-read).
     """
 
@@ -270,12 +276,45 @@ def matmul_time(
     bw = machine.ddr_bw * machine.bandwidth_fraction(cores)
     turn = machine.turnaround_ns_per_byte * 1e-9 * min(read, stored + streamed)  # section 1
     ddr = (read + stored + streamed) / bw + turn + burst
-    sk = division.splits[k_name]
-    partial = division.core_bytes(2) * machine.mm_accumulator_bytes // out.tensor.itemsize
     resident = _fits_lx(batch, m, n, k, itemsize, acc, machine.lx_usable)
-    combine = machine.ring_bw if resident else machine.mm_partial_sum_bw
-    reduce = (sk - 1) / sk * partial / combine
+    reduce, exchanged = _k_combine(division, machine, resident, inner > 1, bw)
+    read_bytes += exchanged
+    write += exchanged
     return MatmulTime(pt, ddr, runs * machine.mm_run_s, sync, reduce, read_bytes, write, passes)
+
+
+def _k_combine(
+    division: WorkDivision, machine: Machine, resident: bool, batched: bool, bw: float
+) -> tuple[float, int]:
+    """Seconds combining a K split's fp32 partial sums, and the DDR bytes moved each way.
+
+    Each core holds the fp32 partials of its whole output box; its ``sk`` K partners
+    each end with ``1/sk`` of the box summed (a reduce-scatter), so every core sends
+    and receives ``(sk - 1) / sk`` of its partials:
+
+    - a core whose slices and partials all stay in LX hands them LX to LX to its ring
+      neighbours (spec section 2), at ``ring_bw``;
+    - a batched matmul (the batch inside its rows) whose set does not fit: its block
+      carries all its batch slices and cannot be blocked over them (as its partial-sum
+      spill), so the partials go out to DDR after its K loop and come back, every core
+      at once: written, then read, at the DDR's rate. No constant of its own; on the
+      sweep's decode QK^T (B64_M32_N576_K128) it predicts the five 2-way K splits at
+      0.2 within -20%..+4% (the fitted per-core rate below gave -39%..-21%);
+    - otherwise (a plain matmul, its block tiled and summed as each block finishes)
+      at ``mm_partial_sum_bw`` per core (fitted on the sweep).
+    """
+    sk = division.splits[division.space.names[-1]]
+    if sk == 1:
+        return 0.0, 0
+    out = division.space.operands[2].tensor
+    partial = division.core_bytes(2) * machine.mm_accumulator_bytes // out.itemsize
+    sent = (sk - 1) * partial // sk
+    if resident:
+        return sent / machine.ring_bw, 0
+    if batched:
+        exchanged = sent * division.cores_used
+        return 2 * exchanged / bw, exchanged
+    return sent / machine.mm_partial_sum_bw, 0
 
 
 def _barrier_reach(sharers: int, inner: int, machine: Machine) -> int:
