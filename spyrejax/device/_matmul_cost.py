@@ -229,9 +229,10 @@ def matmul_time(
     batch = math.prod(division.chunk(n) for n in names[:-3])
     inner = _inner_batch(division)  # batch slices inside A's rows (the rest: outer loops)
     projection = inner > 1 and _shared_weight(division)
-    if projection:  # one weight for every slice: a plain matmul of batch x m rows, but
-        inner = 1  # its rows gathered a batch of sticks apart (its rate, below)
     m, n, k = (division.chunk(x) for x in (m_name, n_name, k_name))
+    if projection:  # one weight for every slice: a plain matmul of inner x m rows (its
+        m, batch, inner = m * inner, batch // inner, 1  # blocking, spill, barrier), but
+        # its rows gathered a batch of sticks apart (its rate, below)
     rate = pt_rate(machine, a.tensor.layout.device_dtype.name)
     pt = batch * m * n * k / (machine.peak_macs_per_cycle * rate * machine.pt_clock_hz)
     pt /= machine.matmul_efficiency
