@@ -46,6 +46,7 @@ from ._boxes import box_plan, execute
 from ._dci import Descriptor
 from ._ffi import d2h_tiles, handler_active
 from ._host_dma import aligned_empty, host_engine_suits, run_on_host
+from ._permute import transposed
 
 __all__ = [
     "as_bits",
@@ -576,7 +577,9 @@ def relayout_bits(
     a, b = (_tiling(x.for_host(shape)) for x in (src, dst)) if plain else (None, None)
     if not isinstance(image, jax.core.Tracer) or a is None or b is None:
         return h2d_bits(d2h_bits(image, shape, src), dt, dst)
-    moved = _h2d_tiled(_d2h_sizes(as_bits(image), a), b, _fill(poison_value(dt), dt))
+    moved = transposed(as_bits(image), a, b)  # exact tilings: one transpose
+    if moved is None:
+        moved = _h2d_tiled(_d2h_sizes(as_bits(image), a), b, _fill(poison_value(dt), dt))
     return from_bits(moved, dt, fence=_has_padding(shape, dst))
 
 
