@@ -369,7 +369,7 @@ def as_bits(x: jax.Array) -> jax.Array:
 _FENCED = (np.dtype(jnp.bfloat16),)
 
 
-def from_bits(x: jax.Array, dtype: Any, *, fence: bool = False) -> jax.Array:
+def from_bits(x: jax.Array, dtype: Any, *, fence: bool = False, then: Any = None) -> jax.Array:
     """The inverse of :func:`as_bits`: bits reinterpreted as ``dtype``.
 
     Args:
@@ -377,13 +377,13 @@ def from_bits(x: jax.Array, dtype: Any, *, fence: bool = False) -> jax.Array:
         dtype: the dtype they hold.
         fence: whether the move that made ``x`` selects (a pad or a box update into a
             filled buffer); bfloat16 then leaves through an optimization barrier.
+        then: a move of the bits after the barrier (an arrangement, which XLA cancels).
     """
     dt = np.dtype(dtype)
-    if x.dtype == dt:
-        return x
-    if fence and dt in _FENCED:
+    if fence and dt in _FENCED and x.dtype != dt:
         x = jax.lax.optimization_barrier(x)
-    return jax.lax.bitcast_convert_type(x, dt)
+    x = x if then is None else then(x)
+    return x if x.dtype == dt else jax.lax.bitcast_convert_type(x, dt)
 
 
 def _has_padding(shape: Sequence[int], layout: SpyreTensorLayout) -> bool:
@@ -400,8 +400,9 @@ def _fill(value: Any, dtype: np.dtype) -> jax.Array:
 
 
 def _h2d_traced(x: jax.Array, fill: jax.Array, mapping: HostMapping) -> jax.Array:
-    image = _h2d_values(as_bits(x), mapping, fill)
-    return from_bits(image, x.dtype, fence=_has_padding(x.shape, mapping.layout))
+    image = _h2d_values(as_bits(x), _standard(mapping), fill)  # arranged after the fence
+    fence = _has_padding(x.shape, mapping.layout)
+    return from_bits(image, x.dtype, fence=fence, then=lambda b: _arranged(b, mapping))
 
 
 def _d2h_traced(image: jax.Array, mapping: HostMapping) -> jax.Array:
