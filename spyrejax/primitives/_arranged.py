@@ -24,6 +24,7 @@ from ..layout._layout import SpyreTensorLayout
 from ._array import SpyreType
 
 __all__ = [
+    "arranged_image",
     "arranged_result",
     "card_conversion",
     "card_order_matters",
@@ -231,6 +232,19 @@ def standard_image(img: Any, aval: SpyreType) -> Any:
     img = arrange_image(img, mapping.pair, aval.layout.arrangement, inverse=True)
     lone = lone_pair(aval)
     return img if lone is None else img[(slice(None),) * lone + (slice(0, 1),)]
+
+
+def arranged_image(img: Any, aval: SpyreType) -> Any:
+    """``img`` (``aval``'s layout in the standard order) with every group placed by ``aval``'s.
+
+    The inverse of :func:`standard_image` where ``aval`` has no lone pair (the image
+    keeps its shape): a reshape and one transpose, which a reader putting the groups
+    back cancels.
+    """
+    if not aval.layout.is_arranged:
+        return img
+    mapping = aval.layout.for_host(aval.base_shape)
+    return arrange_image(img, mapping.pair, aval.layout.arrangement)
 
 
 def lone_pair(aval: SpyreType) -> int | None:

@@ -32,10 +32,12 @@ from ..layout._devdims import DevDim, layout_from_dims
 from ..layout._dtypes import format_for_dtype, host_dtype
 from ..layout._layout import SpyreTensorLayout
 from ._arranged import (
+    arranged_image,
     card_order_matters,
     card_relayout_bytes,
     converted_arrangement,
     emitted_layout,
+    standard_image,
 )
 from ._array import SpyreArray, SpyreType
 from ._base import SpyrePrim
@@ -80,7 +82,13 @@ class Astype(SpyrePrim):
             )
         else:
             out = SpyreType.contiguous(aval.shape, dtype, _rebuilt_layout(aval, dtype))
-        stays = self._same_sticks or involved
+        # An arranged operand or result with padding regroups as the standard order does,
+        # its groups put back first or placed last (the slice and pad of a read of the
+        # logical values and a write would keep XLA from composing their transposes, so
+        # it would write the values); without padding, XLA composes them into one. A
+        # lone pair (a synthetic second stick) is no regroup.
+        whole = involved and not any(_padded(t) for t in (aval, out))
+        stays = self._same_sticks or whole
         self._regroup = None if stays else _stick_regroup(aval.dims, out.dims)
         self.in_avals = (aval,)
         self.out_aval = out
@@ -136,17 +144,21 @@ class Astype(SpyrePrim):
 
         Exact results move as bits, as a DMA write does (XLA may alter bfloat16 it
         moves); tangents move as values (a bitcast has no derivative), padded with 0.
+        In the standard order: an arranged operand's groups are put back first, an
+        arranged result's placed last (after the fence, where a reader putting them
+        back meets the transpose and XLA cancels the two).
         """
         out_t = self.out_aval
-        values = img.astype(self.dtype)
+        plain = replace(out_t, layout=out_t.layout.with_arrangement(ElementArrangement.STANDARD))
+        values = standard_image(img, self.in_avals[0]).astype(self.dtype)
         fill = poison(self.dtype) if exact else jnp.zeros((), self.dtype)
         if exact:
             values, fill = as_bits(values), as_bits(fill)
         out = _regrouped(values, *self._regroup, out_t.layout.device_size)
         if not exact:
-            return masked(out, out_t, fill)
-        out = masked(out, out_t, fill) if poison_padding.value else out  # else undefined
-        return from_bits(out, self.dtype, fence=True)
+            return arranged_image(masked(out, plain, fill), out_t)
+        out = masked(out, plain, fill) if poison_padding.value else out  # else undefined
+        return from_bits(out, self.dtype, fence=True, then=lambda b: arranged_image(b, out_t))
 
     def batch_params(self, batched: tuple[bool, ...], size: int) -> dict[str, Any]:
         return {"dtype": self.dtype, "arranged": self.arranged}
@@ -189,6 +201,11 @@ def _stick_regroup(
     if any(j != p for j in walks_stick):  # the stick dim folded or split further
         return None
     return p, a.size
+
+
+def _padded(t: SpyreType) -> bool:
+    """Whether ``t``'s image holds padding (more positions than elements)."""
+    return math.prod(t.shape) != math.prod(t.layout.device_size)
 
 
 def _regrouped(img: jax.Array, tile: int | None, lanes: int, shape: tuple[int, ...]) -> jax.Array:

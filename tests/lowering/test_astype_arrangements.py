@@ -15,6 +15,7 @@ from helpers import assert_matches_jax_jit
 import spyrejax as sj
 from spyrejax import LayoutError
 from spyrejax import primitives as sp
+from spyrejax.lowering.program._cores import core_check
 
 F16, BF16, F32 = jnp.float16, jnp.bfloat16, jnp.float32
 PAIRS = [(F16, F32), (BF16, F32), (F32, F16), (F32, BF16)]
@@ -225,6 +226,46 @@ def test_reductions_and_row_broadcasts_read_arranged_groups_as_standard_ones(sha
     for g, w in zip(got, want, strict=True):
         assert jax.typeof(g) == jax.typeof(w)
         np.testing.assert_array_equal(np.asarray(sj.to_host(g)), np.asarray(sj.to_host(w)))
+
+
+def compiled(f, x):
+    """The transposes and the entry's fusions (passes) of ``f``'s compiled program."""
+    hlo = jax.jit(f).lower(x).compile().as_text()
+    return hlo.count("transpose("), hlo[hlo.index("ENTRY") :].count("fusion(")
+
+
+PARTIAL = [(F16, F32, (8, 1000)), (F32, BF16, (8, 1000)), (BF16, F32, (4, 3, 130))]
+
+
+@pytest.mark.parametrize(("src", "dst", "shape"), PARTIAL)
+def test_a_partial_last_group_converts_on_the_image(src, dst, shape):
+    # 1000 = 15 * 64 + 40: the conversion re-cuts the sticks on the image and places the
+    # groups last, so a sum over the stick dim (which puts them back) compiles to the
+    # standard order's program, pass for pass, with the same bits.
+    x, last = sj.to_device(rand(shape, src)), len(shape) - 1
+
+    def total(arranged):
+        return lambda x: sp.reduce("sum", sp.astype(x, dst, arranged=arranged), (last,))
+
+    if core_check() is None:  # the program's text, not the per-core check's
+        assert compiled(total(True), x) == compiled(total(False), x)
+    got, want = (np.asarray(sj.to_host(jax.jit(total(a))(x))) for a in (True, False))
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_padded_bfloat16_result_read_back_is_not_transposed():
+    # 70 elements: two groups, the second partial. The groups are placed after the
+    # bfloat16 result's fence, where the restickify putting them back cancels them.
+    x = sj.to_device(rand((70,), F32))
+    std = jax.typeof(sp.astype(x, BF16)).layout
+
+    def back(x):
+        return sp.restickify(sp.astype(x, BF16, arranged=True), layout=std)
+
+    if core_check() is None:
+        assert compiled(back, x)[0] == 0
+    got, want = sj.to_host(jax.jit(back)(x)), sj.to_host(sp.astype(x, BF16))
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
 @pytest.mark.parametrize("shape", [(3, 20), (2, 32), (5,)])
