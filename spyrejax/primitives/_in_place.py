@@ -23,7 +23,10 @@ SuperDSC ``frontGap_``/``backGap_``), so joining the pieces moves nothing:
   indices the host reads as it reads a loop's predicate).
 
 The emulator's images are values, so the kernels put each window into one image; the
-device moves nothing, which is what their ``view`` role tells the cost model.
+device moves nothing, which is what their ``view`` role tells the cost model. Under
+``emulate="cores"`` :class:`Place` and :class:`Assemble` run per core as the stores they
+stand for (:mod:`spyrejax.primitives._writes`); :class:`SliceView` stores nothing and
+stays whole.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import jax
 import numpy as np
 
 from .._errors import LayoutError, SpyreInternalError, SpyreTypeError
-from ..dma._dma import as_bits, from_bits
+from ..dma._dma import from_bits
 from ..layout._devdims import DevDim, device_dims
 from ..layout._layout import SpyreTensorLayout
 from ..layout._segments import row_major_strides
@@ -46,11 +49,11 @@ from ._array import PadFill, SpyreArray, SpyreType
 from ._base import SpyrePrim
 from ._masks import poison
 from ._values import logical_values
+from ._writes import JoinedBits, ProducerWrite, bits_of, from_bits_of
 
 __all__ = [
     "Assemble",
     "FillAround",
-    "JoinedBits",
     "Place",
     "SliceView",
     "UpdateAt",
@@ -156,10 +159,14 @@ def _dim_gap(
     return {outer: (front, back)}
 
 
-class Place(SpyrePrim):
-    """A fresh result seen in a window of a larger buffer (its producer wrote it there)."""
+class Place(ProducerWrite):
+    """A fresh result seen in a window of a larger buffer (its producer wrote it there).
+
+    Per core (``emulate="cores"``), each core stores its box into the window.
+    """
 
     role = "view"
+    write_name = "place"
     takes_gaps = True
     layout: SpyreTensorLayout
 
@@ -177,9 +184,9 @@ class Place(SpyrePrim):
     def kernel(self, img: jax.Array, exact: bool = True) -> jax.Array:
         zero = self.in_avals[0].pad is PadFill.ZERO
         fill = np.zeros((), img.dtype) if zero else poison(img.dtype)
-        x = _bits(img, exact)
+        x = bits_of(img, exact)
         widths = [(f, b, 0) for f, b in self.layout.device_gaps]
-        out = _back(jax.lax.pad(x, _like(fill, x), widths), img.dtype, exact)
+        out = from_bits_of(jax.lax.pad(x, _like(fill, x), widths), img.dtype, exact)
         if exact:
             _remember_piece(out, x)
         return out
@@ -241,28 +248,6 @@ def slice_view(x: SpyreArray, start: Sequence[int], limit: Sequence[int]) -> Spy
     return SliceView(aval, start=start_, limit=limit_)(x)
 
 
-class JoinedBits(SpyrePrim):
-    """A view made of pieces already in their places of its buffer, joined bit for bit.
-
-    The emulator's images are values, so the kernel joins the pieces' images into one
-    (:meth:`_join`, on their bits: XLA moves integers and alters no float; the tangent
-    kernel joins the values); on the device nothing moves. :class:`Assemble` joins
-    windows, ``LaneAssemble`` (``primitives._lanes``) lanes.
-    """
-
-    role = "view"
-
-    def kernel(self, *imgs: jax.Array) -> jax.Array:
-        return _back(self._join(tuple(_bits(m, True) for m in imgs)), imgs[0].dtype, True)
-
-    def tangent_kernel(self, *imgs: jax.Array) -> jax.Array:
-        return self._join(imgs)
-
-    def _join(self, parts: tuple[jax.Array, ...]) -> jax.Array:
-        """The operands' images (bits or values) joined into the result's image."""
-        raise NotImplementedError
-
-
 class Assemble(JoinedBits):
     """A tensor made of pieces written into windows of its buffer (and the buffer itself).
 
@@ -273,6 +258,7 @@ class Assemble(JoinedBits):
     """
 
     takes_gaps = True
+    write_name = "assemble"
     layout: SpyreTensorLayout
     shape: tuple[int, ...]
     offsets: tuple[tuple[int, ...], ...]
@@ -314,6 +300,18 @@ class Assemble(JoinedBits):
         pieces = [_piece_bits(m, a.layout) for m, a in zip(imgs, self.in_avals, strict=True)]
         # A concatenate selects nothing: the bits leave unfenced (``dma._dma.from_bits``).
         return from_bits(self._concatenated(pieces, axis), imgs[0].dtype)
+
+    def _owner(self, at: list[np.ndarray]) -> Any:
+        """The buffer (operand 0 with ``base``) outside the pieces, else the piece's window."""
+        owner: Any = 0
+        first = int(self.base)
+        pieces = zip(self.in_avals[first:], self.offsets, strict=True)
+        for k, (a, off) in enumerate(pieces, first):
+            inside = np.ones((), bool)
+            for pos, o, n in zip(at, off, a.shape, strict=True):
+                inside = inside & (pos >= o) & (pos < o + n)
+            owner = np.where(inside, k, owner)
+        return owner
 
     def _axis(self) -> int | None:
         return None if self.base else _tiling_axis([a.layout for a in self.in_avals])
@@ -375,10 +373,10 @@ class FillAround(SpyrePrim):
         return math.prod(self.layout.device_size) - math.prod(self.in_avals[0].layout.valid_size)
 
     def kernel(self, img: jax.Array, exact: bool = True) -> jax.Array:
-        x = _bits(img, exact)
+        x = bits_of(img, exact)
         fill = _like(np.asarray(self.value, self.in_avals[0].dtype).astype(img.dtype), x)
         out = jax.numpy.full(x.shape, fill, x.dtype)
-        return _back(_window_into(out, x, self.in_avals[0].layout), img.dtype, exact)
+        return from_bits_of(_window_into(out, x, self.in_avals[0].layout), img.dtype, exact)
 
     def tangent_kernel(self, img: jax.Array) -> jax.Array:
         return self.kernel(img, exact=False)
@@ -497,18 +495,8 @@ class UpdateAt(SpyrePrim):
                 continue
             s = _scalar(starts[h], self.in_avals[2 + h])
             at[j] = jax.numpy.clip(s, 0, base.shape[h] - update.shape[h]).astype(np.int32)
-        out = jax.lax.dynamic_update_slice(_bits(img, exact), _bits(upd, exact), at)
-        return _back(out, img.dtype, exact)
-
-
-def _bits(img: jax.Array, exact: bool) -> jax.Array:
-    """An image as its bits (``exact``: XLA moves integers and alters no float), or as is."""
-    return as_bits(img) if exact else img
-
-
-def _back(x: jax.Array, dtype: Any, exact: bool) -> jax.Array:
-    """The inverse of :func:`_bits` (these moves select: bfloat16 leaves fenced)."""
-    return from_bits(x, dtype, fence=True) if exact else x
+        out = jax.lax.dynamic_update_slice(bits_of(img, exact), bits_of(upd, exact), at)
+        return from_bits_of(out, img.dtype, exact)
 
 
 def _like(value: np.ndarray, x: jax.Array) -> jax.Array:
@@ -562,7 +550,7 @@ def _piece_bits(img: jax.Array, window: SpyreTensorLayout) -> jax.Array:
                 f"its window's valid range {tuple(window.valid_size)}"
             )
         return bits
-    return valid_image(_bits(img, True), window)
+    return valid_image(bits_of(img, True), window)
 
 
 def _tiling_axis(windows: Sequence[SpyreTensorLayout]) -> int | None:

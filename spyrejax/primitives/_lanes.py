@@ -11,8 +11,9 @@ The other way round, pieces ``a_0 ... a_(s-1)`` of ``[..., n]`` interleaved into
 each piece's producer writes its result on lanes ``k::s`` of the destination's sticks
 (:class:`LanePlace`, as a producer writes into a window of gaps), and
 :class:`LaneAssemble` is the destination made of them; neither moves anything. Under
-``emulate="cores"`` both run per core (``written_space``): each core writes the box its
-producer's division gave it on its lanes of the destination's sticks.
+``emulate="cores"`` both run per core (``written_space``, :mod:`~spyrejax.primitives._writes`):
+each core writes the box its producer's division gave it on its lanes of the
+destination's sticks.
 
 A pointwise kernel reads a lane-strided operand lane by lane (:func:`read_lanes`): each
 of its sticks gives the kernel ``eps / step`` values, in the order the default layout of
@@ -24,20 +25,17 @@ computes as on that layout. Every other primitive refuses a lane-strided operand
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 import jax
 import numpy as np
 
 from .._errors import LayoutError, SpyreTypeError
-from ..device._division import WorkDivision
-from ..device._space import OpSpace, TensorSpec, elementwise_space
-from ..dma._dma import as_bits, d2h_bits, d2h_values, from_bits, h2d_bits, h2d_values
+from ..dma._dma import d2h_bits, d2h_values, h2d_bits, h2d_values
 from ..layout._lanes import LanedLayout, laned, parent_layout, parent_shape
 from ..layout._layout import SpyreTensorLayout
 from ._array import SpyreArray, SpyreType
 from ._base import SpyrePrim
-from ._in_place import JoinedBits
+from ._writes import JoinedBits, ProducerWrite
 
 __all__ = [
     "LaneAssemble",
@@ -152,7 +150,7 @@ def lane_slice_params(
     return offset, step
 
 
-class LanePlace(SpyrePrim):
+class LanePlace(ProducerWrite):
     """A fresh result written on its lanes of a larger buffer (its producer wrote it there).
 
     The operand is in the :func:`read_layout` of the laned ``layout``: the producer
@@ -161,6 +159,7 @@ class LanePlace(SpyrePrim):
 
     role = "view"
     takes_lanes = True
+    write_name = "lane_place"
     layout: SpyreTensorLayout
 
     def __init__(self, aval: SpyreType, *, layout: SpyreTensorLayout) -> None:
@@ -182,14 +181,6 @@ class LanePlace(SpyrePrim):
         a = self.in_avals[0]
         return h2d_values(d2h_values(img, a.shape, a.layout), self.layout)
 
-    def written_space(self, ins: Sequence[TensorSpec], out: TensorSpec) -> OpSpace:
-        """Each core writes its box of the result on its lanes of the buffer's sticks."""
-        return elementwise_space("lane_place", out, ins)
-
-    def core_kernel(self, div: WorkDivision, vals: list[jax.Array]) -> jax.Array:
-        """The core's values as its producer computed them: the store puts them on lanes."""
-        return vals[0]
-
 
 def lane_place(x: SpyreArray, layout: SpyreTensorLayout) -> SpyreArray:
     """``x`` (a fresh array) written on the lanes of ``layout`` (see :class:`LanePlace`)."""
@@ -205,6 +196,7 @@ class LaneAssemble(JoinedBits):
     """
 
     takes_lanes = True
+    write_name = "lane_assemble"
     layout: SpyreTensorLayout
     shape: tuple[int, ...]
 
@@ -224,25 +216,9 @@ class LaneAssemble(JoinedBits):
     def _join(self, parts: tuple[jax.Array, ...]) -> jax.Array:
         return _by_lane(parts, parts[0].ndim - 1)
 
-    def written_space(self, ins: Sequence[TensorSpec], out: TensorSpec) -> OpSpace:
-        """Each core writes its box of the result's sticks, reading its pieces' lanes there.
-
-        Every piece's image is the result's buffer (its lanes written), so each is read
-        as the result is laid out.
-        """
-        return elementwise_space("lane_assemble", out, [replace(out, name=t.name) for t in ins])
-
-    def core_kernel(self, div: WorkDivision, vals: list[jax.Array]) -> jax.Array:
-        """Element ``i`` of the last dim from piece ``i % s``, on the bits.
-
-        A core's slice of the last dim starts on a whole stick (a multiple of ``s``), so
-        its local index is the global one modulo ``s``.
-        """
-        var = div.space.output.walks[-1]
-        assert var is not None  # the stick dim walks the last dim alone (``LaneView``)
-        axis = div.space.names.index(var[0]) + 1  # after the cores' axis
-        joined = _by_lane(tuple(as_bits(v) for v in vals), axis)
-        return from_bits(joined, vals[0].dtype, fence=True)  # as the whole kernel joins them
+    def _owner(self, at: list[np.ndarray]) -> np.ndarray:
+        """Element ``i`` of the last dim from piece ``i % s``."""
+        return at[-1] % len(self.in_avals)
 
 
 def _by_lane(parts: tuple[jax.Array, ...], axis: int) -> jax.Array:

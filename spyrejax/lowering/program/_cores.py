@@ -26,8 +26,13 @@ branches included). Ops the device model
 does not divide run as in the default mode: only compute ops get a division
 (spyre-device spec section 2), so views, restickifies, copies, ``iota`` and host
 fallbacks run their whole-image kernels; but a view standing for its producer's own
-stores (``written_space``: ``LanePlace``, ``LaneAssemble``) runs per core,
-divided as the op that produced its operand.
+stores (``written_space``, :mod:`spyrejax.primitives._writes`) runs per core, divided
+as the op that produced its operand: ``Place`` and ``LanePlace`` (each core stores its
+box of the piece into its window, front/back gaps, or onto its lanes of the
+destination), ``Assemble`` and ``LaneAssemble`` (each core writes its box of the
+destination, each element from the piece or buffer that holds it). ``SliceView`` and
+``LaneView`` stay whole: they store nothing (their readers' loads carry the window's
+gaps or lanes), and so does ``UpdateAt``, whose window moves with run-time indices.
 
 The check mode (:class:`CoreCheck`, :func:`checking_cores`) runs every divided op both
 ways in default-mode programs and compares the two results when the program runs.

@@ -97,6 +97,7 @@ def test_a_concatenate_of_computed_pieces_writes_them_in_place(shapes, axis):
     assert_matches_jax_jit(f, *args, exact=True)
 
 
+@pytest.mark.plain_program  # under --emulate-check the writes also run per core
 def test_bfloat16_pieces_are_joined_from_their_own_bits():
     # A piece padded into its window leaves a bfloat16 pad fenced (dma._dma.from_bits),
     # which kept XLA from folding the join's slice of it: each piece was written padded
