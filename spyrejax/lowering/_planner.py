@@ -280,7 +280,7 @@ class _Planner:
         return self._reconstruct()
 
     def _produce(self, v: Value, produced: dict[SpyreType, tuple[float, Option | None]]) -> None:
-        self.produced[v] = produced
+        self.produced[v] = produced = _traffic.rebased(produced)  # deep graphs: byte scale
         avail = {t: cost for t, (cost, _) in produced.items()}
         read = min(c + _traffic.source_bytes(t) for t, c in avail.items())  # a restickify's source
         # A value varies over the same mesh axes in every layout (types compare without

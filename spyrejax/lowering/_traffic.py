@@ -9,6 +9,7 @@ among equal costs (:data:`MOVE_TIE`, :func:`tie_break`).
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,7 @@ __all__ = [
     "nbytes",
     "read_bytes",
     "read_tie_break",
+    "rebased",
     "reorder_bytes",
     "source_bytes",
     "through_ddr",
@@ -43,6 +45,25 @@ MOVE_TIE = 2.0**-10
 """A restickify's extra cost, far below a byte: at equal bytes, a node's own copy (which
 explain reports on its source line) is planned rather than a restickify before a view. A
 power of two: sums of byte counts and ties stay exact in floats."""
+
+
+REBASE = 2.0**36
+"""The least total past which a value's totals are taken relative to it (:func:`rebased`).
+
+The planner's forward totals add each input's total, so a value read along two paths (a
+residual stream, a weight read forward and backward) counts twice: a deep graph's totals
+double per layer (2^17 a GPT layer: 2^577 at 32 layers, where a float's step is 2^525
+bytes and rounding chose among options; inf at about 59 layers, where no option was
+finite). A node's choice depends only on its inputs' totals relative to each other.
+2^36 bytes keeps :data:`RELAYOUT_TIE` exact."""
+
+
+def rebased(produced: Mapping[Any, tuple[float, Any]]) -> dict[Any, tuple[float, Any]]:
+    """A value's totals by type, less their least where that passes :data:`REBASE`."""
+    least = min((c for c, _ in produced.values()), default=0.0)
+    if least <= REBASE:
+        return dict(produced)
+    return {t: (c - least, o) for t, (c, o) in produced.items()}
 
 
 RELAYOUT_TIE = 2.0**-14

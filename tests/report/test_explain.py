@@ -164,3 +164,16 @@ def test_the_rows_are_made_once_when_first_asked_for():
         assert made["explain.row"] == len(nodes) > 0
         assert str(report) and report.details() and report.fallbacks == ()
         assert made["explain.row"] == len(nodes)
+
+
+def test_a_deep_graph_plans_with_totals_at_the_scale_of_bytes():
+    # x * x + x reads x three times: the forward totals triple per step (3^700 > 2^1024)
+    # and overflowed to inf, leaving no finite option ("min() iterable argument is
+    # empty"); a value's totals are now taken relative to its least past REBASE.
+    def deep(x):
+        for _ in range(700):
+            x = x * x + x
+        return x
+
+    r = sj.explain(deep, jax.ShapeDtypeStruct((2, 32), jnp.float32))
+    assert len(r.ops) == 1400 and not r.restickifies and r.copy_cost == 0
