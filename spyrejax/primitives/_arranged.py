@@ -4,7 +4,9 @@ The card converts between 16-bit and 32-bit formats stick by stick and emits the
 elements staggered (``layout._arrangements``): a 16-bit stick becomes two fp32 sticks in
 ``DL16_TO_FP32`` order, two fp32 sticks become one 16-bit stick in ``FP32_TO_DL16``
 order, and converting an arranged value back gives the standard order. An op position
-by position keeps its operands' arrangement; every other primitive refuses arranged
+by position keeps its operands' arrangement, a reduction reads it (over the stick dim:
+groups fold whole; over other dims: every row's groups are in one order, which its result
+keeps); every other primitive refuses arranged
 operands by name (``SpyrePrim.takes_arrangements``), so the planner restickifies them.
 """
 
@@ -14,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 from numpy.typing import DTypeLike
 
@@ -31,6 +34,7 @@ __all__ = [
     "card_relayout_bytes",
     "converted_arrangement",
     "emitted_layout",
+    "kept_arrangement",
     "lone_pair",
     "standard_image",
     "standard_order",
@@ -197,24 +201,27 @@ def standard_order(aval: SpyreType, axes: Sequence[int], name: str) -> SpyreType
     """``aval`` in the standard order, for a reduction over ``axes`` that may read it so.
 
     A group (a 16-bit stick, a pair of 32-bit tiles) holds elements of the stick dim
-    only: a reduction over the stick dim folds each group whole, so which element sits
-    where inside it does not change the result (the card reduces the group as it is;
-    the emulator puts it back first, :func:`standard_image`, so the result is the
-    standard order's, bit for bit). Its padding is the standard layout's, moved inside
-    the groups: the standard image has it in its standard places. A stick dim within
-    one stick (:func:`lone_pair`) has its second sticks dropped: they hold nothing.
+    only. A reduction over the stick dim folds each group whole, so which element sits
+    where inside it does not change the result; a reduction over other dims (the stick
+    dim kept) combines the same position of every row, and every row's groups are in the
+    same order, so its result is the standard order's in that order
+    (:func:`kept_arrangement`). The card reduces the groups as they are; the emulator
+    puts them back first (:func:`standard_image`) and arranges a kept result after, so
+    the result is the standard order's, bit for bit. Its padding is the standard
+    layout's, moved inside the groups: the standard image has it in its standard places.
+    A stick dim within one stick (:func:`lone_pair`) has its second sticks dropped: they
+    hold nothing.
 
     Raises:
-        LayoutError: if ``aval`` is arranged and the stick dim is kept (the result
-            would need the groups in an order no layout of it names), or is a view.
+        LayoutError: if ``aval`` is arranged and a view.
     """
     if not aval.layout.is_arranged:
         return aval
-    if aval.stick_dim not in axes or aval.is_view:
+    if aval.is_view:
         raise LayoutError(
             f"{name} over axes {tuple(axes)}: {aval.str_short()} is in element arrangement "
-            f"{aval.layout.arrangement.value}, which a reduction reads only over its stick "
-            "dim (a group whole) and unviewed; restickify it to the standard arrangement first"
+            f"{aval.layout.arrangement.value}, which a reduction reads unviewed; restickify "
+            "it to the standard arrangement first"
         )
     plain = aval.layout.with_arrangement(ElementArrangement.STANDARD)
     lone = lone_pair(aval)
@@ -222,6 +229,55 @@ def standard_order(aval: SpyreType, axes: Sequence[int], name: str) -> SpyreType
         size = [1 if j == lone else n for j, n in enumerate(plain.device_size)]
         plain = SpyreTensorLayout.from_stride_map(size, plain.stride_map, plain.device_dtype)
     return replace(aval, layout=plain)
+
+
+def kept_arrangement(aval: SpyreType, axes: Sequence[int], out: SpyreType) -> SpyreType:
+    """A reduction's result ``out`` (standard order) in ``aval``'s arrangement, if it keeps it.
+
+    A reduction of an arranged ``aval`` keeping its stick dim (``axes`` reduce others)
+    reads every row's groups in the same order, so its result is in that order: the
+    layout the card's conversion emits for ``out`` (:func:`emitted_layout`, which names
+    the same arrangement: the stick's width decides it). A reduction over the stick dim
+    folds the groups: its result is standard (``out``).
+
+    Raises:
+        LayoutError: if the stick dim is within one stick (:func:`lone_pair`: the result's
+            layout names no pair of sticks), or the result's layout cannot hold the
+            arrangement.
+    """
+    if not aval.layout.is_arranged or aval.stick_dim in axes or out.stick_dim is None:
+        return out
+    if lone_pair(aval) is not None:
+        raise LayoutError(
+            f"reduction over axes {tuple(axes)}: {aval.str_short()} has its stick dim within "
+            "one stick, a synthetic pair a kept result does not name; restickify it to the "
+            "standard arrangement first"
+        )
+    layout = emitted_layout(out.layout, out.shape)
+    if layout.arrangement is not aval.layout.arrangement:  # pragma: no cover - width decides
+        raise LayoutError(
+            f"reduction over axes {tuple(axes)}: {aval.str_short()}'s arrangement "
+            f"{aval.layout.arrangement.value} is not {out.str_short()}'s {layout.arrangement.value}"
+        )
+    return SpyreType.contiguous(out.shape, out.dtype, layout, out.pad)
+
+
+def arranged_image(img: Any, aval: SpyreType) -> Any:
+    """``img`` (in ``aval``'s standard order, :func:`standard_order`) put in its arrangement.
+
+    The inverse of :func:`standard_image`: a synthetic pair (:func:`lone_pair`) gets its
+    empty second sticks back (zeros: padding) before the groups are permuted. Without
+    one, a reshape and one transpose, which a reader putting the groups back cancels.
+    """
+    if not aval.layout.is_arranged:
+        return img
+    lone = lone_pair(aval)
+    if lone is not None:
+        pad = [(0, 0)] * img.ndim
+        pad[lone] = (0, 1)
+        img = jnp.pad(img, pad)
+    mapping = aval.layout.for_host(aval.base_shape)
+    return arrange_image(img, mapping.pair, aval.layout.arrangement)
 
 
 def standard_image(img: Any, aval: SpyreType) -> Any:
@@ -232,19 +288,6 @@ def standard_image(img: Any, aval: SpyreType) -> Any:
     img = arrange_image(img, mapping.pair, aval.layout.arrangement, inverse=True)
     lone = lone_pair(aval)
     return img if lone is None else img[(slice(None),) * lone + (slice(0, 1),)]
-
-
-def arranged_image(img: Any, aval: SpyreType) -> Any:
-    """``img`` (``aval``'s layout in the standard order) with every group placed by ``aval``'s.
-
-    The inverse of :func:`standard_image` where ``aval`` has no lone pair (the image
-    keeps its shape): a reshape and one transpose, which a reader putting the groups
-    back cancels.
-    """
-    if not aval.layout.is_arranged:
-        return img
-    mapping = aval.layout.for_host(aval.base_shape)
-    return arrange_image(img, mapping.pair, aval.layout.arrangement)
 
 
 def lone_pair(aval: SpyreType) -> int | None:

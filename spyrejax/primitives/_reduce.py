@@ -35,7 +35,7 @@ from ..device._division import WorkDivision
 from ..device._space import OpSpace, TensorSpec, reduce_space
 from ..layout._devdims import DevDim, layout_from_dims
 from ..layout._dtypes import has_infinity
-from ._arranged import standard_image, standard_order
+from ._arranged import arranged_image, kept_arrangement, standard_image, standard_order
 from ._array import PadFill, SpyreArray, SpyreType
 from ._axes import collapsed, merge_axes
 from ._base import SpyrePrim, normalize_axes
@@ -401,7 +401,7 @@ class Reduce(SpyrePrim):
     axes: tuple[int, ...]
     keepdims: bool
     takes_gaps = True  # reduces its operand's valid range; its result has no gaps
-    takes_arrangements = True  # over the stick dim: a group's order does not matter
+    takes_arrangements = True  # a group's order: folded whole, or kept (``_arranged``)
 
     def __init__(self, aval: SpyreType, *, axes: tuple[int, ...], keepdims: bool) -> None:
         window, aval = aval, standard_order(ungapped(aval), axes, self.op.name)
@@ -418,9 +418,10 @@ class Reduce(SpyrePrim):
         lanes_filled = any(not d.is_data and d.size > 1 for d in dims)
         zero = self.op.additive and not lanes_filled
         self.in_avals = (window,)
-        self.out_aval = SpyreType.contiguous(
+        self._standard_out = SpyreType.contiguous(
             shape, aval.dtype, layout, PadFill.ZERO if zero else PadFill.POISON
         )
+        self.out_aval = kept_arrangement(window, axes, self._standard_out)
         self.params = {"axes": axes, "keepdims": keepdims}
         super().__init__()
 
@@ -474,11 +475,11 @@ class Reduce(SpyrePrim):
         return data_mask(t), False
 
     def finish(self, out: jax.Array, windowed: bool) -> jax.Array:
-        """The result's image from :meth:`data_result`: converted, padded, filled."""
-        out = from_data_dims(out.astype(self.out_aval.dtype), self.out_aval)
-        if padding_in_data_dims(self.out_aval):
+        """The result's image from :meth:`data_result`: converted, padded, filled, arranged."""
+        out = from_data_dims(out.astype(self.out_aval.dtype), self._standard_out)
+        if padding_in_data_dims(self._standard_out):
             out = self._fill_padding(out, windowed=windowed)
-        return out
+        return arranged_image(out, self.out_aval)
 
     def _fill_padding(self, out: jax.Array, windowed: bool) -> jax.Array:
         """The result's padding (in its kept dims) filled as its type promises.
@@ -487,7 +488,7 @@ class Reduce(SpyrePrim):
         padding held: zeros are written if the type promises them. Reduced from a
         masked image it holds the identity: a dense sum's zeros already, else poison.
         """
-        out_t = self.out_aval
+        out_t = self._standard_out
         if out_t.pad is PadFill.ZERO:
             return masked(out, out_t, 0) if windowed else out
         return poisoned(out, out_t) if windowed else masked(out, out_t, poison(out.dtype))

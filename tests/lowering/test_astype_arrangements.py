@@ -82,11 +82,10 @@ def test_the_planner_keeps_the_cards_order_through_a_closed_chain(src, dst):
 @pytest.mark.parametrize(
     "reader",
     [
-        lambda y: jnp.sum(y * 2, axis=0),  # a reduction keeping the stick dim
         lambda y: y @ jnp.ones((y.shape[-1], 64), y.dtype),  # a product
         lambda y: y * 2,  # a result: returned in the default layout
     ],
-    ids=["sum-rows", "matmul", "result"],
+    ids=["matmul", "result"],
 )
 def test_the_planner_keeps_the_standard_order_where_a_reader_needs_it(reader):
     # Restickifying an arranged value costs more than the relayout it saves.
@@ -97,6 +96,23 @@ def test_the_planner_keeps_the_standard_order_where_a_reader_needs_it(reader):
 
     assert not arranged_in_plan(f, x)
     assert_matches_jax_jit(f, x, reduce_len=128)
+
+
+def test_a_sum_over_rows_keeps_the_cards_order_to_its_result():
+    # Every row's groups are in one order: the sum over rows keeps it, and only its
+    # [128] result is restickified (returned in the default layout), not the [16, 128]
+    # value, and the conversion saves its relayout of the 16-bit side.
+    x = rand((16, 128), F16)
+
+    def f(x):
+        return jnp.sum(x.astype(F32) * 2, axis=0)
+
+    report = sj.explain(f, x)
+    assert "DL16_TO_FP32" in report.jaxpr and not restickified(report, x.shape)
+    assert [r.cost for r in report.restickifies] == [128]
+    (convert,) = [op for op in report.ops if op.desc.opfunc == "astype"]
+    assert convert.desc.space.relayout_bytes == 0
+    assert_matches_jax_jit(f, x, reduce_len=16)
 
 
 def test_a_sum_over_the_stick_dim_reads_the_cards_order():
@@ -155,31 +171,31 @@ def test_a_sparse_conversion_is_charged_no_relayout():
 
 
 def test_the_device_model_charges_a_standard_conversion_its_relayout():
-    # A sum keeping the stick dim needs the standard order: the conversion up pays the
-    # card's in-group relayout (2 x 4 KiB of float16), as the planner's objective does.
+    # A product needs the standard order: the conversion up pays the card's in-group
+    # relayout (2 x 4 KiB of float16), as the planner's objective does.
     x = rand((16, 128), F16)
-    report = sj.explain(lambda x: jnp.sum(x.astype(F32), axis=0), x)
+    report = sj.explain(lambda x: x.astype(F32) @ jnp.ones((128, 64), F32), x)
     (convert,) = [op for op in report.ops if op.desc.opfunc == "astype"]
     assert convert.desc.space.relayout_bytes == 2 * x.size * 2 and convert.cost.relayout_s > 0
 
 
 def test_the_planner_restickifies_the_cards_order_where_that_costs_less():
-    # One conversion read by two closed chains and by a sum keeping the stick dim: the
-    # card's order saves three relayouts of the 16-bit side (3 * 2 * 2 KiB) and costs one
-    # restickify of the fp32 value for the sum (4 + 4 KiB): the planner takes it.
+    # One conversion read by two closed chains and by a product: the card's order saves
+    # three relayouts of the 16-bit side (3 * 2 * 2 KiB) and costs one restickify of the
+    # fp32 value for the product (4 + 4 KiB): the planner takes it.
     # (With one closed chain the two cost the same; with none, the standard order wins:
     # the test above.)
     x = rand((8, 128), F16)
 
     def f(x):
         y = x.astype(F32)
-        return (y * 2).astype(F16), (y + 1).astype(F16), jnp.sum(y, axis=0)
+        return (y * 2).astype(F16), (y + 1).astype(F16), y @ jnp.ones((128, 8), F32)
 
     report = sj.explain(f, x)
     assert "DL16_TO_FP32" in report.jaxpr
     moved = [r for r in report.restickifies if "DL16_TO_FP32" in r.source_type]
     assert [r.cost for r in moved] == [8 * 128]
-    assert_matches_jax_jit(f, x, reduce_len=8)
+    assert_matches_jax_jit(f, x, reduce_len=128)
 
 
 def test_arranged_astype_eagerly_and_refusals():
@@ -191,8 +207,14 @@ def test_arranged_astype_eagerly_and_refusals():
     b = sp.astype(sp.elementwise("mul", a, a), F16)  # the conversion back: standard order
     assert not jax.typeof(b).layout.is_arranged
     np.testing.assert_array_equal(np.asarray(sj.to_host(b)), np.asarray(x * x))
-    with pytest.raises(LayoutError, match="reads only over its stick dim"):
-        sp.reduce("sum", a, (0,))
+    kept = sp.reduce("sum", a, (0,))  # the stick dim kept: the result keeps the order
+    assert jax.typeof(kept).layout.arrangement.value == "DL16_TO_FP32"
+    np.testing.assert_array_equal(
+        np.asarray(sj.to_host(kept)), np.asarray(jax.jit(lambda x: x.astype(F32).sum(0))(x))
+    )
+    lone = sp.astype(sj.to_device(rand((3, 20), F16)), F32, arranged=True)
+    with pytest.raises(LayoutError, match="within one stick"):
+        sp.reduce("sum", lone, (0,))
     with pytest.raises(LayoutError, match="Matmul reads elements in their standard places"):
         sp.matmul(a, sj.to_device(np.ones((100, 4), np.float32)))
     with pytest.raises(LayoutError, match="16-bit and 32-bit"):
@@ -266,6 +288,33 @@ def test_a_padded_bfloat16_result_read_back_is_not_transposed():
         assert compiled(back, x)[0] == 0
     got, want = sj.to_host(jax.jit(back)(x)), sj.to_host(sp.astype(x, BF16))
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+@pytest.mark.parametrize(("src", "dst"), [(F16, F32), (F32, BF16)])
+@pytest.mark.parametrize("shape", [(3, 100), (5, 64), (3, 1000), (2, 3, 130), (4, 3, 64)])
+def test_reductions_keeping_the_stick_dim_keep_the_arrangement(shape, src, dst):
+    # Every row's groups are in one order, so a reduction over other dims combines the
+    # same positions and its result is in that order: bit for bit the standard order's
+    # result arranged, whole or partial groups, one or several axes. (A stick dim within
+    # one stick, the synthetic pair, is refused: the eager test below.)
+    axes = [(0,), tuple(range(len(shape) - 1))]
+
+    def both(d, arranged):
+        x = sp.astype(d, dst, arranged=arranged)
+        out = []
+        for op in ("sum", "max", "mean"):
+            for ax in axes:
+                for keep in (False, True):
+                    r = sp.reduce(op, x, ax, keepdims=keep)
+                    assert jax.typeof(r).layout.arrangement == jax.typeof(x).layout.arrangement
+                    out += [r, sp.astype(r, src)]
+        return out
+
+    d = sj.to_device(rand(shape, src))
+    got, want = jax.jit(both, static_argnums=1)(d, True), jax.jit(both, static_argnums=1)(d, False)
+    for g, w in zip(got, want, strict=True):
+        assert jax.typeof(g).shape == jax.typeof(w).shape
+        np.testing.assert_array_equal(np.asarray(sj.to_host(g)), np.asarray(sj.to_host(w)))
 
 
 @pytest.mark.parametrize("shape", [(3, 20), (2, 32), (5,)])

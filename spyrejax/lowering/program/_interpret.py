@@ -384,8 +384,8 @@ class Interpreter:
         chains = {}
         for node in self.graph.nodes:
             runs = self.plan.runs.get(node, [])
-            if node.prim != "reduce_sum" or len(runs) != 1:
-                continue
+            if node.prim != "reduce_sum" or len(runs) != 1 or runs[0].out.layout.is_arranged:
+                continue  # an arranged sum (the stick dim kept) is no widened one's
             found = self._widening(node.ins[0], runs[0].ins[0], made_by, readers)
             if found is not None:
                 chains[node] = found
