@@ -265,14 +265,15 @@ def kept_arrangement(aval: SpyreType, axes: Sequence[int], out: SpyreType) -> Sp
 def arranged_image(img: Any, aval: SpyreType) -> Any:
     """``img`` (in ``aval``'s standard order, :func:`standard_order`) put in its arrangement.
 
-    The inverse of :func:`standard_image`: a synthetic pair (:func:`lone_pair`) gets its
-    empty second sticks back (zeros: padding) before the groups are permuted. Without
-    one, a reshape and one transpose, which a reader putting the groups back cancels.
+    The inverse of :func:`standard_image`: a synthetic pair (:func:`lone_pair`) cut to
+    its first sticks gets its empty second sticks back (zeros: padding) before the
+    groups are permuted. Otherwise a reshape and one transpose, which a reader putting
+    the groups back cancels.
     """
     if not aval.layout.is_arranged:
         return img
     lone = lone_pair(aval)
-    if lone is not None:
+    if lone is not None and img.shape[lone] == 1:  # the standard order's empty pair
         pad = [(0, 0)] * img.ndim
         pad[lone] = (0, 1)
         img = jnp.pad(img, pad)
