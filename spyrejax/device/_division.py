@@ -268,7 +268,7 @@ def _fitting(
 def _span_why(
     space: OpSpace, base: Mapping[str, int], free: Sequence[IterDim], budget: int, limit: int
 ) -> str:
-    """The operands over the span limit undivided, and the splits each free dim allows."""
+    """The operands over the span limit undivided, and the even and ragged splits tried."""
     div = WorkDivision(space, dict(base), math.prod(base.values()), order(space, base))
     over = [
         f"operand {i} (device {list(op.tensor.layout.device_size)}) spans {div.span(i):,} B"
@@ -277,9 +277,11 @@ def _span_why(
     ]
     unit = {True: "sticks", False: "rows"}
     allowed = [
-        f"{d.name} of {d.units} {unit[d.stick > 1]}: {_divisors(d.units, budget)}" for d in free
+        f"{d.name} of {d.units} {unit[d.stick > 1]}: even {_divisors(d.units, budget)}, "
+        f"ragged {ragged_splits(d.units, budget)}"
+        for d in free
     ]
-    return "; ".join(over) + "; splits allowed: " + ", ".join(allowed)
+    return "; ".join(over) + "; splits tried: " + ", ".join(allowed)
 
 
 def _distribute(space: OpSpace, cores: int, fixed: Mapping[str, int]) -> dict[str, int]:

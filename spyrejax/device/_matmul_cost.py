@@ -198,6 +198,13 @@ def _runs(size: tuple[int, ...], box: tuple[int, ...]) -> tuple[int, int]:
     return (math.prod(box) // run, run) if run else (0, 0)
 
 
+def _all_boxes_bytes(division: WorkDivision, operand: int) -> int:
+    """The bytes of every core's box of an operand: a ragged short slice's counted short."""
+    if not division.ragged:
+        return division.core_bytes(operand) * division.cores_used
+    return sum(division.core_bytes(operand, c) for c in range(division.cores_used))
+
+
 def _sharers(division: WorkDivision, operand: int) -> int:
     """Cores sharing each of the operand's tiles: the splits of variables it does not walk."""
     space = division.space
@@ -255,7 +262,7 @@ def matmul_time(
             continue
         g = _sharers(division, i)
         per_core = division.core_bytes(i)
-        unique = per_core * cores // g * p
+        unique = _all_boxes_bytes(division, i) // g * p
         read_bytes += unique
         streams = cores / g  # distinct tiles read at once
         if division.core_bytes(1 - i) <= machine.mm_alone_fraction * machine.lx_usable:

@@ -11,10 +11,13 @@ Pure Python/NumPy: no JAX import.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._errors import LayoutError
 from ._dtypes import BYTES_PER_STICK
+
+if TYPE_CHECKING:  # _layout imports this module
+    from ._layout import SpyreTensorLayout
 
 __all__ = [
     "Gaps",
@@ -110,7 +113,7 @@ def gap_slabs(size: tuple[int, ...], gaps: Gaps) -> list[tuple[int, int, int]]:
     return slabs
 
 
-def valid_nbytes(layout: Any) -> int:
+def valid_nbytes(layout: SpyreTensorLayout) -> int:
     """The device bytes an op reading or writing ``layout`` moves: its own data's.
 
     The whole image (``layout.nbytes``, padding included) or, for a window of a larger

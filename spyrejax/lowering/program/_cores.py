@@ -71,6 +71,7 @@ __all__ = [
     "core_check",
     "dividing",
     "injecting",
+    "producer_splits",
 ]
 
 
@@ -114,17 +115,19 @@ class CoreExecutor:
         """A view its producer's cores write (``written_space``), divided as the producer.
 
         The producer of its first operand (a divided op, or such a write) gave its
-        division: each core writes the box it computed. Where those splits do not divide
-        the write (or no divided op made the operand), the device model's own division.
+        division: each core writes the box it computed (:func:`producer_splits`). Where
+        those splits do not divide the write (or no divided op made the operand), the
+        device model's own division.
         """
         space = written_space(prim)
         if space is None or any(math.prod(t.shape) == 0 for t in (*prim.in_avals, prim.out_aval)):
             return None  # the device model does not divide it, nor does a producer write it
         made = self._made.get(id(args[0]))
         div = None
-        if made is not None and made[0] is args[0]:
+        hint = None if made is None or made[0] is not args[0] else producer_splits(made[1], space)
+        if hint is not None:
             with contextlib.suppress(DeviceError):
-                div = self._divide(space, dict(made[1].splits))
+                div = self._divide(space, hint)
         return self._run(prim, args, self._divide(space, None) if div is None else div)
 
     def _divide(self, space: OpSpace, hint: dict[str, int] | None) -> WorkDivision:
@@ -158,6 +161,28 @@ class CoreExecutor:
         want = prim(*(wrap(x, t) for x, t in zip(imgs, prim.in_avals, strict=True)))
         self.check.watch(prim, div, imgs, got, image(want))
         return prim(*args)  # the program goes on as in the default mode, barrier-free
+
+
+def producer_splits(made: WorkDivision, space: OpSpace) -> dict[str, int] | None:
+    """The splits of ``made``'s output as ``space``'s, whose first operand that output is.
+
+    Matched through the buffer's device dims, not by name: a matmul names a 3-D result's
+    dims ``x, mb, out`` (batch, rows, columns) where an elementwise space says ``mb, x,
+    out``. (A ``LaneAssemble`` reads a piece as the result's layout: the same device
+    dims, each stick dim walking twice the elements.) A dim of ``space`` its first
+    operand does not walk stays whole. None where the two images differ, or the
+    producer splits a device dim the write does not walk.
+    """
+    theirs_op, mine_op = made.space.output, space.operands[0]
+    if theirs_op.tensor.layout.device_size != mine_op.tensor.layout.device_size:
+        return None
+    hint = dict.fromkeys(space.names, 1)
+    for theirs, mine in zip(theirs_op.walks, mine_op.walks, strict=True):
+        if theirs is not None and mine is not None:
+            hint[mine[0]] = made.splits[theirs[0]]
+        elif theirs is not None and made.splits[theirs[0]] > 1:
+            return None  # split by the producer, whole for the write
+    return hint
 
 
 def _per_core(prim: Any, div: WorkDivision, imgs: list[jax.Array]) -> jax.Array:
