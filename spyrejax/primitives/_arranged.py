@@ -201,27 +201,18 @@ def standard_order(aval: SpyreType, axes: Sequence[int], name: str) -> SpyreType
     """``aval`` in the standard order, for a reduction over ``axes`` that may read it so.
 
     A group (a 16-bit stick, a pair of 32-bit tiles) holds elements of the stick dim
-<<<<<<< HEAD
     only. A reduction over the stick dim folds each group whole, so which element sits
     where inside it does not change the result; a reduction over other dims (the stick
     dim kept) combines the same position of every row, and every row's groups are in the
     same order, so its result is the standard order's in that order
     (:func:`kept_arrangement`). The card reduces the groups as they are; the emulator
     puts them back first (:func:`standard_image`) and arranges a kept result after, so
-    the result is the standard order's, bit for bit. Its padding is the standard
-    layout's, moved inside the groups: the standard image has it in its standard places.
-    A stick dim within one stick (:func:`lone_pair`) has its second sticks dropped: they
-    hold nothing.
-=======
-    only: a reduction over the stick dim folds each group whole, so which element sits
-    where inside it does not change the result (the card reduces the group as it is;
-    the emulator puts it back first, :func:`standard_image`, so the reduction's result is
-    the standard order's, bit for bit; a whole norm or softmax planned so is within
-    rounding of its standard-order plan, not bit-equal: 1 ulp seen on 1-2 elements, the
-    cause not analysed). Its padding is the standard layout's, moved inside
-    the groups: the standard image has it in its standard places. A stick dim within
-    one stick (:func:`lone_pair`) has its second sticks dropped: they hold nothing.
->>>>>>> ad93242 (review8 F2-F5, F7, F8: arranged norms/softmax within rounding of the standard order (not bit-equal, 1 ulp seen); the span refusal lists the ragged splits it tried; a ragged matmul reads its short slice short; a lane write follows its producer's splits through the buffer's device dims, not by name (a 3-D matmul's x/mb); ragged split choice documented as spyrejax's; valid_nbytes typed; tautological test loop dropped)
+    the reduction's result is the standard order's, bit for bit (a whole norm or softmax
+    planned so is within rounding of its standard-order plan, not bit-equal: 1 ulp seen
+    on 1-2 elements, the cause not analysed). Its padding is the standard layout's,
+    moved inside the groups: the standard image has it in its standard places. A stick
+    dim within one stick (:func:`lone_pair`) has its second sticks dropped: they hold
+    nothing.
 
     Raises:
         LayoutError: if ``aval`` is arranged and a view.
