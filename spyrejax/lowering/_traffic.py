@@ -47,15 +47,19 @@ explain reports on its source line) is planned rather than a restickify before a
 power of two: sums of byte counts and ties stay exact in floats."""
 
 
-REBASE = 2.0**36
+REBASE = 2.0**960
 """The least total past which a value's totals are taken relative to it (:func:`rebased`).
 
 The planner's forward totals add each input's total, so a value read along two paths (a
 residual stream, a weight read forward and backward) counts twice: a deep graph's totals
-double per layer (2^17 a GPT layer: 2^577 at 32 layers, where a float's step is 2^525
-bytes and rounding chose among options; inf at about 59 layers, where no option was
-finite). A node's choice depends only on its inputs' totals relative to each other.
-2^36 bytes keeps :data:`RELAYOUT_TIE` exact."""
+double per layer (2^17 a GPT layer: 2^577 at 32 layers; inf at about 59, where no option
+was finite and planning failed). A node's choice depends only on its inputs' totals
+relative to each other, so past 2^960 (a node's sum stays finite) they are rebased.
+Rebasing at the scale of bytes (2^36, tried 2026-11-29) plans exactly (at 2^577 a float's
+step is 2^525 bytes and rounding chooses among near options): the 4-layer GPT training
+step then plans 233 restickifies instead of 347 and a 23% faster card, but the CPU
+emulator ran that step 1.36x of ``jax.jit`` instead of 1.07x (benchmarks/README item 47),
+so the plans below 2^960 are kept as they were until that is understood."""
 
 
 def rebased(produced: Mapping[Any, tuple[float, Any]]) -> dict[Any, tuple[float, Any]]:

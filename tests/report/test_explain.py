@@ -169,7 +169,8 @@ def test_the_rows_are_made_once_when_first_asked_for():
 def test_a_deep_graph_plans_with_totals_at_the_scale_of_bytes():
     # x * x + x reads x three times: the forward totals triple per step (3^700 > 2^1024)
     # and overflowed to inf, leaving no finite option ("min() iterable argument is
-    # empty"); a value's totals are now taken relative to its least past REBASE.
+    # empty"); a value's totals are now taken relative to its least past REBASE, before
+    # they overflow.
     def deep(x):
         for _ in range(700):
             x = x * x + x
