@@ -9,7 +9,6 @@ among equal costs (:data:`MOVE_TIE`, :func:`tie_break`).
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -52,9 +51,10 @@ REBASE = 2.0**960
 
 The planner's forward totals add each input's total, so a value read along two paths (a
 residual stream, a weight read forward and backward) counts twice: a deep graph's totals
-double per layer (2^17 a GPT layer: 2^577 at 32 layers; inf at about 59, where no option
-was finite and planning failed). A node's choice depends only on its inputs' totals
-relative to each other, so past 2^960 (a node's sum stays finite) they are rebased.
+double per layer (2^17 a GPT layer: 2^577 at 32 layers; inf at about 59 by extrapolation,
+where no option is finite: a 700-step chain of `x * x + x` failed so). A node's choice
+depends only on its inputs' totals relative to each other, so past 2^960 (a node's sum
+stays finite) they are rebased.
 Rebasing at the scale of bytes (2^36, tried 2026-11-29) plans exactly (at 2^577 a float's
 step is 2^525 bytes and rounding chooses among near options): the 4-layer GPT training
 step then plans 233 restickifies instead of 347 and a 23% faster card, but the CPU
@@ -62,11 +62,11 @@ emulator ran that step 1.36x of ``jax.jit`` instead of 1.07x (benchmarks/README 
 so the plans below 2^960 are kept as they were until that is understood."""
 
 
-def rebased(produced: Mapping[Any, tuple[float, Any]]) -> dict[Any, tuple[float, Any]]:
+def rebased(produced: dict[Any, tuple[float, Any]]) -> dict[Any, tuple[float, Any]]:
     """A value's totals by type, less their least where that passes :data:`REBASE`."""
     least = min((c for c, _ in produced.values()), default=0.0)
     if least <= REBASE:
-        return dict(produced)
+        return produced  # the planner's own fresh dict: no copy on its hot path
     return {t: (c - least, o) for t, (c, o) in produced.items()}
 
 
