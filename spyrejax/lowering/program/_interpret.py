@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ... import primitives as sp
@@ -43,6 +42,7 @@ from ._device import (
 )
 from ._groups import BatchGroups, batch_groups, run_groups
 from ._program import program_ops
+from ._relaid import HALF_FLOATS, RelaidChain, map_step, relaid_chains, run_relaid
 from ._replay import Replays
 from ._softmax import SoftmaxChain, softmax_chains
 
@@ -329,12 +329,15 @@ class Interpreter:
     def _fused(self) -> tuple[dict[Node, Callable[[Any], Any]], set[Node]]:
         """Nodes whose kernel computes a chain ending there, and the nodes it computes.
 
-        Per node, the kernel as a function of the environment: a widened sum
+        Per node, the kernel as a function of the environment: a reduction of a
+        restickified value run on its source image (``_relaid``), a widened sum
         (``_widened``), a softmax whose padding is zero (``_softmaxes``, read unmasked by
         the products), a chain from a batched product to the product of its softmax run
         by groups of the batch dim (``_groups``).
         """
         fused: dict[Node, Callable[[Any], Any]] = {}
+        for node, r in self._relaid.items():
+            fused[node] = lambda env, r=r: run_relaid(r, env, self.plan)
         for node, w in self._widened.items():
             axes, dtype = node.params["axes"], node.outs[0].dtype
             fused[node] = lambda env, w=w, axes=axes, dtype=dtype: widened_sum(
@@ -345,7 +348,7 @@ class Interpreter:
         groups = self._groups
         for g in groups:
             fused[g.nodes[-1]] = lambda env, g=g: self._run_groups(env, g)
-        chains = (*self._widened.values(), *self._softmaxes.values())
+        chains = (*self._relaid.values(), *self._widened.values(), *self._softmaxes.values())
         skipped = {n for w in chains for n in w.skipped}
         skipped |= {n for g in groups for n in g.nodes[:-1]}
         return fused, skipped
@@ -367,6 +370,13 @@ class Interpreter:
         return softmax_chains(self.graph, self.plan)
 
     @functools.cached_property
+    def _relaid(self) -> dict[Node, RelaidChain]:
+        """Reductions of a restickified value run on its source image (``_relaid``)."""
+        taken = {n for c in self._softmaxes.values() for n in c.skipped}
+        taken |= set(self._softmaxes) | {n for g in self._groups for n in g.nodes}
+        return relaid_chains(self.graph, self.plan, taken)
+
+    @functools.cached_property
     def _widened(self) -> dict[Node, _Widened]:
         """Sums of a half float widened by a convert, maybe mapped by elementwise ops.
 
@@ -384,6 +394,8 @@ class Interpreter:
         chains = {}
         for node in self.graph.nodes:
             runs = self.plan.runs.get(node, [])
+            if node in self._relaid:
+                continue
             if node.prim != "reduce_sum" or len(runs) != 1 or runs[0].out.layout.is_arranged:
                 continue  # an arranged sum (the stick dim kept) is no widened one's
             found = self._widening(node.ins[0], runs[0].ins[0], made_by, readers)
@@ -405,12 +417,12 @@ class Interpreter:
             skipped.append(node)
             if node.prim == "convert_element_type":
                 x = node.ins[0]
-                if not (isinstance(x, Value) and x.dtype in _HALF_FLOATS and y.dtype == _F32):
+                if not (isinstance(x, Value) and x.dtype in HALF_FLOATS and y.dtype == _F32):
                     return None
                 if runs[0].ins[0].layout.is_arranged:  # the sum reads the standard order
                     return None
                 return _Widened(x, runs[0].ins[0], tuple(reversed(then)), tuple(skipped))
-            step = _map_step(node)
+            step = map_step(node)
             if step is None or runs[0].ins[step[2]] != t or y.dtype != _F32:
                 return None
             then.append(step[:2])
@@ -442,9 +454,7 @@ class Interpreter:
         return env[o, t]
 
 
-_HALF_FLOATS = (np.dtype(np.float16), np.dtype(jnp.bfloat16))
 _F32 = np.dtype(np.float32)
-_MAPS = {p: op for op in sp.ELEMENTWISE if op.result == "same" for p in op.lowers}
 
 
 @dataclass(frozen=True)
@@ -458,30 +468,6 @@ class _Widened:
     t: SpyreType
     then: Pointwise
     skipped: tuple[Node, ...]
-
-
-def _map_step(node: Node) -> tuple[str, tuple[tuple[int, Any], ...], int] | None:
-    """An elementwise node of one array and scalars: its op, scalar consts, array index.
-
-    None for any other node (two arrays, a broadcast, a non-"same" result).
-    """
-    op = _MAPS.get(node.prim)
-    if op is None or len(node.outs) != 1:
-        return None
-    operands = op.from_jax(list(node.ins), node.params)
-    arrays = [k for k, a in enumerate(operands) if isinstance(a, Value)]
-    if len(operands) != op.arity or len(arrays) != 1 or arrays[0] not in op.value_positions:
-        return None
-    (pos,) = arrays
-    value = operands[pos]
-    if value.shape != node.outs[0].shape or value.dtype != node.outs[0].dtype:
-        return None
-    consts = tuple(
-        (k, np.asarray(a.value if isinstance(a, Scalar) else a).item())
-        for k, a in enumerate(operands)
-        if k != pos
-    )
-    return op.name, consts, node.ins.index(value)
 
 
 def device_program(
