@@ -105,7 +105,9 @@ def relaid_chains(graph: Graph, plan: Plan, taken: set[Node]) -> dict[Node, Rela
     A chain's reduction keeps the stick dim it reads its operand in and reduces the
     source's: the restickify put the stick on a kept dim. Every node in it has one
     planned run (written in its own buffer), one reader and no move; its values have the
-    shape of ``x``. Nodes in ``taken`` (other fused chains) are left alone.
+    shape of ``x``, its other operands are broadcast along the source's stick (row
+    statistics, which the chain restickifies). Nodes in ``taken`` (other fused chains)
+    are left alone.
     """
     readers = collections.Counter(u for n in graph.nodes for u in n.ins if isinstance(u, Value))
     readers.update(o for o in graph.outputs if isinstance(o, Value))
@@ -143,7 +145,7 @@ def _walk(
             s = moved[0].source
             plain = not (s.is_view or s.layout.is_arranged or s.layout.has_gaps)
             ok = plain and s.stick_dim in axes and not hasattr(s.layout, "lanes")
-            return (y, s, tuple(reversed(nodes))) if ok else None
+            return (y, s, tuple(reversed(nodes))) if ok and _small(nodes, s) else None
         node = made_by.get(y)
         runs = plan.runs.get(node, []) if node is not None else []
         if node is None or readers[y] != 1 or plan.moves.get(y) or len(runs) != 1:
@@ -154,6 +156,21 @@ def _walk(
         nodes.append(node)
         y, t = node.ins[main], runs[0].ins[main]
     return None
+
+
+def _small(nodes: list[Node], source: SpyreType) -> bool:
+    """Whether the other operands of ``nodes`` are broadcast along ``source``'s stick dim.
+
+    Each is then at most the reduction's result in size (a row statistic): what the
+    chain restickifies onto the source's stick is small beside the value it reads.
+    """
+    s = source.stick_dim
+    return all(
+        u.shape[s] == 1
+        for n in nodes
+        for u in n.ins
+        if isinstance(u, Value) and u.shape != source.shape
+    )
 
 
 def _main_operand(node: Node, y: Value) -> int | None:
