@@ -100,18 +100,25 @@ def card_conversion(src: DTypeLike, dst: DTypeLike) -> bool:
     return widths == _WIDTHS
 
 
-def card_order_matters(src: DTypeLike, dst: DTypeLike, *, sparse: bool) -> bool:
+def card_order_matters(src: SpyreType, dst: SpyreType) -> bool:
     """Whether the order a conversion of ``src`` to ``dst`` writes its result in matters.
 
     The one predicate of "where card order matters": the card's 16 <-> 32-bit
     conversion (:func:`card_conversion`) on dense sticks. There the standard order costs
     a relayout inside each group (:func:`card_relayout_bytes`) that the arranged order
     saves, so the planner offers the arranged mode and both costs charge the standard
-    one. A sparse stick (``sparse``: the operand's or the result's, e.g. a reduction's
-    row sums) holds its one element in lane 0, which both arrangements leave in place:
-    the order does not matter there.
+    one. A sparse stick (either side's, ``SpyreTensorLayout.is_sparse``: a reduction's
+    row sums, a value broadcast from them) holds its one element in lane 0, which both
+    arrangements leave in place: the order does not matter there.
+
+    Args:
+        src: the conversion's operand type (the planner: a mode's operand, in the
+            default layout of its stick).
+        dst: its result type.
     """
-    return not sparse and card_conversion(src, dst)
+    if src.layout.is_sparse or dst.layout.is_sparse:
+        return False
+    return card_conversion(src.dtype, dst.dtype)
 
 
 def card_relayout_bytes(read: int, written: int) -> int:

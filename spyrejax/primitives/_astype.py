@@ -106,8 +106,7 @@ class Astype(SpyrePrim):
         """
         aval = self.in_avals[0]
         plain = not (self.arranged or aval.layout.is_arranged)
-        sparse = aval.layout.is_sparse or self.out_aval.layout.is_sparse
-        return plain and card_order_matters(aval.dtype, self.dtype, sparse=sparse)
+        return plain and card_order_matters(aval, self.out_aval)
 
     def kernel(self, img: jax.Array) -> jax.Array:
         return self._convert(img, exact=True)

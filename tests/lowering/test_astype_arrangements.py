@@ -384,3 +384,46 @@ def test_the_device_model_charges_what_the_planner_charges_for_the_standard_orde
     assert "in-group relayout" in standard._repr_html_()
     gap = standard.time_s - arranged.time_s
     assert gap == pytest.approx(2 * relayout, rel=1e-9)
+
+
+def test_the_order_matters_on_dense_sticks_of_both_sides():
+    # One predicate decides from both types: a sparse stick on either side holds its one
+    # element in lane 0. A value broadcast from row sums has a sparse layout under a
+    # dense shape, so converting it to a dense result (a shape-only or result-only
+    # reading would say "matters") is no case for the card's order.
+    from spyrejax.primitives._arranged import card_order_matters
+    from spyrejax.primitives._astype import Astype
+    from spyrejax.primitives._stick import SPARSE, default_type
+
+    dense16, dense32 = (default_type((4, 128), t, 1) for t in (F16, F32))
+    broadcast = jax.typeof(sp.broadcast_to(sj.to_device(rand((4, 1), F16)), (4, 128)))
+    assert broadcast.layout.is_sparse and broadcast.shape == dense16.shape
+    assert card_order_matters(dense16, dense32) and card_order_matters(dense32, dense16)
+    assert not card_order_matters(broadcast, dense32)
+    assert not card_order_matters(dense16, default_type((4, 128), F32, SPARSE))
+    assert not card_order_matters(dense16, default_type((4, 128), BF16, 1))  # same width
+    # The primitive charges by the same predicate: none for the broadcast operand.
+    assert Astype(dense16, dtype=np.dtype(F32)).reorders
+    assert not Astype(broadcast, dtype=np.dtype(F32)).reorders
+
+
+@pytest.mark.parametrize("shape", [(4, 128), (4, 1), (128,), ()])
+def test_the_planner_offers_the_cards_order_where_the_primitive_charges_its_relayout(shape):
+    # The convert rule's modes and Astype.reorders read one predicate: each mode whose
+    # stick is whole groups offers the arranged variant exactly where the standard
+    # conversion of that mode's operand pays the relayout.
+    from spyrejax.lowering._graph import build_graph
+    from spyrejax.lowering._registry import rule_for
+    from spyrejax.primitives._astype import Astype
+    from spyrejax.primitives._stick import SPARSE, default_type
+
+    closed = jax.make_jaxpr(lambda x: x.astype(F32))(jax.ShapeDtypeStruct(shape, F16))
+    (node,) = [n for n in build_graph(closed).nodes if n.prim == "convert_element_type"]
+    modes = rule_for(node).modes(node)
+    arranged = {m.out for m in modes if m.variant == "arranged"}
+    for m in modes:
+        if m.variant or (m.out != SPARSE and shape[m.out] % 64):
+            continue
+        x = default_type(shape, F16, SPARSE if m.ins[0] is None else m.ins[0])
+        assert (m.out in arranged) == Astype(x, dtype=np.dtype(F32)).reorders, m
+    assert arranged == ({1} if shape == (4, 128) else {0} if shape == (128,) else set())

@@ -17,6 +17,7 @@ from ...primitives._stick import (
     SPARSE,
     canon,
     default_layout,
+    default_type,
     stick_of,
     stick_options,
 )
@@ -158,8 +159,7 @@ class _Convert(Rule):
             modes += [
                 replace(m, variant="arranged")
                 for m in modes
-                if card_order_matters(x.dtype, out.dtype, sparse=m.out == SPARSE)
-                and out.shape[m.out] % GROUP == 0
+                if card_order_matters(*_mode_types(node, m)) and out.shape[m.out] % GROUP == 0
             ]
         return modes
 
@@ -169,6 +169,13 @@ class _Convert(Rule):
 
 
 _register(_Convert(), "convert_element_type")
+
+
+def _mode_types(node: Node, mode: Mode) -> tuple[SpyreType, SpyreType]:
+    """A conversion's operand and result types in ``mode``: each the default of its stick."""
+    x, out = node.ins[0], node.outs[0]
+    stick = SPARSE if mode.ins[0] is None else mode.ins[0]
+    return default_type(x.shape, x.dtype, stick), default_type(out.shape, out.dtype, mode.out)
 
 
 # --- reductions ----------------------------------------------------------------------
