@@ -232,9 +232,15 @@ class LaneMapping(HostMapping):
         return offset + step * lane
 
     def _on_lanes(self, lane: Any) -> tuple[Any, Any]:
-        """Whether device lanes hold this layout's lanes, and their valid-range lane."""
+        """Whether device lanes hold this layout's lanes, and their valid-range lane.
+
+        Array-agnostic (ints, NumPy grids, the masks' JAX coordinates) by ordered
+        comparisons only: from ``offset`` on, a remainder ``< 1`` is a multiple of
+        ``step`` (no coordinate type needs an ``==`` other than Python's).
+        """
         offset, step = self.layout.lanes  # type: ignore[attr-defined]
-        return ((lane - offset) % step == 0) & (lane >= offset), (lane - offset) // step
+        rest = (lane - offset) % step
+        return (rest < 1) & (lane >= offset), (lane - offset) // step
 
     def device_coord(self, index: Any) -> tuple[int, ...]:
         """Device coordinate of one host element (the lane spread out)."""

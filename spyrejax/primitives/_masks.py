@@ -79,7 +79,10 @@ def data_mask(t: SpyreType) -> jax.Array | None:
 
 
 class _Coord:
-    """A device coordinate (a full-size iota) whose ``*``, ``+``, ``<`` and ``&`` are lax ops.
+    """A device coordinate (a full-size iota) whose arithmetic and ordering are lax ops.
+
+    ``*``, ``+``, ``-``, ``//``, ``%``, ``<``, ``>=`` and ``&``: what the layouts'
+    array-agnostic position checks use (``HostMapping.data_positions``).
 
     ``jnp``'s operators each trace a nested ``jit``; a mask takes a few dozen of them,
     rebuilt for every kernel that masks, which made masks most of the Python time of
@@ -109,13 +112,8 @@ class _Coord:
             return self + (-other)
         return _Coord(jax.lax.sub(self.x, other.x))
 
-    # A lane view's layout says which lanes are its own (``layout._lanes``).
-    def __eq__(self, k: object) -> _Coord:  # type: ignore[override]
-        assert isinstance(k, int)
-        return _Coord(jax.lax.eq(self.x, np.int32(k)))
-
-    __hash__ = object.__hash__
-
+    # A lane view's layout says which lanes are its own (``layout._lanes``: ``%``, ``<``,
+    # ``>=`` and ``//``); ``==`` is not overloaded: a coordinate compares as an object.
     def __ge__(self, bound: int) -> _Coord:
         return _Coord(jax.lax.ge(self.x, np.int32(bound)))
 

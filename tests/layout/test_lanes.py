@@ -188,3 +188,23 @@ def test_the_device_memory_picture_shows_the_lanes():
     picture = viz.device_memory((2, 64), layout)
     assert "lanes 1::2" in picture.title
     assert list(picture.text[0][:4]) == ["", "0", "", "1"]  # the odd lanes hold the piece
+
+
+@pytest.mark.parametrize(("offset", "step"), [(0, 2), (1, 2), (3, 4)])
+def test_a_kernels_lane_mask_is_the_layouts(offset, step):
+    # Kernels build masks on JAX coordinates (``primitives._masks``): their arithmetic
+    # and ordering are lax ops, their ``==`` Python's (a coordinate is an object), so
+    # the lanes are picked by ordered comparisons; the mask is the NumPy one.
+    import jax.numpy as jnp
+
+    from spyrejax.primitives._array import SpyreType
+    from spyrejax.primitives._masks import _Coord, data_mask
+
+    buffer = SpyreTensorLayout((3, 80), F32)  # 80 = 2.5 sticks: a partial last stick
+    layout = laned(buffer, offset, step)
+    t = SpyreType.contiguous((3, 80 // step), F32, layout)
+    want = layout.for_host(t.shape).data_mask()
+    assert want.sum() == 3 * 80 // step
+    np.testing.assert_array_equal(np.asarray(data_mask(t)), want)
+    c = _Coord(jnp.arange(4))
+    assert c == c and c != _Coord(c.x) and c != 0 and len({c, c}) == 1
