@@ -470,7 +470,7 @@ class SpyreArray:
         type: the :class:`SpyreType`.
     """
 
-    __slots__ = ("image", "type")
+    __slots__ = ("__weakref__", "image", "type")  # weakly held: the per-core executor's
 
     image: jax.Array
     type: SpyreType

@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
@@ -96,9 +97,10 @@ class CoreExecutor:
         # One division per geometry and hint, as the device model's plan keeps them: a
         # repeated layer's ops share it and the per-core maps it computes once.
         self._alike: dict[Any, WorkDivision] = {}
-        # Each result computed per core, by id, with its division: a view its producer's
-        # cores write (``written_space``) is divided as the producer.
-        self._made: dict[int, tuple[Any, WorkDivision]] = {}
+        # Each result computed per core while it lives, by id, with its division: a view
+        # its producer's cores write (``written_space``) is divided as the producer. Held
+        # weakly: a loop body's tracers must not outlive its trace (``jax.checking_leaks``).
+        self._made: dict[int, tuple[weakref.ref[Any], WorkDivision]] = {}
 
     def __call__(self, prim: Any, args: tuple[Any, ...]) -> Any:
         """The result of ``prim`` on ``args`` computed per core, or None (run it as usual)."""
@@ -124,7 +126,7 @@ class CoreExecutor:
             return None  # the device model does not divide it, nor does a producer write it
         made = self._made.get(id(args[0]))
         div = None
-        hint = None if made is None or made[0] is not args[0] else producer_splits(made[1], space)
+        hint = None if made is None or made[0]() is not args[0] else producer_splits(made[1], space)
         if hint is not None:
             with contextlib.suppress(DeviceError):
                 div = self._divide(space, hint)
@@ -140,7 +142,7 @@ class CoreExecutor:
         """``prim`` on ``args`` per core by ``div`` (checked, in the check mode)."""
         out = self._run_divided(prim, args, div)
         if out is not None:
-            self._made[id(out)] = (out, div)  # kept alive: its id names no other value
+            self._made[id(out)] = (weakref.ref(out, partial(_forget, self._made, id(out))), div)
         return out
 
     def _run_divided(self, prim: Any, args: tuple[Any, ...], div: WorkDivision) -> Any:
@@ -161,6 +163,12 @@ class CoreExecutor:
         want = prim(*(wrap(x, t) for x, t in zip(imgs, prim.in_avals, strict=True)))
         self.check.watch(prim, div, imgs, got, image(want))
         return prim(*args)  # the program goes on as in the default mode, barrier-free
+
+
+def _forget(made: dict[int, tuple[weakref.ref[Any], WorkDivision]], key: int, ref: Any) -> None:
+    """Drop a dead result's entry (unless its id already names a newer one)."""
+    if key in made and made[key][0] is ref:
+        del made[key]
 
 
 def producer_splits(made: WorkDivision, space: OpSpace) -> dict[str, int] | None:

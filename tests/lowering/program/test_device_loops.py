@@ -274,3 +274,43 @@ def test_a_scans_slices_and_stacked_results_move_no_data_of_their_own():
     writers = [o for o in r.ops if o.write_bytes]
     assert r.device.write_bytes == sum(o.write_bytes for o in writers)
     assert all(o.opfunc != "wrap" for o in writers)
+
+
+def test_a_loop_run_per_core_leaks_no_tracer_and_its_writes_follow_their_producers(
+    monkeypatch,
+):
+    # The per-core executor keeps each result's division while the result lives (weakly):
+    # a LanePlace in a loop body still finds its producer's, and no body tracer outlives
+    # the body's trace. Checked on the executor first (an executor holding its results
+    # fails here at once; ``jax.checking_leaks`` would take minutes to name the holder).
+    import gc
+
+    from spyrejax.lowering.program import _cores, _interpret
+
+    def rotate(c):  # RoPE's pairs: each lane view's result placed back on its lanes
+        a, b = c[..., ::2], c[..., 1::2]
+        return jnp.stack([a * 0.5 - b, b * 0.5 + a], -1).reshape(c.shape)
+
+    def f(x):
+        return jax.lax.fori_loop(0, 2, lambda _, c: rotate(c), x)
+
+    executors, found = [], []
+
+    class Kept(_cores.CoreExecutor):
+        def __init__(self, *args):
+            super().__init__(*args)
+            executors.append(self)
+
+    splits = _cores.producer_splits
+    monkeypatch.setattr(_interpret, "CoreExecutor", Kept)
+    monkeypatch.setattr(
+        _cores, "producer_splits", lambda made, space: found.append(space) or splits(made, space)
+    )
+    x = rand((4, 128), np.float32)
+    got = sj.to_host(sj.jit(f, emulate="cores")(x))
+    assert [s.opfunc for s in found] == ["lane_place", "lane_place", "lane_assemble"]
+    gc.collect()
+    assert executors and all(not e._made for e in executors)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(sj.to_host(sj.jit(f)(x))))
+    with jax.checking_leaks():
+        sj.jit(lambda x: f(x) + 1, emulate="cores")(x)
