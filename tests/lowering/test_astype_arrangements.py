@@ -225,6 +225,18 @@ def test_arranged_astype_eagerly_and_refusals():
     np.testing.assert_array_equal(np.asarray(sj.to_host(restored)), np.asarray(x, np.float32))
 
 
+def arranged_and_standard(both, x):
+    """``both(d, arranged)`` jitted both ways on ``x`` put on the device: result pairs."""
+    d = sj.to_device(x)
+    got, want = (jax.jit(both, static_argnums=1)(d, a) for a in (True, False))
+    return zip(got, want, strict=True)
+
+
+def assert_same_values(got, want):
+    """Bit for bit the same host values."""
+    np.testing.assert_array_equal(np.asarray(sj.to_host(got)), np.asarray(sj.to_host(want)))
+
+
 @pytest.mark.parametrize(("src", "dst"), [(F16, F32), (F32, BF16)])
 @pytest.mark.parametrize("shape", [(3, 20), (2, 32), (3, 1000), (2, 3, 130)])
 def test_reductions_and_row_broadcasts_read_arranged_groups_as_standard_ones(shape, src, dst):
@@ -243,11 +255,9 @@ def test_reductions_and_row_broadcasts_read_arranged_groups_as_standard_ones(sha
             out += [r, sp.astype(z, src)]
         return out
 
-    d = sj.to_device(rand(shape, src))
-    got, want = jax.jit(both, static_argnums=1)(d, True), jax.jit(both, static_argnums=1)(d, False)
-    for g, w in zip(got, want, strict=True):
+    for g, w in arranged_and_standard(both, rand(shape, src)):
         assert jax.typeof(g) == jax.typeof(w)
-        np.testing.assert_array_equal(np.asarray(sj.to_host(g)), np.asarray(sj.to_host(w)))
+        assert_same_values(g, w)
 
 
 def compiled(f, x):
@@ -310,11 +320,9 @@ def test_reductions_keeping_the_stick_dim_keep_the_arrangement(shape, src, dst):
                     out += [r, sp.astype(r, src)]
         return out
 
-    d = sj.to_device(rand(shape, src))
-    got, want = jax.jit(both, static_argnums=1)(d, True), jax.jit(both, static_argnums=1)(d, False)
-    for g, w in zip(got, want, strict=True):
+    for g, w in arranged_and_standard(both, rand(shape, src)):
         assert jax.typeof(g).shape == jax.typeof(w).shape
-        np.testing.assert_array_equal(np.asarray(sj.to_host(g)), np.asarray(sj.to_host(w)))
+        assert_same_values(g, w)
 
 
 @pytest.mark.parametrize("shape", [(3, 20), (2, 32), (5,)])
