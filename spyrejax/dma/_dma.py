@@ -23,11 +23,8 @@ transfers, and any others, run as above in XLA; each says which (:data:`DMA_EVEN
 
 from __future__ import annotations
 
-import functools
-import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -41,12 +38,12 @@ from ..layout._dtypes import format_for_dtype, host_dtype, poison_value
 from ..layout._host_mapping import HostMapping
 from ..layout._lanes import LanedLayout, parent_layout, parent_shape
 from ..layout._layout import SpyreTensorLayout
-from ..layout._segments import row_major_strides
 from ._boxes import box_plan, execute
 from ._dci import Descriptor
 from ._ffi import d2h_tiles, handler_active
 from ._host_dma import aligned_empty, host_engine_suits, run_on_host
 from ._permute import transposed
+from ._tiling import Tiling, tiling
 
 __all__ = [
     "as_bits",
@@ -153,7 +150,7 @@ def _arranged(image: Any, mapping: HostMapping, *, inverse: bool = False) -> Any
 def _h2d_values(x: jax.Array, mapping: HostMapping, fill: Any) -> jax.Array:
     if mapping.layout.is_arranged:
         return _arranged(_h2d_values(x, _standard(mapping), fill), mapping)
-    tiles = _tiling(mapping)
+    tiles = tiling(mapping)
     if tiles is not None:
         return _h2d_tiled(x, tiles, fill)
     image = jnp.full(mapping.layout.device_size, fill, dtype=x.dtype)
@@ -164,74 +161,14 @@ def _d2h_values(image: jax.Array, mapping: HostMapping, by_tiles: bool = False) 
     """``by_tiles``: a transfer of its own, which may run tile by tile (:func:`_stick_tile_dim`)."""
     if mapping.layout.is_arranged:
         return _d2h_values(_arranged(image, mapping, inverse=True), _standard(mapping), by_tiles)
-    tiles = _tiling(mapping)
+    tiles = tiling(mapping)
     if tiles is not None:
         return _d2h_tiled(image, tiles, by_tiles)
     dst = jnp.zeros(mapping.shape, image.dtype)
     return execute(image, dst, mapping.dci(host_to_device=False))
 
 
-@dataclass(frozen=True)
-class _Tiling:
-    """A mapping whose device dims cut each host segment as an exact mixed radix.
-
-    Then the image with its device dims put in segment order is the host tensor with
-    each segment padded at its end to whole device dims (a partial last tile or stick):
-    a transfer is one transpose, reshape and slice (or pad and reshape and transpose),
-    which XLA fuses into one loop, where the descriptors' boxes (a full-tile one and a
-    last-tile one per padded dim) are assembled by concatenations or written by box
-    updates. The same elements move either way; the padding is left, or filled, alike.
-
-    Attributes:
-        order: device dims in segment order (each segment's outermost first), then
-            the ``unwalked`` ones: size 1, or a synthetic stick holding index 0 only.
-        unwalked: how many dims at the end of ``order`` walk no host dim.
-        sizes: segment sizes (host elements).
-        extents: segment sizes padded to whole device dims.
-        shape: the host shape.
-        device_size: the image's shape.
-    """
-
-    order: tuple[int, ...]
-    unwalked: int
-    sizes: tuple[int, ...]
-    extents: tuple[int, ...]
-    shape: tuple[int, ...]
-    device_size: tuple[int, ...]
-
-
-@functools.lru_cache(maxsize=4096)
-def _tiling(mapping: HostMapping) -> _Tiling | None:
-    """The mapping as a :class:`_Tiling`; None if some dim has gaps, ties or broadcasts."""
-    layout, seg = mapping.layout, mapping.segmentation
-    size = layout.device_size
-    if mapping.size == 0 or layout.has_gaps or mapping.strides != row_major_strides(mapping.shape):
-        return None  # (with gaps, the descriptors place the valid range inside the buffer)
-    for j in seg.ignored:
-        if size[j] != 1 and layout.stride_map[j] != -1:
-            return None  # a broadcast or tied dim: the descriptors say how it is walked
-    order, extents = [], []
-    for segment in seg.segments:
-        axes = segment.axes
-        if not axes or axes[-1][1] != 1:
-            return None
-        for (_, r_outer), (j, r) in itertools.pairwise(axes):
-            if r_outer != r * size[j]:
-                return None  # a gap (or an overlap) between a dim's steps
-        order += [j for j, _ in axes]
-        extents.append(size[axes[0][0]] * axes[0][1])
-    order += seg.ignored
-    return _Tiling(
-        tuple(order),
-        len(seg.ignored),
-        tuple(s.size for s in seg.segments),
-        tuple(extents),
-        mapping.shape,
-        size,
-    )
-
-
-def _d2h_tiled(image: jax.Array, tiles: _Tiling, by_tiles: bool = False) -> jax.Array:
+def _d2h_tiled(image: jax.Array, tiles: Tiling, by_tiles: bool = False) -> jax.Array:
     """The host tensor in a tiled image (the inverse of :func:`_h2d_tiled`).
 
     Inside a kernel the transpose stays one op XLA can fuse with what reads the values
@@ -244,7 +181,7 @@ def _d2h_tiled(image: jax.Array, tiles: _Tiling, by_tiles: bool = False) -> jax.
     return jax.lax.reshape(_d2h_sizes(image, tiles), tiles.shape)
 
 
-def _d2h_sizes(image: jax.Array, tiles: _Tiling) -> jax.Array:
+def _d2h_sizes(image: jax.Array, tiles: Tiling) -> jax.Array:
     """The host tensor in a tiled image, shaped ``tiles.sizes`` (or as tiled, if equal)."""
     x = jax.lax.transpose(image, tiles.order)
     x = _cut(x, x.shape[: x.ndim - tiles.unwalked] + (1,) * tiles.unwalked)
@@ -253,7 +190,7 @@ def _d2h_sizes(image: jax.Array, tiles: _Tiling) -> jax.Array:
     return _cut(jax.lax.reshape(x, tiles.extents), tiles.sizes)
 
 
-def _stick_tile_dim(tiles: _Tiling) -> int | None:
+def _stick_tile_dim(tiles: Tiling) -> int | None:
     """The image dim of the last segment's tiles, when a d2h runs tile by tile.
 
     That is when the last host segment is exactly a tile dim and the image's last dim
@@ -277,7 +214,7 @@ def _stick_tile_dim(tiles: _Tiling) -> int | None:
     return tile_dim if full and tiles.sizes[-1] > (size[tile_dim] - 1) * size[-1] else None
 
 
-def _d2h_by_tiles(image: jax.Array, tiles: _Tiling, tile_dim: int) -> jax.Array:
+def _d2h_by_tiles(image: jax.Array, tiles: Tiling, tile_dim: int) -> jax.Array:
     """:func:`_d2h_tiled` tile by tile (see above).
 
     On the CPU backend the FFI handler of :mod:`._ffi` copies the sticks; elsewhere a
@@ -306,7 +243,7 @@ def _d2h_by_tiles(image: jax.Array, tiles: _Tiling, tile_dim: int) -> jax.Array:
     return d2h_tiles(image, tile_dim, width, tiles.shape, loop)
 
 
-def _h2d_tiled(x: jax.Array, tiles: _Tiling, fill: Any) -> jax.Array:
+def _h2d_tiled(x: jax.Array, tiles: Tiling, fill: Any) -> jax.Array:
     """The tiled image of host tensor ``x``, its padding ``fill``."""
     fill = jnp.asarray(fill, x.dtype)
     shape = tuple(tiles.device_size[j] for j in tiles.order)
@@ -575,7 +512,7 @@ def relayout_bits(
     """``h2d_bits(d2h_bits(...))``: traced between tilings, one reshape, sizes to sizes."""
     dt, shape = np.dtype(dtype), tuple(shape)
     plain = not any(isinstance(x, LanedLayout) or x.is_arranged for x in (src, dst))
-    a, b = (_tiling(x.for_host(shape)) for x in (src, dst)) if plain else (None, None)
+    a, b = (tiling(x.for_host(shape)) for x in (src, dst)) if plain else (None, None)
     if not isinstance(image, jax.core.Tracer) or a is None or b is None:
         return h2d_bits(d2h_bits(image, shape, src), dt, dst)
     moved = transposed(as_bits(image), a, b)  # exact tilings: one transpose

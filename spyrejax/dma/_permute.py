@@ -16,9 +16,11 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import jax
+
+from ._tiling import Tiling
 
 __all__ = ["Cut", "one_transpose", "transposed"]
 
@@ -68,17 +70,7 @@ def one_transpose(src: Cut, dst: Cut) -> tuple[tuple[int, ...], tuple[int, ...]]
     return fine, tuple(where[p] for p in seqs[1])
 
 
-class _Tiles(Protocol):
-    """What :func:`transposed` reads of a tiling (``dma._dma._Tiling``)."""
-
-    order: tuple[int, ...]
-    unwalked: int
-    sizes: tuple[int, ...]
-    extents: tuple[int, ...]
-    device_size: tuple[int, ...]
-
-
-def transposed(bits: jax.Array, src: _Tiles, dst: _Tiles) -> Any:
+def transposed(bits: jax.Array, src: Tiling, dst: Tiling) -> Any:
     """``dst``'s image of ``src``'s by one transpose, or None if the tilings do not allow it.
 
     Both tilings must be exact (no segment padded) and their cuts refine each other

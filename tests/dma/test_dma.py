@@ -22,6 +22,7 @@ from spyrejax import SpyreTensorLayout
 from spyrejax._counts import counting
 from spyrejax.dma import _boxes, _dma
 from spyrejax.dma._host_dma import NATIVE_TRANSPOSE, without_kernel
+from spyrejax.dma._tiling import tiling
 
 F16 = np.float16
 RNG = np.random.default_rng(0)
@@ -520,7 +521,7 @@ def test_property_tiled_transfers_move_what_the_descriptors_move(case, dtype, se
     layout = SpyreTensorLayout(shape, dtype, order)
     x = random_bits(shape, dtype, np.random.default_rng(seed))
     if np.prod(shape):
-        assert _dma._tiling(layout.for_host(shape)) is not None
+        assert tiling(layout.for_host(shape)) is not None
     (tiled, tiled_back), (boxed, back) = _tiled_and_boxed(x, layout)
     assert same_bits(tiled, boxed)
     assert same_bits(tiled_back, back)
