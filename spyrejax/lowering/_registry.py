@@ -51,6 +51,7 @@ __all__ = [
     "is_host_fallback",
     "lower_node",
     "rule_for",
+    "stick_req",
     "watching",
 ]
 
@@ -86,7 +87,12 @@ class Mode:
     place: SpyreTensorLayout | None = None
 
 
-def _req(v: Value | Scalar, stick: int) -> int | None:
+def stick_req(v: Value | Scalar, stick: int) -> int | None:
+    """The stick an operand ``v`` needs for a pointwise result stuck on ``stick``.
+
+    The dim is the same dim of ``v``'s shape (canonical for it); None for a scalar or a
+    0-d value (no layout to ask for).
+    """
     if isinstance(v, Scalar) or not v.shape:
         return None
     return canon(v.shape, stick)

@@ -35,7 +35,7 @@ from ...primitives._stick import default_layout, serves
 from ...primitives._widened_sum import Pointwise, widened_sum
 from .._graph import Graph, Node, Scalar, Value
 from .._planner import Plan
-from .._registry import _req, lower_node
+from .._registry import lower_node, stick_req
 
 __all__ = ["HALF_FLOATS", "RelaidChain", "map_step", "relaid_chains", "run_relaid"]
 
@@ -234,7 +234,7 @@ def _operand(u: Any, t: SpyreType | None, stick: int | None, env: dict[Any, Any]
     if not isinstance(u, Value) or t is None or stick is None:
         return u
     x = env[u, t]
-    need = _req(u, stick)
+    need = stick_req(u, stick)
     if serves(t, need) and not t.layout.is_arranged:
         return x
     return sp.restickify(x, layout=default_layout(u.shape, u.dtype, need))

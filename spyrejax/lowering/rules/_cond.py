@@ -19,8 +19,8 @@ from ...primitives._stick import (
     canon,
     stick_options,
 )
-from .._graph import Node, Scalar, Value
-from .._registry import RULES, Mode, Rule, _register
+from .._graph import Node, Scalar
+from .._registry import RULES, Mode, Rule, _register, stick_req
 from ..program import _record as record
 from . import _elementwise  # noqa: F401  (registers select_n, which _SelectN wraps)
 from ._control import (
@@ -124,7 +124,7 @@ class _SelectN(Rule):
         if not out.shape:
             return [Mode((None,) * len(node.ins), SPARSE)]
         return [
-            Mode(tuple(_stick_req(v, s) for v in node.ins), canon(out.shape, s))
+            Mode(tuple(stick_req(v, s) for v in node.ins), canon(out.shape, s))
             for s in stick_options(out.shape)
         ]
 
@@ -143,12 +143,6 @@ class _SelectN(Rule):
             hit = sp.elementwise("eq", index, np.asarray(k, kind))
             out = sp.elementwise("where", hit, vals[k], out)
         return [out]
-
-
-def _stick_req(v: Value | Scalar, stick: int) -> int | None:
-    if isinstance(v, Scalar) or not v.shape:
-        return None
-    return canon(v.shape, stick)
 
 
 _register(_SelectN(RULES["select_n"]), "select_n")

@@ -22,7 +22,7 @@ from ...primitives._stick import (
     stick_options,
 )
 from .._graph import Node, Scalar, Value
-from .._registry import Mode, Rule, _arg, _carried_modes, _register, _req
+from .._registry import Mode, Rule, _arg, _carried_modes, _register, stick_req
 
 # --- elementwise ----------------------------------------------------------------------
 
@@ -39,7 +39,10 @@ class _Elementwise(Rule):
             )
         out = node.outs[0]
         return [
-            Mode(tuple(_req(v, s) for v in node.ins), canon(out.shape, s) if out.shape else SPARSE)
+            Mode(
+                tuple(stick_req(v, s) for v in node.ins),
+                canon(out.shape, s) if out.shape else SPARSE,
+            )
             for s in stick_options(out.shape)
         ]
 
@@ -104,7 +107,10 @@ class _Polynomial(Rule):
     def modes(self, node: Node) -> list[Mode]:
         out = node.outs[0]
         return [
-            Mode(tuple(_req(v, s) for v in node.ins), canon(out.shape, s) if out.shape else SPARSE)
+            Mode(
+                tuple(stick_req(v, s) for v in node.ins),
+                canon(out.shape, s) if out.shape else SPARSE,
+            )
             for s in stick_options(out.shape)
         ]
 
@@ -151,7 +157,7 @@ class _Convert(Rule):
         out = node.outs[0]
         sticks = stick_options(out.shape)
         modes = [
-            Mode((_req(node.ins[0], s),), canon(out.shape, s) if out.shape else SPARSE)
+            Mode((stick_req(node.ins[0], s),), canon(out.shape, s) if out.shape else SPARSE)
             for s in sticks
         ]
         x = node.ins[0]
