@@ -24,7 +24,7 @@ transfers, and any others, run as above in XLA; each says which (:data:`DMA_EVEN
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -40,7 +40,7 @@ from ..layout._lanes import LanedLayout, parent_layout, parent_shape
 from ..layout._layout import SpyreTensorLayout
 from ._boxes import box_plan, execute
 from ._dci import Descriptor
-from ._ffi import d2h_tiles, handler_active
+from ._ffi import d2h_tiles, h2d_tiles, handler_active
 from ._host_dma import aligned_empty, host_engine_suits, run_on_host
 from ._permute import transposed
 from ._tiling import Tiling, tiling
@@ -147,11 +147,16 @@ def _arranged(image: Any, mapping: HostMapping, *, inverse: bool = False) -> Any
     return arrange_image(image, mapping.pair, mapping.layout.arrangement, inverse=inverse)
 
 
-def _h2d_values(x: jax.Array, mapping: HostMapping, fill: Any) -> jax.Array:
+def _h2d_values(x: jax.Array, mapping: HostMapping, fill: Any, by_tiles: bool = False) -> jax.Array:
+    """``by_tiles``: a transfer of its own, which may run tile by tile (:func:`_stick_tile_dim`)."""
     if mapping.layout.is_arranged:
-        return _arranged(_h2d_values(x, _standard(mapping), fill), mapping)
+        return _arranged(_h2d_values(x, _standard(mapping), fill, by_tiles), mapping)
     tiles = tiling(mapping)
     if tiles is not None:
+        tile_dim = _stick_tile_dim(tiles) if by_tiles else None
+        if tile_dim is not None:
+            fill = jnp.asarray(fill, x.dtype)
+            return h2d_tiles(x, fill, tiles.device_size, tile_dim, _tiled_by(tiles))
         return _h2d_tiled(x, tiles, fill)
     image = jnp.full(mapping.layout.device_size, fill, dtype=x.dtype)
     return execute(x, image, mapping.dci(host_to_device=True))
@@ -191,7 +196,7 @@ def _d2h_sizes(image: jax.Array, tiles: Tiling) -> jax.Array:
 
 
 def _stick_tile_dim(tiles: Tiling) -> int | None:
-    """The image dim of the last segment's tiles, when a d2h runs tile by tile.
+    """The image dim of the last segment's tiles, when a transfer runs tile by tile.
 
     That is when the last host segment is exactly a tile dim and the image's last dim
     (its sticks), its last tile partly filled, and every other device dim is already in
@@ -241,6 +246,11 @@ def _d2h_by_tiles(image: jax.Array, tiles: Tiling, tile_dim: int) -> jax.Array:
         return jax.lax.reshape(out, tiles.shape)
 
     return d2h_tiles(image, tile_dim, width, tiles.shape, loop)
+
+
+def _tiled_by(tiles: Tiling) -> Callable[[jax.Array, Any], jax.Array]:
+    """:func:`_h2d_tiled` of ``tiles``, as a function of the host tensor and the fill."""
+    return lambda x, fill: _h2d_tiled(x, tiles, fill)
 
 
 def _h2d_tiled(x: jax.Array, tiles: Tiling, fill: Any) -> jax.Array:
@@ -337,7 +347,10 @@ def _fill(value: Any, dtype: np.dtype) -> jax.Array:
 
 
 def _h2d_traced(x: jax.Array, fill: jax.Array, mapping: HostMapping) -> jax.Array:
-    image = _h2d_values(as_bits(x), _standard(mapping), fill)  # arranged after the fence
+    # A transfer of its own runs tile by tile through the FFI handler (it moves bytes);
+    # a kernel's write (an astype's, inside ``without_handler``) stays XLA's to fuse.
+    # (The image is arranged after the fence.)
+    image = _h2d_values(as_bits(x), _standard(mapping), fill, by_tiles=handler_active())
     fence = _has_padding(x.shape, mapping.layout)
     return from_bits(image, x.dtype, fence=fence, then=lambda b: _arranged(b, mapping))
 

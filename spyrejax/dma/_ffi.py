@@ -1,4 +1,4 @@
-"""Device -> host of a tiled image inside ``jax.jit``, as an XLA FFI custom call.
+"""Host <-> device of a tiled image inside ``jax.jit``, as XLA FFI custom calls.
 
 A traced transfer of its own whose last host segment is one tile dim and the sticks, the
 last tile partly filled (:func:`spyrejax.dma._dma._stick_tile_dim`), is in XLA a loop of
@@ -7,7 +7,9 @@ twice a copy's CPU time. The C++ handler in ``_tiles.cc`` writes each host row o
 in order, one stick at a time (about 1.2x a copy's; ``benchmarks/README.md`` item 30).
 It runs on the CPU backend; elsewhere, or when the extension was not built,
 :func:`d2h_tiles` takes the XLA loop it is given. Derivatives go through the plain XLA
-formulation (the transfer is linear).
+formulation (the transfer is linear). :func:`h2d_tiles` is the same for host -> device
+(XLA pads the host array with the fill and transposes it: about 0.15 of a copy's speed for
+a ``[4096, 4000]`` float16; ``benchmarks/README.md`` item 49).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 try:
@@ -24,14 +27,16 @@ try:
 except ImportError:  # built without a C++ compiler or jaxlib's headers: the XLA loop runs
     _native = None
 
-__all__ = ["FFI_D2H", "d2h_tiles", "handler_active", "without_handler"]
+__all__ = ["FFI_D2H", "d2h_tiles", "h2d_tiles", "handler_active", "without_handler"]
 
 _TARGET = "spyrejax_d2h_tiles"
+_H2D_TARGET = "spyrejax_h2d_tiles"
 
 #: Whether the FFI handler was built (and registered for the CPU backend).
 FFI_D2H = _native is not None
 if _native is not None:
     jax.ffi.register_ffi_target(_TARGET, _native.d2h_tiles(), platform="cpu")
+    jax.ffi.register_ffi_target(_H2D_TARGET, _native.h2d_tiles(), platform="cpu")
 
 Loop = Callable[[jax.Array], jax.Array]
 
@@ -65,20 +70,13 @@ def d2h_tiles(
     """
     if not handler_active():
         return loop(image)
-    outer = int(np.prod(image.shape[:tile_dim]))
-    inner = int(np.prod(image.shape[tile_dim + 1 : -1]))
-    attrs = {
-        "outer": np.int64(outer),
-        "count": np.int64(image.shape[tile_dim]),
-        "inner": np.int64(inner),
-        "lanes": np.int64(image.shape[-1]),
-        "width": np.int64(width),
-    }
+    attrs = _tiling_attrs(image.shape, tile_dim, width)
+    rows = int(attrs["outer"] * attrs["inner"])
 
     def native(x: jax.Array) -> jax.Array:
         call = jax.ffi.ffi_call(
             _TARGET,
-            jax.ShapeDtypeStruct((outer * inner, width), x.dtype),
+            jax.ShapeDtypeStruct((rows, width), x.dtype),
             vmap_method="sequential",
         )
         return call(x, **attrs).reshape(shape)
@@ -92,3 +90,51 @@ def d2h_tiles(
         return run(primals[0]), loop(tangents[0])
 
     return run(image)
+
+
+def _tiling_attrs(shape: tuple[int, ...], tile_dim: int, width: int) -> dict[str, np.int64]:
+    """The handlers' extents of an image of ``shape`` tiled at ``tile_dim``."""
+    return {
+        "outer": np.int64(int(np.prod(shape[:tile_dim]))),
+        "count": np.int64(shape[tile_dim]),
+        "inner": np.int64(int(np.prod(shape[tile_dim + 1 : -1]))),
+        "lanes": np.int64(shape[-1]),
+        "width": np.int64(width),
+    }
+
+
+def h2d_tiles(
+    x: jax.Array,
+    fill: jax.Array,
+    image_shape: tuple[int, ...],
+    tile_dim: int,
+    loop: Callable[[jax.Array, jax.Array], jax.Array],
+) -> jax.Array:
+    """The image of ``image_shape`` of host tensor ``x``, its sticks along ``tile_dim``.
+
+    The inverse of :func:`d2h_tiles`: ``x``'s last dim (its ``width``) is cut into the
+    tiles' sticks; the last tile's padding lanes hold ``fill`` (a scalar of ``x``'s
+    dtype). ``loop(x, fill)`` is the same transfer in XLA, run where the handler cannot
+    be, and for tangents (with a zero fill: the padding does not depend on ``x``).
+    """
+    if not handler_active():
+        return loop(x, fill)
+    attrs = _tiling_attrs(image_shape, tile_dim, x.shape[-1])
+    rows = int(attrs["outer"] * attrs["inner"])
+
+    def native(x: jax.Array) -> jax.Array:
+        call = jax.ffi.ffi_call(
+            _H2D_TARGET, jax.ShapeDtypeStruct(image_shape, x.dtype), vmap_method="sequential"
+        )
+        return call(x.reshape(rows, x.shape[-1]), fill.reshape(1), **attrs)
+
+    @jax.custom_jvp
+    def run(x: jax.Array) -> jax.Array:
+        return jax.lax.platform_dependent(x, cpu=native, default=lambda x: loop(x, fill))
+
+    @run.defjvp
+    def _jvp(primals: tuple[jax.Array], tangents: tuple[jax.Array]) -> tuple[jax.Array, jax.Array]:
+        (t,) = tangents
+        return run(primals[0]), loop(t, jnp.zeros((), t.dtype))
+
+    return run(x)

@@ -543,18 +543,21 @@ def _prims(fn, arg):
 def test_a_partial_last_stick_transfers_in_one_pass():
     layout = SpyreTensorLayout((1000, 80), np.float32)  # 80 = 2 sticks of 32 and 16
     image = jnp.zeros(layout.device_size, np.float32)
-    assert _prims(lambda x: sj.dma_h2d(x, layout), jnp.zeros((1000, 80), np.float32)) == [
-        "pad",
-        "reshape",
-        "transpose",
-    ]
+    host = jnp.zeros((1000, 80), np.float32)
+    from spyrejax.dma._ffi import FFI_D2H, without_handler
+
+    # A kernel's write is one pad, reshape and transpose (XLA fuses it with the producer);
+    # a transfer of its own is the FFI handler's one call where it was built, else the same.
+    assert _prims(lambda x: _dma.h2d_values(x, layout), host) == ["pad", "reshape", "transpose"]
+    with without_handler():
+        assert _prims(lambda x: sj.dma_h2d(x, layout), host) == ["pad", "reshape", "transpose"]
+    own_write = _prims(lambda x: sj.dma_h2d(x, layout), host)
+    assert own_write == (["custom_jvp_call"] if FFI_D2H else ["pad", "reshape", "transpose"])
     # A kernel's read stays one transpose (XLA fuses it with what reads the values) ...
     kernel_read = _prims(lambda y: _dma.d2h_values(y, (1000, 80), layout), image)
     assert kernel_read == ["reshape", "slice", "transpose"]
     # ... a transfer of its own copies each tile's sticks into its columns: no transpose,
     # in the FFI handler where it was built (one call), else in XLA's loop over tiles.
-    from spyrejax.dma._ffi import FFI_D2H, without_handler
-
     own = _prims(lambda y: sj.dma_d2h(y, (1000, 80), layout), image)
     assert own == (
         ["custom_jvp_call"]
@@ -603,6 +606,39 @@ def test_jitted_d2h_by_tiles_is_bit_exact_with_and_without_the_handler(dtype, sh
     with without_handler():  # XLA's loop (a fresh trace: the shape's static args differ)
         looped = jax.jit(lambda im: sj.dma_d2h(im, shape, layout))(image)
     assert same_bits(looped, x)
+
+
+# Host -> device of a partial last stick inside jax.jit: the same tiles the other way, the
+# last tile's padding lanes holding the fill (the poison value, or pad_value).
+@pytest.mark.parametrize("dtype", [F16, np.float32, ml_dtypes.bfloat16, np.int8])
+@pytest.mark.parametrize("shape", [(37, 200), (5, 130), (4, 1000)])
+def test_jitted_h2d_by_tiles_is_bit_exact_with_and_without_the_handler(dtype, shape):
+    from spyrejax.dma._ffi import FFI_D2H, without_handler
+
+    layout = SpyreTensorLayout(shape, dtype)
+    x = random_bits(shape, dtype, np.random.default_rng(6))
+    eager = sj.dma_h2d(x, layout)  # the host engine or XLA's program, no handler
+    h2d = jax.jit(sj.dma_h2d, static_argnames=("layout", "pad_value"))
+    hlo = h2d.lower(jnp.asarray(x), layout).compile().as_text()
+    assert ("custom-call" in hlo) == FFI_D2H
+    assert same_bits(h2d(jnp.asarray(x), layout), eager)
+    filled = h2d(jnp.asarray(x), layout, pad_value=3)
+    assert same_bits(filled, sj.dma_h2d(x, layout, pad_value=3))
+    with without_handler():
+        looped = jax.jit(lambda y: sj.dma_h2d(y, layout))(jnp.asarray(x))
+    assert same_bits(looped, eager)
+
+
+def test_jitted_h2d_by_tiles_differentiates_and_vmaps():
+    shape = (6, 200)
+    layout = SpyreTensorLayout(shape, np.float32)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    w = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    w_image = sj.dma_h2d(w, layout, pad_value=0)
+    grad = jax.jit(jax.grad(lambda y: (sj.dma_h2d(y, layout, pad_value=0) * w_image).sum()))(x)
+    np.testing.assert_array_equal(np.asarray(grad), w)  # linear: w read back from its places
+    both = jax.jit(jax.vmap(lambda y: sj.dma_h2d(y, layout)))(jnp.stack([x, x * 2]))
+    assert same_bits(both[1], sj.dma_h2d(x * 2, layout))
 
 
 def test_jitted_d2h_by_tiles_differentiates_and_vmaps():
