@@ -5,7 +5,7 @@ installs and runs the same transfers in NumPy and XLA, more slowly.
 
 - ``spyrejax.dma._transpose`` holds the host DMA engine's copy kernels (element transposes
   and runs of whole sticks; see ``spyrejax/dma/_host_dma.py``).
-- ``spyrejax.dma._tiles`` is an XLA FFI handler for device -> host transfers inside
+- ``spyrejax.dma._tiles`` holds the XLA FFI handlers of host <-> device transfers inside
   ``jax.jit`` (see ``spyrejax/dma/_ffi.py``); it compiles against the FFI headers jaxlib
   ships, which ``pyproject.toml`` puts in the build environment.
 """
