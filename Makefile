@@ -47,7 +47,8 @@ test-slow: $(STAMP)
 # Every spyrejax.jit program of the suite with each divided op run per core as well, compared
 # with the default mode (docs/device-model.md), in TEST_WORKERS xdist workers like `make test`
 # (the workers' check counts are added up for the summary: tests/conftest.py). 15 min on a
-# fresh clone of the idle 2-core VM (2026-11-28; issue 24's target is 30): docs/testing.md.
+# fresh clone of the idle 2-core VM (2026-11-28; 27 min on 2026-11-29's slower VM; issue 24's
+# target is 30): docs/testing.md.
 test-cores: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" $(XDIST) --emulate-check --durations=20
 

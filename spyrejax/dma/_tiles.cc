@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "xla/ffi/api/ffi.h"
 
@@ -53,15 +54,19 @@ static ffi::Error D2hTilesImpl(ffi::AnyBuffer src, ffi::Result<ffi::AnyBuffer> d
   return ffi::Error::Success();
 }
 
+// The tiling's extents, the attributes both handlers take (in their parameters' order).
+template <typename Binding>
+static auto WithTiling(Binding binding) {
+  return std::move(binding)
+      .template Attr<int64_t>("outer")
+      .template Attr<int64_t>("count")
+      .template Attr<int64_t>("inner")
+      .template Attr<int64_t>("lanes")
+      .template Attr<int64_t>("width");
+}
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(D2hTiles, D2hTilesImpl,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<int64_t>("outer")
-                                  .Attr<int64_t>("count")
-                                  .Attr<int64_t>("inner")
-                                  .Attr<int64_t>("lanes")
-                                  .Attr<int64_t>("width"));
+                              WithTiling(ffi::Ffi::Bind().Arg<ffi::AnyBuffer>().Ret<ffi::AnyBuffer>()));
 
 static ffi::Error H2dTilesImpl(ffi::AnyBuffer src, ffi::AnyBuffer fill,
                                ffi::Result<ffi::AnyBuffer> dst, int64_t outer, int64_t count,
@@ -92,15 +97,10 @@ static ffi::Error H2dTilesImpl(ffi::AnyBuffer src, ffi::AnyBuffer fill,
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(H2dTiles, H2dTilesImpl,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<int64_t>("outer")
-                                  .Attr<int64_t>("count")
-                                  .Attr<int64_t>("inner")
-                                  .Attr<int64_t>("lanes")
-                                  .Attr<int64_t>("width"));
+                              WithTiling(ffi::Ffi::Bind()
+                                             .Arg<ffi::AnyBuffer>()
+                                             .Arg<ffi::AnyBuffer>()
+                                             .Ret<ffi::AnyBuffer>()));
 
 static PyObject *h2d_tiles(PyObject *, PyObject *) {
   return PyCapsule_New(reinterpret_cast<void *>(H2dTiles), nullptr, nullptr);
