@@ -156,7 +156,8 @@ def _h2d_values(x: jax.Array, mapping: HostMapping, fill: Any, by_tiles: bool = 
         tile_dim = _stick_tile_dim(tiles) if by_tiles else None
         if tile_dim is not None:
             fill = jnp.asarray(fill, x.dtype)
-            return h2d_tiles(x, fill, tiles.device_size, tile_dim, _tiled_by(tiles))
+            width = tiles.sizes[-1]
+            return h2d_tiles(x, fill, tiles.device_size, tile_dim, width, _tiled_by(tiles))
         return _h2d_tiled(x, tiles, fill)
     image = jnp.full(mapping.layout.device_size, fill, dtype=x.dtype)
     return execute(x, image, mapping.dci(host_to_device=True))

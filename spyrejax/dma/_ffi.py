@@ -108,25 +108,27 @@ def h2d_tiles(
     fill: jax.Array,
     image_shape: tuple[int, ...],
     tile_dim: int,
+    width: int,
     loop: Callable[[jax.Array, jax.Array], jax.Array],
 ) -> jax.Array:
     """The image of ``image_shape`` of host tensor ``x``, its sticks along ``tile_dim``.
 
-    The inverse of :func:`d2h_tiles`: ``x``'s last dim (its ``width``) is cut into the
-    tiles' sticks; the last tile's padding lanes hold ``fill`` (a scalar of ``x``'s
+    The inverse of :func:`d2h_tiles`: ``x``, read as rows of ``width`` elements (its
+    tiling's last size: a stick may hold more than one host dim), is cut into the tiles'
+    sticks; the last tile's padding lanes hold ``fill`` (a scalar of ``x``'s
     dtype). ``loop(x, fill)`` is the same transfer in XLA, run where the handler cannot
     be, and for tangents (with a zero fill: the padding does not depend on ``x``).
     """
     if not handler_active():
         return loop(x, fill)
-    attrs = _tiling_attrs(image_shape, tile_dim, x.shape[-1])
+    attrs = _tiling_attrs(image_shape, tile_dim, width)
     rows = int(attrs["outer"] * attrs["inner"])
 
     def native(x: jax.Array) -> jax.Array:
         call = jax.ffi.ffi_call(
             _H2D_TARGET, jax.ShapeDtypeStruct(image_shape, x.dtype), vmap_method="sequential"
         )
-        return call(x.reshape(rows, x.shape[-1]), fill.reshape(1), **attrs)
+        return call(x.reshape(rows, width), fill.reshape(1), **attrs)
 
     @jax.custom_jvp
     def run(x: jax.Array) -> jax.Array:
