@@ -53,7 +53,7 @@ from .. import primitives as sp
 from .._counts import count
 from .._errors import LayoutError, SpyreFallbackWarning
 from ..layout._layout import SpyreTensorLayout
-from ..primitives._array import PadFill, SpyreType
+from ..primitives._array import PadFill, SpyreType, interned
 from ..primitives._stick import SPARSE, default_type, restickify_cost, serves, stick_name, stick_of
 from ..primitives._stick import stick_options as _stick_options
 from ..primitives._views import ShapeView
@@ -195,7 +195,7 @@ def host_input_type(shape: tuple[int, ...], dtype: Any) -> SpyreType:
 
 @functools.lru_cache(maxsize=65536)
 def _default(shape: tuple[int, ...], dtype: np.dtype, stick: int) -> SpyreType:
-    return default_type(shape, dtype, stick)
+    return default_type(shape, dtype, stick).interned()
 
 
 def _defaults(v: Value) -> list[SpyreType]:
@@ -399,7 +399,7 @@ class _Planner:
             with sp.abstract_eval() as called:
                 outs = lower_node(node, args, mode, fallback=self.fallback)
             copies = tuple(p for p in called if p.role in _CHARGED)
-            types = tuple(jax.typeof(o) for o in outs)
+            types = tuple(map(interned, map(jax.typeof, outs)))  # one object per type
             last = called[-1] if called else None  # the primitive giving the result
             gives = getattr(last, "out_avals", ())[:1]
             fresh = last is not None and last.role != "view" and gives == types[:1]

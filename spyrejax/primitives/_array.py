@@ -105,6 +105,8 @@ MOVES = Moves()
 
 
 _DERIVED = frozenset({"_hash", "dims", "stick_dim", "is_view"})  # cached per SpyreType
+_INTERNED: dict[tuple[Any, ...], SpyreType] = {}  # by type and metadata: SpyreType.interned
+_INTERNED_KEPT = 65536
 
 
 @dataclass(frozen=True)
@@ -218,9 +220,47 @@ class SpyreType(HiType):
         # fields are those equality compares (all but the metadata).
         h = self.__dict__.get("_hash")
         if h is None:
-            fields = (self.shape, self.dtype, self.layout, self.base_shape, self.strides)
-            h = self.__dict__["_hash"] = hash((*fields, self.pad, self.mapped_from))
+            h = self.__dict__["_hash"] = hash(self._fields())
         return h
+
+    def __eq__(self, other: object) -> bool:
+        # The dataclass's comparison of the same fields, decided by the cached hashes
+        # first: the planner compares many types that differ (issue 24).
+        if self is other:
+            return True
+        if not isinstance(other, SpyreType):  # no subclasses: the dataclass's class test
+            return NotImplemented
+        return hash(self) == hash(other) and self._fields() == other._fields()
+
+    def _fields(self) -> tuple[Any, ...]:
+        """The fields equality compares (all but the metadata), in declaration order."""
+        return (
+            self.shape,
+            self.dtype,
+            self.layout,
+            self.base_shape,
+            self.strides,
+            self.pad,
+            self.mapped_from,
+        )
+
+    def interned(self) -> SpyreType:
+        """This type, or the equal one with the same metadata seen first (issue 24).
+
+        The planner keys its dicts on types: a lookup with the very object a dict holds
+        compares nothing, one with an equal copy compares every field. Types a planner
+        makes (its options' results, the default types) are interned so that equal ones
+        are one object. A type mapped from another (``mapped_from``) is returned as it is.
+        """
+        if self.mapped_from is not None:
+            return self
+        key = (self, self.vma, self.residency, self.x64_dtype)
+        found = _INTERNED.get(key)
+        if found is None:
+            if len(_INTERNED) >= _INTERNED_KEPT:
+                _INTERNED.clear()
+            found = _INTERNED[key] = self
+        return found
 
     def __getstate__(self) -> dict[str, Any]:
         # The cached hash and properties are not pickled: a string's hash differs
@@ -431,6 +471,11 @@ class SpyreType(HiType):
             shape=tuple(stacked.shape[p] for p in perm),
             strides=tuple(stacked.strides[p] for p in perm),
         )
+
+
+def interned(t: Any) -> Any:
+    """A Spyre type interned (:meth:`SpyreType.interned`), any other type as it is."""
+    return t.interned() if isinstance(t, SpyreType) else t
 
 
 def batched_layout(

@@ -1,5 +1,6 @@
 import pickle
 import warnings
+from dataclasses import replace
 
 import jax
 import jax.numpy as jnp
@@ -8,6 +9,7 @@ import pytest
 from helpers import assert_close, dma_transfers, padding_is_poison, rand
 
 import spyrejax as sj
+from spyrejax.primitives._array import PadFill
 
 
 def test_to_device_and_back():
@@ -60,6 +62,19 @@ def test_type_value_semantics():
         sj.SpyreType.contiguous((4, 70), jnp.float16, t1.layout)
     with pytest.raises(AttributeError, match="immutable"):
         sj.to_device(x).image = None
+
+
+def test_type_equality_ignores_metadata_and_interning_keeps_it():
+    x = jnp.zeros((4, 70), jnp.float32)
+    t = sj.to_device(x).type
+    same, other = replace(t), sj.to_device(x, dim_order=[1, 0]).type
+    varying = replace(t, vma=frozenset({"cards"}))
+    assert same == t and same is not t and varying == t and hash(varying) == hash(t)
+    assert t != other and t != replace(t, pad=PadFill.ZERO) and t != "f32[4,70]"
+    # Equal types with the same metadata are one object; other metadata, another.
+    assert same.interned() is t.interned() and replace(t).interned() is t.interned()
+    assert varying.interned() is not t.interned()
+    assert varying.interned().vma == frozenset({"cards"}) and t.interned().vma == frozenset()
 
 
 def test_pass_into_and_out_of_jit_and_nested_jit():
