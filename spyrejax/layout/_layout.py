@@ -360,13 +360,10 @@ device_dtype=DataFormats.SEN169_FP16)
         raise AttributeError(f"SpyreTensorLayout is immutable; cannot delete {name!r}")
 
     def __eq__(self, other: object) -> bool:
-        if self is other:
-            return True
         if not isinstance(other, SpyreTensorLayout):
             return NotImplemented
-        return (
-            self._hash == other._hash
-            and self.device_size == other.device_size
+        return self is other or (
+            self.device_size == other.device_size
             and self.stride_map == other.stride_map
             and self.device_dtype == other.device_dtype
             and self.device_gaps == other.device_gaps
