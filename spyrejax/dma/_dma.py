@@ -115,8 +115,7 @@ def _spread_lanes(x: Any, layout: LanedLayout, fill: Any) -> Any:
         out[..., offset::step] = x
         return out
     bits = bits_dtype(x.dtype)  # XLA moves bits: it may alter the floats it only moves
-    fill_bits = jnp.asarray(fill).astype(x.dtype)
-    fill_bits = fill_bits if bits == x.dtype else jax.lax.bitcast_convert_type(fill_bits, bits)
+    fill_bits = as_bits(jnp.asarray(fill).astype(x.dtype))
     out = jnp.full(shape, fill_bits, bits).at[..., offset::step].set(as_bits(x))
     return from_bits(out, x.dtype, fence=True)
 
@@ -300,10 +299,25 @@ def bits_dtype(dtype: Any) -> np.dtype:
     return np.dtype(f"uint{8 * dt.itemsize}") if dt in _MOVED_AS_BITS else dt
 
 
+def _bitcast(x: Any, dtype: np.dtype) -> jax.Array:
+    """``x``'s bits as ``dtype`` (of the same width): traced, XLA's bitcast; eager, a view.
+
+    An eager ``bitcast_convert_type`` compiles a program of its own per shape and dtype
+    (tens of milliseconds of XLA for a free reinterpretation); a concrete array is
+    reinterpreted as a NumPy view instead (the same bits), on the array's own devices
+    when it was placed on them.
+    """
+    if isinstance(x, jax.core.Tracer):
+        return jax.lax.bitcast_convert_type(x, dtype)
+    view = np.asarray(x).view(dtype)  # (jnp.asarray of a NumPy array compiles a copy)
+    committed = isinstance(x, jax.Array) and x.committed
+    return jax.device_put(view, x.sharding if committed else None)
+
+
 def as_bits(x: jax.Array) -> jax.Array:
     """``x`` reinterpreted as :func:`bits_dtype` (a free bitcast; no value changes)."""
     bits = bits_dtype(x.dtype)
-    return x if bits == x.dtype else jax.lax.bitcast_convert_type(x, bits)
+    return x if bits == x.dtype else _bitcast(x, bits)
 
 
 # XLA writes a padded image by box updates into a filled one, which it lowers to selects
@@ -328,10 +342,10 @@ def from_bits(x: jax.Array, dtype: Any, *, fence: bool = False, then: Any = None
         then: a move of the bits after the barrier (an arrangement, which XLA cancels).
     """
     dt = np.dtype(dtype)
-    if fence and dt in _FENCED and x.dtype != dt:
-        x = jax.lax.optimization_barrier(x)
+    if fence and dt in _FENCED and x.dtype != dt and isinstance(x, jax.core.Tracer):
+        x = jax.lax.optimization_barrier(x)  # (a concrete x went through no fused select)
     x = x if then is None else then(x)
-    return x if x.dtype == dt else jax.lax.bitcast_convert_type(x, dt)
+    return x if x.dtype == dt else _bitcast(x, dt)
 
 
 def _has_padding(shape: Sequence[int], layout: SpyreTensorLayout) -> bool:
