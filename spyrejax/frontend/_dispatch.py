@@ -30,7 +30,13 @@ from ._arguments import (
 )
 from ._lowering import Lowering, Signature
 
-__all__ = ["HostArraysMoved", "as_called", "fast_key", "host_arrays_moved"]
+__all__ = [
+    "HostArraysMoved",
+    "as_called",
+    "fast_key",
+    "host_arrays_moved",
+    "host_arrays_to_move",
+]
 
 
 def fast_key(args: tuple[Any, ...]) -> tuple[Hashable, Sequence[Any]] | None:
@@ -84,10 +90,25 @@ def host_arrays_moved(
     Raises:
         LayoutError: naming an argument whose dtype has no Spyre data format.
     """
+    called, dtypes = host_arrays_to_move(sig, leaves, call)
+    return called, _moved(leaves, dtypes) if dtypes else leaves, dtypes
+
+
+def host_arrays_to_move(
+    sig: Signature, leaves: Sequence[Any], call: Call
+) -> tuple[Signature, tuple[tuple[int, Any], ...]]:
+    """A concrete call's signature with its host arrays moved, and what to move.
+
+    Returns the signature :func:`as_called` gives and ``(leaf index, dtype)`` of each
+    host array to move (the dtype ``jax.jit`` reads it in); :class:`HostArraysMoved`
+    moves them inside the call's program.
+
+    Raises:
+        LayoutError: naming an argument whose dtype has no Spyre data format.
+    """
     moved: list[int] = []
     called = as_called(sig, leaves, call, moved)
-    dtypes = tuple((i, sig.in_avals[i].dtype) for i in moved)
-    return called, _moved(leaves, dtypes) if moved else leaves, dtypes
+    return called, tuple((i, sig.in_avals[i].dtype) for i in moved)
 
 
 def as_called(sig: Signature, leaves: Sequence[Any], call: Call, moved: list[int]) -> Signature:
@@ -166,16 +187,22 @@ def _images_of(hosts: tuple[Any, ...]) -> list[jax.Array]:
 
 
 class HostArraysMoved:
-    """A lowering for SpyreArrays, called on the dispatch fast path with host arrays.
+    """A lowering for SpyreArrays, called with host arrays (first, and on the fast path).
 
-    The fast path's key of a call with host arrays finds this: it moves them, as
-    :meth:`SpyreJit._call` did the first time, and runs the lowering.
+    It runs the lowering's program with the host arrays moved into their default layouts
+    inside it (:meth:`Lowering.on_hosts`): the call compiles one program, not a move
+    and a run.
     """
 
     def __init__(self, lowering: Lowering, moved: tuple[tuple[int, Any], ...]) -> None:
         self.lowering = lowering
         self.moved = moved
+        self._run = lowering.on_hosts(frozenset(i for i, _ in moved))
 
     def call_concrete(self, leaves: Sequence[Any]) -> Any:
-        """:meth:`Lowering.call_concrete` of the leaves, the host arrays moved."""
-        return self.lowering.call_concrete(_moved(leaves, self.moved, images=True))
+        """:meth:`Lowering.call_concrete` of the leaves, the host arrays moved in the program."""
+        out = list(leaves)
+        for i, dtype in self.moved:
+            x = out[i]
+            out[i] = x if isinstance(x, jax.Array) and x.dtype == dtype else jnp.asarray(x, dtype)
+        return self.lowering.call_concrete(out, run=self._run)

@@ -51,7 +51,13 @@ from ._arguments import (
     split_call,
 )
 from ._cache import MAX_SIGNATURES, Lru, signature_cache
-from ._dispatch import HostArraysMoved, as_called, fast_key, host_arrays_moved
+from ._dispatch import (
+    HostArraysMoved,
+    as_called,
+    fast_key,
+    host_arrays_moved,
+    host_arrays_to_move,
+)
 from ._gc import gc_paused
 from ._lowering import Lowering, Signature
 from ._place import place_arguments
@@ -383,12 +389,15 @@ class SpyreJit:
     @gc_paused  # the first call traces, plans, lowers and compiles
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any], fast: Any) -> Any:
         sig, leaves, call = self._signature(args, kwargs)
-        sig, leaves, moved = host_arrays_moved(sig, leaves, call)
+        sig, moved = host_arrays_to_move(sig, leaves, call)
         lowering = self._cached(sig)
         if lowering is None:
             lowering = self._lower(sig, *self._trace(sig, call))
+        runner = HostArraysMoved(lowering, moved) if moved else None
         if fast is not None:
-            self._cache.put(fast[0], HostArraysMoved(lowering, moved) if moved else lowering)
+            self._cache.put(fast[0], runner or lowering)
+        if runner is not None:  # concrete: host arrays are moved only then
+            return runner.call_concrete(leaves)
         return lowering.call(leaves)
 
 

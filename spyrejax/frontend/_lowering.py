@@ -24,7 +24,7 @@ from ..lowering.program._annotated import residency_jaxpr
 from ..lowering.program._cores import CoreCheck
 from ..lowering.program._interpret import Interpreter
 from ..lowering.program._record import Recorder, recording
-from ..primitives import abstract, to_host
+from ..primitives import abstract, image, to_device, to_host
 from ..primitives._array import SpyreArray, SpyreType
 from ._arguments import (
     HostAval,
@@ -103,13 +103,15 @@ class Lowering:
         outs = (run or self.on_images)(*lo)
         return [SpyreArray(o, t) for o, t in zip(outs, self.out_types, strict=True)]
 
-    def call_concrete(self, leaves: Sequence[Any]) -> Any:
+    def call_concrete(self, leaves: Sequence[Any], run: Callable[..., Any] | None = None) -> Any:
         """:meth:`call` of leaves known concrete (no tracers), the results unchecked.
 
         The dispatch fast path: the compiled program's results are the planned types'
         images by construction (the interpreter checked every type when it was traced).
+        ``run`` replaces :attr:`on_images` (:meth:`on_hosts`).
         """
-        outs = self.on_images(*[x.image if type(x) is SpyreArray else x for x in leaves])
+        lo = [x.image if type(x) is SpyreArray else x for x in leaves]
+        outs = (run or self.on_images)(*lo)
         if self._one_array:  # no structure to rebuild
             return SpyreArray.of_checked(outs[0], self.out_types[0])
         return self.out_tree.unflatten(map(SpyreArray.of_checked, outs, self.out_types))
@@ -167,6 +169,30 @@ class Lowering:
             # jax.grad wants a plain scalar: a 0-d result comes out as one.
             outs = [to_host(o) if jax.typeof(o).shape == () else o for o in outs]
         return outs
+
+    def on_hosts(self, moved: frozenset[int]) -> Callable[..., list[jax.Array]]:
+        """:attr:`on_images` with the leaves at ``moved`` host arrays, moved in the program.
+
+        A call with host arrays moves them into their default layouts (as
+        ``frontend._dispatch`` plans it) inside the program that runs the call: one
+        compile, where a program of its own for the move would be a second. Built once
+        per set of moved leaves.
+        """
+        run = self._on_hosts.get(moved)
+        if run is None:
+            on_images = self.on_images
+
+            def move_and_run(*lo: Any) -> list[jax.Array]:
+                return on_images(
+                    *[image(to_device(x)) if i in moved else x for i, x in enumerate(lo)]
+                )
+
+            run = self._on_hosts[moved] = jax.jit(move_and_run)
+        return run
+
+    @functools.cached_property
+    def _on_hosts(self) -> dict[frozenset[int], Callable[..., list[jax.Array]]]:
+        return {}
 
     @functools.cached_property
     def _batched(self) -> dict[tuple[Any, ...], Any]:
