@@ -65,6 +65,7 @@ __all__ = [
     "call_params",
     "closed_call_p",
     "cond_branches",
+    "eager",
     "expand_hi_primitive",
     "float64_mode",
     "fun_signature",
@@ -183,6 +184,11 @@ def key_impl(dtype: object) -> object:
 def expand_hi_primitive(prim: HiPrim, *args: object) -> list[object]:
     """A hijax primitive's application in the primitives it expands to (its ``expand``)."""
     return call_hi_primitive_p.to_lojax(*args, _prim=prim)
+
+
+def eager() -> bool:
+    """Whether JAX evaluates eagerly now (no trace is active: not inside ``jax.jit``...)."""
+    return _core.trace_state_clean()
 
 
 def tracer_var(x: object) -> Var | None:

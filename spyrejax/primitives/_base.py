@@ -19,6 +19,7 @@ computation would have: the planner evaluates lowering rules this way.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import replace
@@ -29,12 +30,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import LayoutError, SpyreInternalError, SpyreUnsupportedError
-from .._jax import GradAccum, HiPrim, ShapedArray, Zero, vjp_from_jvp
+from .._jax import GradAccum, HiPrim, ShapedArray, Zero, eager, vjp_from_jvp
 from ..device._division import WorkDivision
 from ..device._space import OpSpace, TensorSpec
+from ..dma._ffi import handler_active
 from ..layout._layout import SpyreTensorLayout
 from ._array import MOVES, SpyreArray, SpyreType, batched_type
 from ._rounding import Rounding
+from ._tuning import tuning
 
 __all__ = [
     "Image",
@@ -199,6 +202,40 @@ def _is_float(dtype: Any) -> bool:
     return jnp.issubdtype(dtype, jnp.floating)
 
 
+def _concrete(args: tuple[Any, ...]) -> bool:
+    """Whether a primitive's call is eager: no trace active, no operand traced."""
+    if not eager():
+        return False
+    leaves = (x.image if isinstance(x, SpyreArray) else x for x in jax.tree.leaves(args))
+    return not any(isinstance(x, jax.core.Tracer) for x in leaves)
+
+
+def _hashable(prim: SpyrePrim) -> bool:
+    """Whether a primitive can key a compiled program (its parameters all hash)."""
+    try:
+        hash(prim)
+    except TypeError:
+        return False
+    return True
+
+
+def _kernel_settings() -> Hashable:
+    """What kernels read while traced besides their types (the hooks tests set)."""
+    return tuning(), handler_active()
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _eager(prim: SpyrePrim, settings: Hashable, *args: Any) -> Any:
+    """An eager primitive call as one program: its kernel traced and compiled whole.
+
+    Keyed on the primitive (its class and parameters), the kernel settings it was
+    traced under and its operands' types (``jax.jit``'s cache); inside, the primitive
+    binds as under any trace.
+    """
+    del settings  # (only a key)
+    return prim(*args)
+
+
 def _declared_params(cls: type) -> frozenset[str]:
     """Names annotated on ``cls`` and its bases below :class:`SpyrePrim`, without a value."""
     names = set()
@@ -226,6 +263,11 @@ class SpyrePrim(HiPrim):
             program's own copies into a fresh layout (slice, concatenate, pad, a
             reshape that is no view); ``"restickify"``, a copy into another layout.
             Copies and restickifies say how many elements in :attr:`moves`.
+        eager_jit: whether an eager call (no trace active, concrete operands) runs its
+            kernel as one compiled program, keyed on the primitive and its operand types
+            (:func:`_eager`): one XLA compile, where op by op each ``jnp`` op of the
+            kernel compiles a program of its own. The transfers say no: eagerly, the
+            host DMA engine moves their data with no compile at all.
         takes_gaps: whether its kernel reads and writes layouts with gaps (a window of
             a larger buffer, see ``SpyreTensorLayout.with_gap``); the others refuse
             such operands and results by name (a ``LayoutError``: the planner moves them).
@@ -238,6 +280,7 @@ class SpyrePrim(HiPrim):
     """
 
     role: ClassVar[str] = "compute"
+    eager_jit: ClassVar[bool] = True
     takes_gaps: ClassVar[bool] = False
     takes_arrangements: ClassVar[bool] = False
     takes_lanes: ClassVar[bool] = False
@@ -393,6 +436,8 @@ class SpyrePrim(HiPrim):
                 _RECORDER.reset(tokens[1])
             if out is not None:
                 return out
+        if self.eager_jit and _concrete(args) and _hashable(self):
+            return _eager(self, _kernel_settings(), *args)
         return super().__call__(*args)
 
     def kernel(self, *args: jax.Array) -> Any:

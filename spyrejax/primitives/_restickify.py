@@ -33,6 +33,8 @@ __all__ = ["LoadRelayout", "Restickify", "compact", "in_layout", "load_relayout"
 class Restickify(SpyrePrim):
     """Copy a Spyre array into a new layout (a device-to-device DMA)."""
 
+    eager_jit = False  # eagerly, the host DMA engine moves the data (no compile)
+
     role = "restickify"
     takes_gaps = True  # a DMA read and write: any window of a buffer
     takes_lanes = True  # the DMA engines move lanes

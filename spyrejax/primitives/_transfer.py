@@ -39,6 +39,8 @@ def _pad_fill(pad_value: Any) -> PadFill:
 class ToDevice(SpyrePrim):
     """DMA a host array into a fresh device image."""
 
+    eager_jit = False  # eagerly, the host DMA engine moves the data (no compile)
+
     takes_gaps = True  # a DMA: any window of a buffer
     takes_lanes = True  # the DMA engines move lanes
     takes_arrangements = True
@@ -124,6 +126,8 @@ def to_device(
 
 class ToHost(SpyrePrim):
     """DMA a device image back to a host array (and apply the array's view)."""
+
+    eager_jit = False  # eagerly, the host DMA engine moves the data (no compile)
 
     takes_gaps = True
     takes_lanes = True
