@@ -5,6 +5,7 @@ emulator kernel and transformation rules.
 """
 
 from . import _public
+from ._arguments import target_layout
 from ._astype import astype, bitcast
 from ._base import (
     SpyrePrim,
@@ -15,7 +16,6 @@ from ._base import (
     executing,
     image,
     recording,
-    target_layout,
     wrap,
 )
 from ._collectives import all_gather, all_to_all, ppermute, psum, psum_scatter, pvary

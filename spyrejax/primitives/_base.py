@@ -19,7 +19,6 @@ computation would have: the planner evaluates lowering rules this way.
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import replace
@@ -30,14 +29,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import LayoutError, SpyreInternalError, SpyreUnsupportedError
-from .._jax import GradAccum, HiPrim, ShapedArray, Zero, eager, vjp_from_jvp
+from .._jax import GradAccum, HiPrim, ShapedArray, Zero, vjp_from_jvp
 from ..device._division import WorkDivision
 from ..device._space import OpSpace, TensorSpec
-from ..dma._ffi import handler_active
-from ..layout._layout import SpyreTensorLayout
 from ._array import MOVES, SpyreArray, SpyreType, batched_type
+from ._eager import eager_call, run_eagerly
 from ._rounding import Rounding
-from ._tuning import tuning
 
 __all__ = [
     "Image",
@@ -52,7 +49,6 @@ __all__ = [
     "is_spyre",
     "normalize_axes",
     "recording",
-    "target_layout",
     "wrap",
 ]
 
@@ -156,39 +152,6 @@ def normalize_axes(axes: Any, ndim: int, op: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def target_layout(
-    op: str, shape: tuple[int, ...], dtype: Any, layout: Any, dim_order: Any
-) -> SpyreTensorLayout:
-    """The layout a function places its result in, from its ``layout``/``dim_order`` pair.
-
-    Every public function that places a result takes ``layout=None`` and, keyword-only,
-    ``dim_order=None``: an explicit layout, or the default layout of ``shape`` in that
-    dim order (the last entry is the stick dim), or with neither the default layout.
-
-    Args:
-        op: the function's name, for errors.
-        shape: the result's logical shape.
-        dtype: its element dtype (or device format), for the default layout.
-        layout: the explicit layout, or None.
-        dim_order: the dim order of the default layout, or None.
-
-    Raises:
-        LayoutError: if both are given, ``layout`` is not a layout, or ``dim_order`` is
-            not a dim order of ``shape``.
-    """
-    if layout is None:
-        return SpyreTensorLayout(shape, dtype, dim_order)
-    if not isinstance(layout, SpyreTensorLayout):
-        hint = " (a dim order goes in dim_order=)" if isinstance(layout, list | tuple) else ""
-        raise LayoutError(f"{op}: layout must be a SpyreTensorLayout, got {layout!r}{hint}")
-    if dim_order is not None:
-        raise LayoutError(
-            f"{op} takes a layout or a dim_order, not both (got {layout} and "
-            f"dim_order={dim_order!r})"
-        )
-    return layout
-
-
 def is_spyre(aval: Any) -> bool:
     """Whether an abstract value is a Spyre array type."""
     return isinstance(aval, SpyreType)
@@ -200,40 +163,6 @@ def _lo_aval(aval: Any) -> Any:
 
 def _is_float(dtype: Any) -> bool:
     return jnp.issubdtype(dtype, jnp.floating)
-
-
-def _concrete(args: tuple[Any, ...]) -> bool:
-    """Whether a primitive's call is eager: no trace active, no operand traced."""
-    if not eager():
-        return False
-    leaves = (x.image if isinstance(x, SpyreArray) else x for x in jax.tree.leaves(args))
-    return not any(isinstance(x, jax.core.Tracer) for x in leaves)
-
-
-def _hashable(prim: SpyrePrim) -> bool:
-    """Whether a primitive can key a compiled program (its parameters all hash)."""
-    try:
-        hash(prim)
-    except TypeError:
-        return False
-    return True
-
-
-def _kernel_settings() -> Hashable:
-    """What kernels read while traced besides their types (the hooks tests set)."""
-    return tuning(), handler_active()
-
-
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _eager(prim: SpyrePrim, settings: Hashable, *args: Any) -> Any:
-    """An eager primitive call as one program: its kernel traced and compiled whole.
-
-    Keyed on the primitive (its class and parameters), the kernel settings it was
-    traced under and its operands' types (``jax.jit``'s cache); inside, the primitive
-    binds as under any trace.
-    """
-    del settings  # (only a key)
-    return prim(*args)
 
 
 def _declared_params(cls: type) -> frozenset[str]:
@@ -263,11 +192,8 @@ class SpyrePrim(HiPrim):
             program's own copies into a fresh layout (slice, concatenate, pad, a
             reshape that is no view); ``"restickify"``, a copy into another layout.
             Copies and restickifies say how many elements in :attr:`moves`.
-        eager_jit: whether an eager call (no trace active, concrete operands) runs its
-            kernel as one compiled program, keyed on the primitive and its operand types
-            (:func:`_eager`): one XLA compile, where op by op each ``jnp`` op of the
-            kernel compiles a program of its own. The transfers say no: eagerly, the
-            host DMA engine moves their data with no compile at all.
+        eager_jit: whether an eager call runs the kernel as one compiled program
+            (``primitives._eager``); no for transfers (the host engine) and the bridges.
         takes_gaps: whether its kernel reads and writes layouts with gaps (a window of
             a larger buffer, see ``SpyreTensorLayout.with_gap``); the others refuse
             such operands and results by name (a ``LayoutError``: the planner moves them).
@@ -436,8 +362,8 @@ class SpyrePrim(HiPrim):
                 _RECORDER.reset(tokens[1])
             if out is not None:
                 return out
-        if self.eager_jit and _concrete(args) and _hashable(self):
-            return _eager(self, _kernel_settings(), *args)
+        if self.eager_jit and eager_call(self, args):
+            return run_eagerly(self, args)
         return super().__call__(*args)
 
     def kernel(self, *args: jax.Array) -> Any:
@@ -569,6 +495,7 @@ def _lo_tangent(t: Any, lo_primal: Any, aval: Any) -> Any:
 class Image(SpyrePrim):
     """The raw device image of a Spyre array (padding included)."""
 
+    eager_jit = False  # no kernel to compile: the image as it is
     takes_gaps = True
     takes_arrangements = True  # a bridge: the image as it is
     takes_lanes = True
@@ -600,6 +527,7 @@ def image(x: Any) -> jax.Array:
 class Wrap(SpyrePrim):
     """A Spyre array of a given type around a device image."""
 
+    eager_jit = False  # no kernel to compile: the image as it is
     takes_gaps = True
     takes_arrangements = True  # a bridge: the image as it is
     takes_lanes = True

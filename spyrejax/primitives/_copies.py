@@ -16,8 +16,9 @@ import numpy as np
 from .._errors import LayoutError, SpyreTypeError, SpyreUnsupportedError
 from ..dma._dma import h2d_bits, h2d_values
 from ..layout._layout import SpyreTensorLayout
+from ._arguments import target_layout
 from ._array import SpyreArray, SpyreType
-from ._base import SpyrePrim, normalize_axes, target_layout
+from ._base import SpyrePrim, normalize_axes
 from ._stick import restickify_cost
 from ._values import logical_bits, logical_values
 from ._views import reshaped

@@ -17,8 +17,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 from .._errors import SpyreTypeError
 from ..layout._dtypes import host_dtype
 from ..layout._layout import SpyreTensorLayout
+from ._arguments import target_layout
 from ._array import SpyreArray, SpyreType
-from ._base import target_layout
 from ._shard import P, unshard_type
 from ._transfer import to_device
 

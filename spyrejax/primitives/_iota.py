@@ -17,8 +17,9 @@ import numpy as np
 from .._errors import LayoutError
 from ..layout._dtypes import host_dtype
 from ..layout._layout import SpyreTensorLayout
+from ._arguments import target_layout
 from ._array import SpyreArray, SpyreType
-from ._base import SpyrePrim, target_layout
+from ._base import SpyrePrim
 from ._masks import poisoned
 
 __all__ = ["Full", "Iota", "full", "iota"]

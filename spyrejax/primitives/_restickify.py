@@ -21,8 +21,9 @@ from ..dma._dma import as_bits, from_bits, h2d_bits, h2d_values, relayout_bits
 from ..layout._dtypes import format_for_dtype, poison_value
 from ..layout._lanes import LanedLayout
 from ..layout._layout import SpyreTensorLayout
+from ._arguments import target_layout
 from ._array import SpyreArray, SpyreType, batched_layout
-from ._base import SpyrePrim, target_layout
+from ._base import SpyrePrim
 from ._masks import masked
 from ._stick import restickify_cost
 from ._values import logical_bits, logical_values

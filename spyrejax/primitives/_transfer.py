@@ -18,8 +18,9 @@ from ..dma._dma import (
 )
 from ..layout._dtypes import NARROWED, host_dtype, narrow_int64
 from ..layout._layout import SpyreTensorLayout
+from ._arguments import target_layout
 from ._array import PadFill, SpyreArray, SpyreType, batched_layout
-from ._base import SpyrePrim, target_layout
+from ._base import SpyrePrim
 from ._values import logical_values
 
 __all__ = ["ToDevice", "ToHost", "to_device", "to_host"]

@@ -28,8 +28,8 @@ import numpy as np
 
 from .._errors import LayoutError, SpyreTypeError
 from ..layout._layout import SpyreTensorLayout
+from ._arguments import target_layout
 from ._array import SpyreArray, SpyreType
-from ._base import target_layout
 from ._copies import Copy
 from ._stick import restickify_cost
 
