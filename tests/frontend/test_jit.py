@@ -773,9 +773,13 @@ def test_random_graphs_match_jax_jit(graph):
     # Each step sums up to n terms per result and rounds up to three ops; the errors of
     # the k sums of a chain add up (k * sqrt(n) roundings: reduce_len k^2 n), relative to
     # the largest value on the way (a softmax of large scores keeps their error).
-    seen = []
-    _build(steps, seen)(x, y)
-    scale = max(float(jnp.abs(v).max()) for v in seen)
+    # The scale in one program (eagerly, each op of the graph is a compile of its own).
+    def largest(x: jax.Array, y: jax.Array) -> jax.Array:
+        seen: list[jax.Array] = []
+        _build(steps, seen)(x, y)
+        return jnp.max(jnp.stack([jnp.abs(v).max() for v in seen]))
+
+    scale = float(jax.jit(largest)(x, y))
     k = len(steps) + 1
     _check(_build(steps), x, y, reduce_len=k * k * max(shape), ops=3 * k, scale=scale)
 
