@@ -1,9 +1,10 @@
-"""Concrete calls of ``spyrejax.jit``: the dispatch fast path, and host arrays moved first.
+"""Concrete calls of ``spyrejax.jit``: the dispatch fast path, and the host arrays they move.
 
 :func:`fast_key` is a call's key for the fast path (a function of its leaves' types),
-cached beside the full signature; :func:`host_arrays_moved` gives a concrete call the
+cached beside the full signature; :func:`host_arrays_to_move` gives a concrete call the
 signature of the same call with SpyreArrays (host arrays moved into their default
-layouts first), so a training loop runs one compiled program from its first step.
+layouts, inside the call's program), so a training loop runs one compiled program from
+its first step.
 """
 
 from __future__ import annotations
@@ -158,23 +159,21 @@ def _sharded(x: Any) -> bool:
     return sharding is not None and len(sharding.device_set) > 1
 
 
-def _moved(
-    leaves: Sequence[Any], moved: tuple[tuple[int, Any], ...], *, images: bool = False
-) -> list[Any]:
-    """``leaves`` moved to the device in their default layouts where ``moved`` says.
+def _moved(leaves: Sequence[Any], moved: tuple[tuple[int, Any], ...]) -> list[Any]:
+    """``leaves`` with SpyreArrays of their default layouts where ``moved`` says (x64 mode).
 
-    ``moved`` holds ``(leaf index, dtype)``: the dtype ``jax.jit`` reads the leaf in
-    (a float64 NumPy array is float32 with x64 off). With ``images``, the moved leaves
-    are their device images (what :meth:`Lowering.call_concrete` passes on).
+    ``moved`` holds ``(leaf index, dtype)`` (see :func:`_read_as`).
     """
     out = list(leaves)
-    hosts = tuple(
-        x if isinstance(x, jax.Array) and x.dtype == dtype else jnp.asarray(x, dtype)
-        for x, dtype in ((out[i], dtype) for i, dtype in moved)
-    )
+    hosts = tuple(_read_as(out[i], dtype) for i, dtype in moved)
     for (i, _), x, img in zip(moved, hosts, _images_of(hosts), strict=True):
-        out[i] = img if images else SpyreArray(img, host_input_type(x.shape, x.dtype))
+        out[i] = SpyreArray(img, host_input_type(x.shape, x.dtype))
     return out
+
+
+def _read_as(x: Any, dtype: Any) -> jax.Array:
+    """A host leaf as the array ``jax.jit`` reads (float64 NumPy is float32 with x64 off)."""
+    return x if isinstance(x, jax.Array) and x.dtype == dtype else jnp.asarray(x, dtype)
 
 
 @jax.jit
@@ -203,6 +202,5 @@ class HostArraysMoved:
         """:meth:`Lowering.call_concrete` of the leaves, the host arrays moved in the program."""
         out = list(leaves)
         for i, dtype in self.moved:
-            x = out[i]
-            out[i] = x if isinstance(x, jax.Array) and x.dtype == dtype else jnp.asarray(x, dtype)
+            out[i] = _read_as(out[i], dtype)
         return self.lowering.call_concrete(out, run=self._run)
