@@ -770,6 +770,7 @@ def _build(steps, seen=None):
 def test_random_graphs_match_jax_jit(graph):
     shape, steps = graph
     x, y = rand(shape, jnp.float32, 0, low=-1, high=1), rand(shape, jnp.float32, 1, low=-1, high=1)
+
     # Each step sums up to n terms per result and rounds up to three ops; the errors of
     # the k sums of a chain add up (k * sqrt(n) roundings: reduce_len k^2 n), relative to
     # the largest value on the way (a softmax of large scores keeps their error).
