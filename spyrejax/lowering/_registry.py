@@ -98,6 +98,19 @@ def stick_req(v: Value | Scalar, stick: int) -> int | None:
     return canon(v.shape, stick)
 
 
+def pointwise_modes(node: Node) -> list[Mode]:
+    """A pointwise node's modes: one per stick of its result, every operand on that dim.
+
+    Operands are aligned by :func:`stick_req`; a 0-d result has the one mode SPARSE with
+    no operand asked for.
+    """
+    out = node.outs[0]
+    return [
+        Mode(tuple(stick_req(v, s) for v in node.ins), canon(out.shape, s) if out.shape else SPARSE)
+        for s in stick_options(out.shape)
+    ]
+
+
 class Rule:
     """A lowering rule; subclasses implement ``modes`` and ``lower``.
 

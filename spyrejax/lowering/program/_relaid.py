@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import primitives as sp
+from ...layout._lanes import LanedLayout
 from ...primitives._arranged import arranged_image, standard_order
 from ...primitives._array import PadFill, SpyreType
 from ...primitives._masks import masked, poisoned
@@ -144,7 +145,7 @@ def _walk(
         if moved:
             s = moved[0].source
             plain = not (s.is_view or s.layout.is_arranged or s.layout.has_gaps)
-            ok = plain and s.stick_dim in axes and not hasattr(s.layout, "lanes")
+            ok = plain and s.stick_dim in axes and not isinstance(s.layout, LanedLayout)
             return (y, s, tuple(reversed(nodes))) if ok and _small(nodes, s) else None
         node = made_by.get(y)
         runs = plan.runs.get(node, []) if node is not None else []

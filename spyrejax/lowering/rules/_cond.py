@@ -14,13 +14,8 @@ import numpy as np
 from ... import primitives as sp
 from ..._jax import cond_branches
 from ...primitives._array import SpyreType
-from ...primitives._stick import (
-    SPARSE,
-    canon,
-    stick_options,
-)
 from .._graph import Node, Scalar
-from .._registry import RULES, Mode, Rule, _register, stick_req
+from .._registry import RULES, Mode, Rule, _register, pointwise_modes
 from ..program import _record as record
 from . import _elementwise  # noqa: F401  (registers select_n, which _SelectN wraps)
 from ._control import (
@@ -120,13 +115,7 @@ class _SelectN(Rule):
         self.where = where
 
     def modes(self, node: Node) -> list[Mode]:
-        out = node.outs[0]
-        if not out.shape:
-            return [Mode((None,) * len(node.ins), SPARSE)]
-        return [
-            Mode(tuple(stick_req(v, s) for v in node.ins), canon(out.shape, s))
-            for s in stick_options(out.shape)
-        ]
+        return pointwise_modes(node)
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         index, cases = args[0], args[1:]

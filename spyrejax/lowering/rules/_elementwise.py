@@ -15,14 +15,12 @@ from ...primitives._arranged import card_order_matters
 from ...primitives._array import SpyreType
 from ...primitives._stick import (
     SPARSE,
-    canon,
     default_layout,
     default_type,
     stick_of,
-    stick_options,
 )
 from .._graph import Node, Scalar, Value
-from .._registry import Mode, Rule, _arg, _carried_modes, _register, stick_req
+from .._registry import Mode, Rule, _arg, _carried_modes, _register, pointwise_modes
 
 # --- elementwise ----------------------------------------------------------------------
 
@@ -37,14 +35,7 @@ class _Elementwise(Rule):
                 f"{node.prim} with {len(node.ins)} operands at {node.source}: spyrejax lowers "
                 f"it as {self.op.name}({', '.join(self.op.params)})"
             )
-        out = node.outs[0]
-        return [
-            Mode(
-                tuple(stick_req(v, s) for v in node.ins),
-                canon(out.shape, s) if out.shape else SPARSE,
-            )
-            for s in stick_options(out.shape)
-        ]
+        return pointwise_modes(node)
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         ins = self.op.from_jax(list(args), node.params)
@@ -105,14 +96,7 @@ class _Polynomial(Rule):
     """
 
     def modes(self, node: Node) -> list[Mode]:
-        out = node.outs[0]
-        return [
-            Mode(
-                tuple(stick_req(v, s) for v in node.ins),
-                canon(out.shape, s) if out.shape else SPARSE,
-            )
-            for s in stick_options(out.shape)
-        ]
+        return pointwise_modes(node)
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         dtype = node.outs[0].dtype
@@ -155,11 +139,7 @@ class _Convert(Rule):
 
     def modes(self, node: Node) -> list[Mode]:
         out = node.outs[0]
-        sticks = stick_options(out.shape)
-        modes = [
-            Mode((stick_req(node.ins[0], s),), canon(out.shape, s) if out.shape else SPARSE)
-            for s in sticks
-        ]
+        modes = pointwise_modes(node)
         x = node.ins[0]
         if isinstance(x, Value):
             modes += [
