@@ -354,11 +354,20 @@ def _no_launch(cost: OpCost) -> OpCost:
 
 
 def _fits(f: Fusion, made: Mapping[str, TensorSpec], machine: Machine) -> bool:
-    """Whether a row (last dim) of each of a fused kernel's internal values fits LX."""
+    """Whether a row of each of a fused kernel's internal values fits LX together.
+
+    A row is the last dim of a value of two or more dims; of a 1-D value with one element
+    per row of those (a row statistic: a norm's sum, sparse or dense), that element and
+    its share of the value's padding; any other 1-D value is one row.
+    """
+    values = [made[name] for name in f.internal]
+    row_counts = {math.prod(t.shape[:-1]) for t in values if len(t.shape) > 1}
     need = 0
-    for name in f.internal:
-        t = made[name]
-        rows = math.prod(t.shape[:-1]) if len(t.shape) > 1 else 1
+    for t in values:
+        if len(t.shape) > 1:
+            rows = math.prod(t.shape[:-1])
+        else:
+            rows = t.shape[0] if t.shape and t.shape[0] in row_counts else 1
         need += -(-t.nbytes // max(rows, 1))
     return need <= machine.lx_usable
 

@@ -145,7 +145,7 @@ class _Convert(Rule):
             modes += [
                 replace(m, variant="arranged")
                 for m in modes
-                if card_order_matters(*_mode_types(node, m)) and out.shape[m.out] % GROUP == 0
+                if card_order_matters(*_mode_types(node, m)) and out.shape[m.out] >= GROUP
             ]
         return modes
 
