@@ -38,6 +38,7 @@ __all__ = [
     "lone_pair",
     "standard_image",
     "standard_order",
+    "standard_type",
 ]
 
 _EMITS = {32: ElementArrangement.DL16_TO_FP32, 64: ElementArrangement.FP32_TO_DL16}
@@ -298,6 +299,13 @@ def standard_image(img: Any, aval: SpyreType) -> Any:
     img = arrange_image(img, mapping.pair, aval.layout.arrangement, inverse=True)
     lone = lone_pair(aval)
     return img if lone is None else img[(slice(None),) * lone + (slice(0, 1),)]
+
+
+def standard_type(aval: SpyreType) -> SpyreType:
+    """``aval`` with its elements in the standard order (its layout's arrangement dropped)."""
+    if not aval.layout.is_arranged:
+        return aval
+    return replace(aval, layout=aval.layout.with_arrangement(ElementArrangement.STANDARD))
 
 
 def lone_pair(aval: SpyreType) -> int | None:

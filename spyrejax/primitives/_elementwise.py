@@ -30,7 +30,7 @@ from ..device._division import WorkDivision
 from ..device._space import OpSpace, TensorSpec, elementwise_space
 from ..layout._devdims import AlignPlan, align
 from ..layout._layout import SpyreTensorLayout
-from ._arranged import arranged_result
+from ._arranged import arranged_image, arranged_result, lone_pair, standard_image, standard_type
 from ._array import SpyreArray, SpyreType
 from ._axes import aligned, collapsed, merged_shape, unmerged
 from ._base import SpyrePrim
@@ -163,6 +163,19 @@ class Elementwise(SpyrePrim):
 
     def kernel(self, *images: jax.Array) -> jax.Array:
         out_t = self.out_aval
+        if out_t.layout.is_arranged and all(lone_pair(t) is None for t in self._typed()):
+            # Position by position, so the same values in the standard order, arranged
+            # last: a producer's placing and a reader's putting back meet and XLA
+            # cancels both (a norm's chain runs with no transpose between its ops).
+            images = tuple(standard_image(m, t) for m, t in zip(images, self.in_avals, strict=True))
+            return arranged_image(self._kernel(images, standard_type(out_t)), out_t)
+        return self._kernel(images, out_t)
+
+    def _typed(self) -> list[SpyreType]:
+        """The result's type and the operands' (scalars have none)."""
+        return [self.out_aval, *(t for t in self.in_avals if isinstance(t, SpyreType))]
+
+    def _kernel(self, images: Sequence[jax.Array], out_t: SpyreType) -> jax.Array:
         synthetic = [k for k, d in enumerate(out_t.dims) if not d.is_data]
         sparse = bool(synthetic) and not padding_in_data_dims(out_t)
         shape = out_t.layout.device_size
