@@ -318,5 +318,5 @@ def lone_pair(aval: SpyreType) -> int | None:
     if not aval.layout.is_arranged:
         return None
     pair = aval.layout.for_host(aval.base_shape).pair
-    plain = replace(aval, layout=aval.layout.with_arrangement(ElementArrangement.STANDARD))
+    plain = standard_type(aval)
     return pair if pair is not None and not plain.dims[pair].is_data else None

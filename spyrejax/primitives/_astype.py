@@ -39,6 +39,7 @@ from ._arranged import (
     converted_arrangement,
     emitted_layout,
     standard_image,
+    standard_type,
 )
 from ._array import SpyreArray, SpyreType
 from ._base import SpyrePrim
@@ -152,7 +153,7 @@ class Astype(SpyrePrim):
         back meets the transpose and XLA cancels the two).
         """
         out_t = self.out_aval
-        plain = replace(out_t, layout=out_t.layout.with_arrangement(ElementArrangement.STANDARD))
+        plain = standard_type(out_t)
         values = standard_image(img, self.in_avals[0]).astype(self.dtype)
         fill = poison(self.dtype) if exact else jnp.zeros((), self.dtype)
         if exact:
