@@ -89,6 +89,22 @@ def test_details_hold_every_record(report):
         assert f"  {name}: " in text
 
 
+def test_a_restickify_a_lowering_makes_names_the_operand_it_moves():
+    # The contraction over (b, t) reads each operand reshaped to [32, n] and moves the
+    # reshape onto its K rows inside the matmul's own lowering. The record names that
+    # operand (its size and dtype are the reshape's), not the product's result, and
+    # what it says it moves is what it moves.
+    f = lambda x, y: jnp.einsum("btd,btf->df", x, y)  # noqa: E731
+    s = jax.ShapeDtypeStruct
+    report = sj.explain(f, s((4, 8, 64), jnp.float32), s((4, 8, 96), jnp.float32))
+    inside = [r for r in report.restickifies if "asks for layout" in r.reason]
+    assert inside, report.restickifies  # the case makes one (else it tests nothing)
+    for r in inside:
+        assert "(argument leaf 1)" in r.value and r.value.startswith("float32[4, 8, 96]")
+        assert r.source_type.startswith("f32[32,96]") and r.cost == 32 * 96
+    assert not any("dot_general" in r.value for r in report.restickifies)
+
+
 @pytest.fixture(scope="module")
 def both_modes():
     """explain of a function whose views are made inside lowerings, in both modes.

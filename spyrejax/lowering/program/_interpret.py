@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -52,6 +53,7 @@ __all__ = [
     "Record",
     "check_emulate",
     "device_program",
+    "moved_value",
     "records",
 ]
 
@@ -107,10 +109,35 @@ def records(plan: Plan) -> list[Record]:
                     why = getattr(prim, "reason", "") or (
                         f"{node.describe()} asks for layout {prim.layout}"
                     )
-                    value = getattr(prim, "value", None) or node.outs[0]
+                    value = moved_value(node, option.ins, prim)
                     src = prim.in_avals[0]
                     out.append(_record(value, src, prim.layout, prim.moves, why, node))
     return out
+
+
+def moved_value(node: Node, ins: tuple[SpyreType | None, ...], prim: Any) -> Value | None:
+    """The value a copy that ``node``'s own lowering makes moves (None: an intermediate).
+
+    A loop body's charge (no Spyre primitive) names its value itself, or None. Of a
+    primitive, a restickify moves the operand whose planned type (``ins``, the option's)
+    it reads, or else the one operand of its dtype and size (a view of it made inside
+    the lowering, such as a reshape); a copy of another kind (a slice, a concatenate)
+    writes the node's result. Otherwise the restickify moves a value made inside the
+    lowering: None.
+    """
+    if not isinstance(prim, sp.SpyrePrim):
+        named = getattr(prim, "value", None)
+        return named if isinstance(named, Value) else None
+    if prim.role != "restickify":
+        return node.outs[0]
+    src = prim.in_avals[0]
+    values = [(v, t) for v, t in zip(node.ins, ins, strict=False) if isinstance(v, Value)]
+    for v, t in values:
+        if t is not None and t == src:
+            return v
+    size = math.prod(src.shape)  # a view of one operand made inside (a reshape of it)?
+    same = [v for v, _ in values if v.dtype == src.dtype and math.prod(v.shape) == size]
+    return same[0] if len(same) == 1 else None
 
 
 def _moves(plan: Plan) -> list[Move]:
@@ -118,9 +145,13 @@ def _moves(plan: Plan) -> list[Move]:
 
 
 def _record(
-    v: Value, source: SpyreType, target: Any, cost: int, reason: str, node: Node | None
+    v: Value | None, source: SpyreType, target: Any, cost: int, reason: str, node: Node | None
 ) -> Record:
-    what = f"{v.dtype.name}{list(v.shape)} ({v.origin})"
+    if v is None:  # made inside the node's lowering
+        inside = node.describe() if node is not None else "a lowering"
+        what = f"{np.dtype(source.dtype).name}{list(source.shape)} (inside {inside})"
+    else:
+        what = f"{v.dtype.name}{list(v.shape)} ({v.origin})"
     line = node.line if node is not None else ""
     return Record(what, reason, source.layout, target, cost, source.str_short(), line)
 

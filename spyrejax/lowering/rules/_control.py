@@ -61,7 +61,7 @@ from .._planner import Plan, host_input_type, plan_graph
 from .._regions import host_regions
 from .._registry import Mode, Rule
 from .._traffic import through_ddr
-from ..program._interpret import Interpreter
+from ..program._interpret import Interpreter, moved_value
 
 __all__ = ["Charge", "HostCharge", "ddr_moves", "plan_charges"]
 
@@ -172,7 +172,7 @@ def plan_charges(
                         getattr(prim, "layout", None),
                         f"{why} [{context}: {base} per {unit} x {times}]",
                         f"{where} [{context}: {base} per {unit} x {times}]",
-                        getattr(prim, "value", None) or node.outs[0],
+                        moved_value(node, option.ins, prim),
                         through_ddr=through_ddr(prim),
                     )
                 )
