@@ -377,12 +377,23 @@ def _path(descs: Sequence[OpDesc], a: int, b: int) -> list[int]:
 def _internal(
     descs: Sequence[OpDesc], readers: dict[str, list[int]], ops: list[int], keep: frozenset[str]
 ) -> frozenset[str]:
-    """The values made in ``ops`` and read only there."""
+    """The values made in ``ops`` and read only there, through views too.
+
+    A value a view of the group reads escapes when the view's result does (a piece
+    ``place``d into a buffer that ops after the kernel read: rotate-half's
+    ``concatenate`` written in place); it is then written to DDR, not kept in LX.
+    """
     inside = set(ops)
+
+    def escapes(name: str) -> bool:
+        return name in keep or any(
+            j not in inside or (descs[j].kind == "view" and escapes(descs[j].output[0]))
+            for j in readers.get(name, [])
+        )
+
     out = set()
     for i in ops:
         name = descs[i].output[0]
-        uses = readers.get(name, [])
-        if name not in keep and uses and all(j in inside for j in uses):
+        if readers.get(name) and not escapes(name):
             out.add(name)
     return frozenset(out)

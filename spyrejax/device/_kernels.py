@@ -41,7 +41,10 @@ def fused_parts(
     """A fused kernel's ops with their parts of its time: ``(index, op)`` of those changed."""
     if fusion.family != "attention":
         return one_stream(members, machine)
-    viewed = {d.output[0]: d.inputs[0] for d in descs if d.kind == "view" and d.inputs}
+    # A view of one value is read as that value (a broadcast mask: its own bytes); a
+    # view joining several (pieces placed in one buffer, an update in place) is read
+    # as the whole buffer it is.
+    viewed = {d.output[0]: d.inputs[0] for d in descs if d.kind == "view" and len(d.inputs) == 1}
 
     def root(name: str, t: TensorSpec) -> tuple[str, TensorSpec]:
         while name in viewed:

@@ -131,6 +131,28 @@ def test_a_value_read_after_the_kernel_is_written_out():
     assert exp.desc.output[0] not in g.internal and exp.write_bytes == 64 * 512 * 2
 
 
+def test_pieces_placed_in_a_buffer_read_after_the_kernel_are_written_and_read_whole():
+    """Rotate-half's ``concatenate`` written in place: each half is a piece its kernel
+    writes into q's buffer (a ``place`` view), and the attention reads all of q."""
+
+    def f(x, w, c, s, k, v):
+        y = x @ w
+        a, b = y[:, :64], y[:, 64:]
+        q = jnp.concatenate([a * c - b * s, b * c + a * s], axis=-1)
+        p = jax.nn.softmax((q @ k.T).astype(np.float32), -1).astype(v.dtype)
+        return p @ v
+
+    rows, half = S((256, 64), F16), S((512, 128), F16)
+    d = sj.explain(f, S((256, 256), F16), S((256, 128), F16), rows, rows, half, half).device
+    epilogue, attention = d.groups
+    assert (epilogue.family, attention.family) == ("matmul_epilogue", "attention")
+    assert any(d.ops[i].opfunc == "place" for i in epilogue.ops)  # the case under test
+    q_bytes = 256 * 128 * 2
+    assert sum(d.ops[i].write_bytes for i in epilogue.ops) == q_bytes  # both halves
+    scores = next(d.ops[i] for i in attention.ops if d.ops[i].opfunc == "matmul")
+    assert scores.read_bytes == q_bytes  # k is read by its relayout in the kernel
+
+
 def test_explain_names_the_fused_kernels_and_times_each_line():
     r = sj.explain(FAMILIES["layer_norm"][0], *FAMILIES["layer_norm"][1])
     text = str(r)
