@@ -377,8 +377,9 @@ def _transfer(d: OpDesc, machine: Machine, fills: set[str]) -> OpCost:
 
     A view moves nothing and runs no kernel; a fill that is no program output is one
     stick, written with no kernel of its own. A copy reads of each input what its
-    result needs: the part of the input's image its result's elements are (a slice
-    ``x[:4]`` reads 4 rows, a pad or a concatenate whole inputs).
+    result needs: the sticks of the input's image holding a box of its result's shape
+    (a slice ``x[:4]`` reads 4 rows, ``x[:, -1]`` a stick of each row, a pad or a
+    concatenate whole inputs; the share of the input's bytes where no box is known).
     """
     if d.kind == "view":
         return transfer_cost(machine, 0, 0, kernel=False)
@@ -390,7 +391,9 @@ def _transfer(d: OpDesc, machine: Machine, fills: set[str]) -> OpCost:
         if name in fills:
             read += machine.stick_bytes
         elif d.kind == "copy" and math.prod(t.shape) > math.prod(out.shape):
-            read += -(-t.nbytes * math.prod(out.shape) // math.prod(t.shape))
+            box = t.box_nbytes(out.shape)
+            share = -(-t.nbytes * math.prod(out.shape) // math.prod(t.shape))
+            read += share if box is None else box
         else:
             read += t.nbytes
     pattern = "restickify" if d.kind == "restickify" else "ddr"

@@ -118,6 +118,31 @@ class TensorSpec:
         """
         return valid_nbytes(self.layout)
 
+    def box_nbytes(self, shape: Sequence[int]) -> int | None:
+        """Device bytes of the sticks holding a box of ``shape`` of it (from its origin).
+
+        A stick is read whole: ``x[:, -1]`` of a ``[1024, 4096]`` float16 array holds a
+        stick in each of its 1,024 rows (128 KiB), ``x[:4]`` 4 rows of 64 sticks (32
+        KiB). Counted from the origin, a box straddling one more stick than it needs is
+        not seen (a lower bound). None when the box is not of its rank or larger, or a
+        device dim folds several logical dims or the sticks are not the last device dim.
+        """
+        shape = tuple(shape)
+        dims = self.dims
+        if len(shape) != len(self.shape):
+            return None
+        if any(n > m for n, m in zip(shape, self.shape, strict=True)):
+            return None
+        if not dims or dims[-1].size != self.layout.elems_per_stick:
+            return None
+        sticks = 1
+        for d in dims[:-1]:
+            if len(d.dims) > 1:
+                return None
+            if d.dims:  # else a synthetic or size-1 dim: its index 0 holds the data
+                sticks *= min(d.size, -(-shape[d.dims[0]] // d.ratio))
+        return sticks * BYTES_PER_STICK
+
 
 @dataclass(frozen=True)
 class IterDim:

@@ -140,6 +140,16 @@ def test_a_slice_is_charged_what_it_reads():
     assert copy.read_bytes == 4 * 4096 * 2
 
 
+def test_a_slice_across_the_sticks_reads_whole_sticks():
+    # a column holds one element of a stick in each row: the card reads every stick
+    r = sj.explain(lambda x: x[:, -1], S((1024, 4096), F16))
+    (copy,) = [op for op in r.ops if op.opfunc == "slicecopy"]
+    assert copy.read_bytes == 1024 * 128
+    r = sj.explain(lambda x: x[:, 3, :5], S((16, 8, 100), np.float32))
+    (copy,) = [op for op in r.ops if op.opfunc == "slicecopy"]
+    assert copy.read_bytes == 16 * 128  # a stick of 32 in each of 16 rows
+
+
 def test_with_division_takes_every_dim_name_even_x():
     def f(a):
         return sj.with_division(a * 2, x=4)
