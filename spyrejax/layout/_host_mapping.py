@@ -189,8 +189,9 @@ class HostMapping:
             An int64 array of shape ``(*shape, device_rank)``. Broadcast device dims
             report coordinate 0 (the element sits at every coordinate along them).
         """
-        index = np.indices(self.shape, dtype=np.int64)
-        return self.device_coords_of(np.moveaxis(index, 0, -1))
+        # Each host dim's index as a broadcastable 1-D range (not the dense grid of every
+        # index): the coordinates broadcast to the shape only where they are stored.
+        return self._coords_at(np.indices(self.shape, dtype=np.int64, sparse=True), self.shape)
 
     def device_coords_of(self, indices: np.ndarray) -> np.ndarray:
         """Device coordinates of some host elements, vectorised.
@@ -203,7 +204,14 @@ class HostMapping:
         """
         idx = np.asarray(indices, dtype=np.int64)
         index = np.moveaxis(idx, -1, 0) if idx.ndim else idx
-        out = np.zeros((*idx.shape[:-1], self.layout.device_rank), dtype=np.int64)
+        return self._coords_at(index, idx.shape[:-1])
+
+    def _coords_at(self, index: Any, shape: Sequence[int]) -> np.ndarray:
+        """Device coordinates of the host elements whose index along dim ``d`` is ``index[d]``.
+
+        ``index[d]`` are integer arrays that broadcast to ``shape``.
+        """
+        out = np.zeros((*shape, self.layout.device_rank), dtype=np.int64)
         for segment in self.segmentation.segments:
             for j, c in self._segment_coords(segment, index):
                 out[..., j] = c

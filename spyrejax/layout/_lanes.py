@@ -23,6 +23,7 @@ Pure Python/NumPy: no JAX import.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -247,9 +248,9 @@ class LaneMapping(HostMapping):
         c = self._valid.device_coord(index)
         return (*c[:-1], int(self._spread(c[-1])))
 
-    def device_coords_of(self, indices: np.ndarray) -> np.ndarray:
-        """Device coordinates of some host elements, vectorised."""
-        out = self._valid.device_coords_of(indices)
+    def _coords_at(self, index: Any, shape: Sequence[int]) -> np.ndarray:
+        """Device coordinates of host elements (the lanes spread out): the vectorised path."""
+        out = self._valid._coords_at(index, shape)
         out[..., -1] = self._spread(out[..., -1])
         return out
 
