@@ -22,10 +22,10 @@ def coords_by_rule(shape, layout, host_strides=None):
     row-major order.
     """
     hs = host_strides or row_major(shape)
-    idx = np.indices(shape).reshape(len(shape), int(np.prod(shape)))
-    coords = np.zeros((idx.shape[1], len(layout.device_size)), dtype=np.int64)
-    if not idx.shape[1]:
-        return coords  # an empty tensor has no element to place
+    idx = np.indices(shape, dtype=np.int64, sparse=True)  # each dim's range, broadcast
+    coords = np.zeros((*shape, len(layout.device_size)), dtype=np.int64)
+    if not coords.size:
+        return coords.reshape(0, len(layout.device_size))  # no element to place
     live = [d for d, n in enumerate(shape) if n > 1]
     owner = {}
     for j, (size, m) in enumerate(zip(layout.device_size, layout.stride_map, strict=True)):
@@ -33,18 +33,21 @@ def coords_by_rule(shape, layout, host_strides=None):
             owner[j] = max((d for d in live if hs[d] <= m), key=lambda d: hs[d])
     for d in live:
         mine = sorted((j for j in owner if owner[j] == d), key=lambda j: -layout.stride_map[j])
-        x = idx[d].astype(np.int64)
+        x = idx[d]
         for j in mine:
             ratio = layout.stride_map[j] // hs[d]
-            coords[:, j] = x // ratio
+            coords[..., j] = x // ratio
             x = x % ratio
-    return coords
+    return coords.reshape(-1, len(layout.device_size))
 
 
 def host_offsets(shape, host_strides=None):
     hs = host_strides or row_major(shape)
-    idx = np.indices(shape).reshape(len(shape), int(np.prod(shape)))
-    return (idx * np.array(hs, dtype=np.int64)[:, None]).sum(axis=0)
+    offsets = sum(
+        (i * s for i, s in zip(np.indices(shape, dtype=np.int64, sparse=True), hs, strict=True)),
+        start=np.zeros(shape, dtype=np.int64),
+    )
+    return offsets.reshape(-1)
 
 
 def dot_stride_map(coords, layout):
