@@ -7,6 +7,7 @@ from helpers import FLOAT_DTYPES, assert_close, rand
 import spyrejax as sj
 
 
+@jax.jit  # one program a shape and dtype, not an eager compile of each of its four ops
 def _ref(x, y):
     out = jnp.matmul(x.astype(jnp.float32), y.astype(jnp.float32))
     return out.astype(x.dtype)
