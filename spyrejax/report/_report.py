@@ -168,7 +168,12 @@ class Report:
 
     @property
     def lines(self) -> tuple[LineInfo, ...]:
-        """One row per source line, the costliest first (device time, elements moved, bytes)."""
+        """One row per source line, the costliest first (device time, elements moved, bytes).
+
+        The lines of the JAX-level ops, and the lines of the ops inside loop and branch
+        bodies (rows with no op of their own, their device time only), so the device
+        times of the rows add up to the program's.
+        """
         by_line: dict[str, list[OpInfo]] = {}
         for op in self.nodes:
             by_line.setdefault(op.line, []).append(op)
@@ -176,6 +181,7 @@ class Report:
         rows = [
             LineInfo.of(line, tuple(ops), times.get(line, 0.0)) for line, ops in by_line.items()
         ]
+        rows += [LineInfo.of(line, (), t) for line, t in times.items() if line not in by_line]
         return tuple(
             sorted(rows, key=lambda r: (-r.device_s, -r.moved, -r.to_host_bytes, -r.device_bytes))
         )
@@ -198,6 +204,10 @@ class Report:
     def device_bytes(self) -> int:
         """Device bytes of the inputs and of everything the ops allocate."""
         return self.source_bytes + sum(o.device_bytes for o in self.nodes)
+
+    def _op_lines(self) -> int:
+        """How many source lines the JAX-level ops are on."""
+        return len({op.line for op in self.nodes})
 
     def _rows(self) -> tuple[list[LineInfo], list[LineInfo]]:
         """The lines shown (the costly ones first, then by device bytes), and the rest."""
@@ -244,7 +254,7 @@ class Report:
     def summary(self) -> str:
         """The profile: the costly source lines, then the totals (``str(report)``)."""
         shown, rest = self._rows()
-        out = [f"spyrejax.explain: {len(self.nodes)} ops on {len(self.lines)} source lines"]
+        out = [f"spyrejax.explain: {len(self.nodes)} ops on {self._op_lines()} source lines"]
         if not any(r.costly for r in shown):
             out.append("  nothing moves between layouts: no restickify, copy or host fallback")
         if shown:
@@ -322,7 +332,7 @@ class Report:
         shown, rest = self._rows()
         parts = ["<div class='spyrejax-report'>"]
         parts.append(
-            f"<p>spyrejax.explain: {len(self.nodes)} ops on {len(self.lines)} source lines</p>"
+            f"<p>spyrejax.explain: {len(self.nodes)} ops on {self._op_lines()} source lines</p>"
         )
         head = "".join(f"<th>{e(h)}</th>" for h, _ in _COLUMNS)
         rows = "".join(

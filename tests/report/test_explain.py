@@ -76,6 +76,23 @@ def test_the_totals_agree_with_the_plan():
     assert f"device bytes: {report.device_bytes}" in str(report)
 
 
+def _scanned(x, ws):
+    body = lambda c, w: (jnp.tanh(c @ w), None)  # noqa: E731 (its own source line)
+    return jax.lax.scan(body, x, ws)[0]
+
+
+def test_the_lines_of_a_loop_body_are_rows_whose_times_add_up():
+    S = jax.ShapeDtypeStruct
+    report = sj.explain(_scanned, S((64, 128), jnp.float16), S((4, 128, 128), jnp.float16))
+    rows = {r.line: r for r in report.lines}
+    (body,) = [line for line in report.line_times if line not in {op.line for op in report.nodes}]
+    assert rows[body].device_s > 0 and rows[body].ops == ()  # the body's matmul and tanh
+    assert sum(r.device_s for r in report.lines) == pytest.approx(report.time_s)
+    assert sum(len(r.ops) for r in report.lines) == len(report.nodes)
+    assert _row(str(report), body)  # shown in the summary
+    assert str(report).startswith("spyrejax.explain: 1 ops on 1 source lines")
+
+
 def test_details_hold_every_record(report):
     text = report.details()
     assert "Spyre-level jaxpr:" in text and report.jaxpr in text
