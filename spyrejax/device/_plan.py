@@ -170,14 +170,27 @@ class _Memo:
         return found
 
     def op_cost(
-        self, div: WorkDivision, where: frozenset[int], filled: frozenset[int], launch: bool
+        self,
+        div: WorkDivision,
+        where: frozenset[int],
+        filled: frozenset[int],
+        launch: bool,
+        held: int = 0,
     ) -> OpCost:
-        """``op_cost`` of the division with these operands in LX and filled."""
-        key = (self.key(div), where, filled, launch)
+        """``op_cost`` of the division with these operands in LX and filled.
+
+        ``held``: LX bytes per core other values keep across a matmul (:func:`_held`):
+        its blocking has the rest of the budget.
+        """
+        key = (self.key(div), where, filled, launch, held)
         cost = self.costs.get(key)
         if cost is None:
             count("device.cost")
-            cost = self.costs[key] = op_cost(div, self.machine, where, filled, launch)
+            machine = self.machine
+            if held:
+                usable = max(machine.lx_usable - held, machine.lx_alignment)
+                machine = replace(machine, lx_fraction=usable / machine.lx_bytes)
+            cost = self.costs[key] = op_cost(div, machine, where, filled, launch)
         return cost
 
     def streams_of(self, div: WorkDivision) -> tuple[tuple[int, Stream], ...]:
@@ -239,12 +252,14 @@ def plan_program(
     for i, (d, div) in enumerate(zip(descs, divisions, strict=True)):
         lx_in = tuple(n for n, _ in d.inputs if lx.in_lx(n))
         lx_out = lx.in_lx(d.output[0])
-        own = _own_cost(d, div, memo, fills, lx.in_lx)
+        held = _held(d, div, peaks[i], lx)
+        own = _own_cost(d, div, memo, fills, lx.in_lx, held=held)
         unfused.append(own.repeated(d.repeat).time_s)
         k = member.get(i)
         cost = own
         if k is not None:
-            cost = _member_cost(descs, i, div, fusions[k], fits[k], loaded[k], fills, lx, memo)
+            f = fusions[k]
+            cost = _member_cost(descs, i, div, f, fits[k], loaded[k], fills, lx, memo, held)
             loaded[k] = loaded[k] | {n for n, _ in d.inputs}  # its tile stays for the next
         streams = memo.streams_of(div) if div is not None else ()
         cost = cost.repeated(d.repeat)
@@ -302,6 +317,7 @@ def _member_cost(
     fills: set[str],
     lx: LXPlan,
     memo: _Memo,
+    held: int = 0,
 ) -> OpCost:
     """The cost of op ``i`` inside the fused kernel ``f`` (before the kernel shares its time).
 
@@ -313,7 +329,7 @@ def _member_cost(
         kept = kept | {n for j in f.ops for n, _ in descs[j].inputs}
     first = i == next(j for j in f.ops if descs[j].kind != "view")
     in_lx = lambda n: n in kept or lx.in_lx(n)  # noqa: E731
-    return _own_cost(descs[i], div, memo, fills, in_lx, fused=(kept, first))
+    return _own_cost(descs[i], div, memo, fills, in_lx, fused=(kept, first), held=held)
 
 
 def _own_cost(
@@ -323,8 +339,12 @@ def _own_cost(
     fills: set[str],
     in_lx: Any,
     fused: tuple[frozenset[str], bool] | None = None,
+    held: int = 0,
 ) -> OpCost:
     """An op's cost, the values ``in_lx(name)`` says in LX; ``fused``: (kept, first).
+
+    ``held``: the LX bytes per core other values keep across it (a matmul's blocking
+    has the rest).
 
     An op inside a fused kernel launches none unless it is the kernel's first, and a
     restickify between two of its values kept in LX is a relayout over the ring; so is
@@ -338,7 +358,7 @@ def _own_cost(
         if in_lx(d.output[0]):
             where.add(len(d.inputs))
         filled = frozenset(k for k, (n, _) in enumerate(d.inputs) if n in fills)
-        return memo.op_cost(div, frozenset(where), filled, launch)
+        return memo.op_cost(div, frozenset(where), filled, launch, held)
     if d.opfunc == "loadrelayout":  # a matmul's operand relaid out in LX as it loads it
         return relayout_cost(machine, d.output[1].nbytes, launch)
     if fused is not None and is_relayout(d):
@@ -347,6 +367,20 @@ def _own_cost(
             return relayout_cost(machine, d.output[1].nbytes, launch)
     cost = _transfer(d, machine, fills)
     return cost if launch or d.kind == "view" else _no_launch(cost)
+
+
+def _held(d: OpDesc, div: WorkDivision | None, live: int, lx: LXPlan) -> int:
+    """LX bytes per core that values other than a matmul's own keep across it (0 else).
+
+    The placer keeps a value in LX from its producer to its last reader (spec section
+    3) whatever runs between; a matmul between them blocks its tiles in what is left of
+    the budget (a residual stream kept across an MLP's three matmuls). ``live``: the LX
+    bytes in use at the op (:meth:`LXPlan.live_bytes`), its own operands' among them.
+    """
+    if div is None or div.space.kind != "matmul" or not live:
+        return 0
+    own = {n for n, _ in d.inputs} | {d.output[0]}
+    return max(0, live - sum(lx.sizes[n] for n in own if lx.in_lx(n)))
 
 
 def _no_launch(cost: OpCost) -> OpCost:

@@ -326,6 +326,30 @@ def test_an_lx_resident_intermediate_costs_no_ddr_traffic():
     assert r.device.lx_peak == 64 * 512 * 2 // 32
 
 
+def test_a_matmul_blocks_in_the_lx_a_value_kept_across_it_leaves():
+    # r lives in LX from its producer to its reader after the matmul (128 KiB a core of
+    # the 0.2 budget's 419,430 B): the matmul blocks in the rest, so it re-reads A more
+    # than the same matmul computed before r is made, with the whole budget. (Its time
+    # is its share of the fused epilogue's: compute-bound here, it barely moves.)
+    def before(a, b, x, w):
+        h = x @ w
+        return jnp.tanh(a + b) + h
+
+    def across(a, b, x, w):
+        r = jnp.tanh(a + b)
+        return r + x @ w
+
+    args = (S((1024, 2048), F16), S((1024, 2048), F16), S((1024, 4096), F16), S((4096, 2048), F16))
+    ops = {}
+    for f in (before, across):
+        r = sj.explain(f, *args)
+        ops[f] = next(o for o in r.ops if o.opfunc == "matmul")
+    held = ops[across].lx_peak - ops[before].lx_peak
+    assert held == 1024 * 2048 * 2 // 32  # r, a core's rows of it
+    assert ops[across].division.splits == ops[before].division.splits
+    assert ops[across].cost.read_bytes > ops[before].cost.read_bytes  # A passes again
+
+
 # --- explain and hints ----------------------------------------------------------------------
 
 
