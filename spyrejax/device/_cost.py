@@ -210,15 +210,12 @@ def _matmul_cost(
 ) -> OpCost:
     """A calibrated profile's matmul (:mod:`._matmul_cost`), as an :class:`OpCost`."""
     t = matmul_time(division, machine, in_lx)
-    out = division.space.output.tensor
-    sk = division.splits[division.space.names[-1]]
-    ring = (sk - 1) * out.nbytes  # partial sums handed to K partners
     bound = "compute" if t.pt_s > t.memory_s else "memory"
     sticks = (t.read_bytes + t.write_bytes) // machine.stick_bytes
     launch = machine.launch_s if kernel else 0.0
     floor = machine.stage_s
     return OpCost(
-        t.read_bytes, t.write_bytes, ring, division.space.macs, sticks, t.pt_s, t.memory_s,
+        t.read_bytes, t.write_bytes, t.ring_bytes, division.space.macs, sticks, t.pt_s, t.memory_s,
         t.reduce_s, max(floor, t.time_s) + launch, bound, "ddr", 0.0, launch, floor,
     )  # fmt: skip
 

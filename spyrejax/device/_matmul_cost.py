@@ -99,6 +99,8 @@ class MatmulTime:
         write_bytes: DDR bytes written (the output, plus spilled or exchanged partial
             sums).
         passes: how many times A and B pass through LX (1: no re-read).
+        ring_bytes: a K split's fp32 partial sums the cores hand each other, in all
+            (0 when they go through DDR: in ``read_bytes`` and ``write_bytes``).
     """
 
     pt_s: float
@@ -109,6 +111,7 @@ class MatmulTime:
     read_bytes: int
     write_bytes: int
     passes: tuple[int, int]
+    ring_bytes: int = 0
 
     @property
     def memory_s(self) -> float:
@@ -288,7 +291,10 @@ def matmul_time(
     reduce, exchanged = _k_combine(division, machine, resident, inner > 1, bw)
     read_bytes += exchanged
     write += exchanged
-    return MatmulTime(pt, ddr, runs * machine.mm_run_s, sync, reduce, read_bytes, write, passes)
+    ring = 0 if exchanged else _partials_sent(division, machine) * cores
+    return MatmulTime(
+        pt, ddr, runs * machine.mm_run_s, sync, reduce, read_bytes, write, passes, ring
+    )
 
 
 def _k_combine(
@@ -311,18 +317,29 @@ def _k_combine(
     - otherwise (a plain matmul, its block tiled and summed as each block finishes)
       at ``mm_partial_sum_bw`` per core (fitted on the sweep).
     """
-    sk = division.splits[division.space.names[-1]]
-    if sk == 1:
+    sent = _partials_sent(division, machine)
+    if not sent:
         return 0.0, 0
-    out = division.space.operands[2].tensor
-    partial = division.core_bytes(2) * machine.mm_accumulator_bytes // out.itemsize
-    sent = (sk - 1) * partial // sk
     if resident:
         return sent / machine.ring_bw, 0
     if batched:
         exchanged = sent * division.cores_used
         return 2 * exchanged / bw, exchanged
     return sent / machine.mm_partial_sum_bw, 0
+
+
+def _partials_sent(division: WorkDivision, machine: Machine) -> int:
+    """The fp32 partial-sum bytes one core of a K split sends its partners (0: no split).
+
+    A reduce-scatter among ``sk`` partners: each sends ``(sk - 1) / sk`` of its box's
+    partials, fp32 (``mm_accumulator_bytes``) whatever the output's dtype.
+    """
+    sk = division.splits[division.space.names[-1]]
+    if sk == 1:
+        return 0
+    out = division.space.operands[2].tensor
+    partial = division.core_bytes(2) * machine.mm_accumulator_bytes // out.itemsize
+    return (sk - 1) * partial // sk
 
 
 def _barrier_reach(sharers: int, inner: int, machine: Machine) -> int:

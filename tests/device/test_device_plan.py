@@ -310,8 +310,27 @@ def test_a_large_matmul_streams_its_a_operand_again_per_column_block_of_lx():
     # 3 sticks, so A passes 22 times, B twice, and the DDR is the bound.
     terms = matmul_time(op.division, r.device.machine)
     assert terms.passes == (22, 2) and op.bound == "memory"
-    assert op.cost.ring_bytes == 8192 * 4096 * 2  # one partial sum per K pair
+    # The K pairs reduce-scatter their fp32 partial sums (a float16 output's accumulators
+    # are fp32): each core hands its partner half of its 512 x 4096 block's.
+    assert op.cost.ring_bytes == 32 * (512 * 4096 * 4 // 2) == 8192 * 4096 * 4
     assert r.time_s == pytest.approx(sum(o.time_s for o in r.ops))
+
+
+def test_a_k_splits_partial_sums_go_over_the_ring_or_through_ddr_not_both():
+    # Section 8's decode QK^T split 8_2_1_2: at lx_fraction 0.8 a core's set stays in LX
+    # and hands its fp32 partials to its K partner over the ring; at 0.2 it does not fit
+    # and the partials go out to DDR and back (counted in the DDR bytes, not the ring).
+    from spyrejax.device import op_cost
+    from spyrejax.device._calibrate import Measurement, sweep_division
+
+    for lx, over_ring in ((0.8, True), (0.2, False)):
+        machine = Machine.spyre(lx_fraction=lx)
+        division = sweep_division(Measurement(64, 32, 576, 128, (8, 2, 1, 2), 0.0), machine)
+        cost, terms = op_cost(division, machine), matmul_time(division, machine)
+        sent = division.core_bytes(2) * 4 // 2 // 2  # half its fp16 block's partials, fp32
+        assert cost.ring_bytes == (sent * 32 if over_ring else 0)
+        output = 64 * 32 * 576 * 2
+        assert terms.write_bytes == (output if over_ring else output + sent * 32)
 
 
 def test_an_lx_resident_intermediate_costs_no_ddr_traffic():
