@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._errors import DeviceError
-from ..layout._lanes import LanedLayout
+from ..layout._lanes import LanedLayout, lane_text
 from ._division import WorkDivision
 from ._program import DeviceOp, DeviceProgram
 from ._space import Operand
@@ -227,21 +227,22 @@ def _refuse_ragged(opfunc: str, div: WorkDivision) -> None:
 
 
 def _refuse_lanes(opfunc: str, div: WorkDivision) -> None:
-    """Raise for an op reading a lane view: SuperDSC has no field for a lane stride.
+    """Raise for an op reading a lane view: SuperDSC has no field for a lane offset or stride.
 
     A labeled data set states its layout as the variables its device dims walk
     (``layoutDimOrder_``, ``stickDimOrder_``) and the stick's size (``stickSize_``): a
     stick's elements are its lanes in order. A lane view's elements lie ``s`` lanes
-    apart from lane ``k`` (``lanes=k::s``); written as a plain stick it would read the
+    apart from lane ``k`` (``lanes=k::s``), or from lane ``a`` on (a window, ``lanes=a:b``);
+    written as a plain stick it would read the
     wrong lanes, so the op gets no document.
     """
     for o in div.space.operands:
         if isinstance(o.tensor.layout, LanedLayout):
-            offset, step = o.tensor.layout.lanes
+            lanes = lane_text(o.tensor.layout)
             raise DeviceError(
-                f"{opfunc} reads {o.tensor.name or 'an operand'} on lanes {offset}::{step} of its "
+                f"{opfunc} reads {o.tensor.name or 'an operand'} on lanes {lanes} of its "
                 "sticks (a lane view); SuperDSC states a stick's size and dim orders but no "
-                "lane stride, so this op has no SuperDSC (spyrejax.export refuses it)"
+                "lane offset or stride, so this op has no SuperDSC (spyrejax.export refuses it)"
             )
 
 

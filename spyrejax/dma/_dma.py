@@ -36,7 +36,7 @@ from .._errors import LayoutError
 from ..layout._arrangements import ElementArrangement, arrange_image
 from ..layout._dtypes import format_for_dtype, host_dtype, poison_value
 from ..layout._host_mapping import HostMapping
-from ..layout._lanes import LanedLayout, parent_layout, parent_shape
+from ..layout._lanes import LanedLayout, lane_positions, parent_layout, parent_shape
 from ..layout._layout import SpyreTensorLayout
 from ._boxes import box_plan, execute
 from ._dci import Descriptor
@@ -96,34 +96,33 @@ def d2h_values(image: jax.Array, shape: tuple[int, ...], layout: SpyreTensorLayo
     if isinstance(layout, LanedLayout):
         layout.for_host(shape)  # validates the binding
         whole = d2h_values(image, parent_shape(layout, tuple(shape)), parent_layout(layout))
-        return _gather_lanes(whole, layout)
+        return _gather_lanes(whole, layout, shape)
     return _d2h_values(image, layout.for_host(shape))
 
 
 def _spread_lanes(x: Any, layout: LanedLayout, fill: Any) -> Any:
-    """``x`` on lanes ``offset::step`` of its last dim made ``step`` times longer, ``fill`` between.
+    """``x`` on its lanes of the parent's host tensor (:func:`parent_shape`), ``fill`` between.
 
     A laned layout's map is its parent's at host index ``[..., step * j + offset]``
     (:mod:`spyrejax.layout._lanes`): both engines move the spread tensor through the
     parent, and the other lanes get the fill, as padding does.
     """
     layout.for_host(np.shape(x))  # validates the binding
-    offset, step = layout.lanes
     shape = parent_shape(layout, tuple(np.shape(x)))
+    at = lane_positions(layout, np.shape(x)[-1])
     if isinstance(x, np.ndarray):
         out = np.full(shape, np.asarray(fill).astype(x.dtype), x.dtype)
-        out[..., offset::step] = x
+        out[..., at] = x
         return out
     bits = bits_dtype(x.dtype)  # XLA moves bits: it may alter the floats it only moves
     fill_bits = as_bits(jnp.asarray(fill).astype(x.dtype))
-    out = jnp.full(shape, fill_bits, bits).at[..., offset::step].set(as_bits(x))
+    out = jnp.full(shape, fill_bits, bits).at[..., at].set(as_bits(x))
     return from_bits(out, x.dtype, fence=True)
 
 
-def _gather_lanes(whole: Any, layout: LanedLayout) -> Any:
-    """The piece on lanes ``offset::step`` of the parent's host tensor (:func:`_spread_lanes`)."""
-    offset, step = layout.lanes
-    return from_bits(as_bits(whole)[..., offset::step], whole.dtype)
+def _gather_lanes(whole: Any, layout: LanedLayout, shape: Sequence[int]) -> Any:
+    """The piece of ``shape`` on its lanes of the parent's host tensor (:func:`_spread_lanes`)."""
+    return from_bits(as_bits(whole)[..., lane_positions(layout, shape[-1])], whole.dtype)
 
 
 def _standard(mapping: HostMapping) -> HostMapping:
@@ -506,7 +505,7 @@ def dma_d2h(image: Any, shape: Sequence[int], layout: SpyreTensorLayout) -> jax.
     if isinstance(layout, LanedLayout):
         layout.for_host(shape)  # validates the binding
         whole = dma_d2h(image, parent_shape(layout, tuple(shape)), parent_layout(layout))
-        return _gather_lanes(whole, layout)
+        return _gather_lanes(whole, layout, shape)
     mapping = layout.for_host(shape)
     dci = _standard(mapping).dci(host_to_device=False)  # an arrangement moves no stick
     if _on_host(image, dci, dt):

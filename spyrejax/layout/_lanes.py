@@ -1,21 +1,28 @@
-"""Lane-strided layouts: a tensor on every ``step``-th lane of its sticks (issue 26).
+"""Laned layouts: a tensor on some lanes of its sticks, strided or a window (issue 26).
 
 RoPE's interleaved pairs read ``x[..., ::2]`` and ``x[..., 1::2]``: the even and the odd
-elements of every stick of ``x``. Seen in place, such a slice is a lane-strided window of
-``x``'s buffer. :class:`LanedLayout` is its layout: the buffer's device sizes, a stride
-map over the piece (its stick walks the piece's last dim by one), and ``lanes =
-(offset, step)``. The index map is the gap-free one over the valid range (``eps / step``
-lanes a stick, :attr:`LanedLayout.valid_size`) with the lane spread out: device lane
-``offset + step * lane``. The other lanes hold no data (they are padding of this
-layout, and data of the buffer's other pieces).
+elements of every stick of ``x``; rotate-half at float16 head dim 64 reads
+``x[..., :32]`` and ``x[..., 32:]``: lanes 0-31 and 32-63 of ``x``'s one stick a row.
+Seen in place, such a slice sits on some lanes of ``x``'s buffer. :class:`LanedLayout`
+is its layout: the buffer's device sizes, a stride map over the piece (its stick walks
+the piece's last dim by one), ``lanes = (offset, step)`` and ``lane_count``. The index
+map is the gap-free one over the valid range (``lane_count`` lanes a stick,
+:attr:`LanedLayout.valid_size`) with the lane spread out: device lane ``offset + step *
+lane``. Two kinds, printed ``lanes=k::s`` and ``lanes=a:b``:
 
-Equivalently, and that is how the DMA engines move it and how the tests check it, the
-map is that of the *parent* layout (:func:`parent_layout`: the buffer's own layout over
-``[..., step * n]``) at host index ``[..., step * j + offset]``. That needs the stick to
-walk the piece's last host dim alone, by one, in a row-major host tensor: a laned
-layout bound otherwise is refused by name. A laned layout has no gaps and the standard
-element arrangement; its DMA descriptors (DCI) are the valid range's with the lane loop
-stepping ``step`` lanes from lane ``offset``.
+- *strided* (``x[..., k::s]``): ``step`` >= 2 divides the stick, ``offset < step``, and
+  every stick gives the piece ``eps / step`` lanes (:func:`laned`);
+- a *window* (``x[..., a:b]`` of an ``x`` whose last dim lies in one stick a row, the
+  slice not the whole stick): ``step`` 1, lanes ``a`` to ``b`` (:func:`lane_window`).
+
+The other lanes hold no data (they are padding of this layout, and data of the buffer's
+other pieces). Equivalently, and that is how the DMA engines move it and how the tests
+check it, the map is that of the *parent* layout (:func:`parent_layout`, over
+:func:`parent_shape`) at host index ``[..., offset + step * j]`` (:func:`lane_positions`).
+That needs the stick to walk the piece's last host dim alone, by one, in a row-major
+host tensor: a laned layout bound otherwise is refused by name. A laned layout has no
+gaps and the standard element arrangement; its DMA descriptors (DCI) are the valid
+range's with the lane loop stepping ``step`` lanes from lane ``offset``.
 
 Pure Python/NumPy: no JAX import.
 """
@@ -38,86 +45,140 @@ from ._segments import row_major_strides
 __all__ = [
     "LaneMapping",
     "LanedLayout",
+    "lane_positions",
     "lane_refusal",
+    "lane_text",
+    "lane_window",
     "laned",
     "parent_layout",
     "parent_shape",
+    "window_refusal",
 ]
 
 
 class LanedLayout(SpyreTensorLayout):
-    """A layout whose tensor sits on lanes ``offset, offset + step, ...`` of each stick.
+    """A layout whose tensor sits on lanes ``offset + step * lane`` of each stick.
 
-    Build it with :func:`laned` (from the buffer's layout) or :meth:`make`. Compared,
-    hashed and printed with its lanes (``..., lanes=1::2)``).
+    ``lane < lane_count``. Build it with :func:`laned` or :func:`lane_window` (from the
+    buffer's layout) or :meth:`make`. Compared, hashed and printed with its lanes
+    (``..., lanes=1::2)``, ``..., lanes=32:64)``).
     """
 
-    __slots__ = ("lanes",)
+    __slots__ = ("lane_count", "lanes")
 
     lanes: tuple[int, int]
+    lane_count: int
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("build a LanedLayout with spyrejax.layout._lanes.laned or .make")
 
     @classmethod
     def make(
-        cls, device_size: Any, stride_map: Any, device_dtype: Any, offset: int, step: int
+        cls,
+        device_size: Any,
+        stride_map: Any,
+        device_dtype: Any,
+        offset: int,
+        step: int,
+        count: int | None = None,
     ) -> LanedLayout:
         """A laned layout from its fields (``stride_map`` over the piece).
 
+        ``count``: lanes a stick (``eps / step`` if None; a window's width for step 1).
+
         Raises:
-            LayoutError: if ``step`` does not divide the stick, ``offset`` is not below
-                ``step``, or the stick does not walk a host dim by one.
+            LayoutError: if the lanes do not fit the stick (see :func:`_lanes_refusal`)
+                or the stick does not walk a host dim by one.
         """
         layout = cls.__new__(cls)
         layout._init(device_size, stride_map, device_dtype)
-        refusal = _stick_refusal(layout, step)
-        if refusal is None and not (isinstance(offset, int) and 0 <= offset < step):
-            refusal = f"lanes: offset {offset!r} must lie in [0, {step})"
+        eps = layout.device_size[-1]
+        if count is None and isinstance(step, int) and step > 0:
+            count = eps // step
+        refusal = _stick_refusal(layout, step, window=step == 1)
+        if refusal is None:
+            refusal = _lanes_refusal(eps, offset, step, count)
         if refusal is not None:
             raise LayoutError(refusal)
         object.__setattr__(layout, "lanes", (offset, step))
+        object.__setattr__(layout, "lane_count", count)
         return layout
 
     @property
     def valid_size(self) -> tuple[int, ...]:
-        """The range the index map iterates: ``eps / step`` lanes a stick."""
-        return (*self.device_size[:-1], self.device_size[-1] // self.lanes[1])
+        """The range the index map iterates: ``lane_count`` lanes a stick."""
+        return (*self.device_size[:-1], self.lane_count)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, SpyreTensorLayout):
             return NotImplemented
-        return super().__eq__(other) and self.lanes == getattr(other, "lanes", (0, 1))
+        if not isinstance(other, LanedLayout):
+            return False
+        return super().__eq__(other) and (self.lanes, self.lane_count) == (
+            other.lanes,
+            other.lane_count,
+        )
 
     def __hash__(self) -> int:
-        return hash((super().__hash__(), self.lanes))
+        return hash((super().__hash__(), self.lanes, self.lane_count))
 
     def __reduce__(self) -> tuple[Any, ...]:
-        args = (self.device_size, self.stride_map, self.device_dtype, *self.lanes)
+        args = (self.device_size, self.stride_map, self.device_dtype, *self.lanes, self.lane_count)
         return (LanedLayout.make, args)
 
     def __repr__(self) -> str:
-        offset, step = self.lanes
-        return f"{super().__repr__()[:-1]}, lanes={offset}::{step})"
+        return f"{super().__repr__()[:-1]}, lanes={lane_text(self)})"
 
     __str__ = __repr__
 
     def with_gap(self, dim: int, front: int = 0, back: int = 0) -> SpyreTensorLayout:
         """Refused: a laned layout has no gaps."""
-        raise LayoutError(f"{self} is lane-strided; it takes no gap")
+        raise LayoutError(f"{self} is laned; it takes no gap")
 
     def with_arrangement(self, arrangement: Any) -> SpyreTensorLayout:
         """Refused: a laned layout keeps the standard arrangement."""
-        raise LayoutError(f"{self} is lane-strided; it takes no element arrangement")
+        raise LayoutError(f"{self} is laned; it takes no element arrangement")
 
     def for_host(self, shape: Any, host_strides: Any = None) -> HostMapping:
         """This layout bound to a host tensor (a :class:`LaneMapping`).
 
         Raises:
             LayoutError: if the layout cannot hold the tensor, or its stick does not
-                walk the tensor's last dim alone in a row-major tensor.
+                walk the tensor's last dim alone in a row-major tensor (for a window:
+                a last dim of its width).
         """
         return _bind(super().for_host(shape, host_strides))
+
+
+def lane_text(layout: LanedLayout) -> str:
+    """The lanes as printed: ``k::s`` (strided) or ``a:b`` (a window)."""
+    offset, step = layout.lanes
+    if step == 1:
+        return f"{offset}:{offset + layout.lane_count}"
+    return f"{offset}::{step}"
+
+
+def lane_positions(layout: LanedLayout, n: int) -> slice:
+    """Where a piece with a last dim of ``n`` lies in its parent's: ``offset + step * j``."""
+    offset, step = layout.lanes
+    return slice(offset, offset + step * (n - 1) + 1, step)
+
+
+def _lanes_refusal(eps: int, offset: Any, step: Any, count: Any) -> str | None:
+    """Why lanes ``offset + step * lane`` (``lane < count``) are no laned layout's, or None.
+
+    Strided: ``offset`` below ``step``, every stick's ``eps / step`` lanes. A window
+    (``step`` 1): ``count`` lanes from ``offset`` inside the stick, not all of it.
+    """
+    if not all(isinstance(v, int) for v in (offset, step, count)):
+        return f"lanes: offset, step and count must be ints, got {offset!r}, {step!r}, {count!r}"
+    if step > 1 and not (0 <= offset < step and count == eps // step):
+        return f"lanes: offset {offset} must lie in [0, {step}), {eps // step} lanes a stick"
+    if step == 1 and not (offset >= 0 and count >= 1 and offset + count <= eps):
+        return f"lanes: a window of {count} lanes from lane {offset} is not inside a stick of {eps}"
+    if step == 1 and count == eps:
+        return "lanes: a window of the whole stick is the buffer itself"
+    return None
 
 
 def laned(buffer: SpyreTensorLayout, offset: int, step: int) -> LanedLayout:
@@ -161,10 +222,80 @@ def lane_refusal(
     return refusal
 
 
-def _stick_refusal(layout: SpyreTensorLayout, step: Any) -> str | None:
-    """Why ``layout``'s sticks cannot be cut in lanes ``k::step``, or None."""
+def lane_window(
+    buffer: SpyreTensorLayout, shape: tuple[int, ...], start: int, stop: int
+) -> LanedLayout:
+    """The layout of ``x[..., start:stop]`` in place in ``buffer`` (``x``'s, of ``shape``).
+
+    ``x``'s last dim lies in one stick a row; the piece's element ``j`` is on lane
+    ``start + j`` of its row's stick. Its stride map is that of the piece's own layout
+    in the buffer's dim order (the default layout, or the row-major one), which has
+    the buffer's device sizes.
+
+    Raises:
+        LayoutError: see :func:`window_refusal`.
+    """
+    refusal = window_refusal(buffer, shape, start, stop)
+    if refusal is not None:
+        raise LayoutError(refusal)
+    own = _piece_layout(buffer, shape, stop - start)
+    assert not isinstance(own, str)
+    return LanedLayout.make(
+        buffer.device_size, own.stride_map, buffer.device_dtype, start, 1, stop - start
+    )
+
+
+def window_refusal(
+    buffer: SpyreTensorLayout, shape: tuple[int, ...], start: int, stop: int
+) -> str | None:
+    """Why ``x[..., start:stop]`` (``x`` of ``shape`` in ``buffer``) is no lane window, or None.
+
+    The predicate of :func:`lane_window`: a plain buffer (no gaps, arrangement or
+    lanes) in a default or row-major layout of ``shape`` whose last dim lies in one
+    stick a row, a window of 2 or more lanes that is not the whole stick.
+    """
+    if buffer.has_gaps or buffer.is_arranged or isinstance(buffer, LanedLayout):
+        return f"lanes: {buffer} is a window, arranged or laned already"
+    eps = buffer.device_size[-1]
+    if not shape or shape[-1] > eps or not 0 <= start < stop <= shape[-1]:
+        return f"lanes: [{start}:{stop}] of a last dim of {shape[-1:]} is no window of one stick"
+    if stop - start < 2:
+        return "lanes: a window of one lane walks no host dim"
+    refusal = _lanes_refusal(eps, start, 1, stop - start)
+    if refusal is None:
+        own = _piece_layout(buffer, shape, stop - start)
+        refusal = own if isinstance(own, str) else None
+    return refusal
+
+
+def _piece_layout(
+    buffer: SpyreTensorLayout, shape: tuple[int, ...], n: int
+) -> SpyreTensorLayout | str:
+    """The layout of ``[..., n]`` in ``buffer``'s dim order, or why there is none."""
+    try:
+        mapping = buffer.for_host(shape)
+    except LayoutError as e:
+        return f"lanes: {e}"
+    piece = (*shape[:-1], n)
+    order = mapping.dim_order()
+    dtype = buffer.device_dtype
+    if mapping.stick_dim() != len(shape) - 1:
+        return f"lanes: the stick of {buffer} does not walk the last dim of {list(shape)}"
+    if order is not None:
+        own = SpyreTensorLayout(piece, dtype, list(order) or None)
+    elif buffer == SpyreTensorLayout.row_major(shape, dtype):
+        own = SpyreTensorLayout.row_major(piece, dtype)
+    else:
+        return f"lanes: {buffer} is no default or row-major layout of {list(shape)}"
+    if own.device_size != buffer.device_size:
+        return f"lanes: {own} of {list(piece)} is not the device size of {buffer}"
+    return own
+
+
+def _stick_refusal(layout: SpyreTensorLayout, step: Any, window: bool = False) -> str | None:
+    """Why ``layout``'s sticks cannot be cut in lanes ``k::step`` (or a window), or None."""
     eps = layout.device_size[-1]
-    if not isinstance(step, int) or step < 2 or eps % step:
+    if not window and (not isinstance(step, int) or step < 2 or eps % step):
         return f"lanes: a step of {step!r} does not divide a stick of {eps}"
     if layout.stride_map[-1] != 1:
         return f"lanes: the stick of {layout} does not walk a host dim by one"
@@ -172,15 +303,27 @@ def _stick_refusal(layout: SpyreTensorLayout, step: Any) -> str | None:
 
 
 def parent_layout(layout: LanedLayout) -> SpyreTensorLayout:
-    """The buffer's own layout: every positive stride but the stick's times ``step``."""
+    """The buffer's own layout over :func:`parent_shape`: the piece's strides scaled.
+
+    Strided: every positive stride but the stick's times ``step``. A window: over a
+    whole stick a row, every positive stride of a device dim longer than 1 (a multiple
+    of the piece's last dim, ``lane_count``) times ``eps / lane_count``.
+    """
     step = layout.lanes[1]
-    smap = [m * step if m > 0 else m for m in layout.stride_map[:-1]] + [1]
+    eps, count, sizes = layout.device_size[-1], layout.lane_count, layout.device_size
+    smap = list(layout.stride_map)
+    for j, m in enumerate(smap[:-1]):
+        if m > 0 and step > 1:
+            smap[j] = m * step
+        elif m > 0 and sizes[j] > 1:
+            smap[j] = m // count * eps
     return SpyreTensorLayout.from_stride_map(layout.device_size, smap, layout.device_dtype)
 
 
 def parent_shape(layout: LanedLayout, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The host shape the parent layout holds: the last dim ``step`` times longer."""
-    return (*shape[:-1], shape[-1] * layout.lanes[1])
+    """The host shape the parent layout holds: the last dim ``step`` times longer, or a stick."""
+    step = layout.lanes[1]
+    return (*shape[:-1], shape[-1] * step if step > 1 else layout.device_size[-1])
 
 
 def _host_refusal(shape: tuple[int, ...], strides: tuple[int, ...]) -> str | None:
@@ -201,6 +344,9 @@ def _bind_refusal(valid: HostMapping) -> str | None:
         return refusal
     layout, shape = valid.layout, valid.shape
     what = f"layout {layout} for host shape {list(shape)}"
+    count = getattr(layout, "lane_count", None)
+    if layout.lanes[1] == 1 and shape[-1] != count:  # type: ignore[attr-defined]
+        return f"{what}: a window of {count} lanes holds a last dim of as many"
     found = valid.segmentation.segment_of(layout.device_rank - 1)
     if found is None or valid.segmentation.segments[found[0]].host_dims != (len(shape) - 1,):
         return f"{what}: the stick must walk the last host dim alone"
@@ -237,11 +383,13 @@ class LaneMapping(HostMapping):
 
         Array-agnostic (ints, NumPy grids, the masks' JAX coordinates) by ordered
         comparisons only: from ``offset`` on, a remainder ``< 1`` is a multiple of
-        ``step`` (no coordinate type needs an ``==`` other than Python's).
+        ``step`` (no coordinate type needs an ``==`` other than Python's), below
+        ``offset + step * lane_count`` (a window's end; a strided layout's is the stick's).
         """
         offset, step = self.layout.lanes  # type: ignore[attr-defined]
+        end = offset + step * self.layout.lane_count  # type: ignore[attr-defined]
         rest = (lane - offset) % step
-        return (rest < 1) & (lane >= offset), (lane - offset) // step
+        return (rest < 1) & (lane >= offset) & (lane < end), (lane - offset) // step
 
     def device_coord(self, index: Any) -> tuple[int, ...]:
         """Device coordinate of one host element (the lane spread out)."""

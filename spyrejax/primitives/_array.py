@@ -28,6 +28,7 @@ from .._errors import LayoutError, SpyreTypeError, SpyreUnsupportedError
 from .._jax import HiType, ShapedArray, register_hitype
 from ..layout._devdims import DevDim, device_dims, fold_index, is_contiguous, stick_dim
 from ..layout._dtypes import format_for_dtype, host_dtype
+from ..layout._lanes import lane_text
 from ..layout._layout import SpyreTensorLayout
 from ..layout._residency import DDR, Residency
 from ..layout._segments import row_major_strides
@@ -345,7 +346,7 @@ class SpyreType(HiType):
         if lay.is_arranged:
             text += f" {lay.arrangement.value}"
         if hasattr(lay, "lanes"):
-            text += f" lanes={lay.lanes[0]}::{lay.lanes[1]}"
+            text += f" lanes={lane_text(lay)}"
         if self.is_view:
             text += f" view={list(self.base_shape)}:{list(self.strides)}".replace(", ", ",")
         if self.pad is not PadFill.POISON:

@@ -32,6 +32,7 @@ from .._errors import LayoutError, SpyreInternalError, SpyreUnsupportedError
 from .._jax import GradAccum, HiPrim, ShapedArray, Zero, vjp_from_jvp
 from ..device._division import WorkDivision
 from ..device._space import OpSpace, TensorSpec
+from ..layout._lanes import lane_text
 from ._array import MOVES, SpyreArray, SpyreType, batched_type
 from ._eager import eager_call, run_eagerly
 from ._rounding import Rounding
@@ -268,7 +269,7 @@ class SpyrePrim(HiPrim):
             if hasattr(a.layout, "lanes"):
                 raise LayoutError(
                     f"{type(self).__name__} does not read lane-strided views: its {what} "
-                    f"{a.str_short()} lies on lanes {'::'.join(map(str, a.layout.lanes))} of "
+                    f"{a.str_short()} lies on lanes {lane_text(a.layout)} of "
                     "a buffer's sticks; restickify it first"
                 )
 

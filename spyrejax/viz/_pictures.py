@@ -30,6 +30,7 @@ import numpy as np
 from .._errors import LayoutError
 from ..dma._dci import DCI
 from ..layout._host_mapping import HostMapping
+from ..layout._lanes import lane_text
 from ..layout._layout import SpyreTensorLayout
 from ..primitives._array import SpyreArray
 from ._picture import EMPTY, Picture, coords_name
@@ -229,7 +230,7 @@ def device_memory(
     return Picture(
         f"device memory of {list(shape)} in {list(layout.device_size)}"
         + (f" ({layout.arrangement.value})" if layout.is_arranged else "")
-        + (" (lanes {}::{})".format(*layout.lanes) if hasattr(layout, "lanes") else "")
+        + (f" (lanes {lane_text(layout)})" if hasattr(layout, "lanes") else "")
         + ": a stick per row",
         text,
         sticks,

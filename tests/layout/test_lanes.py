@@ -1,10 +1,12 @@
-"""Lane-strided layouts: a tensor on every ``step``-th lane of its sticks (issue 26).
+"""Laned layouts: a tensor on some lanes of its sticks (issue 26).
 
 ``x[..., offset::step]`` seen in place in ``x``'s buffer (RoPE's interleaved pairs:
-``x[..., ::2]``, ``x[..., 1::2]``). The oracle is the buffer's own layout (built here
-from the buffer's shape, not from the laned layout) at host index ``[..., step * j +
-offset]``: the index map, the padding (the buffer's padding and every other lane) and
-both DMA engines, eager and under ``jax.jit``, must agree with it bit for bit.
+``x[..., ::2]``, ``x[..., 1::2]``), and a window ``x[..., a:b]`` of an ``x`` whose last
+dim lies in one stick a row (rotate-half's halves at float16 head dim 64). The oracle
+is the buffer's own layout (built here from the buffer's shape, not from the laned
+layout) at host index ``[..., step * j + offset]`` (``[..., a + j]``): the index map,
+the padding (the buffer's padding and every other lane) and both DMA engines, eager
+and under ``jax.jit``, must agree with it bit for bit.
 """
 
 import itertools
@@ -26,7 +28,14 @@ from oracles import (
 
 import spyrejax as sj
 from spyrejax import DCI, SpyreTensorLayout, viz
-from spyrejax.layout._lanes import LanedLayout, lane_refusal, laned, parent_layout
+from spyrejax.layout._lanes import (
+    LanedLayout,
+    lane_refusal,
+    lane_window,
+    laned,
+    parent_layout,
+    window_refusal,
+)
 
 F16, F32 = np.float16, np.float32
 
@@ -48,7 +57,7 @@ def test_the_odd_lanes_of_a_rope_tensor_print_compare_and_refuse_what_they_canno
     assert mapping.host_index((1, 1, 3, 17)) == (3, 1, 40)
     assert mapping.host_index((1, 1, 3, 16)) is None  # an even lane: another piece's
     assert mapping.padding_mask().sum() == math.prod(x.device_size) // 2
-    with pytest.raises(sj.LayoutError, match=r"lane-strided.*no gap"):
+    with pytest.raises(sj.LayoutError, match=r"laned.*no gap"):
         odd.with_gap(0, front=1)
     with pytest.raises(sj.LayoutError, match="element arrangement"):
         odd.with_arrangement("FP32_TO_DL16")
@@ -66,29 +75,52 @@ def test_the_odd_lanes_of_a_rope_tensor_print_compare_and_refuse_what_they_canno
 
 @st.composite
 def laned_cases(draw, dtypes=(F16, F32, np.int8, np.int32)):
-    """A buffer layout of a shape whose last dim is ``step * n``, and a piece's lanes."""
+    """A buffer layout and a piece's lanes: strided (a last dim ``step * n``) or a window.
+
+    A window cuts ``[a, b)`` out of a last dim of at most one stick, not the whole stick.
+    """
     dtype = np.dtype(draw(st.sampled_from(dtypes)))
     eps = 128 // dtype.itemsize
-    step = draw(st.sampled_from([s for s in (2, 4) if eps % s == 0]))
+    window = draw(st.booleans())
+    step = 1 if window else draw(st.sampled_from([s for s in (2, 4) if eps % s == 0]))
     rank = draw(st.integers(1, 3))
     shape = [draw(st.integers(1, 5)) for _ in range(rank - 1)]
-    shape.append(step * draw(st.integers(2, 80)))  # a last dim of 1 is walked by no lane
+    if window:
+        shape.append(draw(st.integers(2, eps)))
+        n = shape[-1]
+        a = draw(st.integers(0, n - 2))
+        b = draw(st.integers(a + 2, n).filter(lambda b: b - a < eps))
+    else:
+        shape.append(step * draw(st.integers(2, 80)))  # a last dim of 1 is walked by no lane
     shape = tuple(shape)
     if draw(st.booleans()):
         order = [*draw(st.permutations(range(rank - 1))), rank - 1]
         buffer = SpyreTensorLayout(shape, dtype, order)
     else:
         buffer = SpyreTensorLayout.row_major(shape, dtype)
+    if window:
+        piece = (*shape[:-1], b - a)
+        return buffer, shape, lane_window(buffer, shape, a, b), piece, dtype
     offset = draw(st.integers(0, step - 1))
     piece = (*shape[:-1], shape[-1] // step)
     return buffer, shape, laned(buffer, offset, step), piece, dtype
 
 
 def _spread(piece_index, layout):
+    """Piece index ``[..., j]`` as the buffer's ``[..., offset + step * j]``."""
     offset, step = layout.lanes
     out = np.array(piece_index)
     out[..., -1] = step * out[..., -1] + offset
     return out
+
+
+def _held_lanes(layout, n):
+    """Per device lane, whether it holds the piece (a last dim of ``n``): brute force."""
+    offset, step = layout.lanes
+    held = np.zeros(layout.device_size[-1], bool)
+    for j in range(n):
+        held[(offset + step * j) % layout.device_size[-1]] = True
+    return held
 
 
 def _coords(buffer, shape, layout, piece):
@@ -104,8 +136,7 @@ def test_index_map_and_padding_are_the_buffers_at_the_spread_index(case):
     mapping = layout.for_host(piece)
     want = _coords(buffer, shape, layout, piece)
     np.testing.assert_array_equal(mapping.device_coords(), want)
-    offset, step = layout.lanes
-    lanes = np.arange(buffer.device_size[-1]) % step == offset
+    lanes = _held_lanes(layout, piece[-1])
     np.testing.assert_array_equal(mapping.data_mask(), data_mask_by_rule(shape, buffer) & lanes)
     offsets = mapping.host_offsets_of(np.moveaxis(np.indices(layout.device_size), 0, -1))
     assert sorted(offsets[offsets >= 0].tolist()) == list(range(math.prod(piece)))
@@ -160,7 +191,8 @@ def test_a_lane_views_descriptor_steps_over_the_other_lanes():
 def _want(x, buffer, shape, layout, fill):
     offset, step = layout.lanes
     whole = np.full(shape, fill, x.dtype)
-    whole[..., offset::step] = x
+    index = np.moveaxis(np.indices(x.shape), 0, -1)
+    whole[tuple(np.moveaxis(_spread(index, layout), -1, 0))] = x
     return image_by_rule(whole, buffer, fill)
 
 
@@ -208,3 +240,32 @@ def test_a_kernels_lane_mask_is_the_layouts(offset, step):
     np.testing.assert_array_equal(np.asarray(data_mask(t)), want)
     c = _Coord(jnp.arange(4))
     assert c == c and c != _Coord(c.x) and c != 0 and len({c, c}) == 1
+
+
+def test_rotate_halfs_halves_at_float16_head_dim_64_are_lane_windows():
+    # x [T, H, 64] in float16: one 64-lane stick a row. Its halves x[..., :32] and
+    # x[..., 32:] are lanes 0:32 and 32:64 of those sticks (not whole sticks: no
+    # SliceView), printed, compared and refused like strided lanes.
+    x = SpyreTensorLayout((4, 2, 64), F16)
+    lo, hi = lane_window(x, (4, 2, 64), 0, 32), lane_window(x, (4, 2, 64), 32, 64)
+    assert hi.device_size == x.device_size and hi.valid_size == (2, 1, 4, 32)
+    assert repr(hi).endswith("lanes=32:64)") and repr(lo).endswith("lanes=0:32)")
+    assert lo != hi and hash(hi) == hash(lane_window(x, (4, 2, 64), 32, 64))
+    assert pickle.loads(pickle.dumps(hi)) == hi and hi != laned(x, 0, 2)
+    mapping = hi.for_host((4, 2, 32))
+    assert mapping.device_coord((3, 1, 5)) == x.for_host((4, 2, 64)).device_coord((3, 1, 37))
+    assert mapping.host_index((1, 0, 3, 37)) == (3, 1, 5)
+    assert mapping.host_index((1, 0, 3, 31)) is None  # the other half's lane
+    assert parent_layout(hi) == x
+    with pytest.raises(sj.LayoutError, match="as many"):
+        hi.for_host((4, 2, 16))
+    for start, stop, why in [
+        (0, 64, "whole stick"),
+        (3, 4, "one lane"),
+        (0, 70, "no window"),
+    ]:
+        assert why in window_refusal(x, (4, 2, 64), start, stop)
+    assert "no window" in window_refusal(SpyreTensorLayout((4, 128), F16), (4, 128), 0, 32)
+    assert "window, arranged" in window_refusal(x.with_gap(0, front=1), (4, 2, 64), 0, 32)
+    with pytest.raises(sj.LayoutError, match="window of 64"):
+        LanedLayout.make(x.device_size, x.stride_map, F16, 8, 1, 64)
