@@ -11,10 +11,12 @@ its own ops.
 
 Rewritten only where the concatenate is read by that op alone, and where every piece
 boundary along the joined dim cuts whole sticks of every value sliced (a boundary
-inside a stick would turn the views into copies). A slice that takes exactly one piece
-of a concatenate is that piece, and a slice of a ``broadcast_in_dim`` is the broadcast of
-the slice of its operand, so the operands' own concatenates (``concatenate([cos, cos])``)
-fold away too.
+inside a stick would turn the views into copies), or every value's last dim lies in
+one stick a row: then the slices are lane windows and the result's concatenate is
+built on lanes (``primitives._lanes``: rotate-half at float16 head dim 64). A slice
+that takes exactly one piece of a concatenate is that piece, and a slice of a
+``broadcast_in_dim`` is the broadcast of the slice of its operand, so the operands' own
+concatenates (``concatenate([cos, cos])``) fold away too.
 
 Interleaved pairs picked out of ``x.reshape(..., D // s, s)`` (``xr[..., k]``: a slice of
 the last dim and a squeeze) are the strided slice ``x[..., k::s]``, which the planner
@@ -28,20 +30,26 @@ piece written by its producer on its lanes of the result's sticks.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..layout._dtypes import BYTES_PER_STICK, has_spyre_format
-from ..layout._lanes import lane_refusal
-from ..primitives import ELEMENTWISE
-from ..primitives._stick import default_layout, grouped_layout
+from ..primitives._stick import grouped_layout
+from ._distribute_lanes import _distribute_lanes_once, _fold_lane_slice
+from ._graph_edits import (
+    Facts,
+    _broadcasts,
+    _drop_unread,
+    _forward,
+    _is_value,
+    _new_node,
+    _pointwise,
+    _slice_under_broadcast,
+)
 
 if TYPE_CHECKING:  # lowering._graph calls this module: its classes for the types only
     from ._graph import Graph, Node, Value
 
 __all__ = ["Facts", "distribute"]
-
-_POINTWISE = {p for op in ELEMENTWISE for p in op.lowers}
 
 
 def distribute(graph: Graph, facts: Facts | None = None) -> Graph:
@@ -59,46 +67,19 @@ def distribute(graph: Graph, facts: Facts | None = None) -> Graph:
     return graph
 
 
-_PURE = {"concatenate", "broadcast_in_dim", "slice", "reshape", "expand_dims", "interleave"}
+def _aligned(offsets: list[int], dim: int, values: list[Value], sizes: list[int]) -> bool:
+    """Every piece boundary cuts whole sticks of every value (off the last dim: always).
 
-
-def _drop_unread(graph: Graph, facts: Facts | None = None) -> None:
-    """Drop the concatenates, broadcasts and slices left unread (from ``facts`` too, if given)."""
-    while True:
-        read = {id(x) for n in graph.nodes for x in n.ins} | {id(x) for x in graph.outputs}
-        dead = [
-            n for n in graph.nodes if n.prim in _PURE and not any(id(v) in read for v in n.outs)
-        ]
-        if not dead:
-            return
-        for n in dead:
-            graph.nodes.remove(n)
-        if facts is not None:
-            facts.swap(dead, [])
-
-
-def _is_value(x: Any) -> bool:
-    return hasattr(x, "shape") and hasattr(x, "kind")
-
-
-def _producers(graph: Graph) -> dict[Value, Node]:
-    return {v: n for n in graph.nodes for v in n.outs}
-
-
-def _aligned(offsets: list[int], dim: int, values: list[Value]) -> bool:
-    """Every piece boundary cuts whole sticks of every value (off the last dim: always)."""
+    Or the pieces are lane windows (``layout._lanes.lane_window``): every value's last
+    dim lies in one stick a row, every piece 2 lanes or more.
+    """
     if dim != values[0].ndim - 1:
         return True
-    for v in values:
-        per_stick = max(BYTES_PER_STICK // v.dtype.itemsize, 1)
-        if any(o % per_stick for o in offsets):
-            return False
-    return True
-
-
-def _broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
-    """``shape`` is ``to`` or broadcasts to it by dims of 1 (as the pointwise ops read it)."""
-    return len(shape) == len(to) and all(a in (b, 1) for a, b in zip(shape, to, strict=True))
+    per_stick = [max(BYTES_PER_STICK // v.dtype.itemsize, 1) for v in values]
+    if all(o % eps == 0 for eps in per_stick for o in offsets):
+        return True
+    one_stick = all(v.shape[-1] <= eps for v, eps in zip(values, per_stick, strict=True))
+    return one_stick and min(sizes) >= 2 and all(has_spyre_format(v.dtype) for v in values)
 
 
 def _slice(y: Value, dim: int, start: int, size: int, tag: str, node: Node) -> tuple[Node, Value]:
@@ -111,52 +92,6 @@ def _slice(y: Value, dim: int, start: int, size: int, tag: str, node: Node) -> t
     out.origin = f"slice (distributed) at {node.source}"
     params = {"start_indices": tuple(lo), "limit_indices": tuple(hi), "strides": None}
     return _new_node(node, "slice", params, [y], [out]), out
-
-
-def _new_node(
-    like: Node, prim: str, params: dict[str, Any], ins: list[Any], outs: list[Any]
-) -> Node:
-    """A node of ``prim`` at ``like``'s source line."""
-    return dataclasses.replace(like, prim=prim, params=params, ins=ins, outs=outs, primitive=None)
-
-
-@dataclasses.dataclass
-class Facts:
-    """Each value's producer and readers, and the graph's output ids: one walk.
-
-    It serves every rewrite of a build (pair sums', then this module's) until one
-    changes the graph, or :meth:`swap`s its nodes in them.
-    """
-
-    producers: dict[Value, Node]
-    readers: dict[Value, list[Node]]
-    outputs: set[int]
-
-    @classmethod
-    def of(cls, graph: Graph) -> Facts:
-        """The facts of ``graph`` (one walk of its nodes)."""
-        return cls(_producers(graph), graph.consumers(), {id(v) for v in graph.outputs})
-
-    def swap(self, gone: list[Node], new: list[Node]) -> None:
-        """The facts once ``gone`` left the graph and ``new`` joined it (outputs unchanged)."""
-        for n in gone:
-            for v in n.outs:
-                if self.producers.get(v) is n:
-                    del self.producers[v]
-            for v in n.ins:
-                if _is_value(v):
-                    self.readers[v].remove(n)
-        for n in new:
-            for v in n.outs:
-                self.producers[v] = n
-            for v in n.ins:
-                if _is_value(v):
-                    self.readers.setdefault(v, []).append(n)
-
-
-def _pointwise(graph: Graph) -> Iterator[tuple[int, Node]]:
-    """The pointwise nodes of one result, with their positions (rewrites stop the walk)."""
-    return ((i, n) for i, n in enumerate(graph.nodes) if n.prim in _POINTWISE and len(n.outs) == 1)
 
 
 def _distribute_once(graph: Graph, facts: Facts) -> bool:
@@ -175,7 +110,7 @@ def _distribute_once(graph: Graph, facts: Facts) -> bool:
                 continue
             sizes = [p.shape[dim] for _, p in pieces]
             offsets = [sum(sizes[:k]) for k in range(1, len(sizes))]
-            if not _aligned(offsets, dim, [c, node.outs[0], *others]):
+            if not _aligned(offsets, dim, [c, node.outs[0], *others], sizes):
                 continue
             graph.nodes[i : i + 1] = _split(node, arg, dim, pieces, gone[-1])
             for n in gone:
@@ -283,42 +218,6 @@ def _whole_piece(cat: Node, lo: tuple[int, ...], hi: tuple[int, ...]) -> Value |
     return None
 
 
-def _slice_under_broadcast(
-    node: Node, bcast: Node, lo: Any, hi: Any, steps: Any = None
-) -> list[Node]:
-    """``slice(broadcast_in_dim(y))`` as ``broadcast_in_dim(slice(y))``."""
-    (y,) = bcast.ins
-    dims = bcast.params["broadcast_dimensions"]
-    steps = steps or (1,) * len(lo)
-    ylo = [lo[d] if y.shape[k] != 1 else 0 for k, d in enumerate(dims)]
-    yhi = [hi[d] if y.shape[k] != 1 else 1 for k, d in enumerate(dims)]
-    ystep = tuple(steps[d] if y.shape[k] != 1 else 1 for k, d in enumerate(dims))
-    out = node.outs[0]
-    bparams = dict(bcast.params, shape=out.shape)
-    if ylo == [0] * y.ndim and yhi == list(y.shape) and set(ystep) <= {1}:
-        # the slice cuts broadcast dims only
-        return [dataclasses.replace(bcast, params=bparams, outs=[out], source=node.source)]
-    shape = tuple(-(-(b - a) // t) for a, b, t in zip(ylo, yhi, ystep, strict=True))
-    ys = dataclasses.replace(y, shape=shape, name=f"{out.name}.y", kind="node", const=None)
-    params = {
-        "start_indices": tuple(ylo),
-        "limit_indices": tuple(yhi),
-        "strides": None if set(ystep) <= {1} else ystep,
-    }
-    sl = _new_node(node, "slice", params, [y], [ys])
-    return [
-        sl,
-        dataclasses.replace(bcast, params=bparams, ins=[ys], outs=[out], source=node.source),
-    ]
-
-
-def _forward(graph: Graph, old: Value, new: Value) -> None:
-    """Every read of ``old`` reads ``new``."""
-    for n in graph.nodes:
-        n.ins = [new if x is old else x for x in n.ins]
-    graph.outputs = [new if x is old else x for x in graph.outputs]
-
-
 def _pairs_as_lanes_once(graph: Graph, facts: Facts) -> bool:
     """``squeeze(slice(reshape(x, [..., D // s, s]))[..., k:k+1])`` as ``x[..., k::s]``."""
     producers, readers, outputs = facts.producers, facts.readers, facts.outputs
@@ -407,189 +306,6 @@ def _expanded_pieces(cat: Node, producers: Any, readers: Any, outputs: set[int])
 def _has_grouped_stick(y: Value) -> bool:
     """Whether the stacked pairs have a Spyre format and a stick over their trailing dims."""
     return has_spyre_format(y.dtype) and grouped_layout(y.shape, y.dtype) is not None
-
-
-# --- pointwise ops over interleaved lanes (issue 26: torch's repeat_interleave RoPE) ---
-
-
-def _lane_slice(node: Node) -> tuple[int, int] | None:
-    """``(k, s)`` if the slice ``node`` is ``x[..., k::s]`` (s > 1), else None."""
-    x = node.ins[0]
-    strides = node.params.get("strides")
-    if not _is_value(x) or not strides or strides[-1] < 2 or set(strides[:-1]) - {1}:
-        return None
-    lo, hi = node.params["start_indices"], node.params["limit_indices"]
-    k, s = lo[-1], strides[-1]
-    whole = tuple(lo[:-1]) == (0,) * (x.ndim - 1) and tuple(hi) == x.shape
-    return (k, s) if whole and k < s and x.shape[-1] % s == 0 else None
-
-
-def _repeated(v: Value, producers: Any, readers: Any) -> tuple[Value, int, Node, Node] | None:
-    """``(y, s, reshape, broadcast)`` if ``v`` is ``jnp.repeat(y, s, axis=-1)``."""
-    rs = producers.get(v)
-    if rs is None or rs.prim != "reshape" or rs.params.get("dimensions") is not None:
-        return None
-    b = rs.ins[0]
-    bc = producers.get(b) if _is_value(b) else None
-    if bc is None or bc.prim != "broadcast_in_dim" or len(bc.ins) != 1 or readers[b] != [rs]:
-        return None
-    (y,) = bc.ins
-    if not _is_value(y) or y.ndim < 1 or b.ndim != y.ndim + 1 or b.shape[:-1] != y.shape:
-        return None
-    s = b.shape[-1]
-    if tuple(bc.params["broadcast_dimensions"]) != tuple(range(y.ndim)) or s < 2:
-        return None
-    if v.shape != (*y.shape[:-1], y.shape[-1] * s):
-        return None
-    return y, s, rs, bc
-
-
-def _lane_sources(v: Value, producers: Any, readers: Any) -> tuple[list[Value], list[Node]] | None:
-    """The pieces of ``v`` on lanes ``k::s`` and the nodes giving ``v`` from them, or None."""
-    src = producers.get(v)
-    if src is not None and src.prim == "interleave":
-        return list(src.ins), [src]
-    rep = _repeated(v, producers, readers)
-    if rep is None:
-        return None
-    y, s, rs, bc = rep
-    return [y] * s, [rs, bc]
-
-
-def _fold_lane_slice(graph: Graph, i: int, node: Node, facts: Facts) -> bool:
-    """``x[..., k::s]`` of an interleave or repeat as its piece, of a broadcast beneath it."""
-    lane = _lane_slice(node)
-    if lane is None:
-        return False
-    k, s = lane
-    x = node.ins[0]
-    producers = facts.producers
-    found = _lane_sources(x, producers, facts.readers)
-    if found is not None and len(found[0]) == s:
-        _forward(graph, node.outs[0], found[0][k])
-        del graph.nodes[i]
-        return True
-    src = producers.get(x)
-    if src is None or src.prim != "broadcast_in_dim" or len(src.ins) != 1:
-        return False
-    if not _is_value(src.ins[0]) or src.params["broadcast_dimensions"][-1:] != (x.ndim - 1,):
-        return False
-    lo, hi = node.params["start_indices"], node.params["limit_indices"]
-    graph.nodes[i : i + 1] = _slice_under_broadcast(node, src, lo, hi, node.params["strides"])
-    return True
-
-
-def _distribute_lanes_once(graph: Graph, facts: Facts) -> bool:
-    """One pointwise op over interleaved lanes it would otherwise copy, run lane by lane.
-
-    ``f(interleave(a_0, ..., a_(s-1)), y)`` is ``interleave(f(a_k, y[..., k::s]))``: where
-    a piece of the interleave is no fresh result (a view such as ``xr[..., 0]``, which
-    no producer writes on the other lanes), or the operand is a ``jnp.repeat(y, s,
-    -1)`` (torch's ``repeat_interleave``: ``y`` on every lane), the op runs once per
-    lane set, each result written on its lanes (the in-place interleave), the other
-    operands read on their lanes (lane views, or the pieces of their own interleave).
-    """
-    producers, readers, outputs = facts.producers, facts.readers, facts.outputs
-    for i, node in _pointwise(graph):
-        out = node.outs[0]
-        if any(_is_value(x) and not _broadcasts(x.shape, out.shape) for x in node.ins):
-            continue
-        for arg, c in enumerate(node.ins):
-            found = _lanes_to_split(c, node, producers, readers, outputs)
-            if found is None or not _lanes_hold(out, len(found[0])):
-                continue
-            pieces, gone = found
-            graph.nodes[i : i + 1] = _split_lanes(node, arg, pieces)
-            for n in gone:
-                graph.nodes.remove(n)
-            return True
-    return False
-
-
-def _lanes_to_split(c: Any, node: Node, producers: Any, readers: Any, outputs: set[int]) -> Any:
-    """``([(nodes giving the piece, piece)], nodes removed)`` for a split of ``node`` by ``c``."""
-    if not _is_value(c) or id(c) in outputs or readers[c] != [node] or c.ndim < 1:
-        return None
-    if sum(x is c for x in node.ins) != 1 or c.shape[-1] != node.outs[0].shape[-1]:
-        return None
-    src = producers.get(c)
-    outer: list[Node] = []
-    v = c
-    if src is not None and src.prim == "broadcast_in_dim" and len(src.ins) == 1:
-        v = src.ins[0]
-        dims = src.params["broadcast_dimensions"]
-        ok = _is_value(v) and v.ndim >= 1 and dims[-1:] == (c.ndim - 1,)
-        if not ok or v.shape[-1] != c.shape[-1] or readers[v] != [src] or id(v) in outputs:
-            return None
-        outer = [src]
-    found = _lane_sources(v, producers, readers)
-    if found is None:
-        return None
-    pieces, gone = found
-    if gone[0].prim == "interleave" and all(_fresh(p, producers) for p in pieces):
-        return None  # every piece is written on its lanes by its producer already
-    if not outer:
-        return [([], p) for p in pieces], gone
-    (bc,) = outer
-    split = []
-    for k, p in enumerate(pieces):
-        shape = (*c.shape[:-1], p.shape[-1])
-        pc = dataclasses.replace(c, shape=shape, name=f"{c.name}.{k}")
-        params = dict(bc.params, shape=shape)
-        split.append(([dataclasses.replace(bc, params=params, ins=[p], outs=[pc])], pc))
-    return split, [bc, *gone]
-
-
-def _fresh(v: Any, producers: Any) -> bool:
-    """Whether ``v`` is the result of a pointwise op (which can write it on lanes)."""
-    src = producers.get(v) if _is_value(v) else None
-    return src is not None and src.prim in _POINTWISE
-
-
-def _lanes_hold(out: Value, s: int) -> bool:
-    """Whether ``out``'s default layout takes pieces on lanes ``k::s`` (the in-place build)."""
-    if not has_spyre_format(out.dtype) or out.shape[-1] % s:
-        return False
-    piece = (*out.shape[:-1], out.shape[-1] // s)
-    dest = default_layout(out.shape, out.dtype, out.ndim - 1)
-    return lane_refusal(dest, s, piece) is None
-
-
-def _split_lanes(node: Node, arg: int, pieces: list[Any]) -> list[Node]:
-    """``node`` computed lane set by lane set, its result their interleave."""
-    out, s = node.outs[0], len(pieces)
-    new, results = [], []
-    for k, (before, piece) in enumerate(pieces):
-        new.extend(before)
-        ins = []
-        for j, x in enumerate(node.ins):
-            if j == arg:
-                ins.append(piece)
-            elif _is_value(x) and x.shape[-1] != 1:
-                sl, v = _strided(x, k, s, f"{out.name}.{k}.{j}", node)
-                new.append(sl)
-                ins.append(v)
-            else:
-                ins.append(x)
-        shape = (*out.shape[:-1], out.shape[-1] // s)
-        res = dataclasses.replace(out, shape=shape, name=f"{out.name}.{k}")
-        new.append(dataclasses.replace(node, ins=ins, outs=[res]))
-        results.append(res)
-    new.append(_new_node(node, "interleave", {}, results, [out]))
-    return new
-
-
-def _strided(y: Value, k: int, s: int, tag: str, node: Node) -> tuple[Node, Value]:
-    """A slice node ``y[..., k::s]`` and the value it gives."""
-    shape = (*y.shape[:-1], y.shape[-1] // s)
-    out = dataclasses.replace(y, shape=shape, name=f"{y.name}.{tag}", kind="node", const=None)
-    out.origin = f"slice (lanes) at {node.source}"
-    params = {
-        "start_indices": (0,) * (y.ndim - 1) + (k,),
-        "limit_indices": y.shape,
-        "strides": (1,) * (y.ndim - 1) + (s,),
-    }
-    return _new_node(node, "slice", params, [y], [out]), out
 
 
 _REWRITES = (_distribute_once, _fold_slices_once, _pairs_as_lanes_once, _interleave_once)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from ._distribute import _POINTWISE, Facts, _drop_unread, _is_value, _new_node
+from ._graph_edits import _POINTWISE, Facts, _drop_unread, _is_value, _new_node
 
 if TYPE_CHECKING:  # lowering._graph calls this module: its classes for the types only
     from ._graph import Graph, Node, Value

@@ -1,16 +1,20 @@
-"""Strided slices along the stick read in place: lane-strided views (issue 26).
+"""Slices along the stick read in place on their lanes: lane views (issue 26).
 
 ``x[..., offset::step]`` of an array whose sticks walk its last dim keeps its elements
-where they are: on lanes ``offset, offset + step, ...`` of ``x``'s sticks. :class:`LaneView`
-is that slice as a view, typed in :func:`~spyrejax.layout._lanes.laned` (the buffer's
-device sizes, the piece's lanes); nothing moves. RoPE's interleaved pairs read their
-halves ``x[..., ::2]`` and ``x[..., 1::2]`` so.
+where they are: on lanes ``offset, offset + step, ...`` of ``x``'s sticks; so does a
+window ``x[..., a:b]`` of an ``x`` whose last dim lies in one stick a row (lanes ``a``
+to ``b``). :class:`LaneView` is that slice as a view, typed in
+:func:`~spyrejax.layout._lanes.laned` or :func:`~spyrejax.layout._lanes.lane_window`
+(the buffer's device sizes, the piece's lanes); nothing moves. RoPE's interleaved pairs
+read their halves ``x[..., ::2]`` and ``x[..., 1::2]`` so, and rotate-half at float16
+head dim 64 its halves ``x[..., :32]`` and ``x[..., 32:]``.
 
-The other way round, pieces ``a_0 ... a_(s-1)`` of ``[..., n]`` interleaved into
-``[..., s * n]`` (RoPE's ``stack([...], -1).reshape(..., D)``) are written in place:
-each piece's producer writes its result on lanes ``k::s`` of the destination's sticks
-(:class:`LanePlace`, as a producer writes into a window of gaps), and
-:class:`LaneAssemble` is the destination made of them; neither moves anything. Under
+The other way round, pieces each on some lanes of the destination's sticks (``a_0 ...
+a_(s-1)`` of ``[..., n]`` interleaved into ``[..., s * n]``: RoPE's ``stack([...],
+-1).reshape(..., D)``; or ``concatenate([a, b], -1)`` of halves of one stick) are
+written in place: each piece's producer writes its result on its lanes of the
+destination's sticks (:class:`LanePlace`, as a producer writes into a window of gaps),
+and :class:`LaneAssemble` is the destination made of them; neither moves anything. Under
 ``emulate="cores"`` both run per core (``written_space``, :mod:`~spyrejax.primitives._writes`):
 each core writes the box its producer's division gave it on its lanes of the
 destination's sticks.
@@ -31,7 +35,15 @@ import numpy as np
 
 from .._errors import LayoutError, SpyreTypeError
 from ..dma._dma import d2h_bits, d2h_values, h2d_bits, h2d_values
-from ..layout._lanes import LanedLayout, laned, parent_layout, parent_shape
+from ..layout._lanes import (
+    LanedLayout,
+    lane_positions,
+    lane_text,
+    lane_window,
+    laned,
+    parent_layout,
+    parent_shape,
+)
 from ..layout._layout import SpyreTensorLayout
 from ._array import SpyreArray, SpyreType
 from ._base import SpyrePrim
@@ -90,47 +102,62 @@ def read_lanes(img: jax.Array, t: SpyreType) -> jax.Array:
 
 
 class LaneView(SpyrePrim):
-    """``x[..., offset::step]`` seen on its lanes of ``x``'s sticks: nothing moves.
+    """``x[..., offset::step]`` (or, ``step`` 1, ``x[..., offset:offset + count]``) on its lanes.
 
-    The operand must be a plain array (no view, window, arrangement or lanes) whose
-    sticks walk its last dim alone, that dim a multiple of ``step``, and ``step`` must
-    divide the stick.
+    Seen on its lanes of ``x``'s sticks: nothing moves. The operand must be a plain
+    array (no view, window, arrangement or lanes) whose sticks walk its last dim alone;
+    strided, that dim a multiple of ``step``, and ``step`` must divide the stick; a
+    window, that dim in one stick a row (``layout._lanes.window_refusal``).
     """
 
     role = "view"
     takes_lanes = True
     offset: int
     step: int
+    count: int | None
 
-    def __init__(self, aval: SpyreType, *, offset: int, step: int) -> None:
+    def __init__(
+        self, aval: SpyreType, *, offset: int, step: int, count: int | None = None
+    ) -> None:
         if aval.is_view:
             raise LayoutError(f"lane view: {aval.str_short()} is a view; its slices are copies")
-        if not aval.shape or aval.shape[-1] % step:
+        if not aval.shape or (step > 1 and aval.shape[-1] % step):
             raise LayoutError(
                 f"lane view: the last dim of {aval.str_short()} is no multiple of {step}"
             )
-        layout = laned(aval.layout, offset, step)
-        piece = (*aval.shape[:-1], aval.shape[-1] // step)
+        if step == 1 and not count:
+            raise LayoutError(f"lane view: a window of {aval.str_short()} needs a lane count")
+        if step == 1:
+            assert count is not None
+            layout = lane_window(aval.layout, aval.shape, offset, offset + count)
+            piece = (*aval.shape[:-1], count)
+        else:
+            layout = laned(aval.layout, offset, step)
+            piece = (*aval.shape[:-1], aval.shape[-1] // step)
         self.in_avals = (aval,)
         self.out_aval = SpyreType.contiguous(piece, aval.dtype, layout, aval.pad)
-        self.params = {"offset": offset, "step": step}
+        self.params = {"offset": offset, "step": step, "count": count}
         super().__init__()
 
     def kernel(self, img: jax.Array) -> jax.Array:
         return img  # the lanes are the operand's buffer itself
 
 
-def lane_view(x: SpyreArray, offset: int, step: int) -> SpyreArray:
-    """``x[..., offset::step]`` as a view on its lanes of ``x``'s sticks (see :class:`LaneView`).
+def lane_view(x: SpyreArray, offset: int, step: int, count: int | None = None) -> SpyreArray:
+    """``x[..., offset::step]`` (``step`` 1: ``x[..., offset:offset + count]``) on its lanes.
+
+    A view on its lanes of ``x``'s sticks (see :class:`LaneView`).
 
     Raises:
         LayoutError: if ``x`` is a view, a window or arranged, its sticks do not walk
-            its last dim alone, or ``step`` divides neither that dim nor the stick.
+            its last dim alone, or ``step`` divides neither that dim nor the stick (a
+            window: ``x``'s last dim is more than a stick, or the window all of it).
     """
     aval = jax.typeof(x)
     if not isinstance(aval, SpyreType):
         raise SpyreTypeError(f"lane_view: needs a SpyreArray, got {aval}")
-    return LaneView(aval, offset=int(offset), step=int(step))(x)
+    count = None if count is None else int(count)
+    return LaneView(aval, offset=int(offset), step=int(step), count=count)(x)
 
 
 def lane_slice_params(
@@ -148,6 +175,22 @@ def lane_slice_params(
     if offset >= step or n % step or limit[-1] < n - step + offset + 1:
         return None
     return offset, step
+
+
+def lane_window_params(
+    shape: Sequence[int], start: Sequence[int], limit: Sequence[int], strides: Sequence[int] | None
+) -> tuple[int, int] | None:
+    """``(start, stop)`` if a ``lax.slice`` is ``x[..., start:stop]``, a part of the last dim.
+
+    Unit strides, the other dims whole, the last dim neither whole nor one element
+    (whether it lies in one stick is the layout's to say: ``layout._lanes.window_refusal``).
+    """
+    if (strides and any(s != 1 for s in strides)) or len(shape) < 1:
+        return None
+    if any(a != 0 or b != n for a, b, n in zip(start[:-1], limit[:-1], shape[:-1], strict=True)):
+        return None
+    a, b = start[-1], limit[-1]
+    return (a, b) if b - a >= 2 and (a, b) != (0, shape[-1]) else None
 
 
 class LanePlace(ProducerWrite):
@@ -188,11 +231,13 @@ def lane_place(x: SpyreArray, layout: SpyreTensorLayout) -> SpyreArray:
 
 
 class LaneAssemble(JoinedBits):
-    """``s`` pieces, each on lanes ``k::s`` of the buffer, as the interleaved tensor.
+    """Pieces, each on its lanes of the buffer, as the tensor they make together.
 
-    Piece ``k`` must be in ``laned(layout, k, s)``; the result is ``[..., s * n]`` in
-    ``layout``, element ``s * j + k`` of its last dim piece ``k``'s element ``j``.
-    Nothing moves: every piece is already on its lanes.
+    Piece ``k`` must be in ``laned(layout, k, s)`` (``s`` pieces interleaved: element
+    ``s * j + k`` of the result's last dim is piece ``k``'s element ``j``), or every
+    piece in its ``lane_window`` of ``layout`` (a ``concatenate`` along a last dim of
+    one stick a row: the windows follow one another). Nothing moves: every piece is
+    already on its lanes. The owner of an element is the piece whose lanes hold it.
     """
 
     takes_lanes = True
@@ -203,31 +248,52 @@ class LaneAssemble(JoinedBits):
     def __init__(
         self, *avals: SpyreType, layout: SpyreTensorLayout, shape: tuple[int, ...]
     ) -> None:
-        step = len(avals)
+        start, step = 0, len(avals)
+        first = avals[0].layout
+        windowed = isinstance(first, LanedLayout) and first.lanes[1] == 1  # all, or none
         for k, a in enumerate(avals):
-            ok = a.dtype == avals[0].dtype and not a.is_view
-            if not ok or a.layout != laned(layout, k, step) or shape[-1] != step * a.shape[-1]:
-                raise LayoutError(f"lane assemble: {a.str_short()} is not lanes {k}::{step}")
+            n = a.shape[-1] if a.shape else 0
+            if windowed:
+                want, end = lane_window(layout, shape, start, start + n), shape[-1]
+            else:
+                want, end = laned(layout, k, step), step * n
+            ok = a.dtype == avals[0].dtype and not a.is_view and shape[-1] == end
+            if not ok or a.layout != want:
+                lanes = lane_text(want)
+                raise LayoutError(
+                    f"lane assemble: {a.str_short()} is not lanes {lanes} of {layout}"
+                )
+            start += n
+        if windowed and start != shape[-1]:
+            raise LayoutError(f"lane assemble: the windows do not fill {list(shape)}")
         self.in_avals = tuple(avals)
         self.out_aval = SpyreType.contiguous(shape, avals[0].dtype, layout)
         self.params = {"layout": layout, "shape": shape}
         super().__init__()
 
+    def _owners(self, size: int, lane: bool) -> np.ndarray:
+        """Per result element (or device lane) of the last dim, the piece holding it."""
+        out = np.zeros(size, np.int32)
+        for k, a in enumerate(self.in_avals):
+            lay = a.layout
+            assert isinstance(lay, LanedLayout)
+            n = lay.lane_count if lane else a.shape[-1]
+            out[lane_positions(lay, n)] = k
+        return out
+
     def _join(self, parts: tuple[jax.Array, ...]) -> jax.Array:
-        return _by_lane(parts, parts[0].ndim - 1)
+        axis = parts[0].ndim - 1
+        owner = self._owners(parts[0].shape[axis], lane=True)
+        lane = jax.lax.broadcasted_iota(np.int32, parts[0].shape, axis)
+        which = jax.numpy.asarray(owner)[lane]
+        out = parts[0]
+        for k, part in enumerate(parts[1:], 1):
+            out = jax.numpy.where(which == k, part, out)
+        return out
 
     def _owner(self, at: list[np.ndarray]) -> np.ndarray:
-        """Element ``i`` of the last dim from piece ``i % s``."""
-        return at[-1] % len(self.in_avals)
-
-
-def _by_lane(parts: tuple[jax.Array, ...], axis: int) -> jax.Array:
-    """Element ``i`` along ``axis`` from ``parts[i % len(parts)]``."""
-    lane = jax.lax.broadcasted_iota(np.int32, parts[0].shape, axis) % len(parts)
-    out = parts[0]
-    for k, part in enumerate(parts[1:], 1):
-        out = jax.numpy.where(lane == k, part, out)
-    return out
+        """Element ``i`` of the last dim from the piece whose lanes hold it."""
+        return self._owners(self.shape[-1], lane=False)[at[-1]]
 
 
 def lane_assemble(

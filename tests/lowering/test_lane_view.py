@@ -18,7 +18,7 @@ from oracles import random_bits, same_bits
 import spyrejax as sj
 from spyrejax import primitives as sp
 from spyrejax.device import divide_op
-from spyrejax.layout._lanes import laned
+from spyrejax.layout._lanes import lane_window, laned
 from spyrejax.lowering import checking_cores
 from spyrejax.lowering.program._cores import CoreExecutor, dividing
 from spyrejax.primitives._base import executing
@@ -189,3 +189,59 @@ def test_property_a_lane_read_per_core_is_the_whole_kernels(case, seed):
         got = jax.jit(lambda v: sp.elementwise("maximum", v, v))(v)
     assert len(seen) == 1 and "lanes" in repr(seen[0].space.inputs[0].tensor.layout)
     assert same_bits(sj.to_host(got), x[..., offset::step])
+
+
+# --- lane windows: x[..., a:b] of a last dim in one stick a row (rotate-half at f16 D 64) ---
+
+
+def test_a_lane_window_holds_the_slice_and_windows_assemble_the_concatenate():
+    x = random_bits((3, 2, 64), np.dtype(F16), np.random.default_rng(6))
+    a = sj.to_device(x)
+    lo, hi = lane_view(a, 0, 1, 32), lane_view(a, 32, 1, 32)
+    assert "lanes=32:64" in jax.typeof(hi).str_short()
+    assert same_bits(sj.to_host(lo), x[..., :32]) and same_bits(sj.to_host(hi), x[..., 32:])
+    assert same_bits(sj.to_host(sj.restickify(hi)), x[..., 32:])
+    dest = sj.SpyreTensorLayout((3, 2, 64), F16)
+    y = (np.arange(3 * 2 * 64, dtype=F16) / 64).reshape(3, 2, 64)  # finite, exact products
+    b = sj.to_device(y)
+    want = np.concatenate([y[..., 40:] * 2, y[..., :40]], -1)
+
+    def rotate(b):  # the windows of b swapped: each piece written on its lanes of dest
+        first = lane_place(lane_view(b, 40, 1, 24) * 2, lane_window(dest, (3, 2, 64), 0, 24))
+        second = lane_place(lane_view(b, 0, 1, 40) + 0, lane_window(dest, (3, 2, 64), 24, 64))
+        return lane_assemble([first, second], dest, (3, 2, 64))
+
+    for f in (rotate, jax.jit(rotate)):
+        got = f(b)
+        assert got.layout == dest and same_bits(sj.to_host(got), want)
+    pieces = [lane_place(lane_view(b, 0, 1, 32) + 0, lane_window(dest, (3, 2, 64), 0, 32))]
+    with pytest.raises(sj.LayoutError, match="do not fill"):
+        lane_assemble(pieces, dest, (3, 2, 64))
+    with pytest.raises(sj.LayoutError, match="is not lanes 32:64"):
+        lane_assemble(
+            [pieces[0], lane_place(lane_view(b, 0, 2) + 0, laned(dest, 1, 2))], dest, (3, 2, 64)
+        )
+    with pytest.raises(sj.LayoutError, match="no window"):
+        lane_view(sj.to_device(np.ones((3, 128), F16)), 0, 1, 32)  # two sticks a row
+
+
+@pytest.mark.parametrize("dtype", [F16, np.float32], ids=str)
+def test_under_jit_halves_of_one_stick_are_lane_windows_and_their_concatenate_is_in_place(dtype):
+    # float16 D 64 (float32 D 32): one stick a row, cut in half. The halves are lane
+    # windows of x, and the concatenate of the computed halves writes each on its
+    # lanes of the result: nothing copies, per core too.
+    d = 128 // np.dtype(dtype).itemsize
+
+    def f(x):
+        h = d // 2
+        return jnp.concatenate([jnp.tanh(x[..., h:]), x[..., :h] * 2], -1) + x
+
+    x = rand((4, 2, d), dtype, seed=8)
+    report = sj.explain(f, x)
+    assert report.copy_cost == 0 and not report.restickifies
+    # the sum with x runs half by half too: x is read on both windows twice
+    assert report.jaxpr.count("= LaneView") == 4 and "LaneAssemble" in report.jaxpr
+    assert f"lanes={d // 2}:{d}" in report.jaxpr
+    assert_matches_jax_jit(f, x, ops=3)
+    got = sj.to_host(sj.jit(f, emulate="cores")(x))
+    assert same_bits(got, sj.to_host(sj.jit(f)(x)))

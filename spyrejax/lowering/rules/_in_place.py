@@ -5,7 +5,9 @@ A piece of a bigger tensor can be planned in its window of the destination's buf
 writes it there (issue 26, item 2):
 
 - ``concatenate`` in place: each piece in its window, joined by ``Assemble`` (a view:
-  nothing moves);
+  nothing moves); along a last dim of one stick a row, where the pieces cut the stick,
+  each piece on its lanes of the result's sticks (``layout._lanes.lane_window``),
+  joined by ``LaneAssemble``;
 - ``dynamic_update_slice`` in place: the update in its window of the operand's buffer,
   which the result takes over (the operand must be read by nothing else: a fresh
   result, a donated input, or a loop's carry; ``Mode.clobbers``); at start indices known
@@ -25,6 +27,8 @@ from typing import Any
 import numpy as np
 
 from ..._errors import LayoutError
+from ...layout._dtypes import has_spyre_format
+from ...layout._lanes import lane_window
 from ...primitives._array import SpyreType
 from ...primitives._in_place import (
     assemble,
@@ -34,6 +38,7 @@ from ...primitives._in_place import (
     window_layout,
     without_gaps,
 )
+from ...primitives._lanes import lane_assemble
 from ...primitives._stick import canon, default_layout, stick_options
 from .._graph import Node, Scalar, Value
 from .._registry import Mode, _LaxCopy, _register
@@ -48,7 +53,9 @@ class _ConcatenateInPlace(_Concatenate):
     def modes(self, node: Node) -> list[Mode]:
         modes = super().modes(node)
         sticks = stick_options(node.outs[0].shape)
-        return modes + [m for s in sticks if (m := self._in_place(node, s)) is not None]
+        modes += [m for s in sticks if (m := self._in_place(node, s)) is not None]
+        lanes = self._on_lanes(node)
+        return modes if lanes is None else [*modes, lanes]
 
     @staticmethod
     def _offsets(node: Node) -> list[tuple[int, ...]]:
@@ -71,10 +78,30 @@ class _ConcatenateInPlace(_Concatenate):
             return None
         return Mode((None,) * len(node.ins), stick, "in_place", takes)
 
+    def _on_lanes(self, node: Node) -> Mode | None:
+        """Each piece on its lanes of the result's sticks, or None (no window cuts one)."""
+        out = node.outs[0]
+        last, dim = out.ndim - 1, node.params["dimension"]
+        if dim != last or not has_spyre_format(out.dtype):
+            return None
+        dest = default_layout(out.shape, out.dtype, last)
+        try:
+            takes = tuple(
+                SpyreType.contiguous(
+                    v.shape, v.dtype, lane_window(dest, out.shape, o[-1], o[-1] + v.shape[-1])
+                )
+                for v, o in zip(node.ins, self._offsets(node), strict=True)
+            )
+        except LayoutError:
+            return None
+        return Mode((None,) * len(node.ins), last, "in_place_lanes", takes)
+
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
+        out = node.outs[0]
+        if mode.variant == "in_place_lanes":
+            return [lane_assemble(args, default_layout(out.shape, out.dtype, mode.out), out.shape)]
         if mode.variant != "in_place":
             return super().lower(node, args, mode)
-        out = node.outs[0]
         dest = default_layout(out.shape, out.dtype, mode.out)
         return [assemble(args, dest, out.shape, self._offsets(node))]
 

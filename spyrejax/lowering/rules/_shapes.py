@@ -12,8 +12,9 @@ import numpy as np
 
 from ... import primitives as sp
 from ..._errors import SpyreUnsupportedError
+from ...layout._dtypes import format_for_dtype, has_spyre_format
 from ...primitives._in_place import slice_view
-from ...primitives._lanes import lane_slice_params, lane_view
+from ...primitives._lanes import lane_slice_params, lane_view, lane_window_params
 from ...primitives._stick import (
     SPARSE,
     canon,
@@ -148,16 +149,18 @@ class _Slice(Rule):
 
         The view reads the operand in a default layout stuck on any of its dims, and is
         a window of that buffer where the slice cuts whole device steps
-        (``primitives._in_place.slice_view``; else the planner finds it refused).
+        (``primitives._in_place.slice_view``; else the planner finds it refused). A
+        strided slice of the last dim, or a part of a last dim in one stick a row, is
+        also a lane view (``primitives._lanes``).
         """
         out = node.outs[0]
         modes = [Mode((None,), s) for s in stick_options(out.shape)]
         strides = node.params.get("strides")
         x = node.ins[0]
+        last = x.ndim - 1
         if strides is None or all(k == 1 for k in strides):
             modes += [Mode((s,), canon(out.shape, s), "view") for s in stick_options(x.shape)]
-        elif _lanes_of(node) is not None:  # x[..., offset::step]: its lanes of x's sticks
-            last = x.ndim - 1
+        if _lanes_of(node) is not None:  # its lanes of x's sticks (a LayoutError if not)
             modes.append(Mode((last,), canon(out.shape, last), "lanes"))
         return modes
 
@@ -168,18 +171,30 @@ class _Slice(Rule):
         if mode.variant == "view":  # a LayoutError when the slice is no window
             return [slice_view(args[0], start, limit)]
         if mode.variant == "lanes":  # a LayoutError when x's sticks do not walk its last dim
-            return [lane_view(args[0], *_lanes_of(node))]
+            return [lane_view(args[0], *_lanes_of(node))]  # type: ignore[misc]
         strides = node.params.get("strides")
         dim_order = dim_order_for(out.shape, mode.out)
         return [sp.slice_copy(args[0], start, limit, strides, dim_order=dim_order)]
 
 
-def _lanes_of(node: Node) -> tuple[int, int] | None:
-    """``(offset, step)`` of a slice that is ``x[..., offset::step]``, else None."""
+def _lanes_of(node: Node) -> tuple[int, int, int | None] | None:
+    """``lane_view``'s ``(offset, step, count)`` of a slice on lanes of ``x``'s sticks, or None.
+
+    ``x[..., offset::step]``, or a part ``x[..., a:b]`` of the last dim (a window where
+    that dim lies in one stick a row: the view says).
+    """
     p = node.params
-    return lane_slice_params(
-        node.ins[0].shape, p["start_indices"], p["limit_indices"], p.get("strides")
-    )
+    args = (node.ins[0].shape, p["start_indices"], p["limit_indices"], p.get("strides"))
+    strided = lane_slice_params(*args)
+    if strided is not None:
+        return (*strided, None)
+    window = lane_window_params(*args)
+    x = node.ins[0]
+    if window is None or not has_spyre_format(x.dtype):
+        return None
+    if x.shape[-1] > format_for_dtype(x.dtype).elems_per_stick():
+        return None
+    return window[0], 1, window[1] - window[0]
 
 
 _register(_Slice(), "slice")
