@@ -228,21 +228,18 @@ def lane_window(
     """The layout of ``x[..., start:stop]`` in place in ``buffer`` (``x``'s, of ``shape``).
 
     ``x``'s last dim lies in one stick a row; the piece's element ``j`` is on lane
-    ``start + j`` of its row's stick. Its stride map is that of the piece's own layout
-    in the buffer's dim order (the default layout, or the row-major one), which has
-    the buffer's device sizes.
+    ``start + j`` of its row's stick. Its stride map is the buffer's with every stride
+    of an outer host dim (a multiple of ``x``'s last dim ``n``) times ``(stop - start) /
+    n``: the piece's host strides; the dims walking the last dim, and those of size 1,
+    keep theirs.
 
     Raises:
         LayoutError: see :func:`window_refusal`.
     """
-    refusal = window_refusal(buffer, shape, start, stop)
-    if refusal is not None:
-        raise LayoutError(refusal)
-    own = _piece_layout(buffer, shape, stop - start)
-    assert not isinstance(own, str)
-    return LanedLayout.make(
-        buffer.device_size, own.stride_map, buffer.device_dtype, start, 1, stop - start
-    )
+    smap = _window_strides(buffer, shape, start, stop)
+    if isinstance(smap, str):
+        raise LayoutError(smap)
+    return LanedLayout.make(buffer.device_size, smap, buffer.device_dtype, start, 1, stop - start)
 
 
 def window_refusal(
@@ -251,9 +248,17 @@ def window_refusal(
     """Why ``x[..., start:stop]`` (``x`` of ``shape`` in ``buffer``) is no lane window, or None.
 
     The predicate of :func:`lane_window`: a plain buffer (no gaps, arrangement or
-    lanes) in a default or row-major layout of ``shape`` whose last dim lies in one
-    stick a row, a window of 2 or more lanes that is not the whole stick.
+    lanes) whose stick walks ``x``'s last dim alone, that dim in one stick a row, and
+    a window of 2 or more lanes that is not the whole stick.
     """
+    smap = _window_strides(buffer, shape, start, stop)
+    return smap if isinstance(smap, str) else None
+
+
+def _window_strides(
+    buffer: SpyreTensorLayout, shape: tuple[int, ...], start: int, stop: int
+) -> list[int] | str:
+    """The stride map of :func:`lane_window`'s layout, or why there is none."""
     if buffer.has_gaps or buffer.is_arranged or isinstance(buffer, LanedLayout):
         return f"lanes: {buffer} is a window, arranged or laned already"
     eps = buffer.device_size[-1]
@@ -261,35 +266,25 @@ def window_refusal(
         return f"lanes: [{start}:{stop}] of a last dim of {shape[-1:]} is no window of one stick"
     if stop - start < 2:
         return "lanes: a window of one lane walks no host dim"
-    refusal = _lanes_refusal(eps, start, 1, stop - start)
-    if refusal is None:
-        own = _piece_layout(buffer, shape, stop - start)
-        refusal = own if isinstance(own, str) else None
-    return refusal
-
-
-def _piece_layout(
-    buffer: SpyreTensorLayout, shape: tuple[int, ...], n: int
-) -> SpyreTensorLayout | str:
-    """The layout of ``[..., n]`` in ``buffer``'s dim order, or why there is none."""
+    refusal = _lanes_refusal(eps, start, 1, stop - start) or _stick_refusal(buffer, 1, True)
+    if refusal is not None:
+        return refusal
     try:
-        mapping = buffer.for_host(shape)
+        seg = buffer.for_host(shape).segmentation
     except LayoutError as e:
         return f"lanes: {e}"
-    piece = (*shape[:-1], n)
-    order = mapping.dim_order()
-    dtype = buffer.device_dtype
-    if mapping.stick_dim() != len(shape) - 1:
-        return f"lanes: the stick of {buffer} does not walk the last dim of {list(shape)}"
-    if order is not None:
-        own = SpyreTensorLayout(piece, dtype, list(order) or None)
-    elif buffer == SpyreTensorLayout.row_major(shape, dtype):
-        own = SpyreTensorLayout.row_major(piece, dtype)
-    else:
-        return f"lanes: {buffer} is no default or row-major layout of {list(shape)}"
-    if own.device_size != buffer.device_size:
-        return f"lanes: {own} of {list(piece)} is not the device size of {buffer}"
-    return own
+    found = seg.segment_of(buffer.device_rank - 1)
+    if found is None or seg.segments[found[0]].host_dims != (len(shape) - 1,):
+        return f"lanes: the stick of {buffer} does not walk the last dim of {list(shape)} alone"
+    stick = {j for j, _ in seg.segments[found[0]].axes}
+    n, smap = shape[-1], list(buffer.stride_map)
+    for j, m in enumerate(smap):
+        if j in stick or m <= 0 or buffer.device_size[j] == 1:
+            continue
+        if m % n:
+            return f"lanes: stride {m} of {buffer} is no multiple of the last dim {n}"
+        smap[j] = m // n * (stop - start)
+    return smap
 
 
 def _stick_refusal(layout: SpyreTensorLayout, step: Any, window: bool = False) -> str | None:

@@ -69,16 +69,20 @@ def is_laned(t: SpyreType) -> bool:
 
 
 def read_layout(t: SpyreType) -> SpyreTensorLayout:
-    """The layout a pointwise kernel reads a lane-strided ``t`` in.
+    """The layout a pointwise kernel reads a laned ``t`` in.
 
-    The default layout of ``t``'s shape in its buffer's dim order (or the row-major
-    layout, if the buffer's is). Values move from the lanes in that layout's order.
+    Strided: the default layout of ``t``'s shape in its buffer's dim order (or the
+    row-major layout, if the buffer's is). A window: its own stride map, on lanes from
+    0 (for a default buffer, the default layout of ``t``'s shape in its order). Values
+    move from the lanes in that layout's order.
 
     Raises:
         LayoutError: if the buffer's layout is neither.
     """
     lay = t.layout
     assert isinstance(lay, LanedLayout)
+    if lay.lanes[1] == 1:  # a window: its stride map read from lane 0 on
+        return SpyreTensorLayout.from_stride_map(lay.device_size, lay.stride_map, lay.device_dtype)
     parent, shape = parent_layout(lay), parent_shape(lay, t.shape)
     order = parent.for_host(shape).dim_order()
     if order is not None:

@@ -208,6 +208,33 @@ def test_llama_attention_block_with_each_rope_convention(rope):
     assert moved <= _moved_besides(plain, "_identity")
 
 
+def test_rotate_half_at_float16_head_dim_64_moves_nothing_in_an_attention_block():
+    # The halves of q and k ((x @ w).reshape(T, H, 64): one 64-lane stick a row) are lane
+    # windows of the projection's result, and each rotated half is written on its lanes
+    # of a result in that same layout (the layout of [T, H * 64] over [T, H, 64]): no
+    # restickify and no copy on the rope's lines, and the block moves no more than it
+    # does without a rotation.
+    dm, hd = 128, 64
+    names = ("wq", "wk", "wv", "wo")
+    p = {
+        n: rand((dm, dm), jnp.float16, seed=10 + i, low=-0.1, high=0.1) for i, n in enumerate(names)
+    }
+    x = rand((T, dm), jnp.float16, seed=6)
+    cos, sin = _angles(hd)
+    block = _attention_block(rope_rotate_half)
+    report = sj.explain(block, p, x, cos, sin)
+    own = [line for line in report.lines if "(rope_rotate_half)" in line.line]
+    assert own and all(line.copy_cost == 0 and line.restickify_cost == 0 for line in own)
+    assert not [r for r in report.restickifies if "(rope_rotate_half)" in r.line]
+    assert not [c for c in report.copies if "(rope_rotate_half)" in c[0]]
+    assert report.jaxpr.count("lanes=32:64} = LaneView") == 4  # both halves of q and k, twice
+    assert report.jaxpr.count("= LaneAssemble") == 2
+    plain = sj.explain(_attention_block(_identity), p, x, cos, sin)
+    moved = report.restickify_cost + report.copy_cost
+    assert moved <= plain.restickify_cost + plain.copy_cost
+    assert_matches_jax_jit(block, p, x, cos, sin, reduce_len=dm, ops=8)
+
+
 def test_fms_rope_at_the_issue_shape_keeps_every_value_within_its_data():
     # The issue's figure: T 64, H 8, D 128 laid the [T, 1, D/2, 2, 2] product out at
     # 33.5 MB for 131 KB of data (its trailing 2s each padded to a stick). Now no value

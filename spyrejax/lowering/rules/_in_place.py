@@ -29,6 +29,7 @@ import numpy as np
 from ..._errors import LayoutError
 from ...layout._dtypes import has_spyre_format
 from ...layout._lanes import lane_window
+from ...layout._layout import SpyreTensorLayout
 from ...primitives._array import SpyreType
 from ...primitives._in_place import (
     assemble,
@@ -54,8 +55,7 @@ class _ConcatenateInPlace(_Concatenate):
         modes = super().modes(node)
         sticks = stick_options(node.outs[0].shape)
         modes += [m for s in sticks if (m := self._in_place(node, s)) is not None]
-        lanes = self._on_lanes(node)
-        return modes if lanes is None else [*modes, lanes]
+        return modes + self._on_lanes(node)
 
     @staticmethod
     def _offsets(node: Node) -> list[tuple[int, ...]]:
@@ -78,32 +78,48 @@ class _ConcatenateInPlace(_Concatenate):
             return None
         return Mode((None,) * len(node.ins), stick, "in_place", takes)
 
-    def _on_lanes(self, node: Node) -> Mode | None:
-        """Each piece on its lanes of the result's sticks, or None (no window cuts one)."""
-        out = node.outs[0]
-        last, dim = out.ndim - 1, node.params["dimension"]
-        if dim != last or not has_spyre_format(out.dtype):
-            return None
-        dest = default_layout(out.shape, out.dtype, last)
-        try:
-            takes = tuple(
-                SpyreType.contiguous(
-                    v.shape, v.dtype, lane_window(dest, out.shape, o[-1], o[-1] + v.shape[-1])
+    def _on_lanes(self, node: Node) -> list[Mode]:
+        """Each piece on its lanes of the result's sticks (:func:`_lane_dests`), if they cut one."""
+        out, modes = node.outs[0], []
+        for variant, dest in _lane_dests(node).items():
+            try:
+                takes = tuple(
+                    SpyreType.contiguous(
+                        v.shape, v.dtype, lane_window(dest, out.shape, o[-1], o[-1] + v.shape[-1])
+                    )
+                    for v, o in zip(node.ins, self._offsets(node), strict=True)
                 )
-                for v, o in zip(node.ins, self._offsets(node), strict=True)
-            )
-        except LayoutError:
-            return None
-        return Mode((None,) * len(node.ins), last, "in_place_lanes", takes)
+            except LayoutError:
+                continue
+            modes.append(Mode((None,) * len(node.ins), out.ndim - 1, variant, takes))
+        return modes
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
         out = node.outs[0]
-        if mode.variant == "in_place_lanes":
-            return [lane_assemble(args, default_layout(out.shape, out.dtype, mode.out), out.shape)]
+        if mode.variant.startswith("in_place_lanes"):
+            return [lane_assemble(args, _lane_dests(node)[mode.variant], out.shape)]
         if mode.variant != "in_place":
             return super().lower(node, args, mode)
         dest = default_layout(out.shape, out.dtype, mode.out)
         return [assemble(args, dest, out.shape, self._offsets(node))]
+
+
+def _lane_dests(node: Node) -> dict[str, SpyreTensorLayout]:
+    """The layouts a concatenate along a last dim of one stick a row may be built on lanes in.
+
+    The default layout of the result's shape stuck on its last dim, and (rank 3 or
+    more) the default layout of its last two dims merged, over the result's shape: the
+    layout of ``(x @ w).reshape(T, H, D)``, whose halves RoPE's rotate-half reads.
+    """
+    out = node.outs[0]
+    last = out.ndim - 1
+    if node.params["dimension"] != last or not has_spyre_format(out.dtype):
+        return {}
+    dests = {"in_place_lanes": default_layout(out.shape, out.dtype, last)}
+    if out.ndim >= 3:
+        merged = SpyreTensorLayout((*out.shape[:-2], out.shape[-2] * out.shape[-1]), out.dtype)
+        dests["in_place_lanes_merged"] = merged
+    return dests
 
 
 _register(_ConcatenateInPlace(), "concatenate")
