@@ -151,13 +151,22 @@ def test_a_gapped_operand_carries_its_gap_fields():
 
 
 def test_an_op_reading_a_lane_view_is_refused_by_name():
-    """SuperDSC states a stick's size and dim orders but no lane stride (``x[..., 1::2]``)."""
+    """SuperDSC states a stick's size and dim orders but no lane offset or stride.
+
+    ``x[..., 1::2]`` lies on every other lane, rotate-half's ``x[..., 32:]`` of a
+    64-lane stick on lanes 32 to 63 (a lane window).
+    """
 
     def f(x):
         return x[..., ::2] * 2 - x[..., 1::2]
 
-    with pytest.raises(sj.DeviceError, match=r"lanes 0::2 .* no lane stride"):
+    def halves(x):
+        return x[..., 32:] * 2 - x[..., :32]
+
+    with pytest.raises(sj.DeviceError, match=r"lanes 0::2 .* no lane offset or stride"):
         sj.export(f, S((4, 2, 128), F16))
+    with pytest.raises(sj.DeviceError, match=r"lanes 32:64 .* no lane offset or stride"):
+        sj.export(halves, S((4, 2, 64), F16))
     assert sj.export(lambda x: x * 2, S((4, 2, 128), F16)).superdsc  # the buffer itself: one
 
 
