@@ -41,7 +41,7 @@ _CONVERT = "convert_element_type"
 def unroll_pair_sums(graph: Graph, facts: Facts | None = None) -> Graph:
     """Rewrite every pair sum of ``graph`` (see the module docstring) in place; return it.
 
-    ``facts``: the graph's :class:`~spyrejax.lowering._distribute.Facts`, walked once by
+    ``facts``: the graph's :class:`~spyrejax.lowering._graph_edits.Facts`, walked once by
     the caller and kept current here (each unroll swaps its nodes in them), so the
     rewrites that follow read them as they are.
     """
