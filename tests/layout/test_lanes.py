@@ -189,7 +189,6 @@ def test_a_lane_views_descriptor_steps_over_the_other_lanes():
 
 
 def _want(x, buffer, shape, layout, fill):
-    offset, step = layout.lanes
     whole = np.full(shape, fill, x.dtype)
     index = np.moveaxis(np.indices(x.shape), 0, -1)
     whole[tuple(np.moveaxis(_spread(index, layout), -1, 0))] = x
@@ -269,3 +268,15 @@ def test_rotate_halfs_halves_at_float16_head_dim_64_are_lane_windows():
     assert "window, arranged" in window_refusal(x.with_gap(0, front=1), (4, 2, 64), 0, 32)
     with pytest.raises(sj.LayoutError, match="window of 64"):
         LanedLayout.make(x.device_size, x.stride_map, F16, 8, 1, 64)
+
+
+def test_a_kernels_lane_window_mask_is_the_layouts():
+    from spyrejax.primitives._array import SpyreType
+    from spyrejax.primitives._masks import data_mask
+
+    buffer = SpyreTensorLayout((3, 24), F32)  # 24 of a 32-lane stick: lanes 24-31 padding
+    layout = lane_window(buffer, (3, 24), 4, 20)
+    t = SpyreType.contiguous((3, 16), F32, layout)
+    want = layout.for_host(t.shape).data_mask()
+    assert want.sum() == 3 * 16 and not want[..., :4].any() and not want[..., 20:].any()
+    np.testing.assert_array_equal(np.asarray(data_mask(t)), want)
