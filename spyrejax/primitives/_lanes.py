@@ -296,8 +296,13 @@ class LaneAssemble(JoinedBits):
         return out
 
     def _owner(self, at: list[np.ndarray]) -> np.ndarray:
-        """Element ``i`` of the last dim from the piece whose lanes hold it."""
-        return self._owners(self.shape[-1], lane=False)[at[-1]]
+        """Element ``i`` of the last dim from the piece whose lanes hold it.
+
+        Positions past the last dim (a core's box over the stick's padding lanes, never
+        stored) take the last element's owner.
+        """
+        n = self.shape[-1]
+        return self._owners(n, lane=False)[np.minimum(at[-1], n - 1)]
 
 
 def lane_assemble(

@@ -245,3 +245,18 @@ def test_under_jit_halves_of_one_stick_are_lane_windows_and_their_concatenate_is
     assert_matches_jax_jit(f, x, ops=3)
     got = sj.to_host(sj.jit(f, emulate="cores")(x))
     assert same_bits(got, sj.to_host(sj.jit(f)(x)))
+
+
+def test_windows_of_a_stick_with_padding_lanes_assemble_per_core():
+    # [5, 24] float32: 24 of a stick's 32 lanes. The windows 20:24 and 0:20 of x are
+    # computed and written on lanes 0:4 and 4:24 of the result; a core's box reaches
+    # the padding lanes 24-31, which no piece owns (and no core stores).
+    def f(x):
+        return jnp.concatenate([x[..., 20:] + 1, x[..., :20] * 2], -1)
+
+    x = rand((5, 24), np.float32, seed=9)
+    report = sj.explain(f, x)
+    assert report.copy_cost == 0 and "lanes=4:24" in report.jaxpr
+    assert_matches_jax_jit(f, x, ops=2)
+    got = sj.to_host(sj.jit(f, emulate="cores")(x))
+    assert same_bits(got, sj.to_host(sj.jit(f)(x)))
