@@ -116,6 +116,13 @@ def test_lane_views_are_charged_the_sticks_of_their_buffer_once_per_op():
     for f in (lambda x: x[..., ::2] * 2, lambda x: x[..., ::2] * x[..., 1::2]):
         (op,) = [o for o in sj.explain(f, x).ops if o.desc.kind == "compute"]
         assert (op.cost.read_bytes, op.cost.write_bytes) == (2048, 1024)
+    # Lane windows likewise: [4, 2, 64] is 8 rows of one stick (1,024 bytes), read
+    # whole for either half, once for both; the half-wide product still takes a stick
+    # a row.
+    x = jnp.ones((4, 2, 64), jnp.float16)
+    for f in (lambda x: x[..., 32:] * 2, lambda x: x[..., 32:] * x[..., :32]):
+        (op,) = [o for o in sj.explain(f, x).ops if o.desc.kind == "compute"]
+        assert (op.cost.read_bytes, op.cost.write_bytes) == (1024, 1024)
 
 
 def test_compact_of_a_lane_view_is_a_dense_copy():
