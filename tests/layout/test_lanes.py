@@ -212,6 +212,12 @@ def test_every_dtype_moves_through_lanes(dtype):
     x = random_bits((3, 5, 128), np.dtype(dtype), np.random.default_rng(4))
     fill = sj.poison_value(dtype)
     assert_round_trips_both_ways(x, layout, _want(x, buffer, shape, layout, fill))
+    # a window: lanes 3 to 3 + 13 of a 20-element row (one stick in every dtype)
+    shape = (3, 5, 20)
+    buffer = SpyreTensorLayout(shape, dtype)
+    layout = lane_window(buffer, shape, 3, 16)
+    x = random_bits((3, 5, 13), np.dtype(dtype), np.random.default_rng(5))
+    assert_round_trips_both_ways(x, layout, _want(x, buffer, shape, layout, fill))
 
 
 def test_the_device_memory_picture_shows_the_lanes():
