@@ -115,13 +115,21 @@ def test_bfloat16_pieces_are_joined_from_their_own_bits():
 
 
 def test_a_concatenate_that_cannot_be_written_in_place_is_a_copy():
-    # Half sticks along the stick dim: no window holds the second piece.
+    # A piece ending inside a stick of a row of two sticks: no window holds the second
+    # piece, and no lane window either (a row is more than a stick), so the result's 8
+    # rows of two sticks are copied.
     def f(a, b):
         return jnp.concatenate([a * 2, b * 2], axis=1)
 
+    args = rand((8, 32), F16), rand((8, 64), F16, seed=1)
+    report = sj.explain(f, *args)
+    assert _copies(report, "concatenate") == 8 * 2 * 64
+    assert_matches_jax_jit(f, *args, exact=True)
+    # Half sticks of a row of one stick are lane windows: each piece written on its
+    # lanes of the result's sticks (primitives._lanes), nothing copied.
     args = rand((8, 32), F16), rand((8, 32), F16, seed=1)
     report = sj.explain(f, *args)
-    assert _copies(report, "concatenate") == 2 * 8 * 64
+    assert report.copy_cost == 0 and "LaneAssemble" in report.jaxpr
     assert_matches_jax_jit(f, *args, exact=True)
 
 
