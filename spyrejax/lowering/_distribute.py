@@ -75,7 +75,7 @@ def _aligned(offsets: list[int], dim: int, values: list[Value], sizes: list[int]
     stick. Where one does, the pieces computed half by half are planned dense along it
     (each half copied out of its stick), which moves more than computing whole: the
     planner's bytes count each op of a fused chain on its own, so the padded halves on
-    lanes look dearer than the copies (docs/layouts.md, benchmarks/README.md item 53).
+    lanes look dearer than the copies (docs/layouts.md, benchmarks/README.md item 54).
     """
     if dim != values[0].ndim - 1:
         return True
