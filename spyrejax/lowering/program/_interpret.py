@@ -61,6 +61,16 @@ EMULATE_MODES = (None, "cores")
 """How ``spyrejax.jit`` runs the ops: whole-image kernels (None) or per core."""
 
 
+def _scope_name(node: Node) -> str:
+    """The name a node's kernel carries in XLA's program (``op_name`` metadata, profiles).
+
+    ``spyre.<primitive>``: a transpose or copy of the compiled program names the Spyre
+    op whose lowering made it; a planned move is ``spyre.restickify`` and a host
+    argument's transfer ``spyre.to_device``.
+    """
+    return f"spyre.{node.prim}"
+
+
 def check_emulate(emulate: Any) -> str | None:
     """``emulate`` if it is one of :data:`EMULATE_MODES`.
 
@@ -295,14 +305,16 @@ class Interpreter:
     def _run(
         self, env: dict[tuple[Value, SpyreType], Any], args: tuple[Any, ...], scoped: bool
     ) -> list[Any]:
-        for v, a in zip(self.graph.inputs, args, strict=True):
-            x = a if isinstance(jax.typeof(a), SpyreType) else sp.to_device(a)
-            (planned,) = self.plan.sources[v]
-            env[v, planned] = x
+        with jax.named_scope("spyre.to_device"):  # a host argument's transfer
+            for v, a in zip(self.graph.inputs, args, strict=True):
+                x = a if isinstance(jax.typeof(a), SpyreType) else sp.to_device(a)
+                (planned,) = self.plan.sources[v]
+                env[v, planned] = x
+            for c in self.graph.consts:
+                for t in self.plan.sources.get(c, []):
+                    env[c, t] = sp.to_device(c.const, t.layout)
+        for v in self.graph.inputs:
             self._move(env, v)
-        for c in self.graph.consts:
-            for t in self.plan.sources.get(c, []):
-                env[c, t] = sp.to_device(c.const, t.layout)
         # Traced by the record or run per core, each node binds what the device runs.
         plain = recorded.active() is None and sp.current_executor() is None
         fused, skipped = self._fused if plain else ({}, set())
@@ -314,7 +326,8 @@ class Interpreter:
                 want = option.out
                 if node in self._softmaxes:  # its padding zero: the products read it unmasked
                     want = replace(want, pad=PadFill.ZERO)
-                env[v, option.out] = _check(node, v, fused[node](env), want)
+                with jax.named_scope(_scope_name(node)):
+                    env[v, option.out] = _check(node, v, fused[node](env), want)
             else:
                 for i, option in enumerate(self.plan.runs.get(node, [])):
                     self._run_node(env, node, i, option, scoped)
@@ -344,7 +357,7 @@ class Interpreter:
             else contextlib.nullcontext()
         )
         # The planner refused host fallbacks where they are not allowed.
-        with scope, self._recorded(node, i, option, ins) as run:
+        with scope, jax.named_scope(_scope_name(node)), self._recorded(node, i, option, ins) as run:
             outs = self._replays.lower(node, ins, option, run)
             if run is not None:
                 run.outs = list(outs)
@@ -477,7 +490,8 @@ class Interpreter:
 
     def _move(self, env: dict[tuple[Value, SpyreType], Any], v: Value) -> None:
         for m in self.plan.moves.get(v, []):
-            env[v, m.target] = sp.restickify(env[v, m.source], layout=m.target.layout)
+            with jax.named_scope("spyre.restickify"):
+                env[v, m.target] = sp.restickify(env[v, m.source], layout=m.target.layout)
 
     def _output(self, env: dict[Any, Any], o: Value | Scalar, t: SpyreType | None) -> Any:
         if isinstance(o, Scalar):

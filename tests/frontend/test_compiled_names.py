@@ -1,0 +1,31 @@
+"""The compiled XLA program names the Spyre op behind each instruction (profiles, counts)."""
+
+import re
+
+import numpy as np
+from helpers import rand
+
+import spyrejax as sj
+
+
+def _op_names(text: str, opcode: str) -> list[str]:
+    """The ``op_name`` metadata of every ``opcode`` instruction of an HLO text."""
+    pattern = rf"= \S+ {opcode}\(.*?op_name=\"([^\"]*)\""
+    return re.findall(pattern, text)
+
+
+def test_each_kernel_and_planned_move_carries_its_spyre_name():
+    a, b = rand((64, 96), np.float32, 0), rand((96, 80), np.float32, 1)
+
+    def f(a, b):
+        return (a @ b).T @ a  # the transposed product is restickified for the second
+
+    lowered = sj.jit(f).lower(a, b)
+    moves = sum(len(m) for m in lowered.plan.moves.values())
+    assert moves >= 1
+    text = lowered.compile().as_text()
+    assert "spyre.dot_general" in text and "spyre.restickify" in text
+    # every transpose XLA keeps belongs to a kernel or a transfer, each by its own name
+    names = _op_names(text, "transpose")
+    assert names and all("/spyre." in n for n in names), names
+    assert any("spyre.to_device" in n for n in names)  # the host arguments' tiling
