@@ -1,7 +1,8 @@
 """The time of a fused kernel, shared among its ops (``device._plan`` plans them).
 
 - An elementwise chain, a softmax or a norm (and a matmul's epilogue): one stream of
-  DDR reads and writes (:func:`one_stream`); its matmuls keep their own cost.
+  DDR reads and writes (:func:`one_stream`); its matmuls keep their own cost. A softmax
+  or a norm whose rows do not fit LX streams them in two passes (:func:`first_pass`).
 - Both: an op's in-group relayout (``OpCost.relayout_s``, a standard-order 16 <-> 32-bit
   conversion's) joins the kernel's LX-port term, as its restickifies' relayouts do:
   the kernel's stages overlap (the same assumption, unmeasured), where an op alone
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ._cost import burst_seconds, memory_seconds
+from ._cost import OpCost, burst_seconds, memory_seconds
 from ._fusion import MATMUL_OPS, Fusion
 from ._machine import Machine
 from ._program import DeviceOp, OpDesc
@@ -26,7 +27,10 @@ if TYPE_CHECKING:
     from ._lx import LXPlan
     from ._space import TensorSpec
 
-__all__ = ["attention_kernel", "fused_parts", "one_stream"]
+__all__ = ["ROW_PASSES", "attention_kernel", "first_pass", "fused_parts", "one_stream"]
+
+ROW_PASSES = 2
+"""How many times a softmax or a norm whose rows do not fit LX reads them (:func:`first_pass`)."""
 
 
 def fused_parts(
@@ -34,13 +38,19 @@ def fused_parts(
     members: list[DeviceOp],
     fusion: Fusion,
     fits: bool,
+    passes: int,
     fills: set[str],
     lx: LXPlan,
     machine: Machine,
 ) -> list[tuple[int, DeviceOp]]:
-    """A fused kernel's ops with their parts of its time: ``(index, op)`` of those changed."""
+    """A fused kernel's ops with their parts of its time: ``(index, op)`` of those changed.
+
+    ``passes``: :data:`ROW_PASSES` for a kernel streaming rows that do not fit LX
+    (:func:`first_pass`), else 1.
+    """
     if fusion.family != "attention":
-        return one_stream(members, machine)
+        twice = first_pass(descs, fusion) if passes > 1 else frozenset()
+        return one_stream(members, machine, twice)
     # A view of one value is read as that value (a broadcast mask: its own bytes); a
     # view joining several (pieces placed in one buffer, an update in place) is read
     # as the whole buffer it is.
@@ -54,7 +64,33 @@ def fused_parts(
     return attention_kernel(members, fusion, root, fits, fills, lx.in_lx, machine)
 
 
-def one_stream(members: list[DeviceOp], machine: Machine) -> list[tuple[int, DeviceOp]]:
+def first_pass(descs: Sequence[OpDesc], fusion: Fusion) -> frozenset[int]:
+    """The ops a two-pass kernel runs in its first pass: its reductions and what they read.
+
+    A softmax or a norm whose rows do not fit LX is not run through DDR at full
+    intermediates: the back end streams each row twice. Pass 1 reads the kernel's
+    inputs and keeps per row in LX what its reductions need (a softmax's running max
+    and sum, rescaled as the max grows; a norm's sum and sum of squares); pass 2 reads
+    the inputs again, recomputes the elementwise ops, and writes the outputs. Two
+    passes is the least a streamed row takes; a back end running the chain as written
+    (a softmax's sum after its max, a layer norm's variance after its mean) takes
+    three. The ops of pass 1 (the reductions and the kernel's ops they depend on) read
+    their DDR inputs once per pass; its elementwise ops run in both passes.
+    """
+    writer = {descs[i].output[0]: i for i in fusion.ops}
+    todo = [i for i in fusion.ops if descs[i].space is not None and descs[i].space.kind == "reduce"]
+    seen: set[int] = set()
+    while todo:
+        i = todo.pop()
+        if i not in seen:
+            seen.add(i)
+            todo.extend(writer[n] for n, _ in descs[i].inputs if n in writer)
+    return frozenset(seen)
+
+
+def one_stream(
+    members: list[DeviceOp], machine: Machine, twice: frozenset[int] = frozenset()
+) -> list[tuple[int, DeviceOp]]:
     """A fused kernel's elementwise ops, reductions and relayouts as one stream.
 
     Apart, each op's reads and writes are timed by themselves (a read-only ``max``, a
@@ -64,13 +100,16 @@ def one_stream(members: list[DeviceOp], machine: Machine) -> list[tuple[int, Dev
     shared among those ops in proportion to their own times; each op is a stage of the
     kernel, so its share is at least ``stage_s``. A kernel whose every DDR transfer is
     one burst per core (``Machine.ddr_burst_bytes``) loads, then stores, unpipelined:
-    its DDR time is at least that (:func:`._cost.burst_seconds`). Matmuls keep their own cost (their
-    model times their traffic). Returns ``(index, op)`` of the ops changed.
+    its DDR time is at least that (:func:`._cost.burst_seconds`, on the cores the kernel
+    uses). Matmuls keep their own cost (their model times their traffic). ``twice``:
+    the ops of a two-pass kernel's first pass (:func:`first_pass`): their DDR reads
+    are made again in pass 2, and their LX port bytes but a reduction's. Returns
+    ``(index, op)`` of the ops changed.
     """
     kernels = [op for op in members if op.desc.kind != "view" and op.opfunc not in MATMUL_OPS]
     if len(kernels) < 2:
         return []
-    costs = [op.cost for op in kernels]
+    costs = [_again(op, machine) if op.index in twice else op.cost for op in kernels]
     read, write = sum(c.read_bytes for c in costs), sum(c.write_bytes for c in costs)
     streams = sum(
         memory_seconds(
@@ -84,9 +123,8 @@ def one_stream(members: list[DeviceOp], machine: Machine) -> list[tuple[int, Dev
         for op, c in zip(kernels, costs, strict=True)
     )
     memory = streams + machine.turnaround_ns_per_byte * min(read, write) * 1e-9
-    memory = max(
-        memory, _bursts(machine, [c.read_bytes for c in costs], [c.write_bytes for c in costs])
-    )
+    reads, writes = [c.read_bytes for c in costs], [c.write_bytes for c in costs]
+    memory = max(memory, _bursts(machine, reads, writes, _cores(kernels, machine)))
     compute, lx = sum(c.compute_s for c in costs), sum(c.lx_s + c.relayout_s for c in costs)
     total = max(compute, memory, lx) + sum(c.ring_s for c in costs)
     own = sum(c.time_s - c.launch_s for c in costs)
@@ -98,14 +136,33 @@ def one_stream(members: list[DeviceOp], machine: Machine) -> list[tuple[int, Dev
     return out
 
 
-def _bursts(machine: Machine, reads: list[int], writes: list[int]) -> float:
+def _again(op: DeviceOp, machine: Machine) -> OpCost:
+    """An op of a two-pass kernel's first pass with its later passes' reads (and LX) added."""
+    c = op.cost
+    reduces = op.desc.space is not None and op.desc.space.kind == "reduce"
+    again = ROW_PASSES - 1
+    return replace(
+        c,
+        read_bytes=c.read_bytes + again * c.read_bytes,
+        sticks=c.sticks + again * -(-c.read_bytes // machine.stick_bytes),
+        lx_s=c.lx_s if reduces else c.lx_s + again * c.lx_s,
+    )
+
+
+def _cores(kernels: list[DeviceOp], machine: Machine) -> int:
+    """The cores a fused kernel runs on: the most any of its divided ops uses."""
+    used = [op.division.cores_used for op in kernels if op.division is not None]
+    return max(used, default=machine.cores)
+
+
+def _bursts(machine: Machine, reads: list[int], writes: list[int], cores: int) -> float:
     """A fused kernel's DDR time as bursts (``burst_seconds``: 0 unless each is one).
 
     Each op's DDR reads and its write are taken as one operand's burst: the kernel
-    loads them side by side, then stores.
+    loads them side by side, then stores, on its ``cores``.
     """
     return burst_seconds(
-        machine, tuple(r for r in reads if r), tuple(w for w in writes if w), machine.cores
+        machine, tuple(r for r in reads if r), tuple(w for w in writes if w), cores
     )
 
 
@@ -155,8 +212,9 @@ def attention_kernel(
         writes.append(write * runs)
     costs = [op.cost for op in kernels]
     pt = sum(c.compute_s for c in costs)
-    ddr = memory_seconds(machine, sum(reads), sum(writes), machine.cores, "ddr")
-    ddr = max(ddr, _bursts(machine, reads, writes))
+    cores = _cores(kernels, machine)
+    ddr = memory_seconds(machine, sum(reads), sum(writes), cores, "ddr")
+    ddr = max(ddr, _bursts(machine, reads, writes, cores))
     lx = sum(c.lx_s + c.relayout_s for c in costs)
     total = max(pt, ddr, lx) + sum(c.ring_s for c in costs)
     own = sum(c.time_s - c.launch_s for c in costs)

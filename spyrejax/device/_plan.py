@@ -17,7 +17,7 @@ from .._counts import count
 from ._cost import OpCost, op_cost, relayout_cost, transfer_cost
 from ._division import WorkDivision, divide
 from ._fusion import Fusion, find_fusions, is_fill, is_relayout
-from ._kernels import fused_parts
+from ._kernels import ROW_PASSES, fused_parts
 from ._lx import Buffer, LXPlan, Stream, place, stream
 from ._machine import Machine
 from ._program import DeviceOp, DeviceProgram, FusedGroup, OpDesc, Region
@@ -246,7 +246,10 @@ def plan_program(
     fusions = find_fusions(descs, frozenset(keep_in_ddr)) if fuse else []
     member = {i: k for k, f in enumerate(fusions) for i in f.ops}
     made = {d.output[0]: d.output[1] for d in descs}
-    fits = [_fits(f, made, machine) for f in fusions]
+    fits = [_fits(f, divisions, made, machine) for f in fusions]
+    passes = [
+        1 if ok or not _streams_rows(f) else ROW_PASSES for f, ok in zip(fusions, fits, strict=True)
+    ]
     unfused: list[float] = []
     loaded: list[frozenset[str]] = [frozenset()] * len(fusions)  # inputs a kernel has read
     for i, (d, div) in enumerate(zip(descs, divisions, strict=True)):
@@ -259,17 +262,19 @@ def plan_program(
         cost = own
         if k is not None:
             f = fusions[k]
-            cost = _member_cost(descs, i, div, f, fits[k], loaded[k], fills, lx, memo, held)
+            kept = fits[k] or passes[k] > 1  # two passes: no intermediate goes to DDR
+            cost = _member_cost(descs, i, div, f, kept, loaded[k], fills, lx, memo, held)
             loaded[k] = loaded[k] | {n for n, _ in d.inputs}  # its tile stays for the next
         streams = memo.streams_of(div) if div is not None else ()
         cost = cost.repeated(d.repeat)
         ops.append(DeviceOp(i, d, div, cost, lx_in, lx_out, streams, peaks[i], d.repeat, k))
     for k, f in enumerate(fusions):  # each fused kernel's ops share its time
-        for i, op in fused_parts(descs, [ops[i] for i in f.ops], f, fits[k], fills, lx, machine):
+        members = [ops[i] for i in f.ops]
+        for i, op in fused_parts(descs, members, f, fits[k], passes[k], fills, lx, machine):
             ops[i] = op
     counted = _counted(descs, [op.time_s for op in ops])
     ops = [op if c else replace(op, runs=0) for op, c in zip(ops, counted, strict=True)]
-    groups = _groups(descs, fusions, fits, ops, unfused)
+    groups = _groups(descs, fusions, fits, passes, ops, unfused)
     return DeviceProgram(tuple(ops), machine, lx, groups)
 
 
@@ -288,6 +293,7 @@ def _groups(
     descs: Sequence[OpDesc],
     fusions: Sequence[Fusion],
     fits: Sequence[bool],
+    passes: Sequence[int],
     ops: Sequence[DeviceOp],
     unfused: Sequence[float],
 ) -> tuple[FusedGroup, ...]:
@@ -302,6 +308,7 @@ def _groups(
             fits[k],
             sum(ops[i].time_s for i in f.ops),
             sum(unfused[i] for i in f.ops),
+            passes[k],
         )
         for k, f in enumerate(fusions)
     )
@@ -312,7 +319,7 @@ def _member_cost(
     i: int,
     div: WorkDivision | None,
     f: Fusion,
-    fits: bool,
+    in_lx: bool,
     loaded: frozenset[str],
     fills: set[str],
     lx: LXPlan,
@@ -321,10 +328,11 @@ def _member_cost(
 ) -> OpCost:
     """The cost of op ``i`` inside the fused kernel ``f`` (before the kernel shares its time).
 
-    Its internal values (and the inputs the kernel has loaded) are in LX when they fit;
-    an attention's inputs too (its DDR is counted once for the kernel, ``_kernels``).
+    Its internal values (and the inputs the kernel has loaded) are in LX when ``in_lx``
+    (they fit, or the kernel streams its rows in two passes); an attention's inputs too
+    (its DDR is counted once for the kernel, ``_kernels``).
     """
-    kept = f.internal | loaded if fits else frozenset()
+    kept = f.internal | loaded if in_lx else frozenset()
     if f.family == "attention":
         kept = kept | {n for j in f.ops for n, _ in descs[j].inputs}
     first = i == next(j for j in f.ops if descs[j].kind != "view")
@@ -387,23 +395,87 @@ def _no_launch(cost: OpCost) -> OpCost:
     return replace(cost, time_s=cost.time_s - cost.launch_s, launch_s=0.0)
 
 
-def _fits(f: Fusion, made: Mapping[str, TensorSpec], machine: Machine) -> bool:
-    """Whether a row of each of a fused kernel's internal values fits LX together.
+def _fits(
+    f: Fusion,
+    divisions: Sequence[WorkDivision | None],
+    made: Mapping[str, TensorSpec],
+    machine: Machine,
+) -> bool:
+    """Whether what a fused kernel holds of each internal value at once fits LX together.
 
-    A row is the last dim of a value of two or more dims; of a 1-D value with one element
-    per row of those (a row statistic: a norm's sum, sparse or dense), that element and
-    its share of the value's padding; any other 1-D value is one row.
+    A kernel of reductions and elementwise ops (not an attention: a flash kernel streams
+    its keys' blocks and needs no whole row, nor an epilogue) holds, of a value shaped
+    as one of its reductions' input, what one result of that reduction reads
+    (:func:`_reduced_boxes`: the reduced extent a core works on under the reduction's
+    division, one element along the other dims), in whole sticks: the last dim of a
+    norm's or softmax's rows, every row of a column of a softmax over axis 0. Of any
+    other value (and where no box can be read off) a row is its last dim, if it has
+    two or more; of a 1-D value with one element per row of those (a row statistic: a
+    norm's sum, sparse or dense), that element and its share of the value's padding;
+    any other 1-D value is one row.
     """
+    boxes = {} if not _streams_rows(f) else _reduced_boxes(divisions, f)
     values = [made[name] for name in f.internal]
     row_counts = {math.prod(t.shape[:-1]) for t in values if len(t.shape) > 1}
     need = 0
     for t in values:
+        box = boxes.get(t.shape)
+        held = t.box_nbytes(box) if box is not None else None
+        if held is not None:
+            need += held
+            continue
         if len(t.shape) > 1:
             rows = math.prod(t.shape[:-1])
         else:
             rows = t.shape[0] if t.shape and t.shape[0] in row_counts else 1
         need += -(-t.nbytes // max(rows, 1))
     return need <= machine.lx_usable
+
+
+_MATMUL_FAMILIES = frozenset({"attention", "matmul_epilogue"})
+
+
+def _streams_rows(f: Fusion) -> bool:
+    """Whether a fused kernel is reductions and elementwise ops (a softmax, a norm).
+
+    Such a kernel whose rows do not fit LX runs in two passes over them (``_kernels``:
+    its intermediates never go to DDR); a kernel with a matmul (an attention, an
+    epilogue) sends them through DDR instead.
+    """
+    return f.family not in _MATMUL_FAMILIES
+
+
+def _reduced_boxes(
+    divisions: Sequence[WorkDivision | None], f: Fusion
+) -> dict[tuple[int, ...], tuple[int, ...]]:
+    """Per input shape of a kernel's reductions: the box one result reads on a core.
+
+    The extent a core works on (``WorkDivision.chunk``, its division's) along each
+    logical dim a reduction of that shape reduces, 1 elsewhere; none for a shape one of
+    whose reduced variables walks a device dim folding several logical dims.
+    """
+    out: dict[tuple[int, ...], tuple[int, ...]] = {}
+    unknown: set[tuple[int, ...]] = set()
+    for i in f.ops:
+        div = divisions[i]
+        if div is None or div.space.kind != "reduce":
+            continue
+        x = div.space.operands[0]
+        shape = x.tensor.shape
+        box = list(out.get(shape, (1,) * len(shape)))
+        for var in (v for v in div.space.dims if v.reduced):
+            walked = [
+                dev.dims
+                for dev, walk in zip(x.tensor.dims, x.walks, strict=True)
+                if walk is not None and walk[0] == var.name
+            ]
+            if not walked or any(len(d) != 1 for d in walked):
+                unknown.add(shape)
+                continue
+            for (k,) in walked:
+                box[k] = max(box[k], min(div.chunk(var.name), shape[k]))
+        out[shape] = tuple(box)
+    return {s: b for s, b in out.items() if s not in unknown}
 
 
 def _transfer(d: OpDesc, machine: Machine, fills: set[str]) -> OpCost:

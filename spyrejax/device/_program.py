@@ -195,10 +195,13 @@ class FusedGroup:
         ops: the indices of its ops in the program (views between them included).
         source: the user's source line of the op naming it (``Fusion.anchor``).
         internal: the values made and read only inside it.
-        in_lx: whether they stay in LX: a row of each (the last dim, one core's
-            smallest tile) fits the LX budget together. If not, they go through DDR.
+        in_lx: whether they stay in LX: a row of each (what one result of its
+            reductions reads on a core, or the last dim) fits the LX budget together.
+            If not, a softmax or a norm streams its rows in two passes (``passes``);
+            an attention or an epilogue sends them through DDR.
         time_s: the kernel's predicted seconds (the sum of its ops' parts), every run.
         unfused_s: what its ops cost as kernels of their own.
+        passes: how many times the kernel reads its inputs (2: rows over LX, streamed).
     """
 
     index: int
@@ -209,11 +212,26 @@ class FusedGroup:
     in_lx: bool
     time_s: float
     unfused_s: float
+    passes: int = 1
+
+    @property
+    def where(self) -> str:
+        """Where its intermediates are: in LX, streamed in two passes, or through DDR.
+
+        ``intermediates in LX``, ``two passes, rows over LX``, ``intermediates through DDR``.
+        """
+        if self.in_lx:
+            return "intermediates in LX"
+        if self.passes > 1:
+            return f"{_PASSES.get(self.passes, self.passes)} passes, rows over LX"
+        return "intermediates through DDR"
 
     def describe(self) -> str:
-        """``softmax (8 ops, intermediates in LX)``."""
-        where = "intermediates in LX" if self.in_lx else "intermediates through DDR"
-        return f"{self.family} ({len(self.ops)} ops, {where})"
+        """``softmax (8 ops, intermediates in LX)``, ``... two passes, rows over LX)``."""
+        return f"{self.family} ({len(self.ops)} ops, {self.where})"
+
+
+_PASSES = {2: "two", 3: "three"}
 
 
 @dataclass(frozen=True)

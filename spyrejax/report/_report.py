@@ -437,14 +437,19 @@ _MAX_FUSED = 3  # kernel families named in the summary; report.device.groups has
 
 
 def _fused_lines(program: DeviceProgram) -> list[str]:
-    """The fused kernels, those of one family on one line together (repeated layers)."""
+    """The fused kernels, those of one family on one line together (repeated layers).
+
+    A kernel whose intermediates do not stay in LX says where they are (``softmax (two
+    passes, rows over LX)``).
+    """
     if not program.groups:
         return []
     by: dict[tuple[str, str], list[Any]] = {}
     for g in program.groups:
         if any(program.ops[i].runs for i in g.ops):
             line = _short(source_line(g.source)).split(" (", 1)[0]  # file:line
-            by.setdefault((g.family, line), []).append(g)
+            family = g.family if g.in_lx else f"{g.family} ({g.where})"
+            by.setdefault((family, line), []).append(g)
     ranked = sorted(by.items(), key=lambda kv: -sum(g.time_s for g in kv[1]))
     parts = []
     for (family, line), gs in ranked[:_MAX_FUSED]:

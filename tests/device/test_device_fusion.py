@@ -106,12 +106,63 @@ def test_granite_sized_norms_and_softmax_take_at_least_their_ddr_bytes_at_100_gb
     assert r.time_s > (2 * x.size + w.size) * 2 / 100e9 + r.device.machine.launch_s
 
 
-def test_intermediates_too_large_for_lx_go_through_ddr():
-    wide = S((2, 1 << 20), F16)  # one row of each intermediate is 2 MiB or more
-    d = sj.explain(lambda s: jax.nn.softmax(s, -1), wide).device
+def _bytes(d, g):
+    ops = [d.ops[i] for i in g.ops]
+    return sum(op.read_bytes for op in ops), sum(op.write_bytes for op in ops)
+
+
+@pytest.mark.parametrize("axis", [0, -1])
+def test_a_softmax_whose_rows_do_not_fit_lx_streams_them_in_two_passes(axis):
+    # lx_fraction 0.02: 41,943 B a core. Over axis 0 a core's share of one column (the
+    # max's division leaves it hundreds of the 4096 rows, a 128-byte stick each) does
+    # not fit; over the last axis a row (64 float32, two sticks) does.
+    m = Machine.spyre(lx_fraction=0.02)
+    x = S((4096, 64), np.float32)  # 1 MiB, dense sticks
+    d = sj.explain(lambda s: jax.nn.softmax(s, axis), x, machine=m).device
     (g,) = d.groups
-    assert not g.in_lx and "through DDR" in g.describe()
-    assert sum(d.ops[i].write_bytes for i in g.ops) > 2 * (1 << 20) * 2
+    read, written = _bytes(d, g)
+    assert written == x.size * 4  # the output alone: no intermediate leaves the kernel
+    if axis == -1:
+        assert g.in_lx and g.passes == 1 and read == x.size * 4
+        return
+    assert not g.in_lx and g.passes == 2
+    assert "two passes, rows over LX" in g.describe()
+    summary = str(sj.explain(lambda s: jax.nn.softmax(s, axis), x, machine=m))
+    assert "fused kernels (1): softmax (two passes, rows over LX) at " in summary
+    assert read == 2 * x.size * 4  # pass 1 (max and sum), pass 2 (the output)
+
+
+def test_norms_over_a_leading_axis_measure_its_column_not_the_last_dim():
+    m = Machine.spyre(lx_fraction=0.02)
+    x, w = S((4096, 64), np.float32), S((64,), np.float32)
+    norm = lambda x, w: x * jax.lax.rsqrt((x * x).mean(0, keepdims=True) + 1e-6) * w  # noqa: E731
+    d = sj.explain(norm, x, w, machine=m).device
+    (g,) = d.groups
+    read, written = _bytes(d, g)
+    assert g.family == "rms_norm" and g.passes == 2 and not g.in_lx
+    assert written == x.size * 4 and 2 * x.size * 4 <= read < 2 * x.size * 4 + 4096
+
+
+def test_an_epilogue_whose_rows_do_not_fit_lx_sends_them_through_ddr():
+    m = Machine.spyre(lx_fraction=0.0005)  # 838 B a core: a row of 256 is 512 B a value
+    f, args = FAMILIES["matmul_epilogue"]
+    d = sj.explain(f, *args, machine=m).device
+    (g,) = d.groups
+    assert not g.in_lx and g.passes == 1 and "through DDR" in g.describe()
+    assert _bytes(d, g)[1] > 2 * 64 * 256 * 2  # intermediates written out
+
+
+def test_a_kernel_on_fewer_cores_moves_its_bursts_on_those_cores():
+    # 16 rows, 379 sticks (prime: no split): every op on 16 cores, each core's slice
+    # of x and of the output 47 KiB, one burst (under ddr_burst_bytes)
+    x = S((16, 64 * 379), F16)
+    d = sj.explain(lambda s: jax.nn.softmax(s, -1), x).device
+    (g,) = d.groups
+    m = d.machine
+    assert {d.ops[i].division.cores_used for i in g.ops if d.ops[i].division} == {16}
+    assert x.size * 2 // 16 <= m.ddr_burst_bytes
+    bursts = 2 * x.size * 2 / (16 * m.ddr_burst_core_bw)  # load x, then store the output
+    assert bursts < g.time_s < bursts + m.launch_s + 1e-6
 
 
 def test_chains_of_no_family_are_not_fused():
