@@ -27,7 +27,14 @@ if TYPE_CHECKING:
     from ._lx import LXPlan
     from ._space import TensorSpec
 
-__all__ = ["ROW_PASSES", "attention_kernel", "first_pass", "fused_parts", "one_stream"]
+__all__ = [
+    "ROW_PASSES",
+    "attention_kernel",
+    "first_pass",
+    "fused_parts",
+    "one_stream",
+    "row_passes",
+]
 
 ROW_PASSES = 2
 """How many times a softmax or a norm whose rows do not fit LX reads them (:func:`first_pass`)."""
@@ -64,6 +71,32 @@ def fused_parts(
     return attention_kernel(members, fusion, root, fits, fills, lx.in_lx, machine)
 
 
+def _reduces(d: OpDesc) -> bool:
+    return d.space is not None and d.space.kind == "reduce"
+
+
+def row_passes(descs: Sequence[OpDesc], fusion: Fusion) -> int:
+    """How many times a kernel of reductions whose rows do not fit LX reads them.
+
+    :data:`ROW_PASSES` when an op after a reduction makes a value shaped as a
+    reduction's input (the result broadcast back over the rows: a softmax's ``sub``, a
+    norm's scale); 1 when the reductions' results only leave the kernel (a sum of a
+    cast streams its rows once).
+    """
+    reduces = [i for i in fusion.ops if _reduces(descs[i])]
+    rows = {descs[i].space.operands[0].tensor.shape for i in reduces}
+    after, made = set(reduces), {descs[i].output[0] for i in reduces}
+    for i in fusion.ops:
+        d = descs[i]
+        if i in after or not any(n in made for n, _ in d.inputs):
+            continue
+        after.add(i)
+        made.add(d.output[0])
+        if d.kind == "compute" and not _reduces(d) and d.output[1].shape in rows:
+            return ROW_PASSES
+    return 1
+
+
 def first_pass(descs: Sequence[OpDesc], fusion: Fusion) -> frozenset[int]:
     """The ops a two-pass kernel runs in its first pass: its reductions and what they read.
 
@@ -78,7 +111,7 @@ def first_pass(descs: Sequence[OpDesc], fusion: Fusion) -> frozenset[int]:
     their DDR inputs once per pass; its elementwise ops run in both passes.
     """
     writer = {descs[i].output[0]: i for i in fusion.ops}
-    todo = [i for i in fusion.ops if descs[i].space is not None and descs[i].space.kind == "reduce"]
+    todo = [i for i in fusion.ops if _reduces(descs[i])]
     seen: set[int] = set()
     while todo:
         i = todo.pop()
@@ -139,7 +172,7 @@ def one_stream(
 def _again(op: DeviceOp, machine: Machine) -> OpCost:
     """An op of a two-pass kernel's first pass with its later passes' reads (and LX) added."""
     c = op.cost
-    reduces = op.desc.space is not None and op.desc.space.kind == "reduce"
+    reduces = _reduces(op.desc)
     again = ROW_PASSES - 1
     return replace(
         c,

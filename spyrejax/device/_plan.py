@@ -17,7 +17,7 @@ from .._counts import count
 from ._cost import OpCost, op_cost, relayout_cost, transfer_cost
 from ._division import WorkDivision, divide
 from ._fusion import Fusion, find_fusions, is_fill, is_relayout
-from ._kernels import ROW_PASSES, fused_parts
+from ._kernels import fused_parts, row_passes
 from ._lx import Buffer, LXPlan, Stream, place, stream
 from ._machine import Machine
 from ._program import DeviceOp, DeviceProgram, FusedGroup, OpDesc, Region
@@ -246,10 +246,8 @@ def plan_program(
     fusions = find_fusions(descs, frozenset(keep_in_ddr)) if fuse else []
     member = {i: k for k, f in enumerate(fusions) for i in f.ops}
     made = {d.output[0]: d.output[1] for d in descs}
-    fits = [_fits(f, divisions, made, machine) for f in fusions]
-    passes = [
-        1 if ok or not _streams_rows(f) else ROW_PASSES for f, ok in zip(fusions, fits, strict=True)
-    ]
+    rows = [_rows(f, descs, divisions, made, machine) for f in fusions]
+    fits, passes = [r[0] for r in rows], [r[1] for r in rows]
     unfused: list[float] = []
     loaded: list[frozenset[str]] = [frozenset()] * len(fusions)  # inputs a kernel has read
     for i, (d, div) in enumerate(zip(descs, divisions, strict=True)):
@@ -262,7 +260,7 @@ def plan_program(
         cost = own
         if k is not None:
             f = fusions[k]
-            kept = fits[k] or passes[k] > 1  # two passes: no intermediate goes to DDR
+            kept = fits[k] or passes[k] > 1  # streamed rows: no intermediate goes to DDR
             cost = _member_cost(descs, i, div, f, kept, loaded[k], fills, lx, memo, held)
             loaded[k] = loaded[k] | {n for n, _ in d.inputs}  # its tile stays for the next
         streams = memo.streams_of(div) if div is not None else ()
@@ -393,6 +391,28 @@ def _held(d: OpDesc, div: WorkDivision | None, live: int, lx: LXPlan) -> int:
 
 def _no_launch(cost: OpCost) -> OpCost:
     return replace(cost, time_s=cost.time_s - cost.launch_s, launch_s=0.0)
+
+
+def _rows(
+    f: Fusion,
+    descs: Sequence[OpDesc],
+    divisions: Sequence[WorkDivision | None],
+    made: Mapping[str, TensorSpec],
+    machine: Machine,
+) -> tuple[bool, int]:
+    """A fused kernel's ``(in_lx, passes)``: its intermediates in LX?, its inputs' reads.
+
+    Its rows fit (:func:`_fits`): in LX, one pass. A softmax's or a norm's that do not
+    are streamed (``_kernels.row_passes``): in two passes, or in one when its
+    reductions' results only leave the kernel (it needs no whole row: in LX). An
+    attention's or an epilogue's that do not go through DDR.
+    """
+    if _fits(f, divisions, made, machine):
+        return True, 1
+    if not _streams_rows(f):
+        return False, 1
+    passes = row_passes(descs, f)
+    return passes == 1, passes
 
 
 def _fits(

@@ -132,6 +132,21 @@ def test_a_softmax_whose_rows_do_not_fit_lx_streams_them_in_two_passes(axis):
     assert read == 2 * x.size * 4  # pass 1 (max and sum), pass 2 (the output)
 
 
+def test_a_kernel_streams_its_rows_again_only_to_broadcast_its_reductions_back():
+    from spyrejax.device._fusion import Fusion
+    from spyrejax.device._kernels import first_pass, row_passes
+
+    d = sj.explain(lambda s: jax.nn.softmax(s, 0), S((256, 64), np.float32)).device
+    (g,) = d.groups
+    descs = [op.desc for op in d.ops]
+    whole = Fusion(g.family, g.ops, g.internal, g.ops[0])
+    assert row_passes(descs, whole) == 2  # sub(x, max) makes rows again
+    first = {descs[i].opfunc for i in first_pass(descs, whole)}
+    assert {"max", "sub", "exp", "sum"} <= first and "div" not in first
+    stats = tuple(i for i in g.ops if descs[i].output[1].shape != (256, 64))
+    assert row_passes(descs, Fusion(g.family, stats, frozenset(), stats[0])) == 1
+
+
 def test_norms_over_a_leading_axis_measure_its_column_not_the_last_dim():
     m = Machine.spyre(lx_fraction=0.02)
     x, w = S((4096, 64), np.float32), S((64,), np.float32)
