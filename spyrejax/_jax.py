@@ -93,6 +93,7 @@ __all__ = [
     "threefry2x32_rounds",
     "trace_context",
     "tracer_var",
+    "transpose_from_jvp",
     "vjp_from_jvp",
     "while_params",
     "while_parts",
@@ -174,6 +175,10 @@ BatchTracer = _batching.BatchTracer
 
 AD_TRACERS = (ad.JVPTracer, LinearizeTracer)
 """The tracers of forward and reverse mode autodiff (``jax.jvp``, ``jax.grad``)."""
+
+
+transpose_from_jvp = vjp_from_jvp.vjp_bwd_retval
+"""The backward rule ``vjp_from_jvp`` derives: ``(prim, (primals, nzs_in), out_ct) -> cts``."""
 
 
 def key_impl(dtype: object) -> object:

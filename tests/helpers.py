@@ -216,6 +216,26 @@ def dma_transfers():
         jax.monitoring.unregister_event_listener(listen)
 
 
+@contextlib.contextmanager
+def compiles():
+    """Collect the names of the XLA programs compiled inside the block (``jit(f)``).
+
+    Listens to ``jax.monitoring``'s ``backend_compile_duration`` event, which XLA's
+    compile of each program records (a program already compiled records none).
+    """
+    seen = []
+
+    def listen(event, duration, **kw):
+        if event.endswith("backend_compile_duration"):
+            seen.append(kw.get("fun_name"))
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield seen
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+
+
 def rand(shape, dtype=jnp.float32, seed=0, *, low=-2.0, high=2.0):
     """Uniform values in ``[low, high)`` of ``dtype``: the tests' one random input.
 

@@ -29,12 +29,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import LayoutError, SpyreInternalError, SpyreUnsupportedError
-from .._jax import GradAccum, HiPrim, ShapedArray, Zero, vjp_from_jvp
+from .._jax import GradAccum, HiPrim, ShapedArray, Zero, transpose_from_jvp, vjp_from_jvp
 from ..device._division import WorkDivision
 from ..device._space import OpSpace, TensorSpec
 from ..layout._lanes import lane_text
 from ._array import MOVES, SpyreArray, SpyreType, batched_type
-from ._eager import eager_call, run_eagerly
+from ._eager import differentiable, eager_call, eager_jvp, eager_transpose, run_eagerly
 from ._rounding import Rounding
 
 __all__ = [
@@ -162,10 +162,6 @@ def _lo_aval(aval: Any) -> Any:
     return ShapedArray(aval.layout.device_size, aval.dtype) if is_spyre(aval) else aval
 
 
-def _is_float(dtype: Any) -> bool:
-    return jnp.issubdtype(dtype, jnp.floating)
-
-
 def _declared_params(cls: type) -> frozenset[str]:
     """Names annotated on ``cls`` and its bases below :class:`SpyrePrim`, without a value."""
     names = set()
@@ -195,6 +191,9 @@ class SpyrePrim(HiPrim):
             Copies and restickifies say how many elements in :attr:`moves`.
         eager_jit: whether an eager call runs the kernel as one compiled program
             (``primitives._eager``); no for transfers (the host engine) and the bridges.
+        eager_rules: whether its autodiff rules applied eagerly (``jax.grad`` outside
+            ``jax.jit``) run as one compiled program each (``primitives._eager``); no
+            for the bridges, whose rules are each other.
         takes_gaps: whether its kernel reads and writes layouts with gaps (a window of
             a larger buffer, see ``SpyreTensorLayout.with_gap``); the others refuse
             such operands and results by name (a ``LayoutError``: the planner moves them).
@@ -208,6 +207,7 @@ class SpyrePrim(HiPrim):
 
     role: ClassVar[str] = "compute"
     eager_jit: ClassVar[bool] = True
+    eager_rules: ClassVar[bool] = True
     takes_gaps: ClassVar[bool] = False
     takes_arrangements: ClassVar[bool] = False
     takes_lanes: ClassVar[bool] = False
@@ -397,11 +397,26 @@ class SpyrePrim(HiPrim):
 
     # -- autodiff -------------------------------------------------------------------
 
+    def _rule_eagerly(self, args: Any) -> bool:
+        """Whether a rule applied to ``args`` runs as one program (``primitives._eager``).
+
+        As for a call: eager and keyed; and no executor, recorder or abstract evaluation
+        is watching the primitives the rule calls.
+        """
+        if not self.eager_rules or _EXECUTOR.get() is not None or _RECORDER.get() is not None:
+            return False
+        return _ABSTRACT.get() is None and eager_call(self, args)
+
     def jvp(self, primals: Any, tangents: Any) -> tuple[Any, Any]:
-        """Forward mode: ``jax.jvp`` of the kernel on the device images."""
+        """Forward mode: ``jax.jvp`` of the kernel on the device images.
+
+        Applied eagerly (concrete values, no trace above), the rule runs as one program.
+        """
+        if self._rule_eagerly((primals, tangents)):
+            return eager_jvp(self, primals, tangents)
         out = self(*primals)
         avals = self.out_avals
-        if not any(_is_float(a.dtype) for a in avals):
+        if not any(differentiable(a.dtype) for a in avals):
             return out, self._results([Zero(a.to_tangent_aval()) for a in avals])
         lo_p, lo_t = [], []
         out_vma = self.out_aval.vma if is_spyre(self.out_aval) else frozenset()
@@ -418,13 +433,23 @@ class SpyrePrim(HiPrim):
         t_outs = t_out if isinstance(self.out_aval, tuple) else (t_out,)
         result = []
         for t, a in zip(t_outs, avals, strict=True):
-            if not _is_float(a.dtype):
+            if not differentiable(a.dtype):
                 result.append(Zero(a.to_tangent_aval()))
             else:
                 result.append(wrap(t, a.to_tangent_aval()) if is_spyre(a) else t)
         return out, self._results(result)
 
-    vjp_fwd, vjp_bwd_retval = vjp_from_jvp
+    vjp_fwd = vjp_from_jvp.vjp_fwd
+
+    def vjp_bwd_retval(self, res: Any, out_ct: Any) -> Any:
+        """Reverse mode: the transpose of the tangent map (:meth:`jvp`'s), per operand.
+
+        Applied eagerly (the backward pass of a ``jax.grad`` outside ``jax.jit``), it runs
+        as one program.
+        """
+        if self._rule_eagerly((res, out_ct)):
+            return eager_transpose(self, res, out_ct)
+        return transpose_from_jvp(self, res, out_ct)
 
     # -- vmap -----------------------------------------------------------------------
 
@@ -480,7 +505,7 @@ def _vma(aval: Any) -> frozenset[str]:
 
 
 def _lo_tangent(t: Any, lo_primal: Any, aval: Any) -> Any:
-    if not _is_float(aval.dtype):
+    if not differentiable(aval.dtype):
         return np.zeros(np.shape(lo_primal), dtype=jax.dtypes.float0)
     if isinstance(t, Zero):
         return jnp.zeros(np.shape(lo_primal), aval.dtype)
@@ -497,6 +522,7 @@ class Image(SpyrePrim):
     """The raw device image of a Spyre array (padding included)."""
 
     eager_jit = False  # no kernel to compile: the image as it is
+    eager_rules = False  # its rules are the other bridge: nothing to compile
     takes_gaps = True
     takes_arrangements = True  # a bridge: the image as it is
     takes_lanes = True
@@ -529,6 +555,7 @@ class Wrap(SpyrePrim):
     """A Spyre array of a given type around a device image."""
 
     eager_jit = False  # no kernel to compile: the image as it is
+    eager_rules = False  # its rules are the other bridge: nothing to compile
     takes_gaps = True
     takes_arrangements = True  # a bridge: the image as it is
     takes_lanes = True

@@ -2,7 +2,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_close, rand
+from helpers import assert_close, compiles, rand
 
 import spyrejax as sj
 from spyrejax.primitives import SpyrePrim
@@ -125,3 +125,40 @@ def test_jvp_and_forward_mode():
     got = jax.jvp(spy, (X, Y), (tx, ty))
     want = jax.jvp(ref, (X, Y), (tx, ty))
     assert_close(got, want, ops=4)
+
+
+def _bits(tree):
+    return [np.asarray(sj.to_host(v)).view(np.uint32) for v in jax.tree.leaves(tree)]
+
+
+def test_eager_autodiff_runs_each_rule_as_one_program():
+    # Outside jax.jit, jax.vjp and jax.jvp apply each primitive's rule to concrete values:
+    # each rule runs as one program keyed like the primitive's eager call (not its jnp ops
+    # compiled one by one, ~20 programs for a matmul's transpose). Shapes no other test
+    # uses, so the first call compiles: at most one program a primitive and rule.
+    x, w = rand((7, 131), seed=3), rand((131, 45), seed=4)
+    a, b = sj.to_device(x), sj.to_device(w)
+
+    def f(a, b):
+        return sj.tanh(a @ b)
+
+    def vjp(a, b):
+        out, back = jax.vjp(f, a, b)
+        return out, back(out)
+
+    def jvp(a, b):
+        return jax.jvp(f, (a, b), (a, b))
+
+    prims = 2  # the matmul and the tanh
+    other = sj.to_device(np.asarray(x) * 0.5)
+    for how in (vjp, jvp):
+        with compiles() as first:
+            got = how(a, b)
+        # forward calls (vjp) or rules (jvp), and transposes (vjp)
+        assert len(first) <= 2 * prims, first
+        with compiles() as again:
+            how(other, b)
+        assert again == []  # the same types: every program reused
+        want = jax.jit(how)(a, b)
+        for g, j in zip(_bits(got), _bits(want), strict=True):
+            np.testing.assert_array_equal(g, j)  # the rule's program is jax.jit's
