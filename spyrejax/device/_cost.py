@@ -293,14 +293,20 @@ def op_cost(
     )  # fmt: skip
 
 
-def relayout_cost(machine: Machine, nbytes: int, launch: bool = False) -> OpCost:
+def relayout_cost(
+    machine: Machine, nbytes: int, launch: bool = False, read: int = 0, write: int = 0
+) -> OpCost:
     """A restickify of ``nbytes`` inside a fused kernel: each core relays its own tile.
 
     The kernel runs its ops on one division, so the tile stays on its core: it is
-    read and written through the core's LX port, not moved over DDR or the ring.
+    read and written through the core's LX port, not moved over the ring. ``read``:
+    the DDR bytes it loads first (its input is not in LX); ``write``: those it stores
+    after (its result leaves the kernel), each a plain stream of its own layout.
     """
-    lx = lx_seconds(machine, 2 * nbytes, machine.cores)
-    return _finish(machine, 0, 0, 0, 0, 0.0, machine.cores, "ddr", lx, kernel=launch)
+    cores = machine.cores
+    lx = lx_seconds(machine, 2 * nbytes, cores)
+    burst = burst_seconds(machine, (read,) if read else (), (write,) if write else (), cores)
+    return _finish(machine, read, write, 0, 0, 0.0, cores, "ddr", lx, kernel=launch, burst=burst)
 
 
 def transfer_cost(

@@ -353,9 +353,11 @@ def _own_cost(
     has the rest).
 
     An op inside a fused kernel launches none unless it is the kernel's first, and a
-    restickify between two of its values kept in LX is a relayout over the ring; so is
-    a matmul's operand laid out anew as the matmul loads it (``LoadRelayout``: its
-    matmul reads the operand from DDR).
+    restickify of it with its input or its result in LX is each core relaying its tile
+    through its LX port (``relayout_cost``): it reads from DDR only an input not in LX
+    and writes to DDR only a result that leaves the kernel (one with neither in LX is a
+    DDR restickify); so is a matmul's operand laid out anew as the matmul loads it
+    (``LoadRelayout``: its matmul reads the operand from DDR).
     """
     launch = fused is None or fused[1]
     machine = memo.machine
@@ -368,9 +370,12 @@ def _own_cost(
     if d.opfunc == "loadrelayout":  # a matmul's operand relaid out in LX as it loads it
         return relayout_cost(machine, d.output[1].nbytes, launch)
     if fused is not None and is_relayout(d):
-        kept = fused[0]
-        if d.output[0] in kept and all(n in kept for n, _ in d.inputs):
-            return relayout_cost(machine, d.output[1].nbytes, launch)
+        ddr_in = [(n, t) for n, t in d.inputs if not in_lx(n)]
+        out_lx = in_lx(d.output[0])
+        if out_lx or len(ddr_in) < len(d.inputs):  # relaid in LX: DDR for the rest
+            read = sum(_read_bytes(t, n in fills, machine) for n, t in ddr_in)
+            write = 0 if out_lx else d.output[1].nbytes
+            return relayout_cost(machine, d.output[1].nbytes, launch, read, write)
     cost = _transfer(d, machine, fills)
     return cost if launch or d.kind == "view" else _no_launch(cost)
 
@@ -387,6 +392,11 @@ def _held(d: OpDesc, div: WorkDivision | None, live: int, lx: LXPlan) -> int:
         return 0
     own = {n for n, _ in d.inputs} | {d.output[0]}
     return max(0, live - sum(lx.sizes[n] for n in own if lx.in_lx(n)))
+
+
+def _read_bytes(t: TensorSpec, fill: bool, machine: Machine) -> int:
+    """The DDR bytes of reading a value whole: a constant fill is one stick."""
+    return machine.stick_bytes if fill else t.nbytes
 
 
 def _no_launch(cost: OpCost) -> OpCost:

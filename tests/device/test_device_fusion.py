@@ -180,6 +180,29 @@ def test_a_kernel_on_fewer_cores_moves_its_bursts_on_those_cores():
     assert bursts < g.time_s < bursts + m.launch_s + 1e-6
 
 
+def test_a_relayout_in_a_kernel_reads_a_value_it_keeps_in_lx_from_lx():
+    """A layer norm's ``rsqrt`` relaid out for its multiply, the relaid value read again
+    by the backward pass after the kernel: the relayout reads the kept ``rsqrt`` through
+    the LX port (no DDR read), and writes its result out for the backward."""
+
+    def norm(x):
+        m = x.mean(-1, keepdims=True)
+        return (x - m) * jax.lax.rsqrt(((x - m) ** 2).mean(-1, keepdims=True) + 1e-5)
+
+    f = jax.grad(lambda x, w: ((norm(x) @ w) ** 2).sum())
+    d = sj.explain(f, S((128, 256), np.float32), S((256, 256), np.float32)).device
+    relayouts = [
+        (d.ops[i], g)
+        for g in d.groups
+        for i in g.ops
+        if d.ops[i].desc.kind == "restickify" and d.ops[i].desc.inputs[0][0] in g.internal
+    ]
+    out = [op for op, g in relayouts if op.desc.output[0] not in g.internal]
+    assert out, "the case under test: a relaid value leaving its kernel"
+    assert all(op.read_bytes == 0 for op, _ in relayouts)
+    assert all(op.write_bytes == op.desc.output[1].nbytes for op in out)
+
+
 def test_chains_of_no_family_are_not_fused():
     r = sj.explain(lambda a, b: jnp.tanh(a * b + 1), S((64, 512), F16), S((64, 512), F16))
     assert r.device.groups == ()
