@@ -9,6 +9,12 @@ A pass over a program's listed ops (:class:`OpDesc`), whatever listed them. It f
 - ``attention``: a softmax chain between the matmul making its scores and the matmul
   reading its probabilities (``jax.nn.dot_product_attention`` and the einsum, softmax,
   einsum form alike);
+- ``reduction``: any other chain of reductions with the elementwise ops feeding them (a
+  cast, ``x * x``) and those run on their results alone (a mean's ``div``, a cast back):
+  the kernel reads its input once and accumulates, its intermediates in LX (torch-spyre's
+  back end fuses pointwise producers into reductions); a chain that spreads a
+  reduction's result back over the rows it reduced (``x - x.max()``) is not one, unless
+  it is a softmax or a norm;
 - ``matmul_epilogue``: a matmul and the elementwise ops run on its result alone (a
   bias ``add``, ``gelu``, ``silu``...).
 
@@ -17,13 +23,14 @@ as views and constant fills, may sit between them), each reading a value the cha
 before it, all in one loop body or branch; a restickify (or a reshape's copy) inside a
 chain is a relayout between its ops. Runs of consecutive kernels keep a group free of
 cycles: an op outside a group runs before all of its ops or after them. Other chains (an
-elementwise chain no matmul feeds, a reduction of another kind) are not fused.
+elementwise chain no matmul feeds) are not fused.
 
 Pure Python.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -50,7 +57,7 @@ __all__ = [
     "is_relayout",
 ]
 
-FAMILIES = ("softmax", "layer_norm", "rms_norm", "attention", "matmul_epilogue")
+FAMILIES = ("softmax", "layer_norm", "rms_norm", "reduction", "attention", "matmul_epilogue")
 FILL_OPS = frozenset({"full"})
 
 MATMUL_OPS = frozenset({"matmul", "batchmatmul"})
@@ -170,7 +177,32 @@ def _family(descs: Sequence[OpDesc], chain: list[int]) -> str | None:
         return "layer_norm"
     if "rsqrt" in funcs and reductions.count("sum") == 1:
         return "rms_norm"
-    return None if reductions else "elementwise"
+    if not reductions:
+        return "elementwise"
+    return None if _broadcasts_a_reduction(descs, chain) else "reduction"
+
+
+def _broadcasts_a_reduction(descs: Sequence[OpDesc], chain: list[int]) -> bool:
+    """Whether an op of the chain spreads a reduction's result over more elements.
+
+    Such an op (``x - x.mean()``) reads the reduced rows back against the whole: a
+    second pass over each row, which only the softmax and norm families are. Ops that
+    follow a reduction on its own shape (a mean's ``div``, a cast back) are its epilogue.
+    """
+    reduced: dict[str, int] = {}  # values made from a reduction's result: its elements
+    for i in chain:
+        d = descs[i]
+        size = math.prod(d.output[1].shape)
+        if _is_reduction(d):
+            reduced[d.output[0]] = size
+            continue
+        seen = [reduced[n] for n, _ in d.inputs if n in reduced]
+        if not seen:
+            continue
+        if d.kind == "compute" and size > max(seen):
+            return True
+        reduced[d.output[0]] = max(seen) if d.kind == "view" or is_relayout(d) else size
+    return False
 
 
 def _producer(descs: Sequence[OpDesc], writers: dict[str, int], name: str) -> int | None:

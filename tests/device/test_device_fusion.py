@@ -36,6 +36,7 @@ FAMILIES = {
     "rms_norm": (models.rms_norm, [S((64, 512), F16), S((512,), F16)]),
     "attention": (jax.nn.dot_product_attention, QKV),
     "attention (einsum)": (einsum_attention, QKV),
+    "reduction": (lambda x: x.sum(0), [S((64, 512), F16)]),  # a float32 cast feeds it
     "matmul_epilogue": (
         lambda x, w, b: jax.nn.gelu(x @ w + b),
         [S((64, 512), F16), S((512, 256), F16), S((256,), F16)],
@@ -178,6 +179,31 @@ def test_a_kernel_on_fewer_cores_moves_its_bursts_on_those_cores():
     assert x.size * 2 // 16 <= m.ddr_burst_bytes
     bursts = 2 * x.size * 2 / (16 * m.ddr_burst_core_bw)  # load x, then store the output
     assert bursts < g.time_s < bursts + m.launch_s + 1e-6
+
+
+def test_a_cast_feeding_a_reduction_is_one_kernel_reading_its_input_once():
+    """jnp upcasts a half sum to float32: the cast, the sum and the cast back are one
+    kernel that reads the input once and keeps the float32 copy in LX (it was three
+    kernels writing and reading that copy through DDR: 366 us for this shape)."""
+    x = S((1024, 4096), F16)
+    d = sj.explain(lambda a: a.sum(0), x).device
+    (g,) = d.groups
+    assert g.family == "reduction" and g.in_lx
+    assert [d.ops[i].opfunc for i in g.ops] == ["astype", "sum", "astype"]
+    assert sum(op.read_bytes for op in d.ops) == x.size * 2
+    assert sum(op.write_bytes for op in d.ops) == 4096 * 2
+    scale = sj.explain(lambda a: a * 2, x).time_s  # reads what the sum reads, and writes
+    assert x.size * 2 / d.machine.ddr_bw < g.time_s < scale < g.unfused_s / 2
+
+
+def test_a_reduction_spread_back_over_its_rows_is_not_a_reduction_kernel():
+    """``x - x.sum(0)`` reads the sums back against every row: the sum keeps its cast
+    prologue and epilogue in its kernel, the subtraction runs after it."""
+    d = sj.explain(lambda a: a - a.sum(0), S((64, 512), F16)).device
+    (g,) = d.groups
+    assert g.family == "reduction"
+    sub = next(op for op in d.ops if op.opfunc == "sub")
+    assert sub.group is None and sub.index not in g.ops
 
 
 def test_a_relayout_in_a_kernel_reads_a_value_it_keeps_in_lx_from_lx():
