@@ -364,7 +364,11 @@ class SpyrePrim(HiPrim):
             if out is not None:
                 return out
         if self.eager_jit and eager_call(self, args):
-            return run_eagerly(self, args)
+            token = _RECORDER.set(None)  # the call the eager jit traces is this one
+            try:
+                return run_eagerly(self, args)
+            finally:
+                _RECORDER.reset(token)
         return super().__call__(*args)
 
     def kernel(self, *args: jax.Array) -> Any:

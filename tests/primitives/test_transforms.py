@@ -5,7 +5,7 @@ import pytest
 from helpers import assert_close, compiles, rand
 
 import spyrejax as sj
-from spyrejax.primitives import SpyrePrim
+from spyrejax.primitives import SpyrePrim, recording
 
 RNG = np.random.default_rng(0)
 X = rand((6, 150), jnp.float32, RNG)
@@ -162,3 +162,15 @@ def test_eager_autodiff_runs_each_rule_as_one_program():
         want = jax.jit(how)(a, b)
         for g, j in zip(_bits(got), _bits(want), strict=True):
             np.testing.assert_array_equal(g, j)  # the rule's program is jax.jit's
+
+
+def test_an_eager_call_on_new_types_is_recorded_once():
+    # The eager jit traces the primitive again inside its program: a recorder sees the
+    # call once, with the concrete result, on the first call of new types as on repeats.
+    a = sj.to_device(rand((5, 77), seed=8))  # a shape no other test uses: a fresh key
+    seen = []
+    with recording(lambda prim, args, out: seen.append((type(prim).__name__, out))):
+        sj.tanh(a)
+        sj.tanh(a)
+    assert [name for name, _ in seen] == ["Tanh", "Tanh"], seen
+    assert all(not isinstance(out, jax.core.Tracer) for _, out in seen)
