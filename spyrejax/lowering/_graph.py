@@ -30,10 +30,10 @@ import numpy as np
 
 from .._errors import SpyreUnsupportedError
 from .._jax import ClosedJaxpr, Jaxpr, Literal, call_body, inner_jaxprs, summarize_source
-from ..primitives import ELEMENTWISE
 from . import _expansions, _keys
 from ._distribute import Facts, distribute
 from ._pair_sums import unroll_pair_sums
+from ._rounding import keep_excess_precision
 
 __all__ = ["Graph", "Node", "Scalar", "Value", "build_graph", "source_line"]
 
@@ -490,108 +490,4 @@ def build_graph(closed: ClosedJaxpr, bound: Sequence[Scalar | None] = ()) -> Gra
     b.inline(closed.jaxpr, env)
     b.graph.outputs = [_read(env, a) for a in closed.jaxpr.outvars]
     facts = Facts.of(b.graph)  # one walk for every rewrite until one changes the graph
-    return _keep_excess_precision(distribute(unroll_pair_sums(b.graph, facts), facts))
-
-
-# --- where intermediate bfloat16 values are rounded: one rule, as ``jax.jit`` rounds them
-#
-# A 16-bit value is rounded wherever the jaxpr gives it its 16-bit dtype (sums accumulate
-# in float32 and round once), with XLA's one exception under ``jax.jit``: a bfloat16
-# elementwise op whose result is converted straight back to float32 (through views) is
-# computed in float32 and not rounded (excess precision; float16 has none). Applied here,
-# on the graph, it holds at every element whatever the kernels' fusions (padding masks,
-# the poison-padding selects would otherwise decide): the op runs in float32 on operands
-# widened exactly; its other consumers read the rounded value, as under ``jax.jit``.
-
-_BF16 = np.dtype(jnp.bfloat16)
-_F32 = np.dtype(np.float32)
-# Elementwise ops whose result is a rounding (max, min, neg, select... are exact).
-_EXACT = {"max", "min", "neg", "abs", "sign", "floor", "ceil", "round", "clamp", "rem", "nextafter"}
-_ROUNDED = {p for op in ELEMENTWISE for p in op.lowers if op.result == "same"} - _EXACT
-_VIEWS = {"reshape", "squeeze", "expand_dims", "transpose", "broadcast_in_dim"}
-
-
-def _keep_excess_precision(graph: Graph) -> Graph:
-    """Rewrite, in place, each float32 conversion of a just-computed bfloat16 result.
-
-    The bfloat16 op and views it bypassed go where nothing else reads them.
-    """
-    producer = {v: n for n in graph.nodes for v in n.outs}
-    nodes: list[Node] = []
-    bypassed: set[Node] = set()
-    for node in graph.nodes:
-        chain = _chain(node, producer)
-        nodes.extend(_in_float32(node, chain) if chain else [node])
-        bypassed.update(chain)
-    while bypassed:
-        read = {v for n in nodes for v in n.ins} | set(graph.outputs)
-        dead = {n for n in bypassed if not any(v in read for v in n.outs)}
-        if not dead:
-            break
-        nodes = [n for n in nodes if n not in dead]
-        bypassed -= dead
-    graph.nodes = nodes
-    return graph
-
-
-def _chain(node: Node, producer: dict[Value, Node]) -> list[Node]:
-    """The op and the views between it and ``node``, a float32 conversion, or ``[]``."""
-    if node.prim != "convert_element_type" or np.dtype(node.params["new_dtype"]) != _F32:
-        return []
-    chain: list[Node] = []
-    v = node.ins[0]
-    while isinstance(v, Value) and v.dtype == _BF16 and v in producer:
-        p = producer[v]
-        if len(p.outs) != 1:
-            return []
-        chain.insert(0, p)
-        if p.prim in _ROUNDED:
-            return chain
-        if p.prim not in _VIEWS:
-            return []
-        v = p.ins[0]
-    return []
-
-
-def _in_float32(convert: Node, chain: list[Node]) -> list[Node]:
-    """``convert``'s value computed as ``chain`` in float32 (operands widened exactly)."""
-    op, views = chain[0], chain[1:]
-    out: list[Node] = []
-    ins: list[Value | Scalar] = []
-    for a in op.ins:
-        if isinstance(a, Scalar) and a.dtype == _BF16:
-            ins.append(Scalar(np.float32(a.value), _F32))
-        elif isinstance(a, Value) and a.dtype == _BF16:
-            wide = _value(a, a.shape, f"{a.name}_f32")
-            params = {**convert.params, "new_dtype": _F32}
-            out.append(
-                Node("convert_element_type", params, [a], [wide], op.source, convert.primitive)
-            )
-            ins.append(wide)
-        else:
-            ins.append(a)
-    last = views[-1] if views else op
-    steps = [(op, ins)] + [(v, None) for v in views]
-    prev: Value | None = None
-    for n, n_ins in steps:
-        res = (
-            convert.outs[0]
-            if n is last
-            else _value(n.outs[0], n.outs[0].shape, n.outs[0].name + "_f32")
-        )
-        out.append(
-            Node(
-                n.prim,
-                dict(n.params),
-                n_ins if n_ins is not None else [prev],
-                [res],
-                n.source,
-                n.primitive,
-            )
-        )
-        prev = res
-    return out
-
-
-def _value(like: Value, shape: tuple[int, ...], name: str) -> Value:
-    return Value(shape, _F32, name, "node", origin=like.origin)
+    return keep_excess_precision(distribute(unroll_pair_sums(b.graph, facts), facts))

@@ -229,6 +229,25 @@ def test_a_relayout_in_a_kernel_reads_a_value_it_keeps_in_lx_from_lx():
     assert all(op.write_bytes == op.desc.output[1].nbytes for op in out)
 
 
+def test_a_bfloat16_residual_widened_for_its_norm_reads_its_operands_once():
+    """``h = x + y`` in bfloat16, widened for an RMS norm and read rounded after it: jax.jit
+    keeps the float32 sum for the norm (excess precision) and rounds it for the other
+    reader; one sum, so ``x`` and ``y`` are read once (they were twice: by the bfloat16
+    add and again by the float32 one, the Granite layer's residual 8 MiB more)."""
+
+    def f(x, y, w):
+        h = x + y
+        return models.rms_norm(h, w) + h
+
+    x, w = S((64, 512), jnp.bfloat16), S((512,), jnp.bfloat16)
+    d = sj.explain(f, x, x, w).device
+    made = {op.desc.output[0] for op in d.ops}
+    inputs = {n for op in d.ops for n, _ in op.desc.inputs} - made
+    readers = [op for op in d.ops for n, _ in op.desc.inputs if n in inputs]
+    assert sum(op.read_bytes for op in d.ops) == 2 * x.size * 2 + w.size * 2
+    assert len([op for op in readers if op.desc.kind != "view"]) == 2  # x and y: once each
+
+
 def test_chains_of_no_family_are_not_fused():
     r = sj.explain(lambda a, b: jnp.tanh(a * b + 1), S((64, 512), F16), S((64, 512), F16))
     assert r.device.groups == ()

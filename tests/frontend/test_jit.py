@@ -1049,6 +1049,19 @@ def test_half_intermediates_are_rounded_where_jax_jit_rounds_them(dtype, poison)
         chex.assert_trees_all_close(eager, want, **bound)
 
 
+def test_a_bfloat16_result_read_both_widened_and_rounded_is_jax_jits_at_every_element():
+    """A residual ``h = x + y`` widened (for a norm) and read rounded (by the next add):
+    the graph computes the sum once in float32 and rounds it for the rounded readers,
+    the bits ``jax.jit`` gives both (docs/jit.md "Rounding of 16-bit values")."""
+
+    def f(x, y):
+        h = x + y
+        return h.astype(jnp.float32) * 2, h * 3  # exact products: only the sum rounds
+
+    x, y = (rand((8, 64), jnp.bfloat16, seed=s) for s in (1, 2))
+    _check(f, x, y, exact=True)
+
+
 @pytest.mark.parametrize(
     "fn",
     [
