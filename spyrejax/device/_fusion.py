@@ -13,8 +13,8 @@ A pass over a program's listed ops (:class:`OpDesc`), whatever listed them. It f
   cast, ``x * x``) and those run on their results alone (a mean's ``div``, a cast back):
   the kernel reads its input once and accumulates, its intermediates in LX (torch-spyre's
   back end fuses pointwise producers into reductions); a chain that spreads a
-  reduction's result back over the rows it reduced (``x - x.max()``) is not one, unless
-  it is a softmax or a norm;
+  reduction's result back over the rows it reduced (``x - x.max()``), or holds an op
+  that neither feeds a reduction nor reads reduced values alone, is not one;
 - ``matmul_epilogue``: a matmul and the elementwise ops run on its result alone (a
   bias ``add``, ``gelu``, ``silu``...).
 
@@ -183,25 +183,37 @@ def _family(descs: Sequence[OpDesc], chain: list[int]) -> str | None:
 
 
 def _broadcasts_a_reduction(descs: Sequence[OpDesc], chain: list[int]) -> bool:
-    """Whether an op of the chain spreads a reduction's result over more elements.
+    """Whether the chain is more than reductions, what feeds them and what they feed.
 
-    Such an op (``x - x.mean()``) reads the reduced rows back against the whole: a
-    second pass over each row, which only the softmax and norm families are. Ops that
-    follow a reduction on its own shape (a mean's ``div``, a cast back) are its epilogue.
+    Each op must feed a reduction of the chain (a prologue: a cast, ``x * x``, a
+    variance's ``(x - mean) ** 2``) or read reduced values alone, on their own shape (an
+    epilogue: a mean's ``div``, a cast back). True otherwise: ``x - x.mean()`` spreads
+    the reduced rows back over the whole (a second pass over each row, which only the
+    softmax and norm families are); an optimizer's update of every parameter, joined to
+    a bias gradient's sum by the step count they share, is no reduction kernel.
     """
-    reduced: dict[str, int] = {}  # values made from a reduction's result: its elements
+    made = {descs[i].output[0]: i for i in chain}
+    feeds: set[int] = set()  # the prologue: ops some reduction of the chain reads
+    todo = [n for i in chain if _is_reduction(descs[i]) for n, _ in descs[i].inputs]
+    while todo:
+        j = made.get(todo.pop())
+        if j is not None and j not in feeds:
+            feeds.add(j)
+            todo += [n for n, _ in descs[j].inputs]
+    reduced: dict[str, int] = {}  # values made from reductions' results alone: elements
     for i in chain:
         d = descs[i]
         size = math.prod(d.output[1].shape)
-        if _is_reduction(d):
+        seen = [reduced.get(n, 0) for n, _ in d.inputs if n in made]
+        alone = bool(seen) and all(seen)
+        if _is_reduction(d) or (alone and d.kind != "compute"):
+            reduced[d.output[0]] = size if _is_reduction(d) else max(seen)
+        elif d.kind != "compute" or i in feeds:
+            continue
+        elif alone and size <= max(seen):
             reduced[d.output[0]] = size
-            continue
-        seen = [reduced[n] for n, _ in d.inputs if n in reduced]
-        if not seen:
-            continue
-        if d.kind == "compute" and size > max(seen):
+        else:
             return True
-        reduced[d.output[0]] = max(seen) if d.kind == "view" or is_relayout(d) else size
     return False
 
 

@@ -16,6 +16,7 @@ from spyrejax.device import Machine
 
 S = jax.ShapeDtypeStruct
 F16 = np.float16
+F32 = np.float32
 
 
 def layer_norm(x, w, b):
@@ -204,6 +205,14 @@ def test_a_reduction_spread_back_over_its_rows_is_not_a_reduction_kernel():
     assert g.family == "reduction"
     sub = next(op for op in d.ops if op.opfunc == "sub")
     assert sub.group is None and sub.index not in g.ops
+
+
+def test_ops_neither_feeding_a_reduction_nor_on_its_result_alone_are_no_reduction_kernel():
+    """An optimizer's moment update of a bias gradient, ``0.9 * m + x.sum(0)``: ``0.9 * m``
+    only joins the chain at the add (a GPT step's whole AdamW update, 550 ops, was one
+    kernel for a few such sums)."""
+    d = sj.explain(lambda x, m: 0.9 * m + x.sum(0), S((64, 512), F32), S((512,), F32)).device
+    assert d.groups == ()
 
 
 def test_a_relayout_in_a_kernel_reads_a_value_it_keeps_in_lx_from_lx():
