@@ -65,6 +65,16 @@ _RECORDER: ContextVar[Callable[[Any, tuple[Any, ...], Any], None] | None] = Cont
 
 
 @contextlib.contextmanager
+def _setting(var: ContextVar[Any], value: Any) -> Iterator[Any]:
+    """``var`` set to ``value`` inside the block (yielded), reset after it."""
+    token = var.set(value)
+    try:
+        yield value
+    finally:
+        var.reset(token)
+
+
+@contextlib.contextmanager
 def abstract_eval() -> Iterator[list[SpyrePrim]]:
     """Evaluate Spyre computations on types alone, listing the primitives they call.
 
@@ -73,11 +83,8 @@ def abstract_eval() -> Iterator[list[SpyrePrim]]:
     order. Their constructors still check every layout rule (a ``LayoutError`` means
     the computation is infeasible on those types).
     """
-    token = _ABSTRACT.set([])
-    try:
-        yield _ABSTRACT.get()
-    finally:
-        _ABSTRACT.reset(token)
+    with _setting(_ABSTRACT, []) as calls:
+        yield calls
 
 
 def abstract_calls() -> list[Any] | None:
@@ -98,11 +105,8 @@ def executing(executor: Callable[[SpyrePrim, tuple[Any, ...]], Any]) -> Iterator
     emulate="cores")`` runs compute primitives this way; while the executor runs, the
     primitives it calls itself are bound as usual.
     """
-    token = _EXECUTOR.set(executor)
-    try:
+    with _setting(_EXECUTOR, executor):
         yield
-    finally:
-        _EXECUTOR.reset(token)
 
 
 @contextlib.contextmanager
@@ -112,11 +116,8 @@ def recording(recorder: Callable[[SpyrePrim, tuple[Any, ...], Any], None]) -> It
     It is called once per primitive, after the primitive gave ``out`` (bound, or run by
     an executor). The primitives an executor calls itself are not recorded.
     """
-    token = _RECORDER.set(recorder)
-    try:
+    with _setting(_RECORDER, recorder):
         yield
-    finally:
-        _RECORDER.reset(token)
 
 
 def current_executor() -> Callable[[Any, tuple[Any, ...]], Any] | None:
@@ -355,20 +356,13 @@ class SpyrePrim(HiPrim):
         """The result of the primitive: from the executor if it runs it, else bound."""
         run = _EXECUTOR.get()
         if run is not None:
-            tokens = _EXECUTOR.set(None), _RECORDER.set(None)
-            try:
+            with _setting(_EXECUTOR, None), _setting(_RECORDER, None):
                 out = run(self, args)
-            finally:
-                _EXECUTOR.reset(tokens[0])
-                _RECORDER.reset(tokens[1])
             if out is not None:
                 return out
         if self.eager_jit and eager_call(self, args):
-            token = _RECORDER.set(None)  # the call the eager jit traces is this one
-            try:
+            with _setting(_RECORDER, None):  # the call the eager jit traces is this one
                 return run_eagerly(self, args)
-            finally:
-                _RECORDER.reset(token)
         return super().__call__(*args)
 
     def kernel(self, *args: jax.Array) -> Any:
