@@ -262,7 +262,9 @@ def plan_program(
             f = fusions[k]
             kept = fits[k] or passes[k] > 1  # streamed rows: no intermediate goes to DDR
             cost = _member_cost(descs, i, div, f, kept, loaded[k], fills, lx, memo, held)
-            loaded[k] = loaded[k] | {n for n, _ in d.inputs}  # its tile stays for the next
+            # its inputs' tiles and its result's stay for the kernel's next ops (a result
+            # read after the kernel is written out too, not read back in)
+            loaded[k] = loaded[k] | {n for n, _ in d.inputs} | {d.output[0]}
         streams = memo.streams_of(div) if div is not None else ()
         cost = cost.repeated(d.repeat)
         ops.append(DeviceOp(i, d, div, cost, lx_in, lx_out, streams, peaks[i], d.repeat, k))

@@ -416,3 +416,20 @@ def test_the_budget_is_recorded_with_the_layer(granite):
         machine=Machine.spyre(lx_fraction=0.8),
     )
     assert prefill.lx_fraction == 0.2 and wide.lx_fraction == 0.8
+
+
+def test_a_value_a_kernel_writes_out_is_not_read_back_by_its_own_next_op():
+    # The softmax's shifted scores are also a result: written to DDR once, and the
+    # kernel's exp reads them from its LX tile, not from DDR again.
+    def f(x):
+        s = x - x.max(-1, keepdims=True)
+        e = jnp.exp(s)
+        return e / e.sum(-1, keepdims=True), s
+
+    d = sj.explain(f, S((256, 1024), F16)).device
+    (g,) = d.groups
+    by = {d.ops[i].desc.opfunc: d.ops[i] for i in g.ops}
+    assert g.family == "softmax" and g.in_lx
+    assert by["sub"].write_bytes == 256 * 1024 * 2  # written once: it leaves the kernel
+    assert by["exp"].read_bytes == 0
+    assert sum(d.ops[i].read_bytes for i in g.ops) == 256 * 1024 * 2  # x, once
