@@ -16,6 +16,8 @@ the layout that costs least downstream, not only in the one that moves the fewes
 elements. A restickify reads its source image and writes its target's. The cost
 counts every card: a collective also costs the bytes the cards send each other, and a
 ``shard_map`` body what it moves times the cards it runs on (``lowering._collectives``).
+A value a chain of elementwise kernels and reductions makes and reads inside itself
+(``_traffic.chained``) costs its LX traffic, not DDR bytes: the card keeps it in LX.
 What the plan *reports* (``Plan.cost``, ``explain``) stays the elements it moves
 between layouts (spec section 7).
 
@@ -58,7 +60,7 @@ from ..primitives._stick import SPARSE, default_type, restickify_cost, serves, s
 from ..primitives._stick import stick_options as _stick_options
 from ..primitives._views import ShapeView
 from . import _traffic
-from ._chosen import option_total, options_key, searches, searches_shared
+from ._chosen import Option, option_total, options_key, searches, searches_shared
 from ._graph import Graph, Node, Scalar, Value
 from ._node_key import NodeKey, evaluation_key, node_key
 from ._registry import HOST_FALLBACK, RULES, Mode, lower_node, rule_for
@@ -72,48 +74,6 @@ _WARNED: dict[Any, Any] = {}  # the fallback warnings' registry (see warnings.wa
 _CANDIDATES = 2  # input types tried per input and mode: the cheapest, and one more
 # The roles of primitives an option records (see ``SpyrePrim.role``): what it moves.
 _CHARGED = ("copy", "restickify", "host", "collective")
-
-
-@dataclass(frozen=True, eq=False)
-class Option:
-    """One way to run a node: a mode, the input types it reads, the types it gives.
-
-    Attributes:
-        mode: the rule's mode.
-        ins: the type each input is read in (None for scalars).
-        outs: each output's type, as the Spyre primitives give it.
-        copies: the copying primitives the lowering calls (restickifies, slices...,
-            host calls, which move no elements between layouts: DMA bytes, and
-            collectives, whose elements go between cards).
-        fresh: whether its (first) output is a buffer of its own that the lowering
-            writes (not a view of an input's): it can be written into a window of a
-            larger buffer instead.
-        owns: whether nothing else reads its (first) output's buffer: it is fresh, or
-            an update in place took over its input's (it can be updated in place).
-        traffic: the device bytes the lowering reads and writes (see :func:`traffic`):
-            what the planner minimises.
-        view: whether its lowering is shape views only: its outputs are its input's
-            image (no memory of their own) even where typed as no view (``canonical``).
-    """
-
-    mode: Mode
-    ins: tuple[SpyreType | None, ...]
-    outs: tuple[SpyreType, ...]
-    copies: tuple[sp.SpyrePrim, ...] = ()
-    fresh: bool = False
-    owns: bool = False
-    traffic: int = 0
-    view: bool = False
-
-    @property
-    def out(self) -> SpyreType:
-        """The first output's type (the only one of most nodes)."""
-        return self.outs[0]
-
-    @property
-    def cost(self) -> int:
-        """Elements the node's own lowering moves."""
-        return sum(p.moves for p in self.copies)
 
 
 @dataclass(frozen=True, eq=False)
@@ -246,6 +206,7 @@ class _Planner:
         default_results: bool = False,
     ) -> None:
         self.graph = graph
+        self.inside = _traffic.chained(graph)  # values a chain of kernels keeps in LX
         self.windows = Windows(graph, donated)
         self.input_types = input_types
         self.input_shapes = {(u.shape, u.dtype) for u in input_types}
@@ -302,9 +263,10 @@ class _Planner:
         tried: list[tuple[SpyreType | None, ...]] = []
         base = node_key(node)
         modes = rule.modes(node)
-        key = options_key(node, base, modes, self.avail)
+        key = options_key(node, base, modes, self.avail, self.inside)
+        total = lambda o: option_total(node, o, self.avail, self.inside)  # noqa: E731
         if key is not None and key in self.chosen:
-            return [(option_total(node, o.ins, o.traffic, self.avail), o) for o in self.chosen[key]]
+            return [(total(o), o) for o in self.chosen[key]]
         for mode in modes:
             if mode.takes is not None or mode.clobbers is not None:
                 choices = self.windows.choices(self, node, mode)
@@ -316,11 +278,8 @@ class _Planner:
                 ins = tuple(t for t, _ in combo)
                 tried.append(ins)
                 option = self._evaluate(node, base, mode, ins)
-                if option is None:
-                    continue
-                total = sum(c for _, c in combo) + option.traffic
-                if total < best.get(option.outs, (INF,))[0]:
-                    best[option.outs] = (total, option)
+                if option is not None and total(option) < best.get(option.outs, (INF,))[0]:
+                    best[option.outs] = (total(option), option)
         if not best:
             raise self._infeasible(node, tried)
         if key is not None:
@@ -405,8 +364,9 @@ class _Planner:
             fresh = last is not None and last.role != "view" and gives == types[:1]
             owns = fresh or mode.clobbers is not None
             view = bool(called) and all(isinstance(p, ShapeView) for p in called)
+            io = _traffic.chain_io(called, ins, types[0] if types else None)
             option: Option | None = Option(
-                mode, ins, types, copies, fresh, owns, traffic(called), view
+                mode, ins, types, copies, fresh, owns, traffic(called), view, io
             )
         except LayoutError as err:
             why = self.refusals[node] = str(err)

@@ -4,16 +4,24 @@ One owner for what an option, a restickify and a host fallback cost the planner:
 device images in their layouts, padding included (``layout.nbytes``), so a slice, a
 reduction or a broadcast lands in the layout that costs least downstream; and the order
 among equal costs (:data:`MOVE_TIE`, :func:`tie_break`).
+
+A value a chain of kernels makes and reads inside itself (:func:`chained`: elementwise
+ops and reductions, as ``device._fusion`` fuses them and the LX placer keeps their
+intermediates) is charged its LX traffic (:data:`LX_SHARE` of its bytes), not DDR bytes:
+the card never writes it to DDR, so its padding costs LX port time only.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import primitives as sp
+from ..device._machine import Machine, default_machine
 from ..layout import BYTES_PER_STICK, SpyreTensorLayout
 from ..layout._gaps import valid_nbytes
 from ..primitives._arranged import card_relayout_bytes
@@ -22,11 +30,20 @@ from ..primitives._astype import Astype
 from ..primitives._copies import SliceCopy
 from ..primitives._in_place import FillAround
 from ..primitives._iota import Full
+from ..primitives._matmul import Matmul
 from ..primitives._stick import SPARSE, default_layout, restickify_cost, stick_of
+from ._graph_edits import _POINTWISE
+
+if TYPE_CHECKING:  # lowering._graph imports the rewrites, which import this module's peers
+    from ._graph import Graph
 
 __all__ = [
+    "LX_SHARE",
     "MOVE_TIE",
     "RELAYOUT_TIE",
+    "chain_bytes",
+    "chain_io",
+    "chained",
     "move_bytes",
     "nbytes",
     "read_bytes",
@@ -227,3 +244,114 @@ def with_standard(chosen: list[tuple[Any, float]], ranked: list[tuple[Any, float
         return chosen
     standard = [tc for tc in ranked if not tc[0].layout.is_arranged and tc not in chosen]
     return chosen + standard[:1]
+
+
+def _lx_share(machine: Machine) -> float:
+    """DDR's bandwidth over all cores' LX ports', rounded to a power of two."""
+    return 2.0 ** round(math.log2(machine.ddr_bw / (machine.cores * machine.lx_bw)))
+
+
+LX_SHARE = _lx_share(default_machine())
+"""What a byte a chain keeps in LX costs the planner, in DDR bytes (2^-5 on ``Machine.spyre``).
+
+The device model times an LX access at the cores' LX ports (``Machine.lx_bw`` a core,
+32 of them: 6.1 TB/s) and a DDR access at ``ddr_bw`` (150 GB/s). A power of two: sums of
+byte counts stay exact in floats (``lowering._chosen`` re-sums a searched node's totals)."""
+
+_LX_FITS = default_machine().lx_usable * default_machine().cores
+"""The most bytes a chained value may take and be charged as kept in LX: the LX budget
+of every core (``device._lx.place`` keeps a value whose per-core share fits)."""
+
+_CHAIN_PRIMS = (
+    _POINTWISE | {p for r in sp.REDUCTIONS_TABLE for p in r.lowers} | {"convert_element_type"}
+)
+"""The JAX primitives whose lowerings run one elementwise kernel or reduction."""
+
+
+def chained(graph: Graph) -> frozenset[int]:
+    """The ids of the values a chain of kernels makes and reads inside itself.
+
+    Made by an elementwise op, a conversion or a reduction, read only by such ops (of
+    one graph: a loop body is planned apart), and no result of the graph: the kernels
+    ``device._fusion.find_fusions`` joins (``_fusible``: elementwise ops and reductions,
+    no matmul), whose intermediates the card keeps in LX, as the LX placer keeps the
+    intermediate of two such ops (``device._plan``). A conservative local rule: a value
+    read by a view (a broadcast, a reshape) or a copy is not chained.
+    """
+    out = {id(o) for o in graph.outputs}
+    readers: dict[int, list[str]] = {}
+    for node in graph.nodes:
+        for u in node.ins:
+            readers.setdefault(id(u), []).append(node.prim)
+    return frozenset(
+        id(v)
+        for node in graph.nodes
+        if node.prim in _CHAIN_PRIMS and len(node.outs) == 1
+        for v in node.outs
+        if id(v) not in out and readers.get(id(v)) and set(readers[id(v)]) <= _CHAIN_PRIMS
+    )
+
+
+def _chain_kernel(p: Any) -> bool:
+    """A divided kernel a chain holds: an elementwise op, a conversion, a reduction.
+
+    As ``device._fusion._fusible`` reads the device model's ops (a ``compute`` op with
+    an iteration space, no matmul), on the primitives that make them.
+    """
+    return (
+        isinstance(p, sp.SpyrePrim)
+        and p.role == "compute"
+        and type(p).space is not sp.SpyrePrim.space
+        and not isinstance(p, Matmul)
+    )
+
+
+def chain_io(
+    called: list[Any], ins: Sequence[SpyreType | None], result: SpyreType | None
+) -> tuple[tuple[float, ...], float]:
+    """The bytes a lowering's chain kernels read of each input and write of its result.
+
+    What :func:`traffic` charges them (an input through the views the lowering takes of
+    it; a result through the views it is given as), of values that fit LX
+    (``_LX_FITS``); the planner charges what of it a chained value's is at
+    :data:`LX_SHARE` (:func:`chain_bytes`). Inputs of one type share its reads.
+    """
+    where: dict[SpyreType, list[int]] = {}
+    for j, t in enumerate(ins):
+        if t is not None and nbytes(t) <= _LX_FITS:
+            where.setdefault(t, []).append(j)
+    maker: dict[SpyreType, Any] = {}
+    for p in called:
+        typed = _spyre_types(p.in_avals)
+        if p.role == "view" and len(typed) == 1 and typed[0] in where:
+            where.setdefault(p.out_aval, where[typed[0]])
+        if not (p.role == "view" and typed == [p.out_aval]):  # a view onto its own type
+            maker[getattr(p, "out_aval", None)] = p
+    reads = [0.0] * len(ins)
+    for p in called:
+        if _chain_kernel(p):
+            for t in _spyre_types(p.in_avals):
+                for j in where.get(t, ()):
+                    reads[j] += read_bytes(t) / len(where[t])
+    p, seen = maker.get(result), set()
+    while p is not None and p.role == "view" and len(_spyre_types(p.in_avals)) == 1:
+        seen.add(id(p))  # views of views back to a view seen: no kernel made it
+        p = maker.get(_spyre_types(p.in_avals)[0])
+        p = None if id(p) in seen else p
+    fits = p is not None and _chain_kernel(p) and nbytes(p.out_aval) <= _LX_FITS
+    return tuple(reads), float(nbytes(p.out_aval)) if fits else 0.0
+
+
+def chain_bytes(
+    ins: Sequence[Any], outs: Sequence[Any], io: tuple[tuple[float, ...], float], inside: Any
+) -> float:
+    """What an option saves of its traffic on chained values (``inside``: their ids).
+
+    ``io``: its :func:`chain_io`. Each byte of a chained input read or a chained result
+    written costs :data:`LX_SHARE` instead of one.
+    """
+    reads, write = io
+    saved = sum(b for u, b in zip(ins, reads, strict=False) if id(u) in inside)
+    if outs and id(outs[0]) in inside:
+        saved += write
+    return (1 - LX_SHARE) * saved
