@@ -71,21 +71,17 @@ def _aligned(offsets: list[int], dim: int, values: list[Value], sizes: list[int]
     """Every piece boundary cuts whole sticks of every value (off the last dim: always).
 
     Or the pieces are lane windows (``layout._lanes.lane_window``): every value's last
-    dim lies in one stick a row, every piece 2 lanes or more, and no other dim fills a
-    stick. Where one does, the pieces computed half by half are planned dense along it
-    (each half copied out of its stick), which moves more than computing whole: the
-    planner's bytes count each op of a fused chain on its own, so the padded halves on
-    lanes look dearer than the copies (docs/layouts.md, benchmarks/README.md item 54).
+    dim lies in one stick a row and every piece is 2 lanes or more. The halves on lanes
+    are padded to a stick (twice their data), which the planner charges at LX traffic
+    where a chain of kernels makes and reads them (``_traffic.chained``): rotate-half
+    then plans on lanes at any other dims (docs/layouts.md, benchmarks/README.md item 54).
     """
     if dim != values[0].ndim - 1:
         return True
     per_stick = [max(BYTES_PER_STICK // v.dtype.itemsize, 1) for v in values]
     if all(o % eps == 0 for eps in per_stick for o in offsets):
         return True
-    one_stick = all(
-        v.shape[-1] <= eps and max(v.shape[:-1], default=0) < eps
-        for v, eps in zip(values, per_stick, strict=True)
-    )
+    one_stick = all(v.shape[-1] <= eps for v, eps in zip(values, per_stick, strict=True))
     return one_stick and min(sizes) >= 2 and all(has_spyre_format(v.dtype) for v in values)
 
 

@@ -174,6 +174,31 @@ def test_a_norm_of_many_rows_is_one_kernel_in_lx_in_the_cards_order(norm, width)
     assert group.in_lx and group.time_s < group.unfused_s / 2
 
 
+def rms_norm_16(x, w):
+    return x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-6) * w
+
+
+def rms_norm_32(x, w):
+    return rms_norm(x) * w
+
+
+@pytest.mark.parametrize("src", [F16, BF16])
+@pytest.mark.parametrize("norm", [rms_norm_16, rms_norm_32])
+def test_an_rms_norm_of_80_wide_rows_reads_them_in_their_layout(norm, src):
+    # Rows of 80 16-bit elements fill a stick and a quarter (padded to 128): stuck on the
+    # rows they are dense, which the planner preferred while it charged every value of
+    # the norm's chain DDR bytes, restickifying x (or x * x) onto the rows (524,288
+    # elements at 4096 rows). The chain's values never leave LX (the fused rms_norm
+    # kernel): charged their LX traffic, the rows stay on their own stick.
+    x = jax.ShapeDtypeStruct((4096, 80), src)
+    report = sj.explain(norm, x, jax.ShapeDtypeStruct((80,), src))
+    assert not restickified(report, x.shape) and report.copy_cost == 0
+    assert [g.family for g in report.device.groups] == ["rms_norm"]
+    xs, w = rand((64, 80), src), rand((80,), src, seed=1)
+    assert not restickified(sj.explain(norm, xs, w), xs.shape)
+    assert_matches_jax_jit(norm, xs, w, reduce_len=80, ops=5)
+
+
 def test_a_sparse_conversion_is_charged_no_relayout():
     # A float16 softmax sums in float32 and converts the [.., 1] row sums back: a sparse
     # stick holds its one element in lane 0, which the card's order leaves in place, so

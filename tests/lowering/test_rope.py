@@ -143,6 +143,24 @@ def test_rope_copies_nothing_and_matches_jax_jit(rope, d, dtype):
     assert_matches_jax_jit(rope, x, cos, sin, ops=3)
 
 
+@pytest.mark.parametrize("shape", [(64, 8, 64), (8, 64, 64)], ids=["T64", "H64"])
+def test_rotate_half_on_lanes_where_another_dim_fills_a_stick(shape):
+    # Where T or H has 64 elements or more the halves on lanes (each padded to the
+    # 64-lane stick) still cost the planner less than copies dense along that dim: the
+    # negation's and products' results are made and read inside one chain of kernels,
+    # charged at their LX traffic (lowering._traffic.chained). Nothing is copied or
+    # restickified; the halves of x, cos and sin are lane windows.
+    t, _, d = shape
+    x = rand(shape, jnp.float16, seed=5)
+    angles = rand((t, d // 2), jnp.float32, seed=1, low=-3.0, high=3.0)
+    cos, sin = jnp.cos(angles).astype(jnp.float16), jnp.sin(angles).astype(jnp.float16)
+    report = sj.explain(rope_rotate_half, x, cos, sin)
+    assert report.copy_cost == 0 and not report.copies
+    assert not report.restickifies
+    assert "lanes=32:64" in report.jaxpr and "= LaneAssemble" in report.jaxpr
+    assert_matches_jax_jit(rope_rotate_half, x, cos, sin, ops=3)
+
+
 def test_stacked_pairs_fill_their_sticks():
     # The stack of the rotated pairs is built with its stick over both dims (the
     # default layout of [T, H, D]), so the reshape back is a view and the sum with x
