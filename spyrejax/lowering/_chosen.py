@@ -50,7 +50,7 @@ class Option:
             larger buffer instead.
         owns: whether nothing else reads its (first) output's buffer: it is fresh, or
             an update in place took over its input's (it can be updated in place).
-        traffic: the device bytes the lowering reads and writes (see :func:`traffic`):
+        traffic: the device bytes the lowering reads and writes (``_traffic.traffic``):
             what the planner minimises.
         view: whether its lowering is shape views only: its outputs are its input's
             image (no memory of their own) even where typed as no view (``canonical``).
@@ -109,7 +109,7 @@ def options_key(
 
 
 def option_total(
-    node: Node, option: Any, avail: Mapping[Value, Any], inside: frozenset[int]
+    node: Node, option: Option, avail: Mapping[Value, Any], inside: frozenset[int]
 ) -> float:
     """An option's total for ``node``: its inputs' costs, then its traffic.
 
