@@ -321,6 +321,7 @@ def chain_io(
         if t is not None and nbytes(t) <= _LX_FITS:
             where.setdefault(t, []).append(j)
     maker: dict[SpyreType, Any] = {}
+    called = [p for p in called if isinstance(p, sp.SpyrePrim)]  # not a body's charges
     for p in called:
         typed = _spyre_types(p.in_avals)
         if p.role == "view" and len(typed) == 1 and typed[0] in where:
