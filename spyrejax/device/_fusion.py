@@ -54,6 +54,7 @@ __all__ = [
     "Fusion",
     "find_fusions",
     "is_fill",
+    "is_reduction",
     "is_relayout",
 ]
 
@@ -162,7 +163,8 @@ def _chains(descs: Sequence[OpDesc]) -> list[list[int]]:
     return sorted(c for c in chains if c)
 
 
-def _is_reduction(d: OpDesc) -> bool:
+def is_reduction(d: OpDesc) -> bool:
+    """Whether an op is a reduction (a compute op whose iteration space reduces)."""
     return d.kind == "compute" and d.space is not None and d.space.kind == "reduce"
 
 
@@ -194,7 +196,7 @@ def _broadcasts_a_reduction(descs: Sequence[OpDesc], chain: list[int]) -> bool:
     """
     made = {descs[i].output[0]: i for i in chain}
     feeds: set[int] = set()  # the prologue: ops some reduction of the chain reads
-    todo = [n for i in chain if _is_reduction(descs[i]) for n, _ in descs[i].inputs]
+    todo = [n for i in chain if is_reduction(descs[i]) for n, _ in descs[i].inputs]
     while todo:
         j = made.get(todo.pop())
         if j is not None and j not in feeds:
@@ -206,8 +208,8 @@ def _broadcasts_a_reduction(descs: Sequence[OpDesc], chain: list[int]) -> bool:
         size = math.prod(d.output[1].shape)
         seen = [reduced.get(n, 0) for n, _ in d.inputs if n in made]
         alone = bool(seen) and all(seen)
-        if _is_reduction(d) or (alone and d.kind != "compute"):
-            reduced[d.output[0]] = size if _is_reduction(d) else max(seen)
+        if is_reduction(d) or (alone and d.kind != "compute"):
+            reduced[d.output[0]] = size if is_reduction(d) else max(seen)
         elif d.kind != "compute" or i in feeds:
             continue
         elif alone and size <= max(seen):
@@ -263,7 +265,7 @@ def find_fusions(descs: Sequence[OpDesc], keep: frozenset[str] = frozenset()) ->
         family, ops = found
         taken.update(ops)
         anchor = next(
-            (i for i in ops if descs[i].opfunc in MATMUL_OPS or _is_reduction(descs[i])), ops[0]
+            (i for i in ops if descs[i].opfunc in MATMUL_OPS or is_reduction(descs[i])), ops[0]
         )
         out.append(Fusion(family, tuple(ops), _internal(descs, readers, ops, keep), anchor))
     return out

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ._cost import OpCost, burst_seconds, memory_seconds
-from ._fusion import MATMUL_OPS, Fusion
+from ._fusion import MATMUL_OPS, Fusion, is_reduction
 from ._machine import Machine
 from ._program import DeviceOp, OpDesc
 
@@ -71,10 +71,6 @@ def fused_parts(
     return attention_kernel(members, fusion, root, fits, fills, lx.in_lx, machine)
 
 
-def _reduces(d: OpDesc) -> bool:
-    return d.space is not None and d.space.kind == "reduce"
-
-
 def row_passes(descs: Sequence[OpDesc], fusion: Fusion) -> int:
     """How many times a kernel of reductions whose rows do not fit LX reads them.
 
@@ -83,7 +79,7 @@ def row_passes(descs: Sequence[OpDesc], fusion: Fusion) -> int:
     norm's scale); 1 when the reductions' results only leave the kernel (a sum of a
     cast streams its rows once).
     """
-    reduces = [i for i in fusion.ops if _reduces(descs[i])]
+    reduces = [i for i in fusion.ops if is_reduction(descs[i])]
     rows = {descs[i].space.operands[0].tensor.shape for i in reduces}
     after, made = set(reduces), {descs[i].output[0] for i in reduces}
     for i in fusion.ops:
@@ -92,7 +88,7 @@ def row_passes(descs: Sequence[OpDesc], fusion: Fusion) -> int:
             continue
         after.add(i)
         made.add(d.output[0])
-        if d.kind == "compute" and not _reduces(d) and d.output[1].shape in rows:
+        if d.kind == "compute" and not is_reduction(d) and d.output[1].shape in rows:
             return ROW_PASSES
     return 1
 
@@ -111,7 +107,7 @@ def first_pass(descs: Sequence[OpDesc], fusion: Fusion) -> frozenset[int]:
     their DDR inputs once per pass; its elementwise ops run in both passes.
     """
     writer = {descs[i].output[0]: i for i in fusion.ops}
-    todo = [i for i in fusion.ops if _reduces(descs[i])]
+    todo = [i for i in fusion.ops if is_reduction(descs[i])]
     seen: set[int] = set()
     while todo:
         i = todo.pop()
@@ -172,7 +168,7 @@ def one_stream(
 def _again(op: DeviceOp, machine: Machine) -> OpCost:
     """An op of a two-pass kernel's first pass with its later passes' reads (and LX) added."""
     c = op.cost
-    reduces = _reduces(op.desc)
+    reduces = is_reduction(op.desc)
     again = ROW_PASSES - 1
     return replace(
         c,
