@@ -34,6 +34,7 @@ __all__ = [
     "fused_parts",
     "one_stream",
     "row_passes",
+    "streamed_row_bytes",
 ]
 
 ROW_PASSES = 2
@@ -193,6 +194,21 @@ def _bursts(machine: Machine, reads: list[int], writes: list[int], cores: int) -
     return burst_seconds(
         machine, tuple(r for r in reads if r), tuple(w for w in writes if w), cores
     )
+
+
+def streamed_row_bytes(machine: Machine) -> int:
+    """What a kernel with a matmul holds at once of a row it streams: one stick of it.
+
+    An attention (:func:`attention_kernel`) streams its keys' blocks, flash-style: per
+    query row it holds one block of keys of its scores and of every value laid out as
+    them, its softmax's max and sum kept online (rescaled as the max grows). Its time has
+    no term that grows as the block narrows (k and v pass through LX once per core
+    whatever the block), so the block it needs is the least the matmul makes: one stick
+    of keys (a block is whole sticks of N, ``_matmul_cost.block_passes``). An epilogue's
+    elementwise ops take the matmul's output block (which the matmul's own blocking
+    keeps in LX) a stick at a time: no op of it reads across a row.
+    """
+    return machine.stick_bytes
 
 
 def attention_kernel(

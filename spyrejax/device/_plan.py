@@ -17,7 +17,7 @@ from .._counts import count
 from ._cost import OpCost, op_cost, relayout_cost, transfer_cost
 from ._division import WorkDivision, divide
 from ._fusion import Fusion, find_fusions, is_fill, is_relayout
-from ._kernels import fused_parts, row_passes
+from ._kernels import fused_parts, row_passes, streamed_row_bytes
 from ._lx import Buffer, LXPlan, Stream, place, stream
 from ._machine import Machine
 from ._program import DeviceOp, DeviceProgram, FusedGroup, OpDesc, Region
@@ -435,24 +435,29 @@ def _fits(
 ) -> bool:
     """Whether what a fused kernel holds of each internal value at once fits LX together.
 
-    A kernel of reductions and elementwise ops (not an attention: a flash kernel streams
-    its keys' blocks and needs no whole row, nor an epilogue) holds, of a value shaped
-    as one of its reductions' input, what one result of that reduction reads
+    A kernel of reductions and elementwise ops (a softmax, a norm) holds, of a value
+    shaped as one of its reductions' input, what one result of that reduction reads
     (:func:`_reduced_boxes`: the reduced extent a core works on under the reduction's
     division, one element along the other dims), in whole sticks: the last dim of a
-    norm's or softmax's rows, every row of a column of a softmax over axis 0. Of any
+    norm's or softmax's rows, every row of a column of a softmax over axis 0. A kernel
+    with a matmul holds of a row it streams one block (``_kernels.streamed_row_bytes``):
+    an attention of each value whose last dim is its keys (the extent its softmax
+    reduces: the scores, k laid out on the keys), an epilogue of each value. Of any
     other value (and where no box can be read off) a row is its last dim, if it has
     two or more; of a 1-D value with one element per row of those (a row statistic: a
     norm's sum, sparse or dense), that element and its share of the value's padding;
     any other 1-D value is one row.
     """
-    boxes = {} if not _streams_rows(f) else _reduced_boxes(divisions, f)
+    boxes = _reduced_boxes(divisions, f) if _streams_rows(f) else {}
+    streamed = _streamed_rows(f, divisions)
     values = [made[name] for name in f.internal]
     row_counts = {math.prod(t.shape[:-1]) for t in values if len(t.shape) > 1}
     need = 0
     for t in values:
         box = boxes.get(t.shape)
         held = t.box_nbytes(box) if box is not None else None
+        if held is None and streamed(t):
+            held = streamed_row_bytes(machine)
         if held is not None:
             need += held
             continue
@@ -465,6 +470,28 @@ def _fits(
 
 
 _MATMUL_FAMILIES = frozenset({"attention", "matmul_epilogue"})
+
+
+def _streamed_rows(f: Fusion, divisions: Sequence[WorkDivision | None]) -> Any:
+    """Which of a matmul kernel's values it streams a row of by blocks (none else).
+
+    An attention's flash kernel (``_kernels.attention_kernel``) streams its keys'
+    blocks: a value whose last dim is one its softmax reduces (the keys). An epilogue's
+    elementwise ops take the matmul's output block as it finishes, a block of a row at
+    a time: any value of two or more dims.
+    """
+    if f.family == "matmul_epilogue":
+        return lambda t: len(t.shape) > 1
+    if f.family != "attention":
+        return lambda t: False
+    keys = {
+        v.extent
+        for i in f.ops
+        if (div := divisions[i]) is not None and div.space.kind == "reduce"
+        for v in div.space.dims
+        if v.reduced
+    }
+    return lambda t: len(t.shape) > 1 and t.shape[-1] in keys
 
 
 def _streams_rows(f: Fusion) -> bool:

@@ -161,12 +161,46 @@ def test_norms_over_a_leading_axis_measure_its_column_not_the_last_dim():
 
 
 def test_an_epilogue_whose_rows_do_not_fit_lx_sends_them_through_ddr():
-    m = Machine.spyre(lx_fraction=0.0005)  # 838 B a core: a row of 256 is 512 B a value
+    m = Machine.spyre(lx_fraction=0.0005)  # 838 B a core: a stick a value, 9 values
     f, args = FAMILIES["matmul_epilogue"]
     d = sj.explain(f, *args, machine=m).device
     (g,) = d.groups
     assert not g.in_lx and g.passes == 1 and "through DDR" in g.describe()
     assert _bytes(d, g)[1] > 2 * 64 * 256 * 2  # intermediates written out
+
+
+@pytest.mark.parametrize("name", ["attention", "attention (einsum)"])
+def test_a_flash_attention_over_a_long_key_length_keeps_its_intermediates_in_lx(name):
+    # one query token against 131,072 keys: a row of its float32 scores is 512 KiB,
+    # over the 410 KiB of LX, but the kernel streams the keys a block at a time and
+    # holds a stick of each score-shaped value per query row (it was "through DDR",
+    # its scores written and read back: 1,214 us where the kernel is 225)
+    f, _ = FAMILIES[name]
+    q, kv = S((1, 1, 1, 64), F16), S((1, 131072, 1, 64), F16)
+    with jax.numpy_dtype_promotion("standard"):
+        r = sj.explain(f, q, kv, kv)
+    d = r.device
+    (g,) = d.groups
+    assert g.family == "attention" and g.in_lx and g.passes == 1
+    assert "through DDR" not in str(r)
+    read, written = _bytes(d, g)
+    assert read == (q.size + 2 * kv.size) * 2  # q, k and v once: no score read back
+    assert written < 64 * 1024  # the output (<= 64 sticks): no score written
+    assert g.time_s < g.unfused_s / 3
+
+
+def test_an_epilogue_on_a_wide_matmul_keeps_its_intermediates_in_lx():
+    # 65,536 columns: a row is 128 KiB of each of its 9 values, but the epilogue's
+    # elementwise ops take the matmul's output block a stick at a time: only the
+    # result leaves the kernel
+    f, _ = FAMILIES["matmul_epilogue"]
+    x, w, b = S((16, 128), F16), S((128, 65536), F16), S((65536,), F16)
+    d = sj.explain(f, x, w, b).device
+    (g,) = d.groups
+    assert g.family == "matmul_epilogue" and g.in_lx
+    read, written = _bytes(d, g)
+    assert written == 16 * 65536 * 2
+    assert read <= (x.size + w.size + b.size) * 2 + 128 * 1024  # the bias's sticks
 
 
 def test_a_kernel_on_fewer_cores_moves_its_bursts_on_those_cores():
