@@ -174,6 +174,17 @@ def has_spyre_format(dtype: Any) -> bool:
         return False
 
 
+_HINTS = {
+    "int64": " (cast it to int32: torch-spyre narrows int64 to int32)",
+    "float64": (
+        " (cast it to float32, x.astype(np.float32), or compute float64 in float32: "
+        "jax.config.update('spyrejax_float64', 'float32'))"
+    ),
+    "c": " (keep complex values on the host, or move their .real and .imag)",
+}
+"""What to do about a host dtype with no format, by dtype name (complex: by kind)."""
+
+
 def host_dtype(dtype: DTypeLike) -> np.dtype:
     """Normalise a host dtype-like to a :class:`numpy.dtype` that has a Spyre format.
 
@@ -186,7 +197,7 @@ def host_dtype(dtype: DTypeLike) -> np.dtype:
         raise LayoutError(f"{dtype!r} is not a dtype") from err
     if dt not in _HOST_TO_FORMAT:
         names = ", ".join(str(d) for d in SUPPORTED_DTYPES)
-        hint = " (cast it to int32: torch-spyre narrows int64 to int32)" if dt == np.int64 else ""
+        hint = _HINTS.get(dt.kind if dt.kind == "c" else dt.name, "")
         raise LayoutError(f"host dtype {dt} has no Spyre data format{hint}; supported: {names}")
     return dt
 

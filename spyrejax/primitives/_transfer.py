@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import SpyreTypeError
-from .._jax import ShapedArray
+from .._jax import ShapedArray, float64_mode
 from ..dma._dma import (
     _dtype_of,
     dma_h2d,
@@ -73,6 +73,22 @@ class ToDevice(SpyrePrim):
         return {"layout": batched_layout(self.layout, shape, size), "pad_value": self.pad_value}
 
 
+def _canonical(x: Any, wide: np.dtype) -> Any:
+    """A concrete host array in the dtype ``jax.device_put`` would give it, range-checked.
+
+    64-bit integers are held in 32 bits (as torch-spyre holds them; in x64 mode
+    ``to_host`` gives them back as 64-bit), every value checked to fit. float64 (a NumPy
+    array, a list, a Python float) becomes float32 with x64 off, as ``jax.device_put``
+    and ``spyrejax.jit``'s arguments make it, or with ``spyrejax_float64="float32"``;
+    in x64 mode otherwise it stays float64, which :func:`host_dtype` refuses.
+    """
+    if wide in NARROWED:
+        return narrow_int64(np.asarray(x), "to_device's array")
+    if wide == np.float64 and (not jax.config.jax_enable_x64 or float64_mode.value == "float32"):
+        return np.asarray(x, np.float32)
+    return x
+
+
 def to_device(
     x: Any,
     layout: SpyreTensorLayout | None = None,
@@ -83,9 +99,11 @@ def to_device(
     """Move a host array to (emulated) Spyre device memory.
 
     Args:
-        x: a host array (NumPy or JAX, traced or not) of a supported dtype. In x64
-            mode a concrete int64 (uint64) array is held as int32 (uint32), as
-            torch-spyre holds it, and ``to_host`` gives it back as int64.
+        x: a host array (NumPy or JAX, traced or not, or a nested list or scalar) of
+            a supported dtype. A concrete int64 (uint64) array is held as int32
+            (uint32), as torch-spyre holds it (in x64 mode ``to_host`` gives it back
+            as int64); float64 is held as float32 with x64 off, as ``jax.device_put``
+            holds it.
         layout: the device layout; defaults to the default layout of ``x.shape``.
         dim_order: with no ``layout``, the dim order of the default layout (the last
             entry is the stick dim; a trailing -1 makes it sparse).
@@ -99,7 +117,8 @@ def to_device(
 
     Raises:
         LayoutError: if the layout cannot hold ``x`` or its format does not match,
-            or (x64 mode) a value of an int64 ``x`` does not fit in int32.
+            a value of an int64 ``x`` does not fit in int32, or ``x`` is float64 in
+            x64 mode (unless ``spyrejax_float64`` is ``"float32"``).
         SpyreTypeError: if ``x`` is already a Spyre array.
     """
     if isinstance(x, SpyreArray | jax.core.Tracer) and isinstance(jax.typeof(x), SpyreType):
@@ -108,16 +127,16 @@ def to_device(
             "change its layout"
         )
     wide = np.dtype(_dtype_of(x))
-    if wide in NARROWED and jax.config.jax_enable_x64 and not isinstance(x, jax.core.Tracer):
-        x = narrow_int64(np.asarray(x), "to_device's array")  # x64 mode: int64 in int32
-    dtype = host_dtype(_dtype_of(x))  # before asarray could narrow float64
+    if not isinstance(x, jax.core.Tracer):
+        x = _canonical(x, wide)
+    dtype = host_dtype(_dtype_of(x))  # before asarray could narrow float64 in x64 mode
     if not isinstance(x, jax.Array) and not (isinstance(x, np.ndarray) and x.dtype == dtype):
         x = jnp.asarray(x, dtype=dtype)  # NumPy arrays of the right dtype go to the DMA as is
     layout = target_layout("to_device", x.shape, dtype, layout, dim_order)
     if pad_value is not None:
         pad_value = np.asarray(pad_value, dtype=dtype).item()
     out = ToDevice(jax.typeof(x), layout=layout, pad_value=pad_value)(x)
-    if wide in NARROWED and dtype != wide:
+    if wide in NARROWED and dtype != wide and jax.config.jax_enable_x64:
         return SpyreArray.of_checked(out.image, replace(out.type, x64_dtype=wide))
     return out
 

@@ -72,7 +72,10 @@ def test_float64_is_refused_naming_it_or_computed_in_float32_on_request():
             sj.jit(widened)(x)
         with pytest.raises(sj.LayoutError, match=r"args\[0\] \(parameter 'x'\) is float64"):
             sj.jit(lambda x: x * 2)(np.ones((2, 3)))
+        with pytest.raises(sj.LayoutError, match=r"float64 .*astype\(np.float32\).*float32'\)"):
+            sj.to_device(np.ones((2, 3)))  # the fix, as for an argument
         with sj.float64_mode("float32"):
+            assert sj.to_device(np.ones((2, 3))).dtype == jnp.float32
             got = sj.to_host(sj.jit(widened)(x))
             assert got.dtype == jnp.float32
             assert_close(got, jax.jit(widened)(x).astype(jnp.float32), scale=8)

@@ -127,6 +127,23 @@ def test_image_and_wrap_bridge():
     np.testing.assert_array_equal(np.asarray(back), x)
 
 
+def test_to_device_takes_what_jax_device_put_takes():
+    # A JAX user's first transfer: NumPy's float64 and int64, a list, a Python scalar.
+    # With x64 off they are held as jax.device_put holds them, float32 and int32.
+    x = np.linspace(-1, 1, 4 * 70).reshape(4, 70)  # float64
+    a = sj.to_device(x)
+    assert a.dtype == jnp.float32 and a.type == sj.to_device(jnp.asarray(x)).type
+    np.testing.assert_array_equal(np.asarray(a), x.astype(np.float32))
+    i = sj.to_device(np.arange(70))  # int64
+    assert i.dtype == jnp.int32 and sj.to_host(i).dtype == jnp.int32
+    np.testing.assert_array_equal(np.asarray(i), np.arange(70))
+    assert sj.to_device([[1.0, 2.5]]).dtype == jnp.float32
+    assert float(sj.to_device(2.5)) == 2.5
+    # Narrowing an integer checks every value, where jax.device_put wraps 2**40 to 0.
+    with pytest.raises(sj.LayoutError, match=r"to_device's array.*1099511627776"):
+        sj.to_device(np.array([3, 2**40]))
+
+
 def test_transfer_errors():
     x = jnp.zeros((4, 150), jnp.float32)
     a = sj.to_device(x)
@@ -134,8 +151,8 @@ def test_transfer_errors():
         sj.to_device(x, a.layout, dim_order=[1, 0])
     with pytest.raises(sj.SpyreTypeError, match="already on the device"):
         sj.to_device(a)
-    with pytest.raises(sj.LayoutError, match="float64"):
-        sj.to_device(np.zeros((4, 150)))
+    with pytest.raises(sj.LayoutError, match=r"complex64 .*\.real and \.imag"):
+        sj.to_device(np.zeros((4, 150), np.complex64))
     with pytest.raises(sj.LayoutError, match="too small"):
         sj.to_device(x, sj.SpyreTensorLayout((2, 150), jnp.float32))
     assert sj.to_host(x) is x  # a host array is already on the host
