@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "DeviceError",
+    "SpyreAttributeError",
     "LayoutConversionError",
     "LayoutError",
     "SpyreError",
@@ -41,6 +42,16 @@ class SpyreUnsupportedError(SpyreError, NotImplementedError):
 
 class SpyreTypeError(SpyreError, TypeError):
     """An argument of the wrong kind or dtype (a host array where a Spyre array is needed...)."""
+
+
+class SpyreAttributeError(SpyreError, AttributeError):
+    """A ``jax.Array`` attribute or method a :class:`SpyreArray` does not have.
+
+    A SpyreArray has the methods of the device ops (``sum``, ``reshape``, ``astype``...)
+    and the host conversions; the message names the ways to the rest (``spyrejax.jit``,
+    where the array is traced as a ``jax.Array``, or ``spyrejax.to_host``). As an
+    ``AttributeError``, ``hasattr`` and ``getattr(a, name, default)`` work as usual.
+    """
 
 
 class SpyreInternalError(SpyreError, RuntimeError):

@@ -573,7 +573,7 @@ class SpyreArray:
     def __repr__(self) -> str:
         if isinstance(self.image, jax.ShapeDtypeStruct):  # abstract: a type, no data
             return f"SpyreArray(<abstract>, {self.type.str_short()})"
-        body = np.array2string(np.asarray(self), separator=", ", threshold=50, prefix="    ")
+        body = np.array2string(np.asarray(self), separator=", ", threshold=50, prefix="SpyreArray(")
         return f"SpyreArray({body}, {self.type.str_short()})"
 
 

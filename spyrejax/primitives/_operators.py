@@ -11,12 +11,13 @@ import os
 import sys
 import warnings
 from collections.abc import Callable
+from copy import deepcopy
 from typing import Any
 
 import jax
 import numpy as np
 
-from .._errors import SpyreFallbackWarning
+from .._errors import SpyreAttributeError, SpyreFallbackWarning
 from .._jax import aval_method, aval_property
 from ._array import SpyreArray, SpyreType
 from ._astype import astype
@@ -181,6 +182,11 @@ def _iter(self: SpyreArray) -> Any:
     return iter(_host(self))
 
 
+def _deepcopy(self: SpyreArray, memo: dict[int, Any]) -> SpyreArray:
+    """A copy of the image with the same type, as ``copy.deepcopy`` of a ``jax.Array``."""
+    return SpyreArray.of_checked(deepcopy(self.image, memo), self.type)
+
+
 # Host-side conversions: each moves the array to the host (a DMA), as jax.Array's do.
 _HOST_METHODS: dict[str, Callable[..., Any]] = {
     "__float__": _scalar(float),
@@ -195,7 +201,34 @@ _HOST_METHODS: dict[str, Callable[..., Any]] = {
     "__iter__": _iter,
     "__getitem__": lambda self, index: _host(self)[index],
     "__jax_array__": _host,
+    "__copy__": lambda self: self,  # immutable
+    "__deepcopy__": _deepcopy,  # copy.deepcopy(model) of a model on the device
 }
+
+
+_JAX_ARRAY_NAMES = frozenset(n for n in dir(jax.Array) if not n.startswith("_"))
+"""The public attributes of ``jax.Array``: the ones a JAX user reaches for."""
+
+
+def _missing_attribute(self: SpyreArray, name: str) -> Any:
+    """``a.name`` that SpyreArray does not have: for a ``jax.Array`` name, the ways to it.
+
+    Raises:
+        SpyreAttributeError: always (an ``AttributeError``, so ``hasattr`` says False).
+    """
+    if name not in _JAX_ARRAY_NAMES:
+        raise SpyreAttributeError(f"'SpyreArray' object has no attribute {name!r}", name=name)
+    own = sorted(n for n in _METHODS | _PROPERTIES | _HOST_METHODS if not n.startswith("_"))
+    use = f"{name}(...)" if callable(getattr(jax.Array, name)) else name
+    raise SpyreAttributeError(
+        f"a SpyreArray has no {name!r}, a jax.Array attribute. Its own are the device ops' "
+        f"and host reads ({', '.join(own)}; shape, dtype, ndim, size, layout). In "
+        f"spyrejax.jit the array is traced as a jax.Array, so every jax.Array method "
+        f"runs there: sj.jit(lambda a: a.{use})(a); or read it to the host first: "
+        f"sj.to_host(a).{use} (a device -> host DMA)",
+        name=name,
+        obj=self,
+    )
 
 
 def install() -> None:
@@ -203,6 +236,7 @@ def install() -> None:
     SpyreType.vspace_zero = _vspace_zero  # type: ignore[method-assign]
     SpyreType.vspace_add = _vspace_add  # type: ignore[method-assign]
     SpyreArray.__array__ = _array  # type: ignore[attr-defined]
+    SpyreArray.__getattr__ = _missing_attribute  # type: ignore[attr-defined]
     for name, fn in _HOST_METHODS.items():
         setattr(SpyreArray, name, fn)
     # jnp functions on a Spyre array (or a traced one) read its host values.

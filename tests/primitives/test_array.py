@@ -1,3 +1,4 @@
+import copy
 import pickle
 import warnings
 from dataclasses import replace
@@ -217,3 +218,27 @@ def test_plain_jax_jit_of_a_jnp_function_on_spyre_arrays_warns_it_runs_on_the_ho
     with pytest.warns(sj.SpyreFallbackWarning, match=r"test_array.py:\d+ .* runs on the host"):
         got = f(a)
     assert_close(got, jax.jit(lambda x: jnp.sin(x) * 2)(x), ops=2)  # sin, then * 2
+
+
+def test_a_jax_array_method_it_lacks_names_the_ways_to_it():
+    a = sj.to_device(np.arange(8 * 70, dtype=np.float32).reshape(8, 70))
+    with pytest.raises(sj.SpyreAttributeError, match=r"no 'argmax', a jax.Array") as err:
+        a.argmax()
+    message = str(err.value)
+    assert "sj.jit(lambda a: a.argmax(...))(a)" in message
+    assert "sj.to_host(a).argmax(...)" in message and "reshape" in message  # its own
+    assert isinstance(err.value, AttributeError) and err.value.name == "argmax"
+    with pytest.raises(sj.SpyreAttributeError, match=r"sj.to_host\(a\).nbytes \("):
+        a.nbytes  # noqa: B018  (a property: no call in the advice)
+    assert not hasattr(a, "clip") and getattr(a, "not_jax", None) is None
+    # What the message advises runs: the method in spyrejax.jit, or on the host values.
+    assert int(sj.to_host(sj.jit(lambda a: a.argmax())(a))) == 8 * 70 - 1
+    assert int(sj.to_host(a).argmax()) == 8 * 70 - 1
+
+
+def test_copy_and_deepcopy_as_for_a_jax_array():
+    a = sj.to_device(np.arange(70, dtype=np.float32))
+    assert copy.copy(a) is a  # immutable
+    b = copy.deepcopy({"w": a})["w"]  # copy.deepcopy(model) of weights on the device
+    assert b.type == a.type and b.image is not a.image
+    np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
