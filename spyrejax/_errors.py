@@ -8,9 +8,9 @@ from __future__ import annotations
 
 __all__ = [
     "DeviceError",
-    "SpyreAttributeError",
     "LayoutConversionError",
     "LayoutError",
+    "SpyreAttributeError",
     "SpyreError",
     "SpyreFallbackWarning",
     "SpyreInternalError",
