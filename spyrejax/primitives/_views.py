@@ -115,8 +115,11 @@ class Reshape(ShapeView):
         if not reshape_is_view(aval, new_shape):
             raise LayoutError(
                 f"reshape: {aval.str_short()} -> {list(new_shape)} needs a copy (it is not a "
-                "view, or it merges a padded dim with another); "
-                "copy it into a new layout with spyrejax.restickify first"
+                "view, or it merges a padded dim with another): copy it with "
+                f"spyrejax.primitives.reshape_copy(x, {tuple(new_shape)}), or restickify "
+                "it onto a dim the merge leaves alone (spyrejax.restickify(x, "
+                "dim_order=...)) and reshape that, or reshape inside spyrejax.jit, which "
+                "plans the copy"
             )
         layout = _split_folds(aval, new_shape, strides)
         self._setup(aval, new_shape, strides, layout, new_shape=new_shape)
