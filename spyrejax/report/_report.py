@@ -251,10 +251,15 @@ class Report:
             line += f" ({secs * 1e6:.2f} us card to card on {self.device.machine.name})"
         return line + f"; collective_cost: {self.collective_cost} elements sent by all cards"
 
+    def _counts(self) -> str:
+        """``12 ops on 3 source lines`` (``1 op on 1 source line``)."""
+        ops, lines = len(self.nodes), self._op_lines()
+        return f"{_plural(ops, 'op')} on {_plural(lines, 'source line')}"
+
     def summary(self) -> str:
         """The profile: the costly source lines, then the totals (``str(report)``)."""
         shown, rest = self._rows()
-        out = [f"spyrejax.explain: {len(self.nodes)} ops on {self._op_lines()} source lines"]
+        out = [f"spyrejax.explain: {self._counts()}"]
         if not any(r.costly for r in shown):
             out.append("  nothing moves between layouts: no restickify, copy or host fallback")
         if shown:
@@ -332,7 +337,7 @@ class Report:
         shown, rest = self._rows()
         parts = ["<div class='spyrejax-report'>"]
         parts.append(
-            f"<p>spyrejax.explain: {len(self.nodes)} ops on {self._op_lines()} source lines</p>"
+            f"<p>spyrejax.explain: {self._counts()}</p>"
         )
         head = "".join(f"<th>{e(h)}</th>" for h, _ in _COLUMNS)
         rows = "".join(
@@ -400,6 +405,10 @@ class Report:
         return "".join(parts)
 
 
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _device_lines(program: DeviceProgram) -> list[str]:
     """The predicted time, and what the loops and branches count, for the summary."""
     m, ops = program.machine, program.counted
@@ -455,7 +464,7 @@ def _fused_lines(program: DeviceProgram) -> list[str]:
     for (family, line), gs in ranked[:_MAX_FUSED]:
         n = f"{len(gs)}x " if len(gs) > 1 else ""
         fused, apart = sum(g.time_s for g in gs) * 1e6, sum(g.unfused_s for g in gs) * 1e6
-        parts.append(f"{n}{family} at {line} {fused:.1f} us ({apart:.1f} apart)")
+        parts.append(f"{n}{family} at {line} {fused:.1f} us ({apart:.1f} us unfused)")
     more = f"; {len(ranked) - _MAX_FUSED} more" if len(ranked) > _MAX_FUSED else ""
     return [f"  fused kernels ({len(program.groups)}): " + "; ".join(parts) + more]
 

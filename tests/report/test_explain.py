@@ -90,7 +90,7 @@ def test_the_lines_of_a_loop_body_are_rows_whose_times_add_up():
     assert sum(r.device_s for r in report.lines) == pytest.approx(report.time_s)
     assert sum(len(r.ops) for r in report.lines) == len(report.nodes)
     assert _row(str(report), body)  # shown in the summary
-    assert str(report).startswith("spyrejax.explain: 1 ops on 1 source lines")
+    assert str(report).startswith("spyrejax.explain: 1 op on 1 source line\n")
 
 
 def test_details_hold_every_record(report):
