@@ -336,9 +336,7 @@ class Report:
         e = html.escape
         shown, rest = self._rows()
         parts = ["<div class='spyrejax-report'>"]
-        parts.append(
-            f"<p>spyrejax.explain: {self._counts()}</p>"
-        )
+        parts.append(f"<p>spyrejax.explain: {self._counts()}</p>")
         head = "".join(f"<th>{e(h)}</th>" for h, _ in _COLUMNS)
         rows = "".join(
             "<tr>" + "".join(f"<td>{e(cell(r))}</td>" for _, cell in _COLUMNS) + "</tr>"
