@@ -133,7 +133,15 @@ def _regions(values: np.ndarray) -> list[tuple[int, int, int]]:
     return out
 
 
-@dataclass(frozen=True)
+def _shown(n: int, most: int) -> list[int]:
+    """The indices of ``n`` rows (columns) a text rendering shows; -1 stands for ``...``."""
+    if n <= most:
+        return list(range(n))
+    head = most - most // 4
+    return [*range(head), -1, *range(n - (most - head - 1), n)]
+
+
+@dataclass(frozen=True, repr=False)
 class Picture:
     """A grid of cells drawn for one view of a tensor.
 
@@ -287,6 +295,27 @@ class Picture:
         if self.tile is not None and self.tile[r, c] >= 0:
             parts.append(f"tile {int(self.tile[r, c])}")
         return ", ".join(parts)
+
+    def __repr__(self) -> str:
+        """The title, then the cells as text for a terminal (``pad`` on padding).
+
+        At most 16 rows and 12 columns, elided with ``...`` as NumPy elides; a notebook
+        shows the HTML table, :meth:`figure` draws the picture.
+        """
+        rows, cols = _shown(self.shape[0], 16), _shown(self.shape[1], 12)
+        cell = lambda r, c: "pad" if self.stick[r, c] == -1 else str(self.text[r, c])  # noqa: E731
+        grid = [
+            [self.row_labels[r], *(cell(r, c) if c >= 0 else "..." for c in cols)] for r in rows
+        ]
+        width = [max(len(line[i]) for line in grid) for i in range(len(grid[0]))]
+        lines = [f"Picture: {self.title} ({self.shape[0]} x {self.shape[1]} cells)"]
+        for r, line in zip(rows, grid, strict=True):
+            if r < 0:
+                lines.append("  ...")
+                continue
+            cells = " ".join(v.rjust(w) for v, w in zip(line[1:], width[1:], strict=True))
+            lines.append(f"  {line[0].rjust(width[0])} | {cells}")
+        return "\n".join(lines + ([f"  {self.note}"] if self.note else []))
 
     def _repr_html_(self) -> str:
         e = html.escape

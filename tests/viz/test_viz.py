@@ -80,6 +80,28 @@ def test_html_writes_offsets_and_padding():
     assert text.count("<span class='tile'>") == 2 and ">tile 1</span>" in text
 
 
+def test_repr_prints_the_cells_for_a_terminal():
+    # print(pic) in a script: the title, then labelled rows of offsets and padding.
+    lines = repr(viz.device_memory((3, 70), dtype=F16)).splitlines()
+    assert lines[0] == "Picture: " + viz.device_memory((3, 70), dtype=F16).title + " (6 x 64 cells)"
+    # Stick (1, 0) holds lanes 64..69 of row 0 then 58 padding cells; columns 9..61 elided.
+    assert lines[4].split() == [
+        "(1,",
+        "0)",
+        "|",
+        *map(str, range(64, 70)),
+        "pad",
+        "pad",
+        "pad",
+        "...",
+        "pad",
+        "pad",
+    ]
+    big = repr(viz.device_memory((5, 100, 150), dtype=F16, max_rows=40)).splitlines()
+    assert len(big) == 1 + 16 + 1 and big[13] == "  ..."  # 16 of 40 rows, then the note
+    assert big[-1] == "  showing 40 of 1500 sticks and 64 of 64 columns"
+
+
 def test_matplotlib_figure_draws_offsets_and_grey_padding():
     pic = viz.device_memory((2, 70), dtype=F16)
     fig = pic.figure()
