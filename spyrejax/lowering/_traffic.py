@@ -197,10 +197,11 @@ def traffic(called: list[Any]) -> float:
 def reorder_bytes(p: Astype) -> int:
     """What the card pays to give ``p``'s conversion in the standard order.
 
-    :func:`primitives._arranged.card_relayout_bytes` of its operand and result images'
-    bytes (:func:`nbytes`), charged where ``p.reorders``.
+    :func:`primitives._arranged.card_relayout_bytes` of the bytes it converts (its
+    operand image's, or a lane view's lanes': ``Astype.converted_nbytes``) and its
+    result image's (:func:`nbytes`), charged where ``p.reorders``.
     """
-    return card_relayout_bytes(nbytes(p.in_avals[0]), nbytes(p.out_aval))
+    return card_relayout_bytes(p.converted_nbytes, nbytes(p.out_aval))
 
 
 def _elements_bytes(elements: int, avals: list[SpyreType]) -> int:

@@ -31,6 +31,7 @@ from ..dma._ffi import without_handler
 from ..layout._arrangements import ElementArrangement
 from ..layout._devdims import DevDim, layout_from_dims
 from ..layout._dtypes import format_for_dtype, host_dtype
+from ..layout._gaps import valid_nbytes
 from ..layout._layout import SpyreTensorLayout
 from ._arranged import (
     arranged_image,
@@ -43,6 +44,7 @@ from ._arranged import (
 )
 from ._array import SpyreArray, SpyreType
 from ._base import SpyrePrim
+from ._lanes import is_laned, read_lanes, read_type
 from ._masks import masked, poison, poisoned
 from ._values import logical_values
 
@@ -54,14 +56,19 @@ class Astype(SpyrePrim):
 
     ``arranged`` (16 <-> 32-bit only): the result in the order the card's conversion
     emits it (``DL16_TO_FP32`` / ``FP32_TO_DL16``, see :mod:`._arranged`) rather than
-    the standard one. An arranged operand converts to the standard order.
+    the standard one. An arranged operand converts to the standard order. A lane view
+    (``x[..., ::2]`` in place: :mod:`._lanes`) is read lane by lane, as a pointwise
+    kernel reads it (:func:`._lanes.read_type`), and converted from that order.
     """
 
     dtype: np.dtype
     arranged: bool
     takes_arrangements = True
+    takes_lanes = True  # reads a lane view lane by lane, as a pointwise kernel does
 
     def __init__(self, aval: SpyreType, *, dtype: np.dtype, arranged: bool = False) -> None:
+        given, aval = aval, read_type(aval)  # a lane view as its kernel reads it
+        self._read = aval
         self._same_sticks = dtype == np.bool_ or (
             format_for_dtype(dtype).elems_per_stick() == aval.layout.elems_per_stick
         )
@@ -92,7 +99,7 @@ class Astype(SpyrePrim):
         whole = involved and not any(_padded(t) for t in (aval, out))
         stays = self._same_sticks or whole
         self._regroup = None if stays else _stick_regroup(aval.dims, out.dims)
-        self.in_avals = (aval,)
+        self.in_avals = (given,)
         self.out_aval = out
         self.params = {"dtype": dtype, "arranged": arranged}
         super().__init__()
@@ -106,9 +113,19 @@ class Astype(SpyrePrim):
         (:func:`._arranged.card_order_matters`); its cost is
         :func:`._arranged.card_relayout_bytes`.
         """
-        aval = self.in_avals[0]
+        aval = self._read
         plain = not (self.arranged or aval.layout.is_arranged)
         return plain and card_order_matters(aval, self.out_aval)
+
+    @property
+    def converted_nbytes(self) -> int:
+        """The operand bytes the conversion converts: its image's, or a lane view's lanes.
+
+        A lane view's image is its buffer's (it reads those sticks); the elements it
+        converts, and a relayout in the standard order moves, are its lanes', as the
+        kernel reads them (:func:`._lanes.read_type`).
+        """
+        return valid_nbytes(self._read.layout)
 
     def kernel(self, img: jax.Array) -> jax.Array:
         return self._convert(img, exact=True)
@@ -125,7 +142,8 @@ class Astype(SpyrePrim):
         space = elementwise_space("astype", out, ins)
         if not self.reorders:
             return space
-        return replace(space, relayout_bytes=card_relayout_bytes(ins[0].nbytes, out.nbytes))
+        relayout = card_relayout_bytes(self.converted_nbytes, out.nbytes)
+        return replace(space, relayout_bytes=relayout)
 
     def core_kernel(self, div: WorkDivision, vals: list[jax.Array]) -> jax.Array:
         """Each core converts its own elements."""
@@ -133,11 +151,13 @@ class Astype(SpyrePrim):
 
     def _convert(self, img: jax.Array, exact: bool) -> jax.Array:
         out_t = self.out_aval
+        if is_laned(self.in_avals[0]):  # its lanes, in the order of self._read
+            img = read_lanes(img, self.in_avals[0])
         if self._same_sticks:  # stick by stick, on the image
             return poisoned(img.astype(self.dtype), out_t)
         if self._regroup is not None:  # sticks cut or joined, on the image
             return self._regroup_sticks(img, exact)
-        values = logical_values(img, self.in_avals[0], exact).astype(self.dtype)
+        values = logical_values(img, self._read, exact).astype(self.dtype)
         if not exact:
             return h2d_values(values, out_t.layout)
         with without_handler():  # a kernel's write: XLA fuses it with the conversion
@@ -154,7 +174,7 @@ class Astype(SpyrePrim):
         """
         out_t = self.out_aval
         plain = standard_type(out_t)
-        values = standard_image(img, self.in_avals[0]).astype(self.dtype)
+        values = standard_image(img, self._read).astype(self.dtype)
         fill = poison(self.dtype) if exact else jnp.zeros((), self.dtype)
         if exact:
             values, fill = as_bits(values), as_bits(fill)

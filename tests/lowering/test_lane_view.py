@@ -125,6 +125,42 @@ def test_lane_views_are_charged_the_sticks_of_their_buffer_once_per_op():
         assert (op.cost.read_bytes, op.cost.write_bytes) == (1024, 1024)
 
 
+@pytest.mark.parametrize(
+    ("src", "dst"),
+    [(jnp.bfloat16, np.float32), (F16, np.float32), (np.float32, jnp.bfloat16), (F16, np.bool_)],
+)
+@pytest.mark.parametrize("lanes", [(1, 2), (32, 1, 32)], ids=["1::2", "32:64"])
+def test_astype_reads_a_lane_view_lane_by_lane(src, dst, lanes):
+    # A conversion reads a lane view as a pointwise kernel does (its lanes in the
+    # order of the piece's default layout) and writes a plain result: bfloat16's
+    # pairs widened to float32 by the excess-precision rule (FMS's RoPE) are read in
+    # place. Bit-exact against NumPy, eager and under jax.jit; D 80 has a partial stick.
+    d = 64 if lanes[1] == 1 else 80
+    if lanes[1] == 1 and np.dtype(src).itemsize == 4:
+        d = 32  # a window needs a last dim within one stick
+        lanes = (16, 1, 16)
+    x = np.asarray(jax.random.normal(jax.random.key(3), (3, 2, d)) * 50).astype(src)
+    k, s = lanes[:2]
+    want = np.asarray(jnp.asarray(x[..., k::s] if s > 1 else x[..., k : k + lanes[2]]).astype(dst))
+    for f in (lambda v: v.astype(dst), jax.jit(lambda v: v.astype(dst))):
+        got = f(lane_view(sj.to_device(x), *lanes))
+        assert not hasattr(got.layout, "lanes") and same_bits(sj.to_host(got), want)
+
+
+def test_a_conversion_of_a_lane_view_is_charged_its_buffer_read_and_its_lanes_relaid():
+    # x [4, 2, 128] bfloat16: 8 rows of 2 sticks, 2,048 bytes. x[..., 1::2] in float32
+    # reads x's whole sticks (2,048 bytes) and writes [4, 2, 64] float32 (2,048); its
+    # standard order is a relayout of the 16-bit side it converts, the lanes' 1,024
+    # bytes, read and written (primitives._arranged.card_relayout_bytes), not the
+    # buffer's 2,048.
+    x = jnp.ones((4, 2, 128), jnp.bfloat16)
+    report = sj.explain(lambda x: x[..., 1::2].astype(jnp.float32), x)
+    assert report.copy_cost == 0 and "lanes=1::2" in report.jaxpr
+    (op,) = [o for o in report.ops if o.desc.kind == "compute"]
+    assert (op.cost.read_bytes, op.cost.write_bytes) == (2048, 2048)
+    assert op.desc.space.relayout_bytes == 2 * 1024
+
+
 def test_compact_of_a_lane_view_is_a_dense_copy():
     # a lane view fills every s-th lane of its sticks: compact gives full sticks again
     x = rand((4, 64), np.float32, seed=5)

@@ -118,7 +118,9 @@ _VIEWS = {
 }
 
 
-@pytest.mark.parametrize("dtype", [jnp.float16, jnp.float32], ids=["f16", "f32"])
+@pytest.mark.parametrize(
+    "dtype", [jnp.float16, jnp.bfloat16, jnp.float32], ids=["f16", "bf16", "f32"]
+)
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("rope", ROPES, ids=lambda f: f.__name__)
 def test_rope_copies_nothing_and_matches_jax_jit(rope, d, dtype):
@@ -303,6 +305,26 @@ def test_every_rope_gives_the_default_bits_per_core(rope):
     cos, sin = _angles(128)
     got = sj.to_host(sj.jit(rope, emulate="cores")(x, cos, sin))
     assert same_bits(got, sj.to_host(sj.jit(rope)(x, cos, sin)))
+
+
+def test_bfloat16_fms_converts_its_pairs_on_their_lanes_per_core():
+    # bfloat16's excess-precision rule (lowering._rounding) computes FMS's pair products
+    # in float32: each pair x[..., k::2] is widened by an astype, which reads it on its
+    # lanes of x (a LaneView, no SliceCopy: 1,024 elements were copied at D 64). Under
+    # emulate="cores" each core converts its box's lanes: the default bits, which are
+    # jax.jit's, and the check mode compares every conversion per core.
+    x = rand((T, H, 64), jnp.bfloat16, seed=5)
+    cos, sin = _angles(64, jnp.bfloat16)
+    report = sj.explain(rope_fms, x, cos, sin)
+    assert report.copy_cost == 0 and "SliceCopy" not in report.jaxpr
+    assert report.jaxpr.count("= LaneView") == 2
+    got = sj.to_host(sj.jit(rope_fms, emulate="cores")(x, cos, sin))
+    assert same_bits(got, sj.to_host(sj.jit(rope_fms)(x, cos, sin)))
+    assert same_bits(got, jax.jit(rope_fms)(x, cos, sin))
+    with checking_cores() as check:
+        sj.to_host(sj.jit(rope_fms)(x, cos, sin))
+        jax.effects_barrier()
+    assert check.take() == [] and not check.fallbacks and check.checked["astype"] >= 4
 
 
 @pytest.mark.parametrize("rope", [rope_pairs_slices, rope_fms], ids=lambda f: f.__name__)
