@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..layout._dtypes import BYTES_PER_STICK, has_spyre_format
 from ..primitives._stick import grouped_layout
-from ._distribute_lanes import _distribute_lanes_once, _fold_lane_slice
+from ._distribute_lanes import _distribute_lanes_once, _fold_lane_slice, _lanes_hold
 from ._graph_edits import (
     Facts,
     _broadcasts,
@@ -269,7 +269,12 @@ def _pair_pick(sl: Node, producers: Any, squeezed: tuple[int, ...]) -> Any:
 
 
 def _interleave_once(graph: Graph, facts: Facts) -> bool:
-    """``reshape(concatenate([expand_dims(a_k)], -1), [..., s * n])`` as one ``interleave``."""
+    """``reshape(concatenate([expand_dims(a_k)], -1), [..., s * n])`` as one ``interleave``.
+
+    Where the stacked pairs have a grouped stick (their copy is then one view away
+    from the result) or the result's sticks take the pieces on lanes ``k::s`` (built
+    in place: a head dim of a partial last stick, D 80 or 96 in 16 bits).
+    """
     producers, readers, outputs = facts.producers, facts.readers, facts.outputs
     for i, node in enumerate(graph.nodes):
         if node.prim != "reshape" or node.params.get("dimensions") is not None:
@@ -283,7 +288,7 @@ def _interleave_once(graph: Graph, facts: Facts) -> bool:
         if y.ndim < 2 or out.shape != (*y.shape[:-2], y.shape[-2] * y.shape[-1]):
             continue
         pieces = _expanded_pieces(cat, producers, readers, outputs)
-        if pieces is None or not _has_grouped_stick(y):
+        if pieces is None or not (_has_grouped_stick(y) or _lanes_hold(out, len(pieces))):
             continue
         graph.nodes[i] = _new_node(node, "interleave", {}, [a for a, _ in pieces], [out])
         for n in [cat, *(e for _, e in pieces)]:

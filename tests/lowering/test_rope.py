@@ -16,6 +16,7 @@ from oracles import same_bits
 
 import spyrejax as sj
 from spyrejax.device import divide_op
+from spyrejax.layout._lanes import window_refusal
 from spyrejax.lowering import checking_cores
 from spyrejax.lowering.program._cores import dividing, injecting
 
@@ -143,6 +144,42 @@ def test_rope_copies_nothing_and_matches_jax_jit(rope, d, dtype):
         found = report.jaxpr.count(f"= {name}")
         assert found == n if n is not None else found > 0, (name, found)
     assert_matches_jax_jit(rope, x, cos, sin, ops=3)
+
+
+_PARTIAL = [(80, jnp.float16), (96, jnp.float16), (80, jnp.bfloat16), (80, jnp.float32)]
+
+
+@pytest.mark.parametrize(("d", "dtype"), _PARTIAL, ids=["f16-80", "f16-96", "bf16-80", "f32-80"])
+@pytest.mark.parametrize(
+    "rope", [r for r in ROPES if r is not rope_rotate_half], ids=lambda f: f.__name__
+)
+def test_interleaved_ropes_at_head_dims_of_a_partial_stick_copy_nothing(rope, d, dtype):
+    # D 80 or 96 in 16 bits (a stick and a partial one a row), 80 in float32: the pairs
+    # stacked [..., D/2, 2] fill no whole sticks (no grouped stick), but the result's
+    # sticks take each rotated half on lanes k::2 (the partial stick's too: its 16 or
+    # 32 data lanes hold 8 or 16 of each), so the interleave is built in place
+    # (lowering._distribute's interleave rewrite; 2,048 elements were copied).
+    x = rand((T, H, d), dtype, seed=5)
+    cos, sin = _angles(d, dtype)
+    report = sj.explain(rope, x, cos, sin)
+    assert not report.restickifies and report.copy_cost == 0 and not report.copies
+    for name, n in _VIEWS[rope].items():
+        found = report.jaxpr.count(f"= {name}")
+        assert found == n if n is not None else found > 0, (name, found)
+    assert_matches_jax_jit(rope, x, cos, sin, ops=3)
+
+
+@pytest.mark.parametrize(("d", "dtype"), _PARTIAL, ids=["f16-80", "f16-96", "bf16-80", "f32-80"])
+def test_rotate_half_halves_that_straddle_a_stick_are_no_lane_windows(d, dtype):
+    # The second half x[..., D/2:] starts on lane D/2 % eps of a stick and ends in the
+    # next one: a lane view sits on lanes of one stick per stick of the piece, so it is
+    # refused by name and the planner copies the halves (the one case left copying).
+    x = rand((T, H, d), dtype, seed=5)
+    layout = jax.typeof(sj.to_device(x)).layout
+    assert "no window of one stick" in window_refusal(layout, x.shape, d // 2, d)
+    cos, sin = _angles(d, dtype)
+    assert sj.explain(rope_rotate_half, x, cos, sin).copy_cost > 0
+    assert_matches_jax_jit(rope_rotate_half, x, cos, sin, ops=3)
 
 
 @pytest.mark.parametrize("shape", [(64, 8, 64), (8, 64, 64)], ids=["T64", "H64"])

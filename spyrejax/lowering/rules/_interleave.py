@@ -48,10 +48,14 @@ class _Interleave(Rule):
         pairs = (*a.shape, len(args))
         pieces = [sp.expand_dims(x, (a.ndim,)) for x in args]
         grouped = grouped_layout(pairs, out.dtype)
-        stacked = sp.concatenate(pieces, a.ndim, layout=grouped)
+        if grouped is None:  # no stick fills the pairs (a partial last stick): stuck on n
+            order = [*range(a.ndim - 1), a.ndim, a.ndim - 1]
+            stacked = sp.concatenate(pieces, a.ndim, dim_order=order)
+        else:
+            stacked = sp.concatenate(pieces, a.ndim, layout=grouped)
         if reshape_is_view(jax.typeof(stacked), out.shape):  # the pairs' stick holds [..., D]
             return [sp.reshape(stacked, out.shape)]
-        # The grouped stick spans more dims than the pairs and a padded one.
+        # The grouped stick spans more dims than the pairs and a padded one, or none.
         return [sp.reshape_copy(stacked, out.shape, dim_order=dim_order_for(out.shape, last))]
 
 
