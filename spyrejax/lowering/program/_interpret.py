@@ -61,6 +61,24 @@ EMULATE_MODES = (None, "cores")
 """How ``spyrejax.jit`` runs the ops: whole-image kernels (None) or per core."""
 
 
+MATERIALIZED = frozenset({"add_any"})
+"""Primitives whose results the plain emulator writes out, as the card does
+(``jax.lax.optimization_barrier`` on the image): XLA fuses no kernel across them.
+
+``add_any`` sums the cotangents of a value read along several paths (a residual
+stream's gradient): its result is read by the next layer's backward and by its weight
+gradients' matmuls. Fused, XLA's CPU backend recomputed the whole chain of elementwise
+kernels behind it inside each of its consumers, layer after layer: in the 4-layer GPT
+training step planned at exact totals (``_traffic.REBASE`` 2^36) the four fusions
+holding the residual gradient had 32, 55, 77 and 100 operands (work quadratic in depth,
+a third more CPU than the shipped plan's program; benchmarks/README item 59)."""
+
+
+def _materialized(x: Any) -> Any:
+    """``x`` (a Spyre array) with its image written out: no XLA fusion across it."""
+    return sp.wrap(jax.lax.optimization_barrier(sp.image(x)), jax.typeof(x))
+
+
 def _scope_name(node: Node) -> str:
     """The name a node's kernel carries in XLA's program (``op_name`` metadata, profiles).
 
@@ -331,6 +349,9 @@ class Interpreter:
             else:
                 for i, option in enumerate(self.plan.runs.get(node, [])):
                     self._run_node(env, node, i, option, scoped)
+                    if plain and node.prim in MATERIALIZED:
+                        for v, t in zip(node.outs, option.outs, strict=True):
+                            env[v, t] = _materialized(env[v, t])
             for v in node.outs:
                 self._move(env, v)
         return [
