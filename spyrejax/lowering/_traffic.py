@@ -74,9 +74,12 @@ depends only on its inputs' totals relative to each other, so past 2^960 (a node
 stays finite) they are rebased.
 Rebasing at the scale of bytes (2^36, tried 2026-11-29) plans exactly (at 2^577 a float's
 step is 2^525 bytes and rounding chooses among near options): the 4-layer GPT training
-step then plans 233 restickifies instead of 347 and a 23% faster card, but the CPU
-emulator ran that step 1.36x of ``jax.jit`` instead of 1.07x (benchmarks/README item 47),
-so the plans below 2^960 are kept as they were until that is understood."""
+step then plans 235 restickifies instead of 338. Its CPU slowdown (benchmarks/README
+item 47) was XLA recomputing the residual gradient's chain in each reader, fixed in the
+interpreter (item 60); it is not shipped because the device model now predicts that plan
+slower on the card (28.6 ms against 25.7: its matmuls are predicted slower in the operand
+layouts it gives them, which these byte totals do not charge), so the plans below 2^960
+are kept."""
 
 
 def rebased(produced: dict[Any, tuple[float, Any]]) -> dict[Any, tuple[float, Any]]:
