@@ -63,7 +63,10 @@ class _DotGeneral(Rule):
         dim; ``"swapped_load"`` (only where n pads: decode's KV cache stuck on the head
         dim) reads it stuck on its contracting dim and lays each block out anew as the
         matmul loads it (``LoadRelayout``). So decode attention runs ``q @ K^T`` and
-        ``P @ V`` with every value dense (spec section 7's rule).
+        ``P @ V`` with every value dense (spec section 7's rule). Attention's ``V^T @
+        P^T`` (:func:`_as_stored_swapped`) runs swapped with its product laid out M
+        first (:func:`_m_first_layout`): JAX's transpose of it to ``[B, T, N, H]`` is
+        then the result's default layout, and nothing is copied after the product.
         """
         scaled = _scaled_operand(node)
         if scaled is not None:  # a literal 0-d operand: a product by a scalar
@@ -109,7 +112,8 @@ class _DotGeneral(Rule):
             t = jax.typeof(lhs)
             n = _last_sized(t.shape, lfree)
             lhs = load_relayout(lhs, default_layout(t.shape, t.layout.device_dtype, n))
-        out = _product(args[1], lhs, (rc, lc), (rb, lb), (rfree, lfree), want, False)
+        m_first = len(lb) > 1 and _as_stored_swapped(node)
+        out = _product(args[1], lhs, (rc, lc), (rb, lb), (rfree, lfree), want, False, m_first)
         nb, nr = len(lb), len(rfree)  # [batch, rhs free, lhs free] -> [batch, lhs free, rhs free]
         back = (*range(nb), *range(nb + nr, out.ndim), *range(nb, nb + nr))
         return [sp.transpose(out, back)]
@@ -150,8 +154,13 @@ def _product(
     free: tuple[Sequence[int], Sequence[int]],
     want: Any,
     row_major: bool,
+    m_first: bool = False,
 ) -> Any:
-    """``dot_general(a, b)`` as one matmul with ``a`` as A: ``[batch, a free, b free]``."""
+    """``dot_general(a, b)`` as one matmul with ``a`` as A: ``[batch, a free, b free]``.
+
+    ``m_first``: the product laid out with M outside its batch dims but the first
+    (:func:`_m_first_layout`).
+    """
     (lc, rc), (lb, rb), (lfree, rfree) = contract, batch, free
     # Several free dims of A: the largest is the matmul's M, the others batch dims B
     # broadcasts over (q's tokens, not a group of 1 or 4 heads, are attention's M).
@@ -181,6 +190,9 @@ def _product(
     if row_major:
         shape = (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
         layout = SpyreTensorLayout.row_major(shape, want)
+    elif m_first:
+        shape = (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
+        layout = _m_first_layout(shape, want)
     try:
         out = sp.matmul(a, b, layout=layout, preferred_element_type=want)
     except LayoutError:
@@ -201,6 +213,17 @@ def _product(
     if len(free_sizes) > 1:
         out = _reshape(out, (*out.shape[:-1], *free_sizes))
     return out
+
+
+def _m_first_layout(shape: tuple[int, ...], dtype: Any) -> SpyreTensorLayout:
+    """A product ``[b0, batch..., m, n]`` stuck on n with m outside the other batch dims.
+
+    Device ``[m, batch..., T(n), b0, S(n)]``: the default layout of the product
+    transposed to ``[b0, m, batch..., n]`` (attention's ``[B, T, N, H]``), so that
+    transpose is a view of it in its default layout.
+    """
+    r = len(shape)
+    return SpyreTensorLayout(shape, dtype, [0, r - 2, *range(1, r - 2), r - 1])
 
 
 def _scaled_operand(node: Node) -> Value | None:
@@ -302,8 +325,10 @@ def _may_swap(node: Node) -> bool:
     """Whether a product may run ``swapped`` (B as the matmul's A).
 
     Batched, A's free dims not padded in the output, and B's padded (decode
-    attention's scores) or merged from several sized dims (GQA's ``K @ q^T``): the one
-    rule the modes and :func:`in_place_layout` read.
+    attention's scores), merged from several sized dims (GQA's ``K @ q^T``), or each
+    operand's last dim the one the swapped product sticks it on where the product as
+    written sticks neither so (:func:`_as_stored_swapped`: attention's ``V^T @ P^T``):
+    the one rule the modes and :func:`in_place_layout` read.
     """
     _, _, lb, _, lfree, rfree = _DotGeneral._dims(node)
     lhs, rhs = node.ins
@@ -313,5 +338,24 @@ def _may_swap(node: Node) -> bool:
     return (
         batched
         and not _pads(lhs.shape, lfree, dtype)
-        and (_pads(rhs.shape, rfree, dtype) or several)
+        and (_pads(rhs.shape, rfree, dtype) or several or _as_stored_swapped(node))
     )
+
+
+def _as_stored_swapped(node: Node) -> bool:
+    """Whether only the swapped product reads both operands stuck on their last dims.
+
+    Swapped, the rhs is A (stuck on its contracting dim) and the lhs B (stuck on its
+    free dim): when the rhs's last dim is contracted and the lhs's last dim is free,
+    both are read as stored in the default layout (a softmax's probabilities stuck on
+    the keys, v on its head dim), and the product ``[batch, rhs free, lhs free]`` is
+    stuck on the lhs's last dim. ``jax.nn.dot_product_attention`` and the einsum form
+    write ``P @ V`` as ``V^T @ P^T`` (``dot_general(v, p)``): as written it restickifies
+    v onto the keys and p onto the queries, and its product, stuck on the queries,
+    is copied into the result's layout. Not a plain ``q @ k^T`` (q's last dim is
+    contracted): there the swap is the 2x slower plan of ``benchmarks/README.md`` item 35.
+    """
+    _, rc, _, _, lfree, _ = _DotGeneral._dims(node)
+    lhs, rhs = node.ins
+    last_l = lhs.ndim - 1
+    return last_l in lfree and lhs.shape[last_l] > 1 and rhs.ndim - 1 in rc
