@@ -30,10 +30,12 @@ __all__ = [
     "DevDim",
     "FoldIndex",
     "align",
+    "data_dims",
     "device_dims",
     "fold_index",
     "layout_from_dims",
     "padded_base_dims",
+    "same_image",
     "stick_dim",
 ]
 
@@ -323,3 +325,40 @@ def view_strides_for_reshape(
             out[k - 1] = out[k] * new[k]
         oi, ni = oj, nj
     return tuple(out)
+
+
+def data_dims(
+    dims: Sequence[DevDim], folds: Sequence[FoldIndex | None]
+) -> list[tuple[DevDim, FoldIndex | None]]:
+    """A typed array's device dims with their folds, as its image's offsets see them.
+
+    Size-1 dims (which hold index 0 alone) are left out, and two adjacent dims walking
+    one logical dim, the outer in steps of the inner's whole extent, are one (GQA's
+    heads ``[K, G]`` reshaped to ``K * G``): two types with equal lists (over images of
+    as many elements) put every element at the same offset.
+    """
+    out: list[tuple[DevDim, FoldIndex | None]] = []
+    for d, f in zip(dims, folds, strict=True):
+        if d.size == 1:
+            continue
+        if out and f is None and out[-1][1] is None:
+            outer = out[-1][0]
+            one = len(d.dims) == 1 and outer.dims == d.dims
+            if one and outer.ratio == d.ratio * d.size:
+                d = DevDim(d.dims, d.ratio, out.pop()[0].size * d.size)
+        out.append((d, f))
+    return out
+
+
+def same_image(a: Any, b: Any) -> bool:
+    """Whether two typed arrays (``SpyreType``) put every element at the same offset.
+
+    Their :func:`data_dims` are equal, over images of as many elements (no gaps: a
+    window of a larger buffer is not a fresh array).
+    """
+
+    def data(t: Any) -> list[tuple[DevDim, FoldIndex | None]]:
+        return data_dims(t.dims, fold_index(t.layout, t.base_shape, t.shape, t.strides))
+
+    sizes = math.prod(a.layout.device_size), math.prod(b.layout.device_size)
+    return sizes[0] == sizes[1] and data(a) == data(b)

@@ -27,7 +27,7 @@ import numpy as np
 
 from .._errors import LayoutError, SpyreTypeError, SpyreUnsupportedError
 from .._jax import HiType, ShapedArray, register_hitype
-from ..layout._devdims import DevDim, device_dims, fold_index, is_contiguous, stick_dim
+from ..layout._devdims import DevDim, device_dims, is_contiguous, same_image, stick_dim
 from ..layout._dtypes import format_for_dtype, host_dtype
 from ..layout._lanes import lane_text
 from ..layout._layout import SpyreTensorLayout
@@ -79,37 +79,6 @@ class PadFill(enum.Enum):
         if self is PadFill.ZERO:
             return value == 0
         return self is PadFill.NEG_INF and value == -np.inf
-
-
-def _same_image(flat: SpyreType, view: SpyreType) -> bool:
-    """Whether a contiguous type and a view put every element at the same device offset.
-
-    Their device dims (size-1 ones, which hold index 0 alone, left out; two adjacent
-    ones walking one logical dim, the outer in steps of the inner's whole extent, as
-    one: GQA's heads ``[K, G]`` reshaped to ``K * G``), and how each folds logical
-    dims, are equal, over images of as many elements (no gaps: a window of a larger
-    buffer is not a fresh array).
-    """
-
-    def data(t: SpyreType) -> list[tuple[DevDim, Any]]:
-        folds = fold_index(t.layout, t.base_shape, t.shape, t.strides)
-        out: list[tuple[DevDim, Any]] = []
-        for d, f in zip(t.dims, folds, strict=True):
-            if d.size == 1:
-                continue
-            if out and f is None and out[-1][1] is None and _continues(out[-1][0], d):
-                d = DevDim(d.dims, d.ratio, out.pop()[0].size * d.size)
-            out.append((d, f))
-        return out
-
-    sizes = math.prod(flat.layout.device_size), math.prod(view.layout.device_size)
-    return sizes[0] == sizes[1] and data(flat) == data(view)
-
-
-def _continues(outer: DevDim, inner: DevDim) -> bool:
-    """Whether two adjacent device dims walk one logical dim as one dim would."""
-    one = len(inner.dims) == 1 and outer.dims == inner.dims
-    return one and outer.ratio == inner.ratio * inner.size
 
 
 def _ints(xs: Any) -> tuple[int, ...]:
@@ -220,36 +189,29 @@ class SpyreType(HiType):
         tensor, and ``[..., D]`` of the pairs' stick) is that contiguous array: views
         and the results computed from them (a fresh buffer in the operand's layout) are
         given in this form, so equal index maps compare equal and a consumer or the
-        program's result asking for the default type of a shape finds it. Broadcast
-        views, and views no layout of their own shape states, are returned as they are.
+        program's result asking for the default type of a shape finds it. Tried first:
+        the default layout of the view's shape on its stick (a product laid out as its
+        transpose's default, attention's ``[B, T, N, H]``; size-1 device dims aside,
+        ``layout._devdims.same_image``). Broadcast views, and views no layout of their
+        own shape states, are returned as they are.
         """
         if not self.is_view or any(
             s == 0 and n > 1 for n, s in zip(self.shape, self.strides, strict=True)
         ):
             return self
-        for layout in self._own_shape_layouts():
+        layouts, stick = [self.layout], self.stick_dim
+        if stick is not None and self.ndim > 1:
+            order = [d for d in range(self.ndim) if d != stick] + [stick]
+            with contextlib.suppress(LayoutError):
+                layouts.insert(0, SpyreTensorLayout(self.shape, self.layout.device_dtype, order))
+        for layout in layouts:
             try:
                 flat = SpyreType.contiguous(self.shape, self.dtype, layout, self.pad)
             except LayoutError:
                 continue
-            if _same_image(flat, self):
+            if same_image(flat, self):
                 return replace(flat, vma=self.vma, x64_dtype=self.x64_dtype)
         return self
-
-    def _own_shape_layouts(self) -> list[SpyreTensorLayout]:
-        """The layouts :meth:`canonical` tries, in turn.
-
-        The default layout of the view's shape on its stick (a product laid out as its
-        transpose's default, attention's ``[B, T, N, H]``, or with a size-1 dim more
-        that a reshape drops), then its own, bound to the view's shape.
-        """
-        out = []
-        stick = self.stick_dim
-        if stick is not None and self.ndim > 1:
-            order = [d for d in range(self.ndim) if d != stick] + [stick]
-            with contextlib.suppress(LayoutError):
-                out.append(SpyreTensorLayout(self.shape, self.layout.device_dtype, order))
-        return [*out, self.layout]
 
     # -- derived ------------------------------------------------------------------
 
