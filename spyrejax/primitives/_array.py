@@ -189,21 +189,20 @@ class SpyreType(HiType):
         tensor, and ``[..., D]`` of the pairs' stick) is that contiguous array: views
         and the results computed from them (a fresh buffer in the operand's layout) are
         given in this form, so equal index maps compare equal and a consumer or the
-        program's result asking for the default type of a shape finds it. Tried first:
-        the default layout of the view's shape on its stick (a product laid out as its
-        transpose's default, attention's ``[B, T, N, H]``; size-1 device dims aside,
-        ``layout._devdims.same_image``). Broadcast views, and views no layout of their
+        program's result asking for the default type of a shape finds it. Tried first,
+        for a view stuck on its last dim: the default layout of its shape (a product laid
+        out as its transpose's default, attention's ``[B, T, N, H]``; size-1 device dims
+        aside, ``layout._devdims.same_image``). Broadcast views, and views no layout of their
         own shape states, are returned as they are.
         """
         if not self.is_view or any(
             s == 0 and n > 1 for n, s in zip(self.shape, self.strides, strict=True)
         ):
             return self
-        layouts, stick = [self.layout], self.stick_dim
-        if stick is not None and self.ndim > 1:
-            order = [d for d in range(self.ndim) if d != stick] + [stick]
+        layouts = [self.layout]
+        if self.ndim > 1 and self.stick_dim == self.ndim - 1:
             with contextlib.suppress(LayoutError):
-                layouts.insert(0, SpyreTensorLayout(self.shape, self.layout.device_dtype, order))
+                layouts.insert(0, SpyreTensorLayout(self.shape, self.layout.device_dtype))
         for layout in layouts:
             try:
                 flat = SpyreType.contiguous(self.shape, self.dtype, layout, self.pad)
