@@ -5,6 +5,7 @@ import re
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from helpers import rand
 
 import spyrejax as sj
@@ -33,6 +34,7 @@ def test_each_kernel_and_planned_move_carries_its_spyre_name():
     assert any("spyre.to_device" in n for n in names)  # the host arguments' tiling
 
 
+@pytest.mark.plain_program  # under --emulate-check the ops run per core: no write-out
 def test_a_summed_cotangent_is_computed_once():
     """``add_any`` (a residual stream's gradient) is written out: XLA does not recompute
     the elementwise chain behind it inside each of its readers (layer after layer)."""
