@@ -344,7 +344,10 @@ class Machine:
             "barrier reach was capped at the ring's diameter (16 sharers) afterwards: the cap "
             "(max_cores / 2, no constant) and the batched matmuls' exemption from it were "
             "chosen with section 8's q_proj (32,1,1) and the sweep's 1_32_1_1 rows in view "
-            "(the exemption on the sweep's rho alone), so q_proj (32,1,1) is in sample",
+            "(the exemption on the sweep's rho alone), so q_proj (32,1,1) is in sample; "
+            "kept again when a batched B whose K step overflows a chunk came to arrive in "
+            "chunks of whole job tiles (device/_matmul_cost._batched_chunks, no constant: "
+            "section 8's decode attention-times-V 1_32_1_1 at 0.2 188 -> 303 us, card 343)",
             "mm_run_s": _FIT,
             "mm_run_bytes": (
                 "structural, chosen on the sweep (4 KB; 8 and 16 KB rank and predict worse "

@@ -40,7 +40,11 @@ bytes a division must read explain little of its time; what does (section 8):
   bidirectional ring of ``max_cores`` reaches every core within ``max_cores / 2``
   hops), so 32 sharers of a plain matmul's tile wait as long as 16 (section 8's
   Llama q_proj (32,1,1)). Batched matmuls keep the barrier linear in the sharers:
-  their 32-way multicasts cost the card more, not less (see ``_barrier_reach``).
+  their 32-way multicasts cost the card more, not less (see ``_barrier_reach``). A
+  batched B arrives in K steps (one K stick of every job of the core); when a K step
+  does not fit a chunk, in chunks of whole job tiles, as many as fit: a small budget
+  leaves chunks part empty and multiplies the barriers (``_batched_chunks``, section
+  8's decode attention-times-V 1_32_1_1 at lx 0.2).
 - **Partial-sum spill** (batched matmuls): the tiled layout puts the batch inside a
   batched operand's rows, so a core's output block carries all its batch slices; when
   it does not fit ``lx_usable`` and its K slice spans more than one stick, the tiles
@@ -274,7 +278,11 @@ def matmul_time(
         read += unique * (1 + machine.mm_stream_penalty * few * few)
         runs += _core_runs(division, i, machine) * p
         over = max(0.0, _barrier_reach(g, inner, machine) / machine.mm_multicast_sharers - 1)
-        sync += math.ceil(per_core * p / chunk) * over * machine.mm_multicast_sync_s
+        if i == 1 and inner > 1:  # a batched B: K steps, or whole job tiles, a chunk
+            chunks = _batched_chunks(per_core, p, (inner, batch, n, k), itemsize, chunk, machine)
+        else:
+            chunks = math.ceil(per_core * p / chunk)
+        sync += chunks * over * machine.mm_multicast_sync_s
     spill = _spill_bytes(inner, m, n, k, itemsize, acc, machine) * (batch // inner)
     burst = _spill_burst_s(spill, m, min(n, machine.stick_bytes // itemsize), machine)
     streamed = 0 if burst else spill * cores // 2  # each way, at the DDR's rate
@@ -342,6 +350,45 @@ def _partials_sent(division: WorkDivision, machine: Machine) -> int:
     return (sk - 1) * partial // sk
 
 
+def _batched_chunks(
+    nbytes: int,
+    passes: int,
+    extents: tuple[int, int, int, int],
+    itemsize: int,
+    chunk: float,
+    machine: Machine,
+) -> int:
+    """How many multicast chunks a core's ``nbytes`` of a batched B arrive in, ``passes`` times.
+
+    The tiled layout keeps the batch inside B's rows (``[K, N sticks, B, 64]``): one K
+    row holds a stick of every batch slice and N stick. The core's K loop runs outside
+    its jobs (one per batch slice and N stick: ``_accumulated_tiles``) when a chunk
+    (``chunk`` bytes, a third of ``lx_usable``) holds a K step: one stick of K (the PT's
+    step, as ``block_passes``'s) of every job, ``stick elements x inner x N sticks``
+    sticks. The slice then arrives in K steps, ``ceil(bytes / chunk)`` chunks as any
+    operand's. When a K step does not fit a chunk, no box cut along K feeds every job,
+    so the slice is cut along its jobs instead: each chunk a box of whole job tiles (a
+    batch slice's N stick over the core's whole K slice, ``k`` sticks), as many as fit
+    (at least one; a tile larger than a chunk takes ``ceil(tile / chunk)``). Tiles of
+    more than half a chunk leave the rest of it empty, so a small budget multiplies the
+    barriers beyond the bytes' count: section 8's decode attention-times-V ``[32, 64,
+    576] @ [32, 576, 128]`` 1_32_1_1 has a 512 KB K step (32 slices x 2 N sticks x 64
+    K rows) and 64 tiles of 72 KB: at lx 0.2 (140 KB chunks) one tile a chunk, 64
+    barriers where its 4.7 MB counted 34 (343 us on the card: 303 predicted, 188 by the
+    bytes); at 0.8 (559 KB chunks) the K step fits, 9 chunks (94 us on the card).
+    """
+    inner, batch, n, k = extents  # the core's slices inside the rows, all its slices, N, K
+    stick = machine.stick_bytes
+    eps = stick // itemsize  # elements of a stick: K rows of a K step, N of a job tile
+    sticks = -(-n // eps)
+    tile = k * stick  # a job's B: one stick of N in each of its k K rows
+    if eps * inner * sticks * stick <= chunk:  # a K step fits: chunks of K steps
+        return math.ceil(nbytes * passes / chunk)
+    if tile > chunk:
+        return passes * batch * sticks * math.ceil(tile / chunk)
+    return passes * math.ceil(batch * sticks / int(chunk // tile))
+
+
 def _barrier_reach(sharers: int, inner: int, machine: Machine) -> int:
     """How many sharers a multicast chunk's barrier costs as: its reach on the ring.
 
@@ -352,10 +399,10 @@ def _barrier_reach(sharers: int, inner: int, machine: Machine) -> int:
     time: the barrier linear in 32 sharers put it at 1,336 us; capped at 16, 808.
 
     A batched operand (``inner > 1``: the batch inside its rows) keeps all its sharers:
-    its 32-way multicasts ran 2-3x over the model already (the sweep's batched
-    1_32_1_1 rows, decode attention-times-V at lx 0.2, 343 us against 188), so
-    something the model lacks makes them dearer, and capping them ranks decode
-    attention-times-V worse (rho 0.55 -> 0.41).
+    its 32-way multicasts ran 2-3x over the model (the sweep's batched 1_32_1_1 rows),
+    and capping them ranks decode attention-times-V worse (rho 0.55 -> 0.41, before its
+    chunks of whole job tiles, ``_batched_chunks``, put it at 0.77). A choice made on
+    the sweep, with no physical reason found (docs/device-model.md).
     """
     return sharers if inner > 1 else min(sharers, machine.max_cores // 2)
 
