@@ -53,3 +53,24 @@ def test_the_swapped_second_product_gives_jax_jits_numbers(name, kv_heads):
     k, v = (rand((2, 64, kv_heads, 64), seed=s) for s in (1, 2))
     assert _outside(sj.explain(ATTENTIONS[name], q, k, v)) == []
     assert_matches_jax_jit(ATTENTIONS[name], q, k, v, reduce_len=64, ops=8)
+
+
+@pytest.mark.parametrize("kv_heads", [2, 8])
+def test_decode_attention_writes_its_result_where_the_caller_gets_it(kv_heads):
+    # One query token (decode, batch 4): with GQA (2 KV heads, 4 query heads each) the
+    # swapped product's M is a KV head's 4 query heads, not its 1 token. Laid out M
+    # first, the heads came out G outside K, and merging [K, G] into the result's N
+    # copied it (benchmarks/README item 61: 16,384 elements, 1 us, at Granite's decode);
+    # laid out queries first the heads keep the caller's order, the merge a view.
+    q, kv = S((4, 1, 8, 64), np.float16), S((4, 64, kv_heads, 64), np.float16)
+    with jax.numpy_dtype_promotion("standard"):
+        r = sj.explain(jax.nn.dot_product_attention, q, kv, kv)
+    assert [g.family for g in r.device.groups] == ["attention"]
+    assert _outside(r) == [] and r.copy_cost == 0
+
+
+@pytest.mark.parametrize("kv_heads", [2, 8])
+def test_decode_attention_gives_jax_jits_numbers(kv_heads):
+    q = rand((4, 1, 8, 64), seed=0)
+    k, v = (rand((4, 64, kv_heads, 64), seed=s) for s in (1, 2))
+    assert_matches_jax_jit(jax.nn.dot_product_attention, q, k, v, reduce_len=64, ops=8)

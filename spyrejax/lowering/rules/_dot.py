@@ -158,8 +158,8 @@ def _product(
 ) -> Any:
     """``dot_general(a, b)`` as one matmul with ``a`` as A: ``[batch, a free, b free]``.
 
-    ``m_first``: the product laid out with M outside its batch dims but the first
-    (:func:`_m_first_layout`).
+    ``m_first``: the product laid out with A's rows (its last free dim: attention's
+    queries) outside its batch dims but the first (:func:`_m_first_layout`).
     """
     (lc, rc), (lb, rb), (lfree, rfree) = contract, batch, free
     # Several free dims of A: the largest is the matmul's M, the others batch dims B
@@ -192,7 +192,8 @@ def _product(
         layout = SpyreTensorLayout.row_major(shape, want)
     elif m_first:
         shape = (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
-        layout = _m_first_layout(shape, want)
+        rows = nb + _m_last(lfree, m_at).index(lfree[-1]) if lfree else len(shape) - 2
+        layout = _m_first_layout(shape, want, rows)
     try:
         out = sp.matmul(a, b, layout=layout, preferred_element_type=want)
     except LayoutError:
@@ -215,15 +216,20 @@ def _product(
     return out
 
 
-def _m_first_layout(shape: tuple[int, ...], dtype: Any) -> SpyreTensorLayout:
-    """A product ``[b0, batch..., m, n]`` stuck on n with m outside the other batch dims.
+def _m_first_layout(shape: tuple[int, ...], dtype: Any, rows: int) -> SpyreTensorLayout:
+    """A product ``[b0, ..., n]`` stuck on n with dim ``rows`` outside the others but b0.
 
-    Device ``[m, batch..., T(n), b0, S(n)]``: the default layout of the product
-    transposed to ``[b0, m, batch..., n]`` (attention's ``[B, T, N, H]``), so that
-    transpose is a view of it in its default layout.
+    Device ``[rows, others..., T(n), b0, S(n)]``: the default layout of the product
+    transposed to ``[b0, rows, others..., n]`` (attention's ``[B, T, N, H]``, ``rows``
+    its queries), so that transpose is a view of it in its default layout. The queries
+    are the matmul's M unless they are fewer than a group's heads (GQA decode: one
+    token, ``[B, T, K, G, H]`` with M the G query heads of a KV head): the heads then
+    stay in the caller's order, K outside G, and merging them into N is a view.
     """
     r = len(shape)
-    return SpyreTensorLayout(shape, dtype, [0, r - 2, *range(1, r - 2), r - 1])
+    return SpyreTensorLayout(
+        shape, dtype, [0, rows, *(d for d in range(1, r - 1) if d != rows), r - 1]
+    )
 
 
 def _scaled_operand(node: Node) -> Value | None:
