@@ -5,9 +5,11 @@ spyrejax imports public JAX (``jax``, ``jax.numpy``, ``jax.lax``) or these names
 """
 
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
+from jax._src import api as _api
 from jax._src import core as _core
 from jax._src import linear_util as _lu
 from jax._src import source_info_util as _source_info
@@ -18,6 +20,7 @@ from jax._src.hijax import call_hi_primitive_p
 from jax._src.interpreters import batching as _batching
 from jax._src.interpreters.ad import LinearizeTracer
 from jax._src.interpreters.partial_eval import DynamicJaxprTracer
+from jax._src.numpy import array_methods as _array_methods
 from jax._src.random.prng import (
     random_bits_impl_base,
     random_fold_in_impl_base,
@@ -58,11 +61,13 @@ __all__ = [
     "Var",
     "Zero",
     "ad",
+    "array_operator",
     "aval_method",
     "aval_property",
     "batching",
     "call_body",
     "call_params",
+    "called_by_device_put",
     "closed_call_p",
     "cond_branches",
     "eager",
@@ -343,3 +348,50 @@ def with_bodies(eqn: Any, fn: Callable[[Jaxpr], Jaxpr]) -> dict[str, Any]:
     if name == "cond":
         return {**params, "branches": tuple(closed(b) for b in params["branches"])}
     return params
+
+
+_ARRAY_OPERATORS = frozenset(
+    f.__code__
+    for name, f in vars(_array_methods).items()
+    if name.startswith("_operator_") and callable(f) and hasattr(f, "__code__")
+)
+"""The code of ``jax.Array``'s operators (``_operator_add``...): each reads the other
+operand's ``__jax_array__`` and returns ``NotImplemented`` when that gives no array."""
+
+
+def array_operator(depth: int) -> tuple[str, Any] | None:
+    """The ``jax.Array`` operator among the ``depth`` frames above the caller, if any.
+
+    ``x + a`` with ``x`` a ``jax.Array`` (or a tracer of one) calls ``a.__jax_array__()``
+    from the operator (on a tracer through ``Tracer.__jax_array__``'s lambda: one frame
+    more), so a ``__jax_array__`` can tell an operator from ``jnp.asarray(a)``.
+
+    Returns:
+        The operator's name (``"add"``, ``"radd"``, ``"lt"``) and its ``jax.Array``
+        operand (``x``), or None.
+    """
+    frame = sys._getframe(2)
+    for _ in range(depth):
+        if frame is None:
+            return None
+        if frame.f_code in _ARRAY_OPERATORS:
+            return frame.f_code.co_name.removeprefix("_operator_"), frame.f_locals["self"]
+        frame = frame.f_back
+    return None
+
+
+_ABSTRACTIFY = _core.shaped_abstractify.__code__
+_DEVICE_PUT = _api.device_put.__code__
+
+
+def called_by_device_put() -> bool:
+    """Whether the calling ``typeof`` handler (``register_hitype``) runs for ``jax.device_put``.
+
+    ``jax.device_put`` abstractifies each leaf (``core.shaped_abstractify`` calls the
+    handler) and then refuses every hijax type with a bare ``NotImplementedError``: the
+    handler can raise a clearer error of its own first. Call it from the handler itself.
+    """
+    frame = sys._getframe(2)  # this <- the handler <- shaped_abstractify
+    if frame.f_code is not _ABSTRACTIFY:
+        return False
+    return frame.f_back is not None and frame.f_back.f_code is _DEVICE_PUT

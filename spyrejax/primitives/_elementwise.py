@@ -33,7 +33,7 @@ from ..layout._layout import SpyreTensorLayout
 from ._arranged import arranged_image, arranged_result, lone_pair, standard_image, standard_type
 from ._array import SpyreArray, SpyreType
 from ._axes import aligned, collapsed, merged_shape, unmerged
-from ._base import SpyrePrim
+from ._base import SpyrePrim, host_operand
 from ._elementwise_ops import OP, OPS, ElementwiseOp
 from ._in_place import ungapped, valid_image
 from ._lanes import is_laned, read_lanes, read_type
@@ -330,10 +330,7 @@ def elementwise(op: str, *operands: Any) -> SpyreArray:
             continue
         aval = jax.typeof(x)
         if not isinstance(aval, SpyreType):
-            raise SpyreTypeError(
-                f"{op}: operand {pos} is a host array {aval}; move it with spyrejax.to_device "
-                "(or pass a Python scalar)"
-            )
+            raise host_operand(op, f"operand {pos}", aval)
         arrays.append(x)
     if not arrays:
         raise SpyreTypeError(f"{op}: needs at least one Spyre array operand")

@@ -16,12 +16,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._errors import SpyreTypeError
 from ..dma._dma import dma_h2d, h2d_values
 from ..layout._dtypes import host_dtype
 from ..layout._layout import SpyreTensorLayout
 from ._array import SpyreType
-from ._base import SpyrePrim, _vma
+from ._base import SpyrePrim, _vma, host_operand
 from ._copies import Copy
 from ._values import logical_values
 
@@ -136,10 +135,7 @@ def split_operands(primitive: Any, operands: list[Any]) -> tuple[list[Any], list
             consts.append((pos, np.asarray(x)))
             continue
         if not isinstance(jax.typeof(x), SpyreType):
-            raise SpyreTypeError(
-                f"{primitive.name}: operand {pos} is a host array {jax.typeof(x)}; move it with "
-                "spyrejax.to_device"
-            )
+            raise host_operand(primitive.name, f"operand {pos}", jax.typeof(x))
         arrays.append(x)
     return arrays, consts
 

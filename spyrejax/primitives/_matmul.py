@@ -40,7 +40,7 @@ from ..layout._devdims import DevDim
 from ..layout._dtypes import poison_value
 from ..layout._layout import SpyreTensorLayout
 from ._array import PadFill, SpyreArray, SpyreType, batched_layout
-from ._base import SpyrePrim
+from ._base import SpyrePrim, host_operand
 from ._masks import from_data_dims, masked
 from ._ring import combine
 from ._rounding import Rounding, reassociated
@@ -455,5 +455,5 @@ def matmul(
     avals = [jax.typeof(a), jax.typeof(b)]
     for name, aval in zip("ab", avals, strict=True):
         if not isinstance(aval, SpyreType):
-            raise SpyreTypeError(f"matmul: {name} is a host array {aval}; use to_device")
+            raise host_operand("matmul", f"operand {name}", aval)
     return Matmul(*avals, out_layout=layout, preferred_element_type=preferred_element_type)(a, b)

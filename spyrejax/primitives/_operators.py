@@ -17,8 +17,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._errors import SpyreAttributeError, SpyreFallbackWarning
-from .._jax import aval_method, aval_property
+from .._errors import SpyreAttributeError, SpyreFallbackWarning, SpyreInternalError
+from .._jax import ShapedArray, array_operator, aval_method, aval_property
 from ._array import SpyreArray, SpyreType
 from ._astype import astype
 from ._base import image, wrap
@@ -115,6 +115,19 @@ def _host(self: SpyreArray) -> jax.Array:
     return to_host(self)
 
 
+def _jax_array(self: SpyreArray) -> Any:
+    """``jnp.asarray(a)``, ``jnp.sin(a)``: the host values (a device -> host DMA).
+
+    Not for a ``jax.Array``'s operator (``x + a``, ``x @ a``): there it gives no array,
+    so the operator returns ``NotImplemented`` and Python calls the Spyre array's own
+    reflected one (``a.__radd__(x)``), which treats ``x`` as ``a + x`` does. The data
+    stay where they are in both orders; no silent read to the host.
+    """
+    if array_operator(1) is not None:
+        return NotImplemented
+    return to_host(self)
+
+
 _LIBRARIES = tuple(
     os.path.dirname(m.__file__) + os.sep for m in (jax, np, sys.modules[__name__.split(".")[0]])
 )
@@ -131,13 +144,38 @@ def _traced_by_jax(frame: Any) -> bool:
     return False
 
 
-def _traced_host(self: SpyreArray) -> jax.Array:
+_REFLECTED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
+
+
+def _reflected(self: Any, name: str, other: Any) -> Any:
+    """``other <name> self`` for a traced Spyre array ``self``: its own reflected operator.
+
+    Eager, Python calls it when the ``jax.Array``'s operator returns ``NotImplemented``;
+    two tracers are one Python type, so Python would not: it is called here. It raises
+    (``other`` is no Spyre array), as ``self + other`` does.
+
+    Raises:
+        SpyreTypeError: from the Spyre operator, naming the host operand and the fixes.
+    """
+    own = _OPERATORS.get(_REFLECTED.get(name, "r" + name))
+    if own is None:  # an operator Spyre arrays do not have: Python's TypeError
+        return NotImplemented
+    own(self, other)
+    raise SpyreInternalError(f"a Spyre operator {name!r} took a non-Spyre operand {other!r}")
+
+
+def _traced_host(self: SpyreArray) -> Any:
     """A traced Spyre array's host values for a JAX function: a visible host fallback.
 
     Under a plain ``jax.jit`` (or ``grad``...), a Spyre array's operators and methods
     are Spyre primitives, but a ``jnp``/``lax`` function reads the array's values to
     the host and runs there: :class:`SpyreFallbackWarning` once per user source line.
+    A ``jax.Array``'s operator (``x + a``) runs the Spyre array's own, as eager
+    (:func:`_reflected`).
     """
+    found = array_operator(2)
+    if found is not None:  # x + a: the Spyre array's own operator, as eager
+        return _reflected(self, *found)
     frame = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(_LIBRARIES):
         frame = frame.f_back
@@ -200,7 +238,7 @@ _HOST_METHODS: dict[str, Callable[..., Any]] = {
     "__len__": _len,
     "__iter__": _iter,
     "__getitem__": lambda self, index: _host(self)[index],
-    "__jax_array__": _host,
+    "__jax_array__": _jax_array,
     "__copy__": lambda self: self,  # immutable
     "__deepcopy__": _deepcopy,  # copy.deepcopy(model) of a model on the device
 }
@@ -218,17 +256,51 @@ def _missing_attribute(self: SpyreArray, name: str) -> Any:
     """
     if name not in _JAX_ARRAY_NAMES:
         raise SpyreAttributeError(f"'SpyreArray' object has no attribute {name!r}", name=name)
-    own = sorted(n for n in _METHODS | _PROPERTIES | _HOST_METHODS if not n.startswith("_"))
-    use = f"{name}(...)" if callable(getattr(jax.Array, name)) else name
     raise SpyreAttributeError(
-        f"a SpyreArray has no {name!r}, a jax.Array attribute. Its own are the device ops' "
-        f"and host reads ({', '.join(own)}; shape, dtype, ndim, size, layout). In "
+        f"a SpyreArray has no {name!r}, a jax.Array attribute. {_own_names()} In "
         f"spyrejax.jit the array is traced as a jax.Array, so every jax.Array method "
-        f"runs there: sj.jit(lambda a: a.{use})(a); or read it to the host first: "
-        f"sj.to_host(a).{use} (a device -> host DMA)",
+        f"runs there: sj.jit(lambda a: a.{_use(name)})(a); or read it to the host first: "
+        f"sj.to_host(a).{_use(name)} (a device -> host DMA)",
         name=name,
         obj=self,
     )
+
+
+_TRACED_NAMES = (_JAX_ARRAY_NAMES & frozenset(dir(ShapedArray))) - {"sharding"}
+"""The ``jax.Array`` methods a tracer takes from its abstract value (``a.argmax()`` under
+a plain ``jax.jit`` asks the Spyre type for ``argmax``); not ``sharding``, which JAX
+reads off any abstract value."""
+
+
+def _missing_traced(self: SpyreType, name: str) -> Any:
+    """``a.name`` of a traced Spyre array under a plain ``jax.jit``: as eager, the ways to it.
+
+    Raises:
+        SpyreAttributeError: for a ``jax.Array`` name; AttributeError for any other.
+    """
+    if name not in _TRACED_NAMES:
+        raise AttributeError(f"'SpyreType' object has no attribute {name!r}", name=name, obj=self)
+    raise SpyreAttributeError(
+        f"a SpyreArray traced by jax.jit has no {name!r}, a jax.Array attribute. "
+        f"{_own_names(traced=True)} spyrejax.jit traces the array as a jax.Array, so every "
+        f"jax.Array method runs there: spyrejax.jit(f) in place of jax.jit(f); or read it "
+        f"to the host first: sj.to_host(a).{_use(name)} (a device -> host DMA)",
+        name=name,
+        obj=self,
+    )
+
+
+def _own_names(traced: bool = False) -> str:
+    """What a Spyre array has: the device ops' methods, and eager the host reads."""
+    names = _METHODS | _PROPERTIES if traced else _METHODS | _PROPERTIES | _HOST_METHODS
+    own = ", ".join(sorted(n for n in names if not n.startswith("_")))
+    what = "the device ops'" if traced else "the device ops' and host reads"
+    return f"Its own are {what} ({own}; shape, dtype, ndim, size, layout)."
+
+
+def _use(name: str) -> str:
+    """How advice spells ``jax.Array``'s ``name``: a call for a method."""
+    return f"{name}(...)" if callable(getattr(jax.Array, name)) else name
 
 
 def install() -> None:
@@ -237,6 +309,9 @@ def install() -> None:
     SpyreType.vspace_add = _vspace_add  # type: ignore[method-assign]
     SpyreArray.__array__ = _array  # type: ignore[attr-defined]
     SpyreArray.__getattr__ = _missing_attribute  # type: ignore[attr-defined]
+    SpyreType.__getattr__ = _missing_traced  # type: ignore[attr-defined]
+    # NumPy's operators (``x + a``) defer to the Spyre array's, as jax.Array's do.
+    SpyreArray.__array_priority__ = 100  # type: ignore[attr-defined]
     for name, fn in _HOST_METHODS.items():
         setattr(SpyreArray, name, fn)
     # jnp functions on a Spyre array (or a traced one) read its host values.

@@ -242,3 +242,61 @@ def test_copy_and_deepcopy_as_for_a_jax_array():
     b = copy.deepcopy({"w": a})["w"]  # copy.deepcopy(model) of weights on the device
     assert b.type == a.type and b.image is not a.image
     np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
+
+
+def test_a_host_operand_beside_a_spyre_array_raises_the_same_in_both_orders():
+    """``x + a`` as ``a + x``: no silent read to the host, one error naming both fixes."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    a = sj.to_device(x)
+    for host in (jnp.asarray(x), x):  # a jax.Array, a NumPy array
+        for op, first, second in [
+            ("add", lambda h: h + a, lambda h: a + h),
+            ("mul", lambda h: h * a, lambda h: a * h),
+            ("lt|gt", lambda h: h < a, lambda h: a > h),  # h < a is a > h
+            ("matmul", lambda h: h @ a.T, lambda h: a @ h.T),
+        ]:
+            for pos, f in enumerate([first, second]):
+                with pytest.raises(sj.SpyreTypeError, match=rf"^({op}): operand .*host array") as e:
+                    f(host)
+                assert "spyrejax.to_device" in str(e.value) and "spyrejax.to_host" in str(e.value)
+                if op in ("add", "mul"):
+                    assert f"operand {pos}" in str(e.value)
+    # Under a plain jax.jit, a traced host array and a traced Spyre array alike.
+    j = jnp.asarray(x)
+    for f in (lambda j, a: j + a, lambda j, a: a + j):
+        with pytest.raises(sj.SpyreTypeError, match="add: operand .* host array"):
+            jax.jit(f)(j, a)
+    # What the message advises runs; scalars mix; a jnp function reads the host values.
+    np.testing.assert_array_equal(np.asarray(sj.to_device(x) + a), 2 * x)
+    np.testing.assert_array_equal(x + sj.to_host(a), 2 * x)
+    assert isinstance(2.0 + a, sj.SpyreArray) and isinstance(a * 2, sj.SpyreArray)
+    np.testing.assert_array_equal(jnp.add(j, a), 2 * x)
+
+
+def test_a_jax_array_method_under_a_plain_jax_jit_names_the_ways_to_it():
+    a = sj.to_device(np.arange(8 * 70, dtype=np.float32).reshape(8, 70))
+    for method in (lambda a: a.argmax(), lambda a: a.clip(0, 1)):
+        with pytest.raises(
+            sj.SpyreAttributeError, match=r"traced by jax.jit has no '(argmax|clip)'"
+        ) as err:
+            jax.jit(method)(a)
+        message = str(err.value)
+        assert "spyrejax.jit(f) in place of jax.jit(f)" in message and "reshape" in message
+        assert f"sj.to_host(a).{err.value.name}(...)" in message and "tolist" not in message
+    # What the message advises runs.
+    assert int(sj.to_host(sj.jit(lambda a: a.argmax())(a))) == 8 * 70 - 1
+    assert int(jax.jit(lambda a: sj.to_host(a).argmax())(a)) == 8 * 70 - 1
+
+
+def test_jax_device_put_of_a_spyre_array_names_what_to_call():
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    a = sj.to_device(x)
+    for call in (lambda: jax.device_put(a), lambda: jax.device_put({"w": a}, jax.devices()[0])):
+        with pytest.raises(
+            sj.SpyreUnsupportedError, match=r"device_put does not take a Spyre"
+        ) as e:
+            call()
+        assert isinstance(e.value, NotImplementedError) and "f32[2,3]" in str(e.value)
+        assert "spyrejax.to_host(a)" in str(e.value) and "spyrejax.device_put" in str(e.value)
+    np.testing.assert_array_equal(jax.device_put(sj.to_host(a)), x)  # as advised
+    assert jax.typeof(a) == a.type  # JAX's other readers of the type are untouched
