@@ -1,13 +1,13 @@
-"""The layout a public function places its result in, from its ``layout``/``dim_order`` pair."""
+"""What public functions make of their arguments: a result's layout, a host operand."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .._errors import LayoutError
+from .._errors import LayoutError, SpyreTypeError
 from ..layout._layout import SpyreTensorLayout
 
-__all__ = ["target_layout"]
+__all__ = ["host_operand", "target_layout"]
 
 
 def target_layout(
@@ -41,3 +41,22 @@ def target_layout(
             f"dim_order={dim_order!r})"
         )
     return layout
+
+
+def host_operand(op: str, operand: str, aval: Any) -> SpyreTypeError:
+    """The error of an op given a host array beside Spyre arrays: both ways out.
+
+    Eager Spyre ops take Spyre arrays (and scalars), in either operand order (``a + x``
+    as ``x + a``): the data stay where they are, nothing moves silently.
+
+    Args:
+        op: the op's name.
+        operand: which operand (``"operand 0"``, ``"b"``).
+        aval: the host operand's abstract value.
+    """
+    return SpyreTypeError(
+        f"{op}: {operand} is a host array {aval}, beside a Spyre array: move it to the "
+        "device with spyrejax.to_device (or pass a Python scalar), or read the Spyre "
+        "array to the host with spyrejax.to_host; spyrejax.jit(f) mixes both, moving "
+        "host arguments to the device"
+    )

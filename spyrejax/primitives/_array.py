@@ -7,7 +7,7 @@ layout rules run at trace time. It lowers to one plain array: the device image, 
 shape ``layout.device_size``.
 
 Operators and methods (``+``, ``@``, ``.T``, ``.sum()``...), the tangent space
-(``vspace_zero``/``vspace_add``) and ``__array__`` are attached by
+(``vspace_zero``/``vspace_add``), ``__array__`` and ``jax.typeof``'s handler are attached by
 ``spyrejax.primitives`` when it is imported (as JAX attaches its array methods), since
 they call Spyre primitives: this module imports nothing above the layout core.
 """
@@ -26,7 +26,7 @@ import jax
 import numpy as np
 
 from .._errors import LayoutError, SpyreTypeError, SpyreUnsupportedError
-from .._jax import HiType, ShapedArray, called_by_device_put, register_hitype
+from .._jax import HiType, ShapedArray
 from ..layout._devdims import DevDim, device_dims, is_contiguous, same_image, stick_dim
 from ..layout._dtypes import format_for_dtype, host_dtype
 from ..layout._lanes import lane_text
@@ -583,28 +583,6 @@ class SpyreArray:
             return f"SpyreArray(<abstract>, {self.type.str_short()})"
         body = np.array2string(np.asarray(self), separator=", ", threshold=50, prefix="SpyreArray(")
         return f"SpyreArray({body}, {self.type.str_short()})"
-
-
-def _typeof(a: SpyreArray) -> SpyreType:
-    """``jax.typeof(a)``; for ``jax.device_put(a)``, a named refusal with the ways to go.
-
-    Raises:
-        SpyreUnsupportedError: under ``jax.device_put``, which refuses every hijax value
-            (JAX's bare ``NotImplementedError``); this says what to call instead.
-    """
-    if called_by_device_put():
-        raise SpyreUnsupportedError(
-            f"jax.device_put does not take a SpyreArray ({a.type.str_short()}): it is "
-            "already in Spyre device memory, and JAX moves no hijax value. Pass it on as "
-            "it is (spyrejax.jit and the Spyre ops take it there); spyrejax.to_host(a) "
-            "reads it to the host as a jax.Array, which jax.device_put takes; "
-            "spyrejax.restickify(a, layout) lays it out anew on the device; "
-            "spyrejax.device_put(x, sharding) puts a host array on the cards of a mesh"
-        )
-    return a.type
-
-
-register_hitype(SpyreArray, _typeof)
 
 
 # The dispatch fast path builds a Spyre array per result: slot setters, no checks.

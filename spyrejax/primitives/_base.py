@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._errors import LayoutError, SpyreInternalError, SpyreTypeError, SpyreUnsupportedError
+from .._errors import LayoutError, SpyreInternalError, SpyreUnsupportedError
 from .._jax import GradAccum, HiPrim, ShapedArray, Zero, transpose_from_jvp, vjp_from_jvp
 from ..device._division import WorkDivision
 from ..device._space import OpSpace, TensorSpec
@@ -46,7 +46,6 @@ __all__ = [
     "abstract_eval",
     "current_executor",
     "evaluating_abstractly",
-    "host_operand",
     "image",
     "is_spyre",
     "normalize_axes",
@@ -153,25 +152,6 @@ def normalize_axes(axes: Any, ndim: int, op: str) -> tuple[int, ...]:
     if len(set(out)) != len(out):
         raise LayoutError(f"{op}: repeated axis in {items}")
     return tuple(out)
-
-
-def host_operand(op: str, operand: str, aval: Any) -> SpyreTypeError:
-    """The error of an op given a host array beside Spyre arrays: both ways out.
-
-    Eager Spyre ops take Spyre arrays (and scalars), in either operand order (``a + x``
-    as ``x + a``): the data stay where they are, nothing moves silently.
-
-    Args:
-        op: the op's name.
-        operand: which operand (``"operand 0"``, ``"b"``).
-        aval: the host operand's abstract value.
-    """
-    return SpyreTypeError(
-        f"{op}: {operand} is a host array {aval}, beside a Spyre array: move it to the "
-        "device with spyrejax.to_device (or pass a Python scalar), or read the Spyre "
-        "array to the host with spyrejax.to_host; spyrejax.jit(f) mixes both, moving "
-        "host arguments to the device"
-    )
 
 
 def is_spyre(aval: Any) -> bool:

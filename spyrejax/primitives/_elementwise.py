@@ -30,10 +30,11 @@ from ..device._division import WorkDivision
 from ..device._space import OpSpace, TensorSpec, elementwise_space
 from ..layout._devdims import AlignPlan, align
 from ..layout._layout import SpyreTensorLayout
+from ._arguments import host_operand
 from ._arranged import arranged_image, arranged_result, lone_pair, standard_image, standard_type
 from ._array import SpyreArray, SpyreType
 from ._axes import aligned, collapsed, merged_shape, unmerged
-from ._base import SpyrePrim, host_operand
+from ._base import SpyrePrim
 from ._elementwise_ops import OP, OPS, ElementwiseOp
 from ._in_place import ungapped, valid_image
 from ._lanes import is_laned, read_lanes, read_type

@@ -19,8 +19,9 @@ import numpy as np
 from ..dma._dma import dma_h2d, h2d_values
 from ..layout._dtypes import host_dtype
 from ..layout._layout import SpyreTensorLayout
+from ._arguments import host_operand
 from ._array import SpyreType
-from ._base import SpyrePrim, _vma, host_operand
+from ._base import SpyrePrim, _vma
 from ._copies import Copy
 from ._values import logical_values
 

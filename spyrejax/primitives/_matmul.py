@@ -39,8 +39,9 @@ from ..dma._dma import d2h_values, h2d_values
 from ..layout._devdims import DevDim
 from ..layout._dtypes import poison_value
 from ..layout._layout import SpyreTensorLayout
+from ._arguments import host_operand
 from ._array import PadFill, SpyreArray, SpyreType, batched_layout
-from ._base import SpyrePrim, host_operand
+from ._base import SpyrePrim
 from ._masks import from_data_dims, masked
 from ._ring import combine
 from ._rounding import Rounding, reassociated

@@ -17,8 +17,20 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._errors import SpyreAttributeError, SpyreFallbackWarning, SpyreInternalError
-from .._jax import ShapedArray, array_operator, aval_method, aval_property
+from .._errors import (
+    SpyreAttributeError,
+    SpyreFallbackWarning,
+    SpyreInternalError,
+    SpyreUnsupportedError,
+)
+from .._jax import (
+    ShapedArray,
+    array_operator,
+    aval_method,
+    aval_property,
+    called_by_device_put,
+    register_hitype,
+)
 from ._array import SpyreArray, SpyreType
 from ._astype import astype
 from ._base import image, wrap
@@ -303,11 +315,31 @@ def _use(name: str) -> str:
     return f"{name}(...)" if callable(getattr(jax.Array, name)) else name
 
 
+def _typeof(a: SpyreArray) -> SpyreType:
+    """``jax.typeof(a)``; for ``jax.device_put(a)``, a named refusal with the ways to go.
+
+    Raises:
+        SpyreUnsupportedError: under ``jax.device_put``, which refuses every hijax value
+            (JAX's bare ``NotImplementedError``); this says what to call instead.
+    """
+    if called_by_device_put():
+        raise SpyreUnsupportedError(
+            f"jax.device_put does not take a SpyreArray ({a.type.str_short()}): it is "
+            "already in Spyre device memory, and JAX moves no hijax value. Pass it on as "
+            "it is (spyrejax.jit and the Spyre ops take it there); spyrejax.to_host(a) "
+            "reads it to the host as a jax.Array, which jax.device_put takes; "
+            "spyrejax.restickify(a, layout) lays it out anew on the device; "
+            "spyrejax.device_put(x, sharding) puts a host array on the cards of a mesh"
+        )
+    return a.type
+
+
 def install() -> None:
-    """Attach operators, methods, properties and the tangent space to the array types."""
+    """Attach operators, methods, properties, the tangent space and ``typeof`` to the types."""
     SpyreType.vspace_zero = _vspace_zero  # type: ignore[method-assign]
     SpyreType.vspace_add = _vspace_add  # type: ignore[method-assign]
     SpyreArray.__array__ = _array  # type: ignore[attr-defined]
+    register_hitype(SpyreArray, _typeof)  # jax.typeof(a)
     SpyreArray.__getattr__ = _missing_attribute  # type: ignore[attr-defined]
     SpyreType.__getattr__ = _missing_traced  # type: ignore[attr-defined]
     # NumPy's operators (``x + a``) defer to the Spyre array's, as jax.Array's do.

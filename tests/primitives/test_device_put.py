@@ -106,8 +106,11 @@ def test_jax_reshard_of_a_spyre_array_points_to_spyrejax_device_put():
         jax.jit(lambda a: jax.reshard(a, sharding("x")))(x)
 
 
-def test_jax_device_put_of_a_spyre_array_is_refused_by_jax_before_any_hook():
-    """JAX 0.12 refuses every hijax value in jax.device_put before asking its type, so
-    spyrejax cannot answer it (docs/many-cards.md); a JAX with a hook fails this test."""
-    with pytest.raises(NotImplementedError, match="hijax type SpyreType"):
+def test_jax_device_put_of_a_spyre_array_points_to_spyrejax_device_put():
+    """JAX 0.12 refuses every hijax value in jax.device_put (a bare NotImplementedError):
+    spyrejax's typeof handler, which it calls first, raises a named error instead."""
+    with pytest.raises(sj.SpyreUnsupportedError, match=r"jax.device_put does not take") as e:
         jax.device_put(sj.to_device(rand((8, 256))), sharding("x"))
+    assert isinstance(e.value, NotImplementedError)  # what JAX's own error was
+    assert "spyrejax.device_put(x, sharding)" in str(e.value)
+    assert "spyrejax.to_host(a)" in str(e.value)
