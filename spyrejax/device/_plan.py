@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .._counts import count
@@ -449,7 +449,7 @@ def _fits(
     any other 1-D value is one row.
     """
     boxes = _reduced_boxes(divisions, f) if _streams_rows(f) else {}
-    streamed = _streamed_rows(f, divisions)
+    streamed = _block_streamed(f, divisions)
     values = [made[name] for name in f.internal]
     row_counts = {math.prod(t.shape[:-1]) for t in values if len(t.shape) > 1}
     need = 0
@@ -472,26 +472,46 @@ def _fits(
 _MATMUL_FAMILIES = frozenset({"attention", "matmul_epilogue"})
 
 
-def _streamed_rows(f: Fusion, divisions: Sequence[WorkDivision | None]) -> Any:
-    """Which of a matmul kernel's values it streams a row of by blocks (none else).
+@dataclass(frozen=True)
+class _BlockStreamed:
+    """Which values of a fused kernel with a matmul it streams a row of by blocks.
 
-    An attention's flash kernel (``_kernels.attention_kernel``) streams its keys'
-    blocks: a value whose last dim is one its softmax reduces (the keys). An epilogue's
-    elementwise ops take the matmul's output block as it finishes, a block of a row at
-    a time: any value of two or more dims.
+    Such a kernel holds one block of such a row at a time (``_kernels.streamed_row_bytes``),
+    not the row. The values are told apart by their shapes alone.
+
+    Attributes:
+        every_row: an epilogue's: its elementwise ops take the matmul's output a block of
+            a row at a time as it finishes, so every value of two or more dims.
+        key_extents: an attention's: the extents its softmax reduces (its keys; the flash
+            kernel, ``_kernels.attention_kernel``, streams their blocks). A value of two
+            or more dims whose last dim has one of these extents is streamed: matched by
+            extent, so a value whose last dim only happens to be as long counts too.
     """
+
+    every_row: bool = False
+    key_extents: frozenset[int] = frozenset()
+
+    def __call__(self, t: TensorSpec) -> bool:
+        """Whether the kernel streams ``t``'s rows by blocks."""
+        if len(t.shape) < 2:
+            return False
+        return self.every_row or t.shape[-1] in self.key_extents
+
+
+def _block_streamed(f: Fusion, divisions: Sequence[WorkDivision | None]) -> _BlockStreamed:
+    """The values a fused kernel streams a row of by blocks: an epilogue's, an attention's."""
     if f.family == "matmul_epilogue":
-        return lambda t: len(t.shape) > 1
+        return _BlockStreamed(every_row=True)
     if f.family != "attention":
-        return lambda t: False
-    keys = {
+        return _BlockStreamed()
+    keys = frozenset(
         v.extent
         for i in f.ops
         if (div := divisions[i]) is not None and div.space.kind == "reduce"
         for v in div.space.dims
         if v.reduced
-    }
-    return lambda t: len(t.shape) > 1 and t.shape[-1] in keys
+    )
+    return _BlockStreamed(key_extents=keys)
 
 
 def _streams_rows(f: Fusion) -> bool:
