@@ -48,6 +48,7 @@ class OpDesc(Protocol):
 
 
 __all__ = [
+    "CHAIN_SPACES",
     "FAMILIES",
     "FILL_OPS",
     "MATMUL_OPS",
@@ -62,6 +63,11 @@ FAMILIES = ("softmax", "layer_norm", "rms_norm", "reduction", "attention", "matm
 FILL_OPS = frozenset({"full"})
 
 MATMUL_OPS = frozenset({"matmul", "batchmatmul"})
+CHAIN_SPACES = frozenset({"elementwise", "reduce"})
+"""The iteration spaces (``OpSpace.kind``) of the divided ops a fused chain may hold:
+elementwise ops (casts among them) and reductions; a matmul heads an attention or an
+epilogue instead. The one rule: read of the listed ops here (``_fusible``) and of the
+primitives (``SpyrePrim.space_kind``) by the planner's objective (``lowering._traffic``)."""
 _RELAYOUT_COPIES = frozenset({"reshapecopy"})
 
 
@@ -109,7 +115,7 @@ def _fusible(d: OpDesc) -> bool:
     """An op a chain can hold: elementwise, reduction, cast, or a relayout between them."""
     if is_relayout(d):
         return True
-    return d.kind == "compute" and d.space is not None and d.opfunc not in MATMUL_OPS
+    return d.kind == "compute" and d.space is not None and d.space.kind in CHAIN_SPACES
 
 
 def _chains(descs: Sequence[OpDesc]) -> list[list[int]]:

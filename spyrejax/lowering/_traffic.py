@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import primitives as sp
+from ..device._fusion import CHAIN_SPACES
 from ..device._machine import Machine, default_machine
 from ..layout import BYTES_PER_STICK, SpyreTensorLayout
 from ..layout._gaps import valid_nbytes
@@ -30,7 +31,6 @@ from ..primitives._astype import Astype
 from ..primitives._copies import SliceCopy
 from ..primitives._in_place import FillAround
 from ..primitives._iota import Full
-from ..primitives._matmul import Matmul
 from ..primitives._stick import SPARSE, default_layout, restickify_cost, stick_of
 from ._graph_edits import _POINTWISE
 
@@ -299,15 +299,10 @@ def chained(graph: Graph) -> frozenset[int]:
 def _chain_kernel(p: Any) -> bool:
     """A divided kernel a chain holds: an elementwise op, a conversion, a reduction.
 
-    As ``device._fusion._fusible`` reads the device model's ops (a ``compute`` op with
-    an iteration space, no matmul), on the primitives that make them.
+    The fused chains' rule (``device._fusion.CHAIN_SPACES``) read of the primitive's
+    iteration space, as ``device._fusion`` reads it of the device model's ops.
     """
-    return (
-        isinstance(p, sp.SpyrePrim)
-        and p.role == "compute"
-        and type(p).space is not sp.SpyrePrim.space
-        and not isinstance(p, Matmul)
-    )
+    return isinstance(p, sp.SpyrePrim) and p.space_kind in CHAIN_SPACES
 
 
 def chain_io(

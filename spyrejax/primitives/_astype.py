@@ -63,6 +63,7 @@ class Astype(SpyrePrim):
 
     dtype: np.dtype
     arranged: bool
+    space_kind = "elementwise"
     takes_arrangements = True
     takes_lanes = True  # reads a lane view lane by lane, as a pointwise kernel does
 

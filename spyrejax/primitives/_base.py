@@ -288,6 +288,9 @@ class SpyrePrim(HiPrim):
     # ``space`` and ``core_kernel`` (and ``core_rounding`` if its per-core result may round
     # otherwise); the device model and ``emulate="cores"`` read them.
 
+    space_kind: ClassVar[str | None] = None
+    """The ``kind`` of the space :meth:`space` builds (``"reduce"``...); None: not divided."""
+
     def space(self, ins: Sequence[TensorSpec], out: TensorSpec) -> OpSpace | None:
         """Its iteration space for a division over the cores, None if it is not divided.
 

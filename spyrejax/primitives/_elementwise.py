@@ -144,6 +144,7 @@ class Elementwise(SpyrePrim):
 
     op: ClassVar[ElementwiseOp]
     consts: tuple[tuple[int, Scalar], ...]
+    space_kind = "elementwise"
     takes_gaps = True  # iterates its operands' valid ranges; its result has no gaps
     takes_arrangements = True  # position by position: operands of one arranged layout
     takes_lanes = True  # reads a lane-strided operand lane by lane (primitives._lanes)

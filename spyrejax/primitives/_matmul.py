@@ -187,6 +187,7 @@ def _data_dims(t: SpyreType, name: str) -> tuple[list[DevDim], tuple[int, ...]]:
 class Matmul(SpyrePrim):
     """Batched matrix product on device images."""
 
+    space_kind = "matmul"
     out_layout: SpyreTensorLayout | None
     preferred_element_type: Any
 

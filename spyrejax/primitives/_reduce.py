@@ -9,13 +9,12 @@ tile-count dim becomes a synthetic size-1 dim, exactly the layout of
 Every reduction is one :class:`ReductionOp` record in :data:`REDUCTIONS_TABLE`, from
 which its primitive class, wrapper and lowering rule derive.
 
-Kernel: padding never takes part. Along padded axes the box of data at the image's
-origin is reduced with a ``reduce_window`` and what lies past it (a partial last
-stick's tile) is masked with the reduction's identity (0, -inf, +inf) on its own; only
-layouts whose padding is no such box (and bools) replace all padding with the identity
-(see ``_reduce_data``). float16/bfloat16 sums accumulate in float32.
-A dense ``sum``/``mean`` leaves exact zeros in its padding, and its type says so
-(``pad=0``); every other result has poison padding.
+Kernel: padding never takes part. Along padded axes the box of data at the image's origin is
+reduced with a ``reduce_window`` and what lies past it (a partial last stick's tile) is
+masked with the reduction's identity (0, -inf, +inf) on its own; only layouts whose padding
+is no such box (and bools) replace all padding with the identity (see ``_reduce_data``).
+float16/bfloat16 sums accumulate in float32. A dense ``sum``/``mean`` leaves exact zeros in
+its padding, and its type says so (``pad=0``); every other result has poison padding.
 """
 
 from __future__ import annotations
@@ -400,6 +399,7 @@ class Reduce(SpyrePrim):
     op: ClassVar[ReductionOp]
     axes: tuple[int, ...]
     keepdims: bool
+    space_kind = "reduce"
     takes_gaps = True  # reduces its operand's valid range; its result has no gaps
     takes_arrangements = True  # a group's order: folded whole, or kept (``_arranged``)
 

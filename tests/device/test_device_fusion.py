@@ -469,3 +469,41 @@ def test_a_value_a_kernel_writes_out_is_not_read_back_by_its_own_next_op():
     assert by["sub"].write_bytes == 256 * 1024 * 2  # written once: it leaves the kernel
     assert by["exp"].read_bytes == 0
     assert sum(d.ops[i].read_bytes for i in g.ops) == 256 * 1024 * 2  # x, once
+
+
+def _subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)
+
+
+def test_the_fusion_pass_and_the_planner_read_one_rule_of_what_a_chain_holds():
+    """``device._fusion.CHAIN_SPACES`` of the listed ops' spaces and of the primitives'."""
+    from types import SimpleNamespace
+
+    from spyrejax.device._fusion import _fusible
+    from spyrejax.lowering._traffic import _chain_kernel
+    from spyrejax.lowering.program._device import divided_space
+    from spyrejax.primitives import SpyrePrim
+
+    for cls in _subclasses(SpyrePrim):  # a space of its own, and its kind said
+        divided = cls.space is not SpyrePrim.space
+        assert (cls.space_kind is not None) == divided, cls.__name__
+    x, w = sj.to_device(np.ones((8, 70), F32)), sj.to_device(np.ones((70, 16), F32))
+    made = []
+    with sj.primitives.recording(lambda p, args, out: made.append(p)):
+        sj.exp(x).sum(), sj.astype(x, F16), x @ w, sj.restickify(x, dim_order=[1, 0])
+    kinds = {}
+    for p in made:
+        found = divided_space(p)
+        desc = SimpleNamespace(kind="copy", opfunc=type(p).__name__.lower(), space=None, inputs=())
+        if found is not None:
+            desc = SimpleNamespace(kind="compute", opfunc=found[0].opfunc, space=found[0])
+        kinds[type(p).__name__] = (_chain_kernel(p), _fusible(desc) and desc.kind == "compute")
+    assert kinds == {
+        "Exp": (True, True),
+        "Sum": (True, True),
+        "Astype": (True, True),
+        "Matmul": (False, False),
+        "Restickify": (False, False),
+    }, kinds

@@ -221,7 +221,14 @@ def _divided_space(prim: SpyrePrim) -> tuple[OpSpace, tuple[TensorSpec, ...]] | 
         space = prim.space(specs[:-1], specs[-1])
     except DeviceError:
         return None
-    return None if space is None else (space, tuple(specs))
+    if space is None:
+        return None
+    if space.kind != prim.space_kind:  # SpyrePrim.space_kind: what the planner reads
+        raise SpyreInternalError(
+            f"{type(prim).__name__}.space built a {space.kind!r} space; its space_kind "
+            f"says {prim.space_kind!r}"
+        )
+    return space, tuple(specs)
 
 
 # --- which ops a node's hint divides ----------------------------------------------------
