@@ -264,7 +264,7 @@ def test_a_host_operand_beside_a_spyre_array_raises_the_same_in_both_orders():
     # Under a plain jax.jit, a traced host array and a traced Spyre array alike.
     j = jnp.asarray(x)
     for f in (lambda j, a: j + a, lambda j, a: a + j):
-        with pytest.raises(sj.SpyreTypeError, match="add: operand .* host array"):
+        with pytest.raises(sj.SpyreTypeError, match=r"add: operand .* host array"):
             jax.jit(f)(j, a)
     # What the message advises runs; scalars mix; a jnp function reads the host values.
     np.testing.assert_array_equal(np.asarray(sj.to_device(x) + a), 2 * x)
