@@ -385,6 +385,8 @@ def _descriptors(mapping: HostMapping, h2d: bool) -> tuple[Descriptor, ...]:
     if isinstance(layout, LanedLayout):  # the valid range's lane k is device lane offset + step*k
         offset, step = layout.lanes
         base, dstrides[-1] = offset * dstrides[-1], step * dstrides[-1]
+        if layout.tile is not None:  # a tile window: its stick tile's start
+            base += layout.tile[1] * dstrides[layout.tile[0]]
     covers: list[tuple[tuple[Hashable, int], ...]] = [s.axes for s in mapping.segmentation.segments]
     loops = {j: [_Loop(j, hstrides[j], dstrides[j])] for j in range(layout.device_rank)}
     if layout.is_arranged:

@@ -13,7 +13,12 @@ lane``. Two kinds, printed ``lanes=k::s`` and ``lanes=a:b``:
 - *strided* (``x[..., k::s]``): ``step`` >= 2 divides the stick, ``offset < step``, and
   every stick gives the piece ``eps / step`` lanes (:func:`laned`);
 - a *window* (``x[..., a:b]`` of an ``x`` whose last dim lies in one stick a row, the
-  slice not the whole stick): ``step`` 1, lanes ``a`` to ``b`` (:func:`lane_window`).
+  slice not the whole stick): ``step`` 1, lanes ``a`` to ``b`` (:func:`lane_window`);
+- a *tile window* (``x[..., a:b]`` of a last dim longer than a stick, the slice inside
+  one of its sticks: rotate-half's quarters at 16-bit head dim 80): a window with
+  ``tile = (dim, t)``, the device dim of the stick tiles and the tile holding the
+  slice: element ``j`` is on lane ``a - t * eps + j`` of tile ``t``. The valid range's
+  tile coordinate (always 0: the piece lies in one stick) is shifted by ``t``.
 
 The other lanes hold no data (they are padding of this layout, and data of the buffer's
 other pieces). Equivalently, and that is how the DMA engines move it and how the tests
@@ -64,10 +69,11 @@ class LanedLayout(SpyreTensorLayout):
     (``..., lanes=1::2)``, ``..., lanes=32:64)``).
     """
 
-    __slots__ = ("lane_count", "lanes")
+    __slots__ = ("lane_count", "lanes", "tile")
 
     lanes: tuple[int, int]
     lane_count: int
+    tile: tuple[int, int] | None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("build a LanedLayout with spyrejax.layout._lanes.laned or .make")
@@ -81,10 +87,12 @@ class LanedLayout(SpyreTensorLayout):
         offset: int,
         step: int,
         count: int | None = None,
+        tile: tuple[int, int] | None = None,
     ) -> LanedLayout:
         """A laned layout from its fields (``stride_map`` over the piece).
 
         ``count``: lanes a stick (``eps / step`` if None; a window's width for step 1).
+        ``tile``: a tile window's ``(device dim, tile)`` (see the module's docstring).
 
         Raises:
             LayoutError: if the lanes do not fit the stick (see :func:`_lanes_refusal`)
@@ -98,10 +106,13 @@ class LanedLayout(SpyreTensorLayout):
         refusal = _stick_refusal(layout, step, window=step == 1)
         if refusal is None:
             refusal = _lanes_refusal(eps, offset, step, count)
+        if refusal is None and tile is not None:
+            refusal = _tile_refusal(layout, step, tile)
         if refusal is not None:
             raise LayoutError(refusal)
         object.__setattr__(layout, "lanes", (offset, step))
         object.__setattr__(layout, "lane_count", count)
+        object.__setattr__(layout, "tile", None if tile is None else tuple(tile))
         return layout
 
     @property
@@ -114,17 +125,18 @@ class LanedLayout(SpyreTensorLayout):
             return NotImplemented
         if not isinstance(other, LanedLayout):
             return False
-        return super().__eq__(other) and (self.lanes, self.lane_count) == (
+        return super().__eq__(other) and (self.lanes, self.lane_count, self.tile) == (
             other.lanes,
             other.lane_count,
+            other.tile,
         )
 
     def __hash__(self) -> int:
-        return hash((super().__hash__(), self.lanes, self.lane_count))
+        return hash((super().__hash__(), self.lanes, self.lane_count, self.tile))
 
     def __reduce__(self) -> tuple[Any, ...]:
         args = (self.device_size, self.stride_map, self.device_dtype, *self.lanes, self.lane_count)
-        return (LanedLayout.make, args)
+        return (LanedLayout.make, (*args, self.tile))
 
     def __repr__(self) -> str:
         return f"{super().__repr__()[:-1]}, lanes={lane_text(self)})"
@@ -151,17 +163,48 @@ class LanedLayout(SpyreTensorLayout):
 
 
 def lane_text(layout: LanedLayout) -> str:
-    """The lanes as printed: ``k::s`` (strided) or ``a:b`` (a window)."""
+    """The lanes as printed: ``k::s`` (strided) or ``a:b`` (a window).
+
+    A tile window's ``a`` and ``b`` are positions in the parent's last dim, over all
+    its sticks.
+    """
     offset, step = layout.lanes
     if step == 1:
-        return f"{offset}:{offset + layout.lane_count}"
+        start = _first(layout)
+        return f"{start}:{start + layout.lane_count}"
     return f"{offset}::{step}"
 
 
+def _first(layout: LanedLayout) -> int:
+    """The parent's last-dim position of the piece's first element (its tile's lanes before)."""
+    offset, tile = layout.lanes[0], layout.tile
+    return offset if tile is None else tile[1] * layout.device_size[-1] + offset
+
+
 def lane_positions(layout: LanedLayout, n: int) -> slice:
-    """Where a piece with a last dim of ``n`` lies in its parent's: ``offset + step * j``."""
-    offset, step = layout.lanes
-    return slice(offset, offset + step * (n - 1) + 1, step)
+    """Where a piece with a last dim of ``n`` lies in its parent's: ``offset + step * j``.
+
+    A tile window's ``offset`` counts from its tile: the parent's position adds the
+    sticks before it.
+    """
+    step, first = layout.lanes[1], _first(layout)
+    return slice(first, first + step * (n - 1) + 1, step)
+
+
+def _tile_refusal(layout: SpyreTensorLayout, step: int, tile: Any) -> str | None:
+    """Why ``tile`` is no tile window's ``(device dim, tile)`` in ``layout``, or None.
+
+    A window (``step`` 1) on a device dim other than the stick's, synthetic in the
+    piece's stride map (``-1``: its coordinate 0 only, shifted by the tile), at a tile
+    inside its size.
+    """
+    rank = layout.device_rank
+    ok = step == 1 and len(tile) == 2 and all(isinstance(v, int) for v in tile)
+    if not ok or not 0 <= tile[0] < rank - 1 or layout.stride_map[tile[0]] != -1:
+        return f"lanes: {tile!r} is no device dim of stick tiles synthetic to the window"
+    if not 0 <= tile[1] < layout.device_size[tile[0]]:
+        return f"lanes: tile {tile[1]} lies outside device dim {tile[0]} of {layout.device_size}"
+    return None
 
 
 def _lanes_refusal(eps: int, offset: Any, step: Any, count: Any) -> str | None:
@@ -227,19 +270,25 @@ def lane_window(
 ) -> LanedLayout:
     """The layout of ``x[..., start:stop]`` in place in ``buffer`` (``x``'s, of ``shape``).
 
-    ``x``'s last dim lies in one stick a row; the piece's element ``j`` is on lane
-    ``start + j`` of its row's stick. Its stride map is the buffer's with every stride
-    of an outer host dim (a multiple of ``x``'s last dim ``n``) times ``(stop - start) /
-    n``: the piece's host strides; the dims walking the last dim, and those of size 1,
-    keep theirs.
+    ``x``'s last dim lies in one stick a row, and the piece's element ``j`` is on lane
+    ``start + j`` of its row's stick; or the slice lies inside one stick ``t`` of a
+    longer last dim (a tile window), its element ``j`` on lane ``start - t * eps + j``
+    of stick ``t``. Its stride map is the buffer's with every stride of an outer host
+    dim (a multiple of ``x``'s last dim ``n``) times ``(stop - start) / n``: the piece's
+    host strides; the dims walking the last dim, and those of size 1, keep theirs.
 
     Raises:
         LayoutError: see :func:`window_refusal`.
     """
-    smap = _window_strides(buffer, shape, start, stop)
-    if isinstance(smap, str):
-        raise LayoutError(smap)
-    return LanedLayout.make(buffer.device_size, smap, buffer.device_dtype, start, 1, stop - start)
+    found = _window_strides(buffer, shape, start, stop)
+    if isinstance(found, str):
+        raise LayoutError(found)
+    smap, tile = found
+    eps = buffer.device_size[-1]
+    lane = start if tile is None else start - tile[1] * eps
+    return LanedLayout.make(
+        buffer.device_size, smap, buffer.device_dtype, lane, 1, stop - start, tile
+    )
 
 
 def window_refusal(
@@ -248,25 +297,26 @@ def window_refusal(
     """Why ``x[..., start:stop]`` (``x`` of ``shape`` in ``buffer``) is no lane window, or None.
 
     The predicate of :func:`lane_window`: a plain buffer (no gaps, arrangement or
-    lanes) whose stick walks ``x``'s last dim alone, that dim in one stick a row, and
-    a window of 2 or more lanes that is not the whole stick.
+    lanes) whose stick walks ``x``'s last dim alone, that dim in one stick a row (or
+    the slice inside one stick of it, with the stick tiles one device dim of stride
+    ``eps``), and a window of 2 or more lanes that is not the whole stick.
     """
-    smap = _window_strides(buffer, shape, start, stop)
-    return smap if isinstance(smap, str) else None
+    found = _window_strides(buffer, shape, start, stop)
+    return found if isinstance(found, str) else None
 
 
 def _window_strides(
     buffer: SpyreTensorLayout, shape: tuple[int, ...], start: int, stop: int
-) -> list[int] | str:
-    """The stride map of :func:`lane_window`'s layout, or why there is none."""
+) -> tuple[list[int], tuple[int, int] | None] | str:
+    """The stride map and tile of :func:`lane_window`'s layout, or why there is none."""
     if buffer.has_gaps or buffer.is_arranged or isinstance(buffer, LanedLayout):
         return f"lanes: {buffer} is a window, arranged or laned already"
     eps = buffer.device_size[-1]
-    if not shape or shape[-1] > eps or not 0 <= start < stop <= shape[-1]:
+    if not shape or not 0 <= start < stop <= shape[-1] or start // eps != (stop - 1) // eps:
         return f"lanes: [{start}:{stop}] of a last dim of {shape[-1:]} is no window of one stick"
     if stop - start < 2:
         return "lanes: a window of one lane walks no host dim"
-    refusal = _lanes_refusal(eps, start, 1, stop - start) or _stick_refusal(buffer, 1, True)
+    refusal = _lanes_refusal(eps, start % eps, 1, stop - start) or _stick_refusal(buffer, 1, True)
     if refusal is not None:
         return refusal
     try:
@@ -277,6 +327,9 @@ def _window_strides(
     if found is None or seg.segments[found[0]].host_dims != (len(shape) - 1,):
         return f"lanes: the stick of {buffer} does not walk the last dim of {list(shape)} alone"
     stick = {j for j, _ in seg.segments[found[0]].axes}
+    tile = _tile_of(buffer, stick, shape[-1], start)
+    if isinstance(tile, str):
+        return tile
     n, smap = shape[-1], list(buffer.stride_map)
     for j, m in enumerate(smap):
         if j in stick or m <= 0 or buffer.device_size[j] == 1:
@@ -284,7 +337,26 @@ def _window_strides(
         if m % n:
             return f"lanes: stride {m} of {buffer} is no multiple of the last dim {n}"
         smap[j] = m // n * (stop - start)
-    return smap
+    if tile is not None:  # the piece lies in one tile: the dim is synthetic to it
+        smap[tile[0]] = -1
+    return smap, tile
+
+
+def _tile_of(
+    buffer: SpyreTensorLayout, stick: set[Any], n: int, start: int
+) -> tuple[int, int] | str | None:
+    """A tile window's ``(device dim, tile)`` (None: a last dim of one stick), or a refusal.
+
+    A last dim ``n`` longer than a stick must be walked by the stick and one device dim
+    of stride ``eps`` (the stick tiles) alone.
+    """
+    eps = buffer.device_size[-1]
+    if n <= eps:
+        return None
+    tiles = [j for j in stick if isinstance(j, int) and j != buffer.device_rank - 1]
+    if len(stick) != 2 or len(tiles) != 1 or buffer.stride_map[tiles[0]] != eps:
+        return f"lanes: the last dim of {buffer} is not walked by whole sticks of one device dim"
+    return tiles[0], start // eps
 
 
 def _stick_refusal(layout: SpyreTensorLayout, step: Any, window: bool = False) -> str | None:
@@ -301,24 +373,38 @@ def parent_layout(layout: LanedLayout) -> SpyreTensorLayout:
     """The buffer's own layout over :func:`parent_shape`: the piece's strides scaled.
 
     Strided: every positive stride but the stick's times ``step``. A window: over a
-    whole stick a row, every positive stride of a device dim longer than 1 (a multiple
-    of the piece's last dim, ``lane_count``) times ``eps / lane_count``.
+    whole stick a row (a tile window: over all the tiles' sticks, :func:`parent_shape`),
+    every positive stride of a device dim longer than 1 (a multiple of the piece's last
+    dim, ``lane_count``) times that row over ``lane_count``; the tiles' dim walks it by
+    ``eps``.
     """
     step = layout.lanes[1]
-    eps, count, sizes = layout.device_size[-1], layout.lane_count, layout.device_size
+    count, sizes, tile = layout.lane_count, layout.device_size, layout.tile
+    row = _parent_row(layout)
     smap = list(layout.stride_map)
     for j, m in enumerate(smap[:-1]):
         if m > 0 and step > 1:
             smap[j] = m * step
+        elif tile is not None and j == tile[0]:
+            smap[j] = layout.device_size[-1]  # the tiles walk the parent's row by sticks
         elif m > 0 and sizes[j] > 1:
-            smap[j] = m // count * eps
+            smap[j] = m // count * row
     return SpyreTensorLayout.from_stride_map(layout.device_size, smap, layout.device_dtype)
 
 
+def _parent_row(layout: LanedLayout) -> int:
+    """A window's parent's last dim: a stick, or every stick of the tiles' dim."""
+    eps, tile = layout.device_size[-1], layout.tile
+    return eps if tile is None else eps * layout.device_size[tile[0]]
+
+
 def parent_shape(layout: LanedLayout, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The host shape the parent layout holds: the last dim ``step`` times longer, or a stick."""
+    """The host shape the parent layout holds.
+
+    The last dim ``step`` times longer, or a window's whole row of sticks.
+    """
     step = layout.lanes[1]
-    return (*shape[:-1], shape[-1] * step if step > 1 else layout.device_size[-1])
+    return (*shape[:-1], shape[-1] * step if step > 1 else _parent_row(layout))
 
 
 def _host_refusal(shape: tuple[int, ...], strides: tuple[int, ...]) -> str | None:
@@ -361,7 +447,8 @@ class LaneMapping(HostMapping):
     """A laned layout bound to a host tensor: the valid-range map with lanes spread out.
 
     Its ``segmentation`` is over the valid range (``eps / step`` lanes a stick); every
-    method taking or giving device coordinates spreads or gathers the lane.
+    method taking or giving device coordinates spreads or gathers the lane, and shifts
+    a tile window's tile coordinate (0 in the valid range) by its tile.
     """
 
     @functools.cached_property
@@ -386,34 +473,59 @@ class LaneMapping(HostMapping):
         rest = (lane - offset) % step
         return (rest < 1) & (lane >= offset) & (lane < end), (lane - offset) // step
 
+    @property
+    def _tile(self) -> tuple[int, int]:
+        """A tile window's ``(device dim, tile)``; ``(0, 0)`` (no shift) otherwise."""
+        tile = self.layout.tile  # type: ignore[attr-defined]
+        return (0, 0) if tile is None else tile
+
     def device_coord(self, index: Any) -> tuple[int, ...]:
-        """Device coordinate of one host element (the lane spread out)."""
-        c = self._valid.device_coord(index)
-        return (*c[:-1], int(self._spread(c[-1])))
+        """Device coordinate of one host element (the lane spread out, the tile shifted)."""
+        c = list(self._valid.device_coord(index))
+        c[-1] = int(self._spread(c[-1]))
+        dim, t = self._tile
+        c[dim] += t
+        return tuple(c)
 
     def _coords_at(self, index: Any, shape: Sequence[int]) -> np.ndarray:
         """Device coordinates of host elements (the lanes spread out): the vectorised path."""
         out = self._valid._coords_at(index, shape)
         out[..., -1] = self._spread(out[..., -1])
+        dim, t = self._tile
+        out[..., dim] += t
         return out
 
     def host_index(self, coord: Any) -> tuple[int, ...] | None:
         """Host index held at a device coordinate, or None (padding or another lane)."""
-        c = check_index(coord, self.layout.device_size, what="device coordinate")
+        c = list(check_index(coord, self.layout.device_size, what="device coordinate"))
         on, lane = self._on_lanes(c[-1])
-        return self._valid.host_index((*c[:-1], lane)) if on else None
+        dim, t = self._tile
+        if not on or c[dim] < t:
+            return None
+        c[dim] -= t
+        return self._valid.host_index((*c[:-1], lane))
 
     def host_offsets_of(self, coords: np.ndarray) -> np.ndarray:
         """Host offsets held at device coordinates, vectorised; -1 on padding and other lanes."""
         c = np.array(coords, dtype=np.int64)
         on, lane = self._on_lanes(c[..., -1])
+        dim, t = self._tile
+        on = on & (c[..., dim] >= t)
+        c[..., dim] = np.where(on, c[..., dim] - t, 0)
         c[..., -1] = np.where(on, lane, 0)
         return np.where(on, self._valid.host_offsets_of(c), -1)
 
     def data_positions(self, c: Any) -> Any:
-        """Whether device coordinates hold host data (this layout's lanes only)."""
+        """Whether device coordinates hold host data (this layout's lanes only).
+
+        Array-agnostic as :meth:`_on_lanes`: a tile window's tile by ``>=`` and a product.
+        """
         c = list(c)
         on, lane = self._on_lanes(c[-1])
+        dim, t = self._tile
+        if t:
+            on = on & (c[dim] >= t)
+            c[dim] = (c[dim] - t) * on
         return on & self._valid.data_positions([*c[:-1], lane * on])
 
     def padding_slabs(self) -> tuple[tuple[int, int, int], ...]:

@@ -31,6 +31,7 @@ from spyrejax import DCI, SpyreTensorLayout, viz
 from spyrejax.layout._lanes import (
     LanedLayout,
     lane_refusal,
+    lane_text,
     lane_window,
     laned,
     parent_layout,
@@ -77,7 +78,8 @@ def test_the_odd_lanes_of_a_rope_tensor_print_compare_and_refuse_what_they_canno
 def laned_cases(draw, dtypes=(F16, F32, np.int8, np.int32)):
     """A buffer layout and a piece's lanes: strided (a last dim ``step * n``) or a window.
 
-    A window cuts ``[a, b)`` out of a last dim of at most one stick, not the whole stick.
+    A window cuts ``[a, b)`` out of a last dim of at most one stick, not the whole stick,
+    or (a tile window) out of one stick of a last dim of up to three sticks.
     """
     dtype = np.dtype(draw(st.sampled_from(dtypes)))
     eps = 128 // dtype.itemsize
@@ -86,10 +88,11 @@ def laned_cases(draw, dtypes=(F16, F32, np.int8, np.int32)):
     rank = draw(st.integers(1, 3))
     shape = [draw(st.integers(1, 5)) for _ in range(rank - 1)]
     if window:
-        shape.append(draw(st.integers(2, eps)))
+        shape.append(draw(st.integers(2, draw(st.sampled_from([eps, 3 * eps])))))
         n = shape[-1]
-        a = draw(st.integers(0, n - 2))
-        b = draw(st.integers(a + 2, n).filter(lambda b: b - a < eps))
+        a = draw(st.integers(0, n - 2).filter(lambda a: a % eps < eps - 1))
+        end = min(n, (a // eps + 1) * eps)  # inside a's stick
+        b = draw(st.integers(a + 2, end).filter(lambda b: b - a < eps))
     else:
         shape.append(step * draw(st.integers(2, 80)))  # a last dim of 1 is walked by no lane
     shape = tuple(shape)
@@ -100,27 +103,27 @@ def laned_cases(draw, dtypes=(F16, F32, np.int8, np.int32)):
         buffer = SpyreTensorLayout.row_major(shape, dtype)
     if window:
         piece = (*shape[:-1], b - a)
-        return buffer, shape, lane_window(buffer, shape, a, b), piece, dtype
+        layout = lane_window(buffer, shape, a, b)
+        assert lane_text(layout) == f"{a}:{b}" and (layout.tile is None) == (n <= eps)
+        return buffer, shape, layout, piece, dtype
     offset = draw(st.integers(0, step - 1))
     piece = (*shape[:-1], shape[-1] // step)
     return buffer, shape, laned(buffer, offset, step), piece, dtype
 
 
+def _start(layout):
+    """The buffer's last-dim index of the piece's first element (a tile window's from its
+    tile: the strategy checks it against the drawn start through the printed lanes)."""
+    offset, tile = layout.lanes[0], layout.tile
+    return offset if tile is None else offset + tile[1] * layout.device_size[-1]
+
+
 def _spread(piece_index, layout):
     """Piece index ``[..., j]`` as the buffer's ``[..., offset + step * j]``."""
-    offset, step = layout.lanes
+    step = layout.lanes[1]
     out = np.array(piece_index)
-    out[..., -1] = step * out[..., -1] + offset
+    out[..., -1] = step * out[..., -1] + _start(layout)
     return out
-
-
-def _held_lanes(layout, n):
-    """Per device lane, whether it holds the piece (a last dim of ``n``): brute force."""
-    offset, step = layout.lanes
-    held = np.zeros(layout.device_size[-1], bool)
-    for j in range(n):
-        held[(offset + step * j) % layout.device_size[-1]] = True
-    return held
 
 
 def _coords(buffer, shape, layout, piece):
@@ -136,15 +139,14 @@ def test_index_map_and_padding_are_the_buffers_at_the_spread_index(case):
     mapping = layout.for_host(piece)
     want = _coords(buffer, shape, layout, piece)
     np.testing.assert_array_equal(mapping.device_coords(), want)
-    lanes = _held_lanes(layout, piece[-1])
-    np.testing.assert_array_equal(mapping.data_mask(), data_mask_by_rule(shape, buffer) & lanes)
+    mapped = np.zeros(layout.device_size, bool)  # brute force: where the piece's elements are
+    mapped[tuple(want.reshape(-1, layout.device_rank).T)] = True
+    np.testing.assert_array_equal(mapping.data_mask(), data_mask_by_rule(shape, buffer) & mapped)
     offsets = mapping.host_offsets_of(np.moveaxis(np.indices(layout.device_size), 0, -1))
     assert sorted(offsets[offsets >= 0].tolist()) == list(range(math.prod(piece)))
     last = tuple(n - 1 for n in piece)
     assert mapping.host_index(mapping.device_coord(last)) == last
     # The padding is exactly the device elements no host index maps to (brute force).
-    mapped = np.zeros(layout.device_size, bool)
-    mapped[tuple(want.reshape(-1, layout.device_rank).T)] = True
     np.testing.assert_array_equal(mapping.padding_mask(), ~mapped)
 
 
@@ -270,7 +272,9 @@ def test_rotate_halfs_halves_at_float16_head_dim_64_are_lane_windows():
         (0, 70, "no window"),
     ]:
         assert why in window_refusal(x, (4, 2, 64), start, stop)
-    assert "no window" in window_refusal(SpyreTensorLayout((4, 128), F16), (4, 128), 0, 32)
+    # A slice straddling two sticks of a longer last dim is none (rotate-half's halves at
+    # float16 head dim 80: lanes 40-63 of one stick and 0-15 of the next).
+    assert "no window" in window_refusal(SpyreTensorLayout((4, 80), F16), (4, 80), 40, 80)
     assert "window, arranged" in window_refusal(x.with_gap(0, front=1), (4, 2, 64), 0, 32)
     with pytest.raises(sj.LayoutError, match="window of 64"):
         LanedLayout.make(x.device_size, x.stride_map, F16, 8, 1, 64)
@@ -286,3 +290,33 @@ def test_a_kernels_lane_window_mask_is_the_layouts():
     want = layout.for_host(t.shape).data_mask()
     assert want.sum() == 3 * 16 and not want[..., :4].any() and not want[..., 20:].any()
     np.testing.assert_array_equal(np.asarray(data_mask(t)), want)
+
+
+def test_rotate_halfs_quarters_at_float16_head_dim_80_are_tile_windows():
+    # x [4, 2, 80] in float16: a row is a stick and 16 lanes of the next (device dim 1
+    # holds the stick tiles). The half x[..., 40:80] straddles them (no window); cut at
+    # the stick boundary, x[..., 40:64] is lanes 40-63 of tile 0 and x[..., 64:80]
+    # lanes 0-15 of tile 1: tile windows, printed by their positions in the row.
+    x = SpyreTensorLayout((4, 2, 80), F16)  # device [2, 2, 4, 64]
+    rows = x.for_host((4, 2, 80))
+    hi, tail = lane_window(x, (4, 2, 80), 40, 64), lane_window(x, (4, 2, 80), 64, 80)
+    assert repr(hi).endswith("lanes=40:64)") and repr(tail).endswith("lanes=64:80)")
+    assert (hi.tile, tail.tile) == ((1, 0), (1, 1)) and hi.lanes == (40, 1)
+    assert tail.lanes == (0, 1) and hi != lane_window(x, (4, 2, 80), 0, 24)
+    assert pickle.loads(pickle.dumps(tail)) == tail and hash(tail) != hash(hi)
+    assert parent_layout(tail) == SpyreTensorLayout((4, 2, 128), F16)  # every tile's stick
+    mapping = tail.for_host((4, 2, 16))
+    assert mapping.device_coord((3, 1, 5)) == rows.device_coord((3, 1, 69)) == (1, 1, 3, 5)
+    assert mapping.host_index((1, 1, 3, 5)) == (3, 1, 5)
+    assert mapping.host_index((1, 0, 3, 5)) is None  # tile 0's lane 5: x[..., 5]
+    assert mapping.data_mask().sum() == 4 * 2 * 16
+    (d,) = sj.generate_dci((4, 2, 16), tail)
+    assert d.offset_dst == 256  # tile 1 (device stride 4 x 64), lane 0
+    assert "no window" in window_refusal(x, (4, 2, 80), 40, 80)
+    with pytest.raises(sj.LayoutError, match="no device dim"):  # tiles walked, not synthetic
+        LanedLayout.make(x.device_size, (16, 64, 32, 1), F16, 0, 1, 16, (1, 1))
+    fill = sj.poison_value(F16)
+    v = random_bits((4, 2, 16), np.dtype(F16), np.random.default_rng(6))
+    whole = np.full((4, 2, 80), fill, F16)
+    whole[..., 64:] = v
+    assert_round_trips_both_ways(v, tail, image_by_rule(whole, x, fill))
