@@ -65,10 +65,13 @@ def box_start(division: WorkDivision, operand: int, box: tuple[tuple[int, int], 
     """The DDR element (from the tensor's base) where a box of the operand starts.
 
     A window of a larger buffer (a layout with gaps) counts boxes from its valid range,
-    which starts at the front gaps.
+    which starts at the front gaps; a tile window (``layout._lanes``) from its tile.
     """
     lay = division.space.operands[operand].tensor.layout
-    front = lay.gap_offsets if lay.has_gaps else (0,) * len(lay.device_strides)
+    front = list(lay.gap_offsets if lay.has_gaps else (0,) * len(lay.device_strides))
+    tile = getattr(lay, "tile", None)
+    if tile is not None:
+        front[tile[0]] += tile[1]
     return sum((a + f) * s for (a, _), f, s in zip(box, front, lay.device_strides, strict=True))
 
 

@@ -120,7 +120,12 @@ def valid_nbytes(layout: SpyreTensorLayout) -> int:
     buffer (a layout with gaps), its valid range only: the gaps are the buffer's other
     slots, written by their own producers. The one rule the planner's objective
     (``lowering._traffic``) and the device model (``device._space.TensorSpec``) both read.
+    A tile window (``layout._lanes``: a slice inside one stick of a longer last dim)
+    moves the sticks of its tile only, a stick a row.
     """
     if layout.has_gaps:
         return BYTES_PER_STICK * math.prod(layout.valid_size[:-1])
+    tile = getattr(layout, "tile", None)
+    if tile is not None:
+        return layout.nbytes // layout.device_size[tile[0]]
     return layout.nbytes

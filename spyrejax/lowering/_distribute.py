@@ -30,12 +30,14 @@ piece written by its producer on its lanes of the result's sticks.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import TYPE_CHECKING, Any
 
 from ..layout._dtypes import BYTES_PER_STICK, has_spyre_format
 from ..primitives._stick import grouped_layout
 from ._distribute_lanes import _distribute_lanes_once, _fold_lane_slice, _lanes_hold
 from ._graph_edits import (
+    _POINTWISE,
     Facts,
     _broadcasts,
     _drop_unread,
@@ -78,11 +80,142 @@ def _aligned(offsets: list[int], dim: int, values: list[Value], sizes: list[int]
     """
     if dim != values[0].ndim - 1:
         return True
-    per_stick = [max(BYTES_PER_STICK // v.dtype.itemsize, 1) for v in values]
+    per_stick = [_eps(v) for v in values]
     if all(o % eps == 0 for eps in per_stick for o in offsets):
         return True
-    one_stick = all(v.shape[-1] <= eps for v, eps in zip(values, per_stick, strict=True))
-    return one_stick and min(sizes) >= 2 and all(has_spyre_format(v.dtype) for v in values)
+    windows = min(sizes) >= 2 and all(has_spyre_format(v.dtype) for v in values)
+    return windows and _within_sticks(offsets, values)
+
+
+def _eps(v: Value) -> int:
+    """Elements a stick of ``v``'s dtype."""
+    return max(BYTES_PER_STICK // v.dtype.itemsize, 1)
+
+
+def _within_sticks(offsets: list[int], values: list[Value]) -> bool:
+    """Whether every piece between the offsets lies in one stick of every value's last dim.
+
+    Then each piece of every value is a lane window (``layout._lanes.lane_window``): of
+    a last dim of one stick a row, or of one stick of a longer one (a tile window).
+    """
+    for v in values:
+        eps, bounds = _eps(v), [0, *offsets, v.shape[-1]]
+        if any(a // eps != (b - 1) // eps for a, b in itertools.pairwise(bounds)):
+            return False
+    return True
+
+
+def _joins(others: list[Value], node: Node, dim: int, facts: Facts) -> set[int]:
+    """Where the other operands that are concatenates along ``dim`` (read here alone) join.
+
+    Cut there too, each piece of theirs is one of their pieces' slices, not a copy.
+    Only along a last dim (pieces cut inside sticks: ``_refined``).
+    """
+    out: set[int] = set()
+    for x in others:
+        joined = _joined(x, node, facts.producers, facts.readers, facts.outputs)
+        if dim != x.ndim - 1 or joined is None or joined[0] != dim or x.shape[dim] == 1:
+            continue
+        sizes = [p.shape[dim] for _, p in joined[1]]
+        out |= {sum(sizes[:k]) for k in range(1, len(sizes))}
+    return out
+
+
+def _refined(
+    pieces: list[Any],
+    values: list[Value],
+    producers: Any,
+    readers: Any,
+    at: Node,
+    joins: set[int] = frozenset(),  # type: ignore[assignment]
+) -> Any:
+    """The pieces cut so each lies in one stick of every value and of its own source.
+
+    Rotate-half at 16-bit head dim 80: ``concatenate([-x[..., 40:], x[..., :40]])`` read
+    by a pointwise op over ``[..., 80]`` values; the half ``x[..., 40:80]`` straddles
+    x's two sticks (lanes 40-63 and 0-15), so it is cut at x's stick boundary and the
+    result's: ``-x[..., 40:64]``, ``-x[..., 64:80]``, ``x[..., :24]``, ``x[..., 24:40]``,
+    each a tile window of x and of the result. The cuts are the pieces' boundaries, the
+    values' stick boundaries and, inside a piece that is a slice of the last dim of some
+    ``x`` (through one-operand pointwise ops read by the next alone), x's. Any other
+    piece is sliced where each part lies in one of its sticks (``concatenate([cos,
+    cos])``'s pieces: the slices fold into slices of ``cos``). Returns the new pieces
+    ``[(nodes giving it, piece)]``, or None: a part straddling a stick of another
+    piece, or a piece of 1 element.
+    """
+    if any(not has_spyre_format(v.dtype) for v in values) or values[0].ndim < 1:
+        return None
+    length = values[0].shape[-1]
+    cuts = {k * _eps(v) for v in values for k in range(1, -(-v.shape[-1] // _eps(v)))}
+    cuts |= joins
+    start, sources = 0, []
+    for before, piece in pieces:
+        found = None if before else _sliced(piece, producers, readers)
+        sources.append(found)
+        x, first = (piece, 0) if found is None else found[:2]  # the piece's sticks, or x's
+        n, eps = piece.shape[-1], _eps(x)
+        cuts |= {start + m for m in range(1, n) if (first + m) % eps == 0}
+        start += piece.shape[-1]
+        cuts.add(start)
+    out, start = [], 0
+    for (before, piece), found in zip(pieces, sources, strict=True):
+        n = piece.shape[-1]
+        inner = sorted(c - start for c in cuts if start < c < start + n)
+        for lo, hi in zip([0, *inner], [*inner, n], strict=True):
+            if (lo, hi) == (0, n):
+                out.append((before, piece))
+            elif found is not None:
+                out.append(_sub_piece(found, lo, hi))
+            elif lo // _eps(piece) == (hi - 1) // _eps(piece):
+                node, v = _slice(piece, piece.ndim - 1, lo, hi - lo, f"{lo}_{hi}", at)
+                out.append(([*before, node], v))
+            else:
+                return None
+        start += n
+    sizes = [p.shape[-1] for _, p in out]
+    offsets = [sum(sizes[:k]) for k in range(1, len(sizes))]
+    aligned = start == length and _aligned(offsets, length and values[0].ndim - 1, values, sizes)
+    return out if aligned else None
+
+
+def _sliced(piece: Value, producers: Any, readers: Any) -> Any:
+    """``(x, start, [nodes from the slice up])`` if ``piece`` is ``f(x[..., start:stop])``.
+
+    ``f`` a chain of pointwise ops of one value operand each, every value on the way
+    read by the next op alone; the slice of the last dim only, unit strides.
+    """
+    chain, v = [], piece
+    while (p := producers.get(v)) is not None and p.prim != "slice":
+        args = [x for x in p.ins if _is_value(x)]
+        if p.prim not in _POINTWISE or len(p.outs) != 1 or len(args) != 1 or args[0] is v:
+            return None
+        if readers.get(args[0]) != [p]:
+            return None
+        chain.append(p)
+        v = args[0]
+    if p is None or p.params.get("strides") not in (None, (1,) * v.ndim):
+        return None
+    x, lo, hi = p.ins[0], p.params["start_indices"], p.params["limit_indices"]
+    if tuple(lo[:-1]) != (0,) * (v.ndim - 1) or tuple(hi[:-1]) != x.shape[:-1]:
+        return None
+    return x, lo[-1], [p, *reversed(chain)]
+
+
+def _sub_piece(found: Any, lo: int, hi: int) -> tuple[list[Node], Value]:
+    """Elements ``[lo, hi)`` of a sliced piece: the slice narrowed, the chain redone on it."""
+    x, at, (sl, *chain) = found
+    tag = f"{lo}_{hi}"
+    node, v = _slice(x, x.ndim - 1, at + lo, hi - lo, tag, sl)
+    nodes = [node]
+    for p in chain:
+        (old,) = p.outs
+        shape = (*old.shape[:-1], hi - lo)
+        name = f"{old.name}.{tag}"
+        new = dataclasses.replace(old, shape=shape, name=name, kind="node", const=None)
+        ins = [v if _is_value(a) else a for a in p.ins]
+        nodes.append(dataclasses.replace(p, ins=ins, outs=[new]))
+        v = new
+    return nodes, v
 
 
 def _slice(y: Value, dim: int, start: int, size: int, tag: str, node: Node) -> tuple[Node, Value]:
@@ -111,10 +244,15 @@ def _distribute_once(graph: Graph, facts: Facts) -> bool:
             others = [x for x in node.ins if _is_value(x) and x is not c and x.shape[dim] != 1]
             if any(not _broadcasts(x.shape, node.outs[0].shape) for x in node.ins if _is_value(x)):
                 continue
+            values = [c, node.outs[0], *others]
             sizes = [p.shape[dim] for _, p in pieces]
             offsets = [sum(sizes[:k]) for k in range(1, len(sizes))]
-            if not _aligned(offsets, dim, [c, node.outs[0], *others], sizes):
-                continue
+            joins = _joins(others, node, dim, facts) - set(offsets)
+            if joins or not _aligned(offsets, dim, values, sizes):
+                last = dim == c.ndim - 1  # cuts inside sticks: a last dim's only
+                pieces = _refined(pieces, values, producers, readers, node, joins) if last else None
+                if pieces is None:
+                    continue
             graph.nodes[i : i + 1] = _split(node, arg, dim, pieces, gone[-1])
             for n in gone:
                 graph.nodes.remove(n)
@@ -198,10 +336,14 @@ def _fold_slices_once(graph: Graph, facts: Facts) -> bool:
             continue
         lo, hi = node.params["start_indices"], node.params["limit_indices"]
         if src.prim == "concatenate":
-            piece = _whole_piece(src, lo, hi)
-            if piece is not None:
-                _forward(graph, node.outs[0], piece)
+            found = _inner_piece(src, lo, hi)
+            if found is not None and found[1] == (0,) * len(lo) and found[2] == found[0].shape:
+                _forward(graph, node.outs[0], found[0])
                 del graph.nodes[i]
+                return True
+            if found is not None:  # a part of one piece: a slice of that piece
+                params = dict(node.params, start_indices=found[1], limit_indices=found[2])
+                graph.nodes[i] = dataclasses.replace(node, params=params, ins=[found[0]])
                 return True
         elif src.prim == "broadcast_in_dim" and _is_value(src.ins[0]) and len(src.ins) == 1:
             graph.nodes[i : i + 1] = _slice_under_broadcast(node, src, lo, hi)
@@ -209,16 +351,76 @@ def _fold_slices_once(graph: Graph, facts: Facts) -> bool:
     return False
 
 
-def _whole_piece(cat: Node, lo: tuple[int, ...], hi: tuple[int, ...]) -> Value | None:
+def _inner_piece(cat: Node, lo: tuple[int, ...], hi: tuple[int, ...]) -> Any:
+    """``(piece, lo, hi)`` of the concatenate's one piece the slice lies in, else None.
+
+    The other dims whole; the bounds along the joined dim are the piece's own.
+    """
     dim, start = cat.params["dimension"], 0
     for piece in cat.ins:
         n = piece.shape[dim]
-        want = [(0, s) for s in piece.shape]
-        want[dim] = (start, start + n)
-        if list(zip(lo, hi, strict=True)) == want:
-            return piece
+        whole = zip(lo, hi, piece.shape, strict=True)
+        if any((a, b) != (0, m) for d, (a, b, m) in enumerate(whole) if d != dim):
+            return None
+        if start <= lo[dim] and hi[dim] <= start + n:
+            plo, phi = list(lo), list(hi)
+            plo[dim], phi[dim] = lo[dim] - start, hi[dim] - start
+            return piece, tuple(plo), tuple(phi)
         start += n
     return None
+
+
+def _window_under_expand_once(graph: Graph, facts: Facts) -> bool:
+    """``broadcast_in_dim(y[..., a:b])`` inserting size-1 dims as a window of ``y`` reshaped.
+
+    Rotate-half's angles cut inside a stick (``cos[:, a:b][:, None]``, where ``_refined``
+    cut the pieces): the slice of the reshaped ``y`` is a lane window of it (a reshape
+    inserting size-1 dims is a plain array in its default layout), which a pointwise op
+    reads in place; the broadcast of a lane view would be a copy.
+    """
+    producers, readers, outputs = facts.producers, facts.readers, facts.outputs
+    for i, node in enumerate(graph.nodes):
+        if node.prim != "broadcast_in_dim" or len(node.ins) != 1 or not _is_value(node.ins[0]):
+            continue
+        (v,) = node.ins
+        sl = producers.get(v)
+        if sl is None or sl.prim != "slice" or readers[v] != [node] or id(v) in outputs:
+            continue
+        y, out, dims = sl.ins[0], node.outs[0], tuple(node.params["broadcast_dimensions"])
+        kept = [d for d in range(out.ndim) if d not in dims]
+        if list(dims) != sorted(dims) or any(out.shape[d] != 1 for d in kept):
+            continue
+        if (
+            sl.params.get("strides") not in (None, (1,) * v.ndim)
+            or not dims
+            or dims[-1] != out.ndim - 1
+        ):
+            continue
+        lo, hi = sl.params["start_indices"], sl.params["limit_indices"]
+        if tuple(lo[:-1]) != (0,) * (v.ndim - 1) or tuple(hi[:-1]) != y.shape[:-1]:
+            continue
+        if not _window_in_stick(y, lo[-1], hi[-1]):
+            continue
+        shape = [1] * out.ndim
+        for k, d in enumerate(dims):
+            shape[d] = y.shape[k]
+        ry = dataclasses.replace(y, shape=tuple(shape), name=f"{y.name}.x", kind="node", const=None)
+        params = {"new_sizes": tuple(shape), "dimensions": None, "sharding": None}
+        reshape = _new_node(node, "reshape", params, [y], [ry])
+        hi_out = (*shape[:-1], hi[-1])
+        window = {"start_indices": (0,) * (out.ndim - 1) + (lo[-1],), "limit_indices": hi_out}
+        cut = _new_node(node, "slice", {**window, "strides": None}, [ry], [out])
+        graph.nodes[i : i + 1] = [reshape, cut]
+        graph.nodes.remove(sl)
+        return True
+    return False
+
+
+def _window_in_stick(y: Value, a: int, b: int) -> bool:
+    """Whether ``y[..., a:b]`` may be a lane window: 2 lanes or more inside one stick."""
+    if not has_spyre_format(y.dtype) or (a, b) == (0, y.shape[-1]) or b - a < 2:
+        return False
+    return a // _eps(y) == (b - 1) // _eps(y)
 
 
 def _pairs_as_lanes_once(graph: Graph, facts: Facts) -> bool:
@@ -317,4 +519,5 @@ def _has_grouped_stick(y: Value) -> bool:
 
 
 _REWRITES = (_distribute_once, _fold_slices_once, _pairs_as_lanes_once, _interleave_once)
+_REWRITES += (_window_under_expand_once,)
 _REWRITES += (_distribute_lanes_once,)  # :func:`distribute` tries them in order, each pass

@@ -73,8 +73,9 @@ def read_layout(t: SpyreType) -> SpyreTensorLayout:
 
     Strided: the default layout of ``t``'s shape in its buffer's dim order (or the
     row-major layout, if the buffer's is). A window: its own stride map, on lanes from
-    0 (for a default buffer, the default layout of ``t``'s shape in its order). Values
-    move from the lanes in that layout's order.
+    0 (for a default buffer, the default layout of ``t``'s shape in its order); a tile
+    window's tiles one stick (the piece's one), walked as a stick tile. Values move
+    from the lanes in that layout's order.
 
     Raises:
         LayoutError: if the buffer's layout is neither.
@@ -82,7 +83,10 @@ def read_layout(t: SpyreType) -> SpyreTensorLayout:
     lay = t.layout
     assert isinstance(lay, LanedLayout)
     if lay.lanes[1] == 1:  # a window: its stride map read from lane 0 on
-        return SpyreTensorLayout.from_stride_map(lay.device_size, lay.stride_map, lay.device_dtype)
+        size, smap = list(lay.device_size), list(lay.stride_map)
+        if lay.tile is not None:
+            size[lay.tile[0]], smap[lay.tile[0]] = 1, size[-1]
+        return SpyreTensorLayout.from_stride_map(size, smap, lay.device_dtype)
     parent, shape = parent_layout(lay), parent_shape(lay, t.shape)
     order = parent.for_host(shape).dim_order()
     if order is not None:
@@ -286,10 +290,20 @@ class LaneAssemble(JoinedBits):
         return out
 
     def _join(self, parts: tuple[jax.Array, ...]) -> jax.Array:
-        axis = parts[0].ndim - 1
-        owner = self._owners(parts[0].shape[axis], lane=True)
-        lane = jax.lax.broadcasted_iota(np.int32, parts[0].shape, axis)
-        which = jax.numpy.asarray(owner)[lane]
+        """Each device element from the piece whose lanes hold it.
+
+        Tile windows' owners are by position in the row: the tile (of the pieces'
+        tiles' dim) times the stick, plus the lane.
+        """
+        axis, shape = parts[0].ndim - 1, parts[0].shape
+        lane = jax.lax.broadcasted_iota(np.int32, shape, axis)
+        tile = next((a.layout.tile for a in self.in_avals if a.layout.tile is not None), None)
+        if tile is None:
+            which = jax.numpy.asarray(self._owners(shape[axis], lane=True))[lane]
+        else:
+            row = shape[axis] * shape[tile[0]]
+            at = jax.lax.broadcasted_iota(np.int32, shape, tile[0]) * shape[axis] + lane
+            which = jax.numpy.asarray(self._owners(row, lane=False))[at]
         out = parts[0]
         for k, part in enumerate(parts[1:], 1):
             out = jax.numpy.where(which == k, part, out)

@@ -264,8 +264,32 @@ def test_a_lane_window_holds_the_slice_and_windows_assemble_the_concatenate():
         lane_assemble(
             [pieces[0], lane_place(lane_view(b, 0, 2) + 0, laned(dest, 1, 2))], dest, (3, 2, 64)
         )
-    with pytest.raises(sj.LayoutError, match="no window"):
-        lane_view(sj.to_device(np.ones((3, 128), F16)), 0, 1, 32)  # two sticks a row
+    with pytest.raises(sj.LayoutError, match="no window"):  # lanes 40-63 and 0-15 of the next
+        lane_view(sj.to_device(np.ones((3, 80), F16)), 40, 1, 40)
+
+
+def test_tile_windows_hold_the_quarters_and_assemble_a_row_of_two_sticks():
+    # x [3, 2, 80] in float16: a stick and 16 lanes a row. Its quarters cut at the half
+    # (40) and at the stick boundary (64) each lie in one stick: tile windows of x, and
+    # written on their windows of the result's sticks they make the rotated row.
+    y = (np.arange(3 * 2 * 80, dtype=F16) / 64).reshape(3, 2, 80)  # finite, exact products
+    b = sj.to_device(y)
+    assert same_bits(sj.to_host(lane_view(b, 40, 1, 24)), y[..., 40:64])
+    assert same_bits(sj.to_host(sj.restickify(lane_view(b, 64, 1, 16))), y[..., 64:])
+    dest = sj.SpyreTensorLayout((3, 2, 80), F16)
+    want = np.concatenate([y[..., 40:] * 2, y[..., :40]], -1)
+    cuts = [(40, 0, 24), (64, 24, 16), (0, 40, 24), (24, 64, 16)]  # (from, to, lanes)
+
+    def rotate(b):
+        pieces = []
+        for src, at, n in cuts:
+            v = lane_view(b, src, 1, n) * (2 if at < 40 else 1)
+            pieces.append(lane_place(v, lane_window(dest, (3, 2, 80), at, at + n)))
+        return lane_assemble(pieces, dest, (3, 2, 80))
+
+    for f in (rotate, jax.jit(rotate)):
+        got = f(b)
+        assert got.layout == dest and same_bits(sj.to_host(got), want)
 
 
 @pytest.mark.parametrize("dtype", [F16, np.float32], ids=str)

@@ -180,8 +180,9 @@ class _Slice(Rule):
 def _lanes_of(node: Node) -> tuple[int, int, int | None] | None:
     """``lane_view``'s ``(offset, step, count)`` of a slice on lanes of ``x``'s sticks, or None.
 
-    ``x[..., offset::step]``, or a part ``x[..., a:b]`` of the last dim (a window where
-    that dim lies in one stick a row: the view says).
+    ``x[..., offset::step]``, or a part ``x[..., a:b]`` of the last dim inside one stick
+    (a window, where that dim lies in one stick a row or is walked by stick tiles: the
+    view says).
     """
     p = node.params
     args = (node.ins[0].shape, p["start_indices"], p["limit_indices"], p.get("strides"))
@@ -192,7 +193,8 @@ def _lanes_of(node: Node) -> tuple[int, int, int | None] | None:
     x = node.ins[0]
     if window is None or not has_spyre_format(x.dtype):
         return None
-    if x.shape[-1] > format_for_dtype(x.dtype).elems_per_stick():
+    eps = format_for_dtype(x.dtype).elems_per_stick()
+    if window[0] // eps != (window[1] - 1) // eps:  # straddles two sticks: no window
         return None
     return window[0], 1, window[1] - window[0]
 
