@@ -13,8 +13,12 @@ Rewritten only where the concatenate is read by that op alone, and where every p
 boundary along the joined dim cuts whole sticks of every value sliced (a boundary
 inside a stick would turn the views into copies), or every value's last dim lies in
 one stick a row: then the slices are lane windows and the result's concatenate is
-built on lanes (``primitives._lanes``: rotate-half at float16 head dim 64). A slice
-that takes exactly one piece of a concatenate is that piece, and a slice of a
+built on lanes (``primitives._lanes``: rotate-half at float16 head dim 64). Where a
+piece straddles a stick (rotate-half's halves at 16-bit head dim 80), the pieces are
+cut at every stick boundary first (:func:`_refined`), so each part is a tile window of
+its value. A slice
+that takes exactly one piece of a concatenate is that piece (inside one piece: a slice
+of it), and a slice of a
 ``broadcast_in_dim`` is the broadcast of the slice of its operand, so the operands' own
 concatenates (``concatenate([cos, cos])``) fold away too.
 
