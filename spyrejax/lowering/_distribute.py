@@ -178,7 +178,7 @@ def _refined(
         start += n
     sizes = [p.shape[-1] for _, p in out]
     offsets = [sum(sizes[:k]) for k in range(1, len(sizes))]
-    aligned = start == length and _aligned(offsets, length and values[0].ndim - 1, values, sizes)
+    aligned = start == length and _aligned(offsets, values[0].ndim - 1, values, sizes)
     return out if aligned else None
 
 
@@ -252,11 +252,15 @@ def _distribute_once(graph: Graph, facts: Facts) -> bool:
             sizes = [p.shape[dim] for _, p in pieces]
             offsets = [sum(sizes[:k]) for k in range(1, len(sizes))]
             joins = _joins(others, node, dim, facts) - set(offsets)
-            if joins or not _aligned(offsets, dim, values, sizes):
+            aligned = _aligned(offsets, dim, values, sizes)
+            if joins or not aligned:
                 last = dim == c.ndim - 1  # cuts inside sticks: a last dim's only
-                pieces = _refined(pieces, values, producers, readers, node, joins) if last else None
-                if pieces is None:
+                refined = (
+                    _refined(pieces, values, producers, readers, node, joins) if last else None
+                )
+                if refined is None and not aligned:
                     continue
+                pieces = refined or pieces
             graph.nodes[i : i + 1] = _split(node, arg, dim, pieces, gone[-1])
             for n in gone:
                 graph.nodes.remove(n)
