@@ -63,23 +63,22 @@ explain reports on its source line) is planned rather than a restickify before a
 power of two: sums of byte counts and ties stay exact in floats."""
 
 
-REBASE = 2.0**960
+REBASE = 2.0**36
 """The least total past which a value's totals are taken relative to it (:func:`rebased`).
 
 The planner's forward totals add each input's total, so a value read along two paths (a
 residual stream, a weight read forward and backward) counts twice: a deep graph's totals
 double per layer (2^17 a GPT layer: 2^577 at 32 layers; inf at about 59 by extrapolation,
 where no option is finite: a 700-step chain of `x * x + x` failed so). A node's choice
-depends only on its inputs' totals relative to each other, so past 2^960 (a node's sum
-stays finite) they are rebased.
-Rebasing at the scale of bytes (2^36, tried 2026-11-29) plans exactly (at 2^577 a float's
-step is 2^525 bytes and rounding chooses among near options): the 4-layer GPT training
-step then plans 235 restickifies instead of 338. Its CPU slowdown (benchmarks/README
-item 47) was XLA recomputing the residual gradient's chain in each reader, fixed in the
-interpreter (item 60); it is not shipped because the device model now predicts that plan
-slower on the card (28.6 ms against 25.7: its matmuls are predicted slower in the operand
-layouts it gives them, which these byte totals do not charge), so the plans below 2^960
-are kept."""
+depends only on its inputs' totals relative to each other, so past 2^36 bytes (64 GiB:
+more than a program of the card moves, so the totals below it are exact sums of bytes
+in floats) they are rebased. Until 2026-11-29 the threshold was 2^960, where a float's
+step at 2^577 is 2^525 bytes and rounding chose among near options: the 4-layer GPT
+training step planned 370 restickifies (by ``explain``) where exact totals give 266, and
+the device model predicts the exact plan faster (24.3 ms against 25.0; with dropout 51.4
+against 55.7; benchmarks/README items 47, 60, 63). Its CPU slowdown of item 47 was XLA
+recomputing the residual gradient's chain in each reader, fixed in the interpreter
+(item 60)."""
 
 
 def rebased(produced: dict[Any, tuple[float, Any]]) -> dict[Any, tuple[float, Any]]:
