@@ -76,7 +76,7 @@ in floats) they are rebased. Until 2026-11-29 the threshold was 2^960, where a f
 step at 2^577 is 2^525 bytes and rounding chose among near options: the 4-layer GPT
 training step planned 370 restickifies (by ``explain``) where exact totals give 266, and
 the device model predicts the exact plan faster (24.3 ms against 25.0; with dropout 51.4
-against 55.7; benchmarks/README items 47, 60, 63). Its CPU slowdown of item 47 was XLA
+against 55.7; benchmarks/README items 47, 60, 65). Its CPU slowdown of item 47 was XLA
 recomputing the residual gradient's chain in each reader, fixed in the interpreter
 (item 60)."""
 
