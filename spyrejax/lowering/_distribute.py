@@ -125,6 +125,14 @@ def _joins(others: list[Value], node: Node, dim: int, facts: Facts) -> set[int]:
     return out
 
 
+_MAX_PARTS = 8
+"""The most parts :func:`_refined` cuts an op's pieces into (its cuts, the last one the
+end). Rotate-half at a head dim of a partial stick needs four (f32 D 96, 16-bit D 80);
+unbounded, ``concatenate([x[..., :100], y]) * 2`` over 512 fp16 lanes (eight sticks)
+took 50 s to plan and 1,024 lanes did not finish in two minutes (each part a slice, an
+op and a join, the rewrite repeated): past the bound the op keeps its copy."""
+
+
 def _refined(
     pieces: list[Any],
     values: list[Value],
@@ -161,6 +169,8 @@ def _refined(
         cuts |= {start + m for m in range(1, n) if (first + m) % eps == 0}
         start += piece.shape[-1]
         cuts.add(start)
+    if len(cuts) > _MAX_PARTS:
+        return None  # a long last dim: the op is copied once, not cut into a part a stick
     out, start = [], 0
     for (before, piece), found in zip(pieces, sources, strict=True):
         n = piece.shape[-1]
