@@ -408,6 +408,8 @@ def _window_under_expand_once(graph: Graph, facts: Facts) -> bool:
         kept = [d for d in range(out.ndim) if d not in dims]
         if list(dims) != sorted(dims) or any(out.shape[d] != 1 for d in kept):
             continue
+        if any(v.shape[k] != out.shape[d] for k, d in enumerate(dims)):
+            continue  # the broadcast also widens a dim of size 1: not a window alone
         if (
             sl.params.get("strides") not in (None, (1,) * v.ndim)
             or not dims

@@ -344,3 +344,15 @@ def test_a_join_over_a_long_last_dim_is_copied_once_not_cut_a_part_a_stick():
     assert report.jaxpr.count(" = ") <= 4
     assert report.copy_cost <= 3 * x.size  # the join and its pieces, once each
     assert_matches_jax_jit(f, x, y)
+
+
+def test_a_broadcast_that_widens_a_windowed_dim_is_not_rewritten_to_the_window_alone():
+    # broadcast_in_dim(c[:, 16:32], (4, 1, 16), (0, 2)) of a [1, 128] c inserts a dim
+    # and widens c's row dim 1 -> 4: the window of c reshaped would have 1 row, not 4
+    # (the rewrite once gave a [1, 1, 16] slice where the equation said [4, 1, 16]).
+    def f(x, c):
+        return x * jax.lax.broadcast_in_dim(c[:, 16:32], (4, 1, 16), (0, 2))
+
+    x = rand((4, 1, 16), F16, seed=3)
+    c = rand((1, 128), F16, seed=4)
+    assert_matches_jax_jit(f, x, c)
