@@ -152,8 +152,9 @@ def _refined(
     ``x`` (through one-operand pointwise ops read by the next alone), x's. Any other
     piece is sliced where each part lies in one of its sticks (``concatenate([cos,
     cos])``'s pieces: the slices fold into slices of ``cos``). Returns the new pieces
-    ``[(nodes giving it, piece)]``, or None: a part straddling a stick of another
-    piece, or a piece of 1 element.
+    ``[(nodes giving it, piece)]`` and the nodes of the sliced pieces' chains they
+    redo (unread once the op is split: the caller drops them), or None: a part
+    straddling a stick of another piece, or a piece of 1 element.
     """
     if any(not has_spyre_format(v.dtype) for v in values) or values[0].ndim < 1:
         return None
@@ -171,7 +172,7 @@ def _refined(
         cuts.add(start)
     if len(cuts) > _MAX_PARTS:
         return None  # a long last dim: the op is copied once, not cut into a part a stick
-    out, start = [], 0
+    out, redone, start = [], [], 0
     for (before, piece), found in zip(pieces, sources, strict=True):
         n = piece.shape[-1]
         inner = sorted(c - start for c in cuts if start < c < start + n)
@@ -180,6 +181,7 @@ def _refined(
                 out.append((before, piece))
             elif found is not None:
                 out.append(_sub_piece(found, lo, hi))
+                redone.extend(found[2])
             elif lo // _eps(piece) == (hi - 1) // _eps(piece):
                 node, v = _slice(piece, piece.ndim - 1, lo, hi - lo, f"{lo}_{hi}", at)
                 out.append(([*before, node], v))
@@ -189,7 +191,7 @@ def _refined(
     sizes = [p.shape[-1] for _, p in out]
     offsets = [sum(sizes[:k]) for k in range(1, len(sizes))]
     aligned = start == length and _aligned(offsets, values[0].ndim - 1, values, sizes)
-    return out if aligned else None
+    return (out, redone) if aligned else None
 
 
 def _sliced(piece: Value, producers: Any, readers: Any) -> Any:
@@ -262,7 +264,7 @@ def _distribute_once(graph: Graph, facts: Facts) -> bool:
             sizes = [p.shape[dim] for _, p in pieces]
             offsets = [sum(sizes[:k]) for k in range(1, len(sizes))]
             joins = _joins(others, node, dim, facts) - set(offsets)
-            aligned = _aligned(offsets, dim, values, sizes)
+            aligned, redone = _aligned(offsets, dim, values, sizes), []
             if joins or not aligned:
                 last = dim == c.ndim - 1  # cuts inside sticks: a last dim's only
                 refined = (
@@ -270,10 +272,11 @@ def _distribute_once(graph: Graph, facts: Facts) -> bool:
                 )
                 if refined is None and not aligned:
                     continue
-                pieces = refined or pieces
+                pieces, redone = refined or (pieces, [])
             graph.nodes[i : i + 1] = _split(node, arg, dim, pieces, gone[-1])
             for n in gone:
                 graph.nodes.remove(n)
+            _drop_unread(graph, among=redone)  # the chains cut into parts: evaluated no more
             return True
     return False
 

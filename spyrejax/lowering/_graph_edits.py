@@ -8,7 +8,7 @@ The rewrites of a build (``lowering._pair_sums``, ``lowering._distribute``,
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..primitives import ELEMENTWISE
@@ -24,12 +24,19 @@ _POINTWISE = {p for op in ELEMENTWISE for p in op.lowers}
 _PURE = {"concatenate", "broadcast_in_dim", "slice", "reshape", "expand_dims", "interleave"}
 
 
-def _drop_unread(graph: Graph, facts: Facts | None = None) -> None:
-    """Drop the concatenates, broadcasts and slices left unread (from ``facts`` too, if given)."""
+def _drop_unread(graph: Graph, facts: Facts | None = None, among: Iterable[Node] = ()) -> None:
+    """Drop the concatenates, broadcasts and slices left unread (from ``facts`` too, if given).
+
+    ``among``: other nodes a rewrite left behind (a pointwise chain it redid on parts),
+    dropped too once nothing reads them.
+    """
+    also = {id(n) for n in among}
     while True:
         read = {id(x) for n in graph.nodes for x in n.ins} | {id(x) for x in graph.outputs}
         dead = [
-            n for n in graph.nodes if n.prim in _PURE and not any(id(v) in read for v in n.outs)
+            n
+            for n in graph.nodes
+            if (n.prim in _PURE or id(n) in also) and not any(id(v) in read for v in n.outs)
         ]
         if not dead:
             return

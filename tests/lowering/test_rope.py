@@ -18,6 +18,7 @@ import spyrejax as sj
 from spyrejax.device import divide_op
 from spyrejax.layout._lanes import window_refusal
 from spyrejax.lowering import checking_cores
+from spyrejax.lowering._graph import build_graph
 from spyrejax.lowering.program._cores import dividing, injecting
 
 T, H = 4, 2
@@ -190,6 +191,20 @@ def test_rotate_half_whose_halves_straddle_sticks_copies_nothing(d, dtype):
     assert not report.restickifies and report.copy_cost == 0 and not report.copies
     assert f"lanes={d // 2}:64" in report.jaxpr and "= LaneAssemble" in report.jaxpr
     assert_matches_jax_jit(rope_rotate_half, x, cos, sin, ops=3)
+
+
+def test_rotate_half_cut_at_sticks_leaves_no_unread_node():
+    # At 16-bit D 80 the halves are cut at x's stick boundary (lowering._distribute.
+    # _refined): each quarter's slice and negation are new nodes. The original halves'
+    # slices and -x[..., 40:] were left in the graph, unread, and the planner evaluated
+    # them: every node's result is now read (or is an output).
+    x = rand((T, H, 80), jnp.float16, seed=5)
+    cos, sin = _angles(80)
+    graph = build_graph(jax.make_jaxpr(rope_rotate_half)(x, cos, sin))
+    read = {id(v) for n in graph.nodes for v in n.ins} | {id(v) for v in graph.outputs}
+    unread = [n.prim for n in graph.nodes if not any(id(v) in read for v in n.outs)]
+    assert not unread
+    assert sum(n.prim == "neg" for n in graph.nodes) == 2  # one a quarter of x[..., 40:]
 
 
 @pytest.mark.parametrize("shape", [(64, 8, 64), (8, 64, 64)], ids=["T64", "H64"])
