@@ -50,6 +50,7 @@ from ._segments import row_major_strides
 __all__ = [
     "LaneMapping",
     "LanedLayout",
+    "in_one_stick",
     "lane_positions",
     "lane_refusal",
     "lane_text",
@@ -291,6 +292,15 @@ def lane_window(
     )
 
 
+def in_one_stick(start: int, stop: int, eps: int) -> bool:
+    """Whether elements ``[start, stop)`` of a last dim (``eps`` a stick) lie in one stick.
+
+    What makes ``x[..., start:stop]`` a (tile) window (:func:`lane_window`), and where
+    rewrites cut pieces so each is one (``lowering._distribute``).
+    """
+    return start // eps == (stop - 1) // eps
+
+
 def window_refusal(
     buffer: SpyreTensorLayout, shape: tuple[int, ...], start: int, stop: int
 ) -> str | None:
@@ -312,7 +322,7 @@ def _window_strides(
     if buffer.has_gaps or buffer.is_arranged or isinstance(buffer, LanedLayout):
         return f"lanes: {buffer} is a window, arranged or laned already"
     eps = buffer.device_size[-1]
-    if not shape or not 0 <= start < stop <= shape[-1] or start // eps != (stop - 1) // eps:
+    if not shape or not 0 <= start < stop <= shape[-1] or not in_one_stick(start, stop, eps):
         return f"lanes: [{start}:{stop}] of a last dim of {shape[-1:]} is no window of one stick"
     if stop - start < 2:
         return "lanes: a window of one lane walks no host dim"

@@ -38,6 +38,7 @@ import itertools
 from typing import TYPE_CHECKING, Any
 
 from ..layout._dtypes import BYTES_PER_STICK, has_spyre_format
+from ..layout._lanes import in_one_stick
 from ..primitives._stick import grouped_layout
 from ._distribute_lanes import _distribute_lanes_once, _fold_lane_slice, _lanes_hold
 from ._graph_edits import (
@@ -104,7 +105,7 @@ def _within_sticks(offsets: list[int], values: list[Value]) -> bool:
     """
     for v in values:
         eps, bounds = _eps(v), [0, *offsets, v.shape[-1]]
-        if any(a // eps != (b - 1) // eps for a, b in itertools.pairwise(bounds)):
+        if not all(in_one_stick(a, b, eps) for a, b in itertools.pairwise(bounds)):
             return False
     return True
 
@@ -182,7 +183,7 @@ def _refined(
             elif found is not None:
                 out.append(_sub_piece(found, lo, hi))
                 redone.extend(found[2])
-            elif lo // _eps(piece) == (hi - 1) // _eps(piece):
+            elif in_one_stick(lo, hi, _eps(piece)):
                 node, v = _slice(piece, piece.ndim - 1, lo, hi - lo, f"{lo}_{hi}", at)
                 out.append(([*before, node], v))
             else:
@@ -443,7 +444,7 @@ def _window_in_stick(y: Value, a: int, b: int) -> bool:
     """Whether ``y[..., a:b]`` may be a lane window: 2 lanes or more inside one stick."""
     if not has_spyre_format(y.dtype) or (a, b) == (0, y.shape[-1]) or b - a < 2:
         return False
-    return a // _eps(y) == (b - 1) // _eps(y)
+    return in_one_stick(a, b, _eps(y))
 
 
 def _pairs_as_lanes_once(graph: Graph, facts: Facts) -> bool:

@@ -30,6 +30,7 @@ import spyrejax as sj
 from spyrejax import DCI, SpyreTensorLayout, viz
 from spyrejax.layout._lanes import (
     LanedLayout,
+    in_one_stick,
     lane_refusal,
     lane_text,
     lane_window,
@@ -313,6 +314,8 @@ def test_rotate_halfs_quarters_at_float16_head_dim_80_are_tile_windows():
     (d,) = sj.generate_dci((4, 2, 16), tail)
     assert d.offset_dst == 256  # tile 1 (device stride 4 x 64), lane 0
     assert "no window" in window_refusal(x, (4, 2, 80), 40, 80)
+    assert in_one_stick(40, 64, 64) and in_one_stick(64, 80, 64)  # the one predicate
+    assert not in_one_stick(40, 80, 64) and not in_one_stick(63, 65, 64)
     with pytest.raises(sj.LayoutError, match="no device dim"):  # tiles walked, not synthetic
         LanedLayout.make(x.device_size, (16, 64, 32, 1), F16, 0, 1, 16, (1, 1))
     fill = sj.poison_value(F16)

@@ -13,6 +13,7 @@ import numpy as np
 from ... import primitives as sp
 from ..._errors import SpyreUnsupportedError
 from ...layout._dtypes import format_for_dtype, has_spyre_format
+from ...layout._lanes import in_one_stick
 from ...primitives._in_place import slice_view
 from ...primitives._lanes import lane_slice_params, lane_view, lane_window_params
 from ...primitives._stick import (
@@ -194,7 +195,7 @@ def _lanes_of(node: Node) -> tuple[int, int, int | None] | None:
     if window is None or not has_spyre_format(x.dtype):
         return None
     eps = format_for_dtype(x.dtype).elems_per_stick()
-    if window[0] // eps != (window[1] - 1) // eps:  # straddles two sticks: no window
+    if not in_one_stick(window[0], window[1], eps):  # straddles two sticks: no window
         return None
     return window[0], 1, window[1] - window[0]
 
