@@ -354,8 +354,13 @@ def same_image(a: Any, b: Any) -> bool:
     """Whether two typed arrays (``SpyreType``) put every element at the same offset.
 
     Their :func:`data_dims` are equal, over images of as many elements (no gaps: a
-    window of a larger buffer is not a fresh array).
+    window of a larger buffer is not a fresh array), and their layouts of one kind with
+    one element arrangement: the dims say where a stick's group is, not which lanes of
+    it (a lane view) nor in which order its elements sit (``DL16_TO_FP32``).
     """
+    la, lb = a.layout, b.layout
+    if (type(la), la.arrangement) != (type(lb), lb.arrangement):
+        return False
 
     def data(t: Any) -> list[tuple[DevDim, FoldIndex | None]]:
         return data_dims(t.dims, fold_index(t.layout, t.base_shape, t.shape, t.strides))

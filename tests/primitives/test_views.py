@@ -162,3 +162,25 @@ def test_the_per_core_lx_index_of_a_view_is_the_layouts_index_map(make, view):
         assert all(0 <= c < b - a for c, (a, b) in zip(coord, box, strict=True))
         want = np.ravel_multi_index(local, [b - a for a, b in box])
         assert got[point] == want, (index, coord)
+
+
+def test_a_view_of_an_arranged_array_keeps_its_arrangement_when_made_plain():
+    # canonical() states a view over its own shape where the image is the same; the
+    # default layout of [1, 4, 64] float32 has the same device dims as a DL16_TO_FP32
+    # [4, 64] row-major image, but not the same element order inside its sticks.
+    from spyrejax.layout import SpyreTensorLayout
+    from spyrejax.primitives._array import SpyreType
+
+    layout = SpyreTensorLayout.row_major((4, 64), np.float32).with_arrangement("DL16_TO_FP32")
+    base = SpyreType.contiguous((4, 64), np.float32, layout)
+    view = SpyreType((1, 4, 64), base.dtype, layout, base.base_shape, (1, 64, 1), base.pad)
+    plain = view.canonical()
+    assert plain.layout.arrangement == layout.arrangement
+
+    def offsets(layout: SpyreTensorLayout, shape: tuple[int, ...]) -> np.ndarray:
+        coords = layout.for_host(shape).device_coords().reshape(-1, len(layout.device_size))
+        return np.ravel_multi_index(tuple(coords.T), layout.device_size)
+
+    assert np.array_equal(offsets(plain.layout, (1, 4, 64)), offsets(layout, (4, 64)))
+    default = SpyreTensorLayout((1, 4, 64), np.float32)  # what it was made (standard order)
+    assert not np.array_equal(offsets(default, (1, 4, 64)), offsets(layout, (4, 64)))
