@@ -138,6 +138,10 @@ def name_like(fun: Callable[..., Any], closed: Any) -> None:
         name_tracing(fun, "spyrejax.jit", info.func_src_info, info.arg_names)
 
 
+UNKNOWN_SOURCE = "<unknown source>"
+"""What names an equation's source where no frame does (JAX's own function at the top)."""
+
+
 def summarize_source(source_info: Any) -> str:
     """An equation's innermost user frame, ``file:line:col (function)``, or ``""``.
 

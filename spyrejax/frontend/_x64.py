@@ -31,7 +31,14 @@ import jax
 import numpy as np
 
 from .._errors import LayoutError, SpyreUnsupportedError
-from .._jax import ClosedJaxpr, Jaxpr, float64_mode, inner_jaxprs, summarize_source
+from .._jax import (
+    UNKNOWN_SOURCE,
+    ClosedJaxpr,
+    Jaxpr,
+    float64_mode,
+    inner_jaxprs,
+    summarize_source,
+)
 from ..layout._dtypes import NARROWED, narrow_int64
 from ..primitives._array import SpyreArray
 
@@ -125,7 +132,7 @@ def _check_float64(jaxpr: Jaxpr) -> None:
         for v in eqn.outvars:
             aval = v.aval
             if getattr(aval, "dtype", None) == _F64 and not getattr(aval, "weak_type", False):
-                where = summarize_source(eqn.source_info) or "<unknown source>"
+                where = summarize_source(eqn.source_info) or UNKNOWN_SOURCE
                 raise SpyreUnsupportedError(
                     f"{eqn.primitive.name} at {where} computes float64 in x64 mode: Spyre "
                     "has no 64-bit float format. Use float32 there, or compute float64 in "

@@ -29,7 +29,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import SpyreUnsupportedError
-from .._jax import ClosedJaxpr, Jaxpr, Literal, call_body, inner_jaxprs, summarize_source
+from .._jax import (
+    UNKNOWN_SOURCE,
+    ClosedJaxpr,
+    Jaxpr,
+    Literal,
+    call_body,
+    inner_jaxprs,
+    summarize_source,
+)
 from . import _expansions, _keys
 from ._distribute import Facts, distribute
 from ._pair_sums import unroll_pair_sums
@@ -149,6 +157,20 @@ def source_line(source: str) -> str:
     return re.sub(r"^(.*:\d+):\d+( |$)", r"\1\2", source)
 
 
+_SOURCE = re.compile(rf"(?:{re.escape(UNKNOWN_SOURCE)}|.*?:\d+(?::\d+)?)(?: \([^)]*\))?(?= |$)")
+
+
+def reason_line(text: str) -> str:
+    """The source line an op's source names: its own, or a move's reason's.
+
+    A move the plan makes for a node reads ``"prim at <source> needs it ..."``
+    (:meth:`Node.describe`): its line is the node's.
+    """
+    source = text.split(" at ", 1)[-1]
+    found = _SOURCE.match(source)
+    return source_line(found.group(0) if found else source)
+
+
 @dataclass(eq=False)
 class Graph:
     """A flat graph: inputs, constants, nodes in order, outputs.
@@ -209,7 +231,7 @@ class _Builder:
             name = eqn.primitive.name
             # Equations inside JAX's own functions have no user frame: use the caller's.
             source = (None if internal else summarize_source(eqn.source_info)) or caller
-            source = source or "<unknown source>"
+            source = source or UNKNOWN_SOURCE
             if name in _DERIVATIVE_RULES and not all(isinstance(x, Scalar) for x in ins):
                 self.graph.derivative_rules.append(f"{name} at {source}")
             self._equation(eqn, ins, env, source)

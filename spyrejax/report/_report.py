@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import html
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,7 +13,7 @@ from .._errors import DeviceError
 from ..device import DeviceOp, DeviceProgram
 from ..dma._dci import DCI
 from ..layout._residency import Residency
-from ..lowering._graph import source_line
+from ..lowering._graph import reason_line, source_line
 from ..lowering.program._interpret import Record
 from ..primitives._array import SpyreType
 from ._records import Fallback, LineInfo, OpInfo, TensorInfo
@@ -194,9 +193,7 @@ class Report:
         """
         out: dict[str, float] = {}
         for op in self.device.counted if self.device is not None else ():
-            source = op.source.split(" at ", 1)[-1]  # a move's reason: "prim at <source> ..."
-            found = re.match(r".*?:\d+(?::\d+)?(?: \([^)]*\))?(?= |$)", source)
-            line = source_line(found.group(0) if found else source)
+            line = reason_line(op.source)
             out[line] = out.get(line, 0.0) + op.time_s
         return out
 

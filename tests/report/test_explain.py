@@ -93,6 +93,18 @@ def test_the_lines_of_a_loop_body_are_rows_whose_times_add_up():
     assert str(report).startswith("spyrejax.explain: 1 op on 1 source line\n")
 
 
+def test_a_move_for_an_op_of_no_user_line_counts_on_that_ops_row():
+    # jax.nn.dot_product_attention explained on its own: no frame of the user's, every
+    # op's source is "<unknown source>"; the restickify the product needs is its row's.
+    S = jax.ShapeDtypeStruct
+    q, kv = S((1, 16, 4, 64), jnp.float16), S((1, 64, 2, 64), jnp.float16)
+    with jax.numpy_dtype_promotion("standard"):  # its float32 logits
+        report = sj.explain(jax.nn.dot_product_attention, q, kv, kv)
+    assert report.restickifies
+    assert [r.line for r in report.lines] == ["<unknown source>"]
+    assert report.lines[0].device_s == pytest.approx(report.time_s)
+
+
 def test_details_hold_every_record(report):
     text = report.details()
     assert "Spyre-level jaxpr:" in text and report.jaxpr in text
