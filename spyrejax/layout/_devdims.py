@@ -30,7 +30,6 @@ __all__ = [
     "DevDim",
     "FoldIndex",
     "align",
-    "data_dims",
     "device_dims",
     "fold_index",
     "layout_from_dims",
@@ -327,7 +326,7 @@ def view_strides_for_reshape(
     return tuple(out)
 
 
-def data_dims(
+def _image_dims(
     dims: Sequence[DevDim], folds: Sequence[FoldIndex | None]
 ) -> list[tuple[DevDim, FoldIndex | None]]:
     """A typed array's device dims with their folds, as its image's offsets see them.
@@ -353,7 +352,7 @@ def data_dims(
 def same_image(a: Any, b: Any) -> bool:
     """Whether two typed arrays (``SpyreType``) put every element at the same offset.
 
-    Their :func:`data_dims` are equal, over images of as many elements (no gaps: a
+    Their :func:`_image_dims` are equal, over images of as many elements (no gaps: a
     window of a larger buffer is not a fresh array), and their layouts of one kind with
     one element arrangement: the dims say where a stick's group is, not which lanes of
     it (a lane view) nor in which order its elements sit (``DL16_TO_FP32``).
@@ -363,7 +362,7 @@ def same_image(a: Any, b: Any) -> bool:
         return False
 
     def data(t: Any) -> list[tuple[DevDim, FoldIndex | None]]:
-        return data_dims(t.dims, fold_index(t.layout, t.base_shape, t.shape, t.strides))
+        return _image_dims(t.dims, fold_index(t.layout, t.base_shape, t.shape, t.strides))
 
     sizes = math.prod(a.layout.device_size), math.prod(b.layout.device_size)
     return sizes[0] == sizes[1] and data(a) == data(b)
