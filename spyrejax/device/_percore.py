@@ -69,9 +69,8 @@ def box_start(division: WorkDivision, operand: int, box: tuple[tuple[int, int], 
     """
     lay = division.space.operands[operand].tensor.layout
     front = list(lay.gap_offsets if lay.has_gaps else (0,) * len(lay.device_strides))
-    tile = getattr(lay, "tile", None)
-    if tile is not None:
-        front[tile[0]] += tile[1]
+    if lay.tile is not None:
+        front[lay.tile[0]] += lay.tile[1]
     return sum((a + f) * s for (a, _), f, s in zip(box, front, lay.device_strides, strict=True))
 
 

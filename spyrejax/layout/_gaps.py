@@ -125,7 +125,6 @@ def valid_nbytes(layout: SpyreTensorLayout) -> int:
     """
     if layout.has_gaps:
         return BYTES_PER_STICK * math.prod(layout.valid_size[:-1])
-    tile = getattr(layout, "tile", None)
-    if tile is not None:
-        return layout.nbytes // layout.device_size[tile[0]]
+    if layout.tile is not None:
+        return layout.nbytes // layout.device_size[layout.tile[0]]
     return layout.nbytes

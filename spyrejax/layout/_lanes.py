@@ -486,7 +486,7 @@ class LaneMapping(HostMapping):
     @property
     def _tile(self) -> tuple[int, int]:
         """A tile window's ``(device dim, tile)``; ``(0, 0)`` (no shift) otherwise."""
-        tile = self.layout.tile  # type: ignore[attr-defined]
+        tile = self.layout.tile
         return (0, 0) if tile is None else tile
 
     def device_coord(self, index: Any) -> tuple[int, ...]:

@@ -77,6 +77,9 @@ device_dtype=DataFormats.SEN169_FP16)
     device_dtype: DataFormats
     device_gaps: Gaps
     arrangement: ElementArrangement
+    tile: tuple[int, int] | None = None
+    """A tile window's ``(device dim, tile)``: its image starts at that tile of its buffer
+    (``layout._lanes.LanedLayout`` sets it); None for every other layout."""
 
     def __init__(
         self,
@@ -442,14 +445,9 @@ device_dtype=DataFormats.SEN169_FP16)
         as an outer device dim, which then takes the whole quotient: a sparse layout
         spelled with real strides (``[1, 60, 64]`` / ``[64, 1, 1]``).
         """
-        stick = self.stride_map[-1]
-        return stick == -1 or (
-            stick > 0
-            and any(
-                m == stick and n > 1
-                for n, m in zip(self.device_size[:-1], self.stride_map[:-1], strict=True)
-            )
-        )
+        stick, sizes = self.stride_map[-1], self.device_size[:-1]
+        outer = zip(sizes, self.stride_map[:-1], strict=True)
+        return stick == -1 or (stick > 0 and any(m == stick and n > 1 for n, m in outer))
 
     def permutation_to(self, other: SpyreTensorLayout) -> tuple[int, ...] | None:
         """The transpose of device dims that makes ``self``'s image ``other``'s, or None.

@@ -303,6 +303,7 @@ def test_rotate_halfs_quarters_at_float16_head_dim_80_are_tile_windows():
     hi, tail = lane_window(x, (4, 2, 80), 40, 64), lane_window(x, (4, 2, 80), 64, 80)
     assert repr(hi).endswith("lanes=40:64)") and repr(tail).endswith("lanes=64:80)")
     assert (hi.tile, tail.tile) == ((1, 0), (1, 1)) and hi.lanes == (40, 1)
+    assert x.tile is None  # a field of every layout: None but for tile windows
     assert tail.lanes == (0, 1) and hi != lane_window(x, (4, 2, 80), 0, 24)
     assert pickle.loads(pickle.dumps(tail)) == tail and hash(tail) != hash(hi)
     assert parent_layout(tail) == SpyreTensorLayout((4, 2, 128), F16)  # every tile's stick
