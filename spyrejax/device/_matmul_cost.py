@@ -360,33 +360,33 @@ def _batched_chunks(
 ) -> int:
     """How many multicast chunks a core's ``nbytes`` of a batched B arrive in, ``passes`` times.
 
-    The tiled layout keeps the batch inside B's rows (``[K, N sticks, B, 64]``): one K
-    row holds a stick of every batch slice and N stick. The core's K loop runs outside
-    its jobs (one per batch slice and N stick: ``_accumulated_tiles``) when a chunk
-    (``chunk`` bytes, a third of ``lx_usable``) holds a K step: one stick of K (the PT's
-    step, as ``block_passes``'s) of every job, ``stick elements x inner x N sticks``
-    sticks. The slice then arrives in K steps, ``ceil(bytes / chunk)`` chunks as any
-    operand's. When a K step does not fit a chunk, no box cut along K feeds every job,
-    so the slice is cut along its jobs instead: each chunk a box of whole job tiles (a
-    batch slice's N stick over the core's whole K slice, ``k`` sticks), as many as fit
-    (at least one; a tile larger than a chunk takes ``ceil(tile / chunk)``). Tiles of
-    more than half a chunk leave the rest of it empty, so a small budget multiplies the
-    barriers beyond the bytes' count: section 8's decode attention-times-V ``[32, 64,
-    576] @ [32, 576, 128]`` 1_32_1_1 has a 512 KB K step (32 slices x 2 N sticks x 64
-    K rows) and 64 tiles of 72 KB: at lx 0.2 (140 KB chunks) one tile a chunk, 64
-    barriers where its 4.7 MB counted 34 (343 us on the card: 303 predicted, 188 by the
-    bytes); at 0.8 (559 KB chunks) the K step fits, 9 chunks (94 us on the card).
+    The tiled layout keeps the batch inside B's rows (``[K, N sticks, B, 64]``): one K row
+    holds a stick of every batch slice and N stick. The core's K loop runs outside its jobs
+    (:func:`_jobs`) when a chunk (``chunk`` bytes, a third of ``lx_usable``) holds a K step:
+    one stick of K (the PT's step, as ``block_passes``'s; the core's whole K slice if
+    shorter, a head dim under a stick) of every job of its ``inner`` slices, ``K rows x
+    jobs`` sticks. The slice then arrives in K steps, ``ceil(bytes / chunk)`` chunks as any
+    operand's. When a K step does not fit a chunk, no box cut along K feeds every job, so
+    the slice is cut along its jobs instead: each chunk a box of whole job tiles (a batch
+    slice's N stick over the core's whole K slice, ``k`` sticks), as many as fit (at least
+    one; a tile larger than a chunk takes ``ceil(tile / chunk)``). Tiles of more than half a
+    chunk leave the rest of it empty, so a small budget multiplies the barriers beyond the
+    bytes' count: section 8's decode attention-times-V ``[32, 64, 576] @ [32, 576, 128]``
+    1_32_1_1 has a 512 KB K step (32 slices x 2 N sticks x 64 K rows) and 64 tiles of 72 KB:
+    at lx 0.2 (140 KB chunks) one tile a chunk, 64 barriers where its 4.7 MB counted 34 (343
+    us on the card: 303 predicted, 188 by the bytes); at 0.8 (559 KB chunks) the K step
+    fits, 9 chunks (94 us on the card).
     """
     inner, batch, n, k = extents  # the core's slices inside the rows, all its slices, N, K
     stick = machine.stick_bytes
     eps = stick // itemsize  # elements of a stick: K rows of a K step, N of a job tile
-    sticks = -(-n // eps)
     tile = k * stick  # a job's B: one stick of N in each of its k K rows
-    if eps * inner * sticks * stick <= chunk:  # a K step fits: chunks of K steps
+    if min(k, eps) * stick * _jobs(inner, n, eps) <= chunk:  # a K step fits: chunks of them
         return math.ceil(nbytes * passes / chunk)
+    jobs = _jobs(batch, n, eps)
     if tile > chunk:
-        return passes * batch * sticks * math.ceil(tile / chunk)
-    return passes * math.ceil(batch * sticks / int(chunk // tile))
+        return passes * jobs * math.ceil(tile / chunk)
+    return passes * math.ceil(jobs / int(chunk // tile))
 
 
 def _barrier_reach(sharers: int, inner: int, machine: Machine) -> int:
@@ -434,17 +434,24 @@ def _projection_rate(division: WorkDivision, machine: Machine) -> float:
     return machine.mm_projection_wide_macs_per_s
 
 
-def _accumulated_tiles(batch: int, n: int, k: int, eps: int) -> int:
-    """A batched core's output tiles finished one by one: each batch slice's N sticks.
+def _jobs(batch: int, n: int, eps: int) -> int:
+    """A batched core's PT jobs: one per batch slice and N stick (``eps`` elements).
 
     The batch inside the rows (``[M, K sticks, B, 64]``) makes a K stick of every batch
-    slice arrive together, so the core's K loop runs outside its jobs (one per batch
-    slice and N stick). A job whose K slice spans more than one stick accumulates its
-    fp32 tile in LX across that loop and is finished on its own when K ends (its tiles
-    lie a batch of sticks apart: no two make one block); a job of one K stick leaves
-    the PT in its one pass. 0 when the K slice is one stick.
+    slice arrive together, so the core's K loop runs outside its jobs.
     """
-    return batch * -(-n // eps) if k > eps else 0
+    return batch * -(-n // eps)
+
+
+def _accumulated_tiles(batch: int, n: int, k: int, eps: int) -> int:
+    """A batched core's output tiles finished one by one: one a job (:func:`_jobs`).
+
+    A job whose K slice spans more than one stick accumulates its fp32 tile in LX
+    across the K loop and is finished on its own when K ends (its tiles lie a batch of
+    sticks apart: no two make one block); a job of one K stick leaves the PT in its one
+    pass. 0 when the K slice is one stick or less.
+    """
+    return _jobs(batch, n, eps) if k > eps else 0
 
 
 def _block_bytes(out_itemsize: int, out_in_lx: bool, machine: Machine) -> int:

@@ -26,6 +26,7 @@ from spyrejax.device._calibrate import (
     spearman,
     sweep_division,
 )
+from spyrejax.device._matmul_cost import _batched_chunks
 
 S = jax.ShapeDtypeStruct
 
@@ -206,6 +207,20 @@ def test_a_batched_b_whose_k_step_overflows_a_chunk_arrives_in_whole_job_tiles()
     # 9 chunks of its 1.18 MB, 1 multiple.
     assert sync_us((1, 16, 2, 1), 0.2) == pytest.approx(32 * 3 * barrier)
     assert sync_us((2, 8, 2, 1), 0.2) == pytest.approx(-(-1_179_648 // small) * barrier)
+
+
+def test_a_batched_k_slice_under_a_stick_is_a_k_step_of_its_own_rows():
+    # A core's K slice of 8 rows (a head dim under a float16 stick) for 32 jobs (32 slices
+    # x 1 N stick): a K step is those 8 rows of every job, 32 x 8 x 128 B = 32 KB, which
+    # fits a 0.2 chunk, so B arrives in chunks of K steps, by the bytes: 2 passes of its
+    # 32 KB in one chunk. Counted as 64 K rows a step (256 KB, over the chunk), it took
+    # chunks of whole job tiles, one pass each: 2.
+    machine = Machine.spyre(lx_fraction=0.2)
+    chunk = machine.lx_usable / 3
+    assert 32 * 64 * 128 > chunk >= 2 * 32 * 8 * 128
+    assert _batched_chunks(32 * 8 * 128, 2, (32, 32, 64, 8), 2, chunk, machine) == 1
+    # At 64 rows the K step is 256 KB: chunks of whole job tiles (8 KB, 17 a chunk), 2.
+    assert _batched_chunks(32 * 64 * 128, 1, (32, 32, 64, 64), 2, chunk, machine) == 2
 
 
 def test_a_4096_cube_matmul_runs_at_its_formats_pt_rate():
