@@ -9,12 +9,13 @@ its op record's facts included; the integration with ``spyrejax.jit`` programs l
 from ._calibrate import Calibration, calibrate
 from ._cost import OpCost, op_cost, transfer_cost
 from ._division import WorkDivision, divide, ragged_splits, validate_hint
+from ._divisions import divide_alike, divide_op, divisions_apart
 from ._fusion import Fusion, find_fusions
 from ._lx import Buffer, LXPlan, Stream, place, stream
 from ._machine import Machine, default_machine
 from ._matmul_cost import MatmulTime, matmul_time
 from ._percore import core_dci
-from ._plan import divide_alike, divide_op, plan_program
+from ._plan import plan_program
 from ._program import DeviceOp, DeviceProgram, FusedGroup, OpDesc, Region
 from ._space import (
     Fold,
@@ -53,6 +54,7 @@ __all__ = [
     "divide",
     "divide_alike",
     "divide_op",
+    "divisions_apart",
     "elementwise_space",
     "find_fusions",
     "matmul_space",

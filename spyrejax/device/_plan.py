@@ -15,15 +15,16 @@ from typing import Any
 
 from .._counts import count
 from ._cost import OpCost, op_cost, relayout_cost, transfer_cost
-from ._division import WorkDivision, divide
+from ._division import WorkDivision
+from ._divisions import divide_alike
 from ._fusion import Fusion, find_fusions, is_fill, is_relayout
 from ._kernels import fused_parts, row_passes, streamed_row_bytes
 from ._lx import Buffer, LXPlan, Stream, place, stream
 from ._machine import Machine
 from ._program import DeviceOp, DeviceProgram, FusedGroup, OpDesc, Region
-from ._space import OpSpace, TensorSpec
+from ._space import TensorSpec
 
-__all__ = ["divide_alike", "divide_op", "plan_program"]
+__all__ = ["plan_program"]
 
 
 def _counted(descs: Sequence[OpDesc], times: Sequence[float]) -> list[bool]:
@@ -104,38 +105,6 @@ def _buffers(
         last = max(j for j, _ in uses)
         out.append(Buffer(name, size, i, last, parent, len(uses)))
     return out
-
-
-def divide_op(
-    space: OpSpace, machine: Machine, hint: Mapping[str, int] | None = None
-) -> WorkDivision:
-    """An op's division as a program plan makes it (pass 2 scored by predicted time)."""
-    count("device.divide")
-
-    def score(div: WorkDivision) -> float:
-        count("device.cost")
-        return op_cost(div, machine).time_s
-
-    return divide(space, machine, hint, score)
-
-
-def divide_alike(
-    space: OpSpace,
-    hint: Mapping[str, int] | None,
-    machine: Machine,
-    alike: dict[Any, WorkDivision],
-) -> WorkDivision:
-    """``divide_op``, or the division of an op of the same geometry and hint.
-
-    The division is made for this op's own space (its tensors' names), with the splits
-    of the op it repeats; the two share their per-core boxes, computed once.
-    """
-    key = (space.geometry(), None if hint is None else tuple(sorted(hint.items())))
-    seen = alike.get(key)
-    if seen is None:
-        alike[key] = seen = divide_op(space, machine, hint)
-        return seen
-    return replace(seen, space=space, _cache=seen._cache)  # boxes: of the geometry
 
 
 class _Memo:
@@ -279,10 +248,9 @@ def plan_program(
 
 
 def _divisions(descs: Sequence[OpDesc], machine: Machine) -> list[WorkDivision | None]:
-    """Each op's division (None: not a compute op); repeated layers divide once."""
-    alike: dict[Any, WorkDivision] = {}  # by geometry and hint
+    """Each op's division (None: not a compute op); a geometry divides once a process."""
     return [
-        divide_alike(d.space, d.hint, machine, alike)
+        divide_alike(d.space, d.hint, machine)
         if d.kind == "compute" and d.space is not None
         else None
         for d in descs

@@ -482,8 +482,8 @@ def test_the_fusion_pass_and_the_planner_read_one_rule_of_what_a_chain_holds():
     from types import SimpleNamespace
 
     from spyrejax.device._fusion import _fusible
+    from spyrejax.lowering._spaces import divided_space
     from spyrejax.lowering._traffic import _chain_kernel
-    from spyrejax.lowering.program._device import divided_space
     from spyrejax.primitives import SpyrePrim
 
     for cls in _subclasses(SpyrePrim):  # a space of its own, and its kind said

@@ -144,7 +144,7 @@ def test_the_per_core_lx_index_of_a_view_is_the_layouts_index_map(make, view):
     """Brute force: every point core 0 reads sits where the base's own index map puts it."""
     from spyrejax.device import default_machine, divide_op, elementwise_space
     from spyrejax.device._coremaps import lx_index
-    from spyrejax.lowering.program._device import _spec
+    from spyrejax.lowering._spaces import type_spec as _spec
 
     t = view(sj.to_device(make())).type
     spec = _spec(t, "x")

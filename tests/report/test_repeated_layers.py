@@ -19,7 +19,7 @@ from spyrejax._counts import counting
 from spyrejax.lowering._chosen import searches_shared
 from spyrejax.lowering._node_key import node_key
 from spyrejax.lowering._registry import watching
-from spyrejax.lowering.program._device import spaces_apart
+from spyrejax.lowering._spaces import spaces_apart
 from spyrejax.lowering.program._replay import replaying
 
 STEPS = (

@@ -61,8 +61,9 @@ from ...primitives._array import PadFill
 from ...primitives._base import image, wrap
 from ...primitives._masks import masked, poison
 from ...primitives._rounding import Rounding
+from .._spaces import divided_space
 from ._coremoves import loaded, stored
-from ._device import current_line, divided_space, division_hint, written_space
+from ._device import current_line, division_hint, written_space
 
 __all__ = [
     "CoreCheck",
@@ -94,9 +95,6 @@ class CoreExecutor:
     def __init__(self, machine: Machine | None = None, check: CoreCheck | None = None) -> None:
         self.machine = default_machine(machine)
         self.check = check
-        # One division per geometry and hint, as the device model's plan keeps them: a
-        # repeated layer's ops share it and the per-core maps it computes once.
-        self._alike: dict[Any, WorkDivision] = {}
         # Each result computed per core while it lives, by id, with its division: a view
         # its producer's cores write (``written_space``) is divided as the producer. Held
         # weakly: a loop body's tracers must not outlive its trace (``jax.checking_leaks``).
@@ -136,7 +134,9 @@ class CoreExecutor:
         hook = _DIVIDE.get()
         if hook is not None:
             return hook(space, self.machine, hint)
-        return divide_alike(space, hint, self.machine, self._alike)
+        # One division per geometry and hint in the process (``device.divide_alike``), as
+        # the device model's plan reads it: a repeated layer's ops share its per-core maps.
+        return divide_alike(space, hint, self.machine)
 
     def _run(self, prim: Any, args: tuple[Any, ...], div: WorkDivision) -> Any:
         """``prim`` on ``args`` per core by ``div`` (checked, in the check mode)."""

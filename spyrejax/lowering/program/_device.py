@@ -29,6 +29,8 @@ from ...primitives._array import SpyreType
 from ...primitives._base import SpyrePrim
 from .._graph import Graph, Node, Value
 from .._registry import Mode, Rule, _carried_modes, _register
+from .._spaces import divided_space, geometry
+from .._spaces import type_spec as _spec
 from ._record import Body, Call, NodeRun, Recorder
 
 __all__ = [
@@ -37,17 +39,14 @@ __all__ = [
     "HintedOp",
     "classify",
     "current_line",
-    "divided_space",
     "division_hint",
     "forwards",
-    "geometry",
     "has_hints",
     "hint_table",
     "hinting",
     "node_hints",
     "node_scope",
     "resolve_hints",
-    "spaces_apart",
     "traced",
     "with_division",
     "with_division_p",
@@ -111,10 +110,6 @@ _register(_WithDivision(), with_division_p.name)
 # --- the ops the device model divides ------------------------------------------------
 
 
-def _spec(t: SpyreType, name: str, buffer: str = "") -> TensorSpec:
-    return TensorSpec(t.shape, t.layout, t.dims, name, t.base_shape, t.strides, buffer)
-
-
 def classify(prim: Any, ins: list[TensorSpec], out: TensorSpec) -> tuple[str, str, Any]:
     """What the device model makes of a primitive: ``(kind, op name, space)``.
 
@@ -154,48 +149,6 @@ def _unnamed(s: TensorSpec) -> tuple[Any, ...]:
     return (s.shape, s.layout, s.dims, s.base_shape, s.strides)
 
 
-def divided_space(prim: Any) -> tuple[OpSpace, list[TensorSpec]] | None:
-    """The iteration space of a primitive the device model divides, and its operands' specs.
-
-    None for a primitive it does not divide: one that defines no ``space()``
-    (``SpyrePrim.space``), or not on Spyre operands.
-    """
-    if not isinstance(prim, SpyrePrim) or type(prim).space is SpyrePrim.space:
-        return None
-    if not isinstance(prim.out_aval, SpyreType):
-        return None
-    if not all(isinstance(t, SpyreType) for t in prim.in_avals):
-        return None
-    key = geometry(prim)
-    if key not in _SPACES:
-        if len(_SPACES) >= _SPACES_KEPT:
-            _SPACES.clear()
-        _SPACES[key] = _divided_space(prim)
-    found = _SPACES[key]
-    return None if found is None else (found[0], list(found[1]))
-
-
-_SPACES: dict[Any, tuple[OpSpace, tuple[TensorSpec, ...]] | None] = {}
-_SPACES_KEPT = 8192
-"""The spaces of the primitives seen, by :func:`geometry` (a repeated layer's ops share one)."""
-
-
-@contextlib.contextmanager
-def spaces_apart() -> Iterator[None]:
-    """Inside the block, :func:`divided_space` starts from no kept space (tests).
-
-    A hook for tests that count how often a space is made in one program: the spaces
-    made inside are dropped at the end and the process's kept ones come back.
-    """
-    kept = dict(_SPACES)
-    _SPACES.clear()
-    try:
-        yield
-    finally:
-        _SPACES.clear()
-        _SPACES.update(kept)
-
-
 def written_space(prim: Any) -> OpSpace | None:
     """The space of the stores a view stands for, or None.
 
@@ -214,33 +167,7 @@ def written_space(prim: Any) -> OpSpace | None:
     return write(specs, _spec(prim.out_aval, "out"))
 
 
-def _divided_space(prim: SpyrePrim) -> tuple[OpSpace, tuple[TensorSpec, ...]] | None:
-    specs = [_spec(t, f"in{k}") for k, t in enumerate(prim.in_avals)]
-    specs.append(_spec(prim.out_aval, "out"))
-    try:
-        space = prim.space(specs[:-1], specs[-1])
-    except DeviceError:
-        return None
-    if space is None:
-        return None
-    if space.kind != prim.space_kind:  # SpyrePrim.space_kind: what the planner reads
-        raise SpyreInternalError(
-            f"{type(prim).__name__}.space built a {space.kind!r} space; its space_kind "
-            f"says {prim.space_kind!r}"
-        )
-    return space, tuple(specs)
-
-
 # --- which ops a node's hint divides ----------------------------------------------------
-
-
-def geometry(prim: SpyrePrim) -> Hashable:
-    """What a divided primitive's space and division depend on (ops of one geometry alike).
-
-    Its class, ``space_key()``, operand and result types (equal types have equal shapes,
-    layouts and views).
-    """
-    return (type(prim), prim.space_key(), tuple(prim.in_avals), prim.out_aval)
 
 
 @dataclass(frozen=True, eq=False)

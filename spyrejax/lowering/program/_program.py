@@ -24,7 +24,8 @@ from ...primitives._base import Wrap
 from ...primitives._lanes import LaneView
 from .._graph import Graph, Value
 from .._planner import Plan
-from ._device import _spec, classify, resolve_hints, traced
+from .._spaces import type_spec as _spec
+from ._device import classify, resolve_hints, traced
 from ._record import Body, Call, Loop, NodeRun, Recorder
 
 __all__ = ["ProgramOps", "program_ops"]

@@ -18,10 +18,11 @@ from hypothesis import strategies as st
 import spyrejax as sj
 from spyrejax.device import Machine, WorkDivision, divide_op
 from spyrejax.lowering import checking_cores
+from spyrejax.lowering._spaces import type_spec as _spec
 from spyrejax.lowering.program import _cores
 from spyrejax.lowering.program._coremoves import lx_image, lx_stored
 from spyrejax.lowering.program._cores import injecting
-from spyrejax.lowering.program._device import _spec, classify
+from spyrejax.lowering.program._device import classify
 
 F16 = np.float16
 
