@@ -245,14 +245,26 @@ def test_stacked_pairs_fill_their_sticks():
     assert_matches_jax_jit(f, x, cos, sin, ops=4)
 
 
-def _attention_block(rope):
+def _attention_block(rope, weights_in_heads=False):
+    """Llama's attention with ``rope`` on q and k: ``(x @ w).reshape(T, H, D)``.
+
+    ``weights_in_heads``: the projections' weights are ``[dm, H, D]`` and read by
+    ``jnp.einsum("tk,khd->thd")`` (Flax's ``DenseGeneral``), not ``[dm, H * D]``.
+    """
+
     def block(p, x, cos, sin):
         s, dm = x.shape
         hd = cos.shape[-1] * 2
         heads = dm // hd
-        q = rope((x @ p["wq"]).reshape(s, heads, hd), cos, sin)
-        k = rope((x @ p["wk"]).reshape(s, heads, hd), cos, sin)
-        v = (x @ p["wv"]).reshape(s, heads, hd)
+
+        def project(w):
+            if weights_in_heads:
+                return jnp.einsum("tk,khd->thd", x, w)
+            return (x @ w).reshape(s, heads, hd)
+
+        q = rope(project(p["wq"]), cos, sin)
+        k = rope(project(p["wk"]), cos, sin)
+        v = project(p["wv"])
         scores = jnp.einsum("shd,thd->hst", q, k) * hd**-0.5
         causal = jnp.arange(s)[:, None] >= jnp.arange(s)[None, :]
         weights = jax.nn.softmax(jnp.where(causal, scores, -jnp.inf), axis=-1)
@@ -314,6 +326,37 @@ def test_rotate_half_at_float16_head_dim_64_moves_nothing_in_an_attention_block(
     plain = sj.explain(_attention_block(_identity), p, x, cos, sin)
     moved = report.restickify_cost + report.copy_cost
     assert moved <= plain.restickify_cost + plain.copy_cost
+    assert_matches_jax_jit(block, p, x, cos, sin, reduce_len=dm, ops=8)
+
+
+_IN_HEADS = [*_PARTIAL, (96, jnp.bfloat16)]  # float32 96 is whole sticks: merged as before
+
+
+@pytest.mark.parametrize(
+    ("d", "dtype"), _IN_HEADS, ids=["f16-80", "f16-96", "bf16-80", "f32-80", "bf16-96"]
+)
+def test_rotate_half_on_projections_with_weights_in_heads_copies_nothing(d, dtype):
+    # Weights [dm, H, D] read by einsum("tk,khd->thd"), at head dims that are no whole
+    # sticks: the product runs per head (lowering.rules._dot's "heads" mode), each
+    # head's D on sticks of its own (the default layout of [T, H, D]), so the weights
+    # are read as they arrive (merged into one n they were copied: 122,880 elements at
+    # 16-bit D 80) and the rotation's quarters are tile windows of q and k (it copied
+    # 10,752 elements in 14 slices at 16 bits, 14,080 in 22 at float32).
+    dm = 2 * d
+    names = ("wq", "wk", "wv", "wo")
+    p = {
+        n: rand((dm, 2, d) if n != "wo" else (dm, dm), dtype, seed=10 + i, low=-0.1, high=0.1)
+        for i, n in enumerate(names)
+    }
+    x = rand((T, dm), dtype, seed=6)
+    cos, sin = _angles(d, dtype)
+    block = _attention_block(rope_rotate_half, weights_in_heads=True)
+    report = sj.explain(block, p, x, cos, sin)
+    own = [line for line in report.lines if "(rope_rotate_half)" in line.line]
+    assert own and all(line.copy_cost == 0 and line.restickify_cost == 0 for line in own)
+    projections = [line for line in report.lines if "project" in line.line]
+    assert projections and all(line.copy_cost == line.restickify_cost == 0 for line in projections)
+    assert "LoadRelayout" not in report.jaxpr
     assert_matches_jax_jit(block, p, x, cos, sin, reduce_len=dm, ops=8)
 
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from ... import primitives as sp
 from ..._errors import LayoutError
+from ...layout._dtypes import has_spyre_format
 from ...layout._layout import SpyreTensorLayout
 from ...primitives._restickify import load_relayout
 from ...primitives._stick import (
@@ -92,6 +93,8 @@ class _DotGeneral(Rule):
             # product's own stick would pad (decode's KV cache stuck on the head dim).
             if k is not None and k != b_s and _pads(rhs.shape, rfree, out.dtype):
                 modes.append(Mode((k, a_s), out_s, "swapped_load"))
+        if _by_heads(node):
+            modes.append(Mode((a_stick, b_stick), out_stick, "heads"))
         return modes
 
     def lower(self, node: Node, args: list[Any], mode: Mode) -> list[Any]:
@@ -104,6 +107,8 @@ class _DotGeneral(Rule):
         lc, rc, lb, rb, lfree, rfree = self._dims(node)
         if args[0].dtype != args[1].dtype:  # as JAX lowers mixed operands on CPU
             args = [x if x.dtype == want else sp.astype(x, want) for x in args]
+        if mode.variant == "heads":
+            return [_heads_product(args[0], args[1], (lc, rc), (lfree, rfree), want)]
         if not mode.variant.startswith("swapped"):
             row_major = mode.variant == "row_major"
             return [_product(args[0], args[1], (lc, rc), (lb, rb), (lfree, rfree), want, row_major)]
@@ -214,6 +219,71 @@ def _product(
     if len(free_sizes) > 1:
         out = _reshape(out, (*out.shape[:-1], *free_sizes))
     return out
+
+
+def _by_heads(node: Node) -> bool:
+    """Whether a product may run with the rhs's leading free dims as its batch (heads).
+
+    ``x @ w`` with ``w[k, H, D]`` (``jnp.einsum("tk,khd->thd")``, a projection into
+    heads with its weight in heads): merged into one n (the product's other mode), its
+    sticks run across the heads, so where ``D`` is no whole sticks a head starts
+    mid-stick (the weight is copied into the merged layout, and a slice of one head's
+    dim, rotate-half's halves, is no window of the product). Run per head, each head's
+    ``D`` is on sticks of its own: the product in the default layout of ``[T, H, D]``,
+    the weight read as it arrives. No batch dims, one contracting dim, a sized lhs free
+    dim, every rhs free dim sized.
+    """
+    lc, _, lb, _, lfree, rfree = _DotGeneral._dims(node)
+    lhs, rhs = node.ins
+    dtype = node.outs[0].dtype
+    if lb or len(lc) != 1 or len(rfree) < 2 or _last_sized(lhs.shape, lfree) is None:
+        return False
+    if any(rhs.shape[d] == 1 for d in rfree):
+        return False
+    return has_spyre_format(dtype) and rhs.shape[rfree[-1]] % _eps(dtype) != 0
+
+
+def _eps(dtype: Any) -> int:
+    """Elements a stick of ``dtype``."""
+    return SpyreTensorLayout((1,), dtype).elems_per_stick
+
+
+def _heads_product(
+    a: Any,
+    b: Any,
+    contract: tuple[Sequence[int], Sequence[int]],
+    free: tuple[Sequence[int], Sequence[int]],
+    want: Any,
+) -> Any:
+    """``dot_general(a, b)`` with b's leading free dims (heads) as the matmul's batch.
+
+    ``[a free..., heads..., n]`` as a view of the matmul's ``[a outer..., heads..., m,
+    n]``, stuck on n. A ``b`` whose device dims fold its dims (``w.reshape(k, H, D)`` of
+    a ``[k, H * D]`` weight) is laid out per head as the matmul loads it
+    (``LoadRelayout``).
+    """
+    (lc, rc), (lfree, rfree) = contract, free
+    m_at = _m_dim(jax.typeof(a).shape, lfree)
+    order = _m_last(lfree, m_at)
+    heads = tuple(rfree[:-1])
+    a = sp.transpose(a, (*order, *lc))
+    b = sp.transpose(b, (*heads, *rc, rfree[-1]))
+    t = jax.typeof(b)
+    if any(len(d.dims) > 1 for d in t.dims if d.is_data):
+        kd = len(heads)  # [T(n), k, S(n)] per head: the default layout of [k, heads..., n]
+        b = load_relayout(b, SpyreTensorLayout(t.shape, t.dtype, [kd, *range(kd), kd + 1]))
+    outer, nh = len(order) - 1, len(heads)
+    a = sp.expand_dims(a, tuple(range(outer, outer + nh)))
+    if outer:
+        b = sp.expand_dims(b, tuple(range(outer)))
+    where = [outer + nh if d == order[-1] else order.index(d) for d in lfree]
+    back = (*where, *range(outer, outer + nh), outer + nh + 1)
+    # [a outer..., heads..., m, n], laid out so that ``back`` gives the default layout
+    shape = (*jax.typeof(a).shape[:outer], *jax.typeof(b).shape[outer:-2])
+    shape += (jax.typeof(a).shape[-2], jax.typeof(b).shape[-1])
+    layout = SpyreTensorLayout(shape, want, list(back))
+    out = sp.matmul(a, b, layout=layout, preferred_element_type=want)
+    return sp.transpose(out, back)
 
 
 def _m_first_layout(shape: tuple[int, ...], dtype: Any, rows: int) -> SpyreTensorLayout:

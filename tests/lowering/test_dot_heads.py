@@ -1,0 +1,63 @@
+"""Products into heads (``lowering.rules._dot``'s ``"heads"`` mode): ``x @ w[k, H, D]``.
+
+Where the head dim ``D`` is no whole sticks, the product merged into one ``n = H * D``
+starts every head but the first mid-stick; run per head, each head's ``D`` lies on
+sticks of its own, the product's result is the default layout of ``[..., H, D]`` and
+a weight ``[k, H, D]`` is read as it arrives. The planner weighs both.
+"""
+
+import jax
+import jax.numpy as jnp
+import pytest
+from helpers import assert_matches_jax_jit, rand
+
+import spyrejax as sj
+from spyrejax.layout import SpyreTensorLayout
+
+
+def _into_heads(x, w):
+    return jnp.einsum("btk,khd->bthd", x, w)
+
+
+@pytest.mark.parametrize(("d", "dtype"), [(80, jnp.float16), (48, jnp.float32)], ids=["f16", "f32"])
+def test_a_projection_into_heads_reads_its_weight_as_it_arrives(d, dtype):
+    # x [2, 4, 64] @ w [64, 3, d]: merged into n = 3 * d the weight was copied into the
+    # merged layout and the product restickified back into the result's (float16 d 80:
+    # 24,576 copied, 2,048 restickified). Per head, the batch of x outside the heads
+    # (a view of a product laid out so), nothing moves.
+    x = rand((2, 4, 64), dtype, seed=1)
+    w = rand((64, 3, d), dtype, seed=2, low=-0.1, high=0.1)
+    report = sj.explain(_into_heads, x, w)
+    assert report.copy_cost == 0 and not report.restickifies
+    assert "LoadRelayout" not in report.jaxpr
+    got = assert_matches_jax_jit(_into_heads, x, w, reduce_len=64)
+    want = SpyreTensorLayout((2, 4, 3, d), dtype)
+    assert jax.typeof(sj.jit(_into_heads)(x, w)).layout == want
+    assert got.shape == (2, 4, 3, d)
+
+
+def test_a_weight_reshaped_into_heads_is_laid_out_per_head_as_the_product_loads_it():
+    # w [160, 2 * 80] reshaped to [160, 2, 80] is a view whose sticks run across the
+    # heads, which the matmul cannot read as B: the per-head product lays it out per
+    # head as it loads it (LoadRelayout, the weight's elements once), which at 256
+    # tokens costs less than restickifying the merged product into the result's layout.
+    def f(x, w):
+        return jnp.einsum("tk,khd->thd", x, w.reshape(160, 2, 80))
+
+    x = rand((256, 160), jnp.float16, seed=1)
+    w = rand((160, 160), jnp.float16, seed=2, low=-0.1, high=0.1)
+    report = sj.explain(f, x, w)
+    assert report.jaxpr.count("= LoadRelayout") == 1 and report.copy_cost == 0
+    assert [r.cost for r in report.restickifies] == [160 * 192]  # the weight, as stored
+    assert_matches_jax_jit(f, x, w, reduce_len=160)
+
+
+def test_head_dims_of_whole_sticks_keep_the_merged_product():
+    # At d 64 (float16) the merged product's sticks start at every head already: one
+    # plain matmul of n = 128, the weight a view, nothing moved.
+    x = rand((2, 4, 64), jnp.float16, seed=1)
+    w = rand((64, 2, 64), jnp.float16, seed=2, low=-0.1, high=0.1)
+    report = sj.explain(_into_heads, x, w)
+    assert report.copy_cost == 0 and not report.restickifies
+    assert report.jaxpr.count("= Matmul") == 1 and "128]{" in report.jaxpr
+    assert_matches_jax_jit(_into_heads, x, w, reduce_len=64)
