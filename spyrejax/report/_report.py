@@ -215,9 +215,11 @@ class Report:
         return shown, [r for r in lines if r not in shown]
 
     def _totals(self) -> list[str]:
+        in_lx = sum(r.in_lx for r in self.restickifies)
+        loaded = f", {in_lx} of them relaid in LX as a matmul loads them" if in_lx else ""
         out = [
             f"restickify_cost: {self.restickify_cost} elements moved "
-            f"({len(self.restickifies)} restickifies)",
+            f"({len(self.restickifies)} restickifies{loaded})",
             f"copy_cost: {self.copy_cost} elements moved by the program's copies "
             f"({len(self.copies)} copies)",
         ]

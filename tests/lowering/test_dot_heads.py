@@ -49,6 +49,8 @@ def test_a_weight_reshaped_into_heads_is_laid_out_per_head_as_the_product_loads_
     report = sj.explain(f, x, w)
     assert report.jaxpr.count("= LoadRelayout") == 1 and report.copy_cost == 0
     assert [r.cost for r in report.restickifies] == [160 * 192]  # the weight, as stored
+    assert [r.in_lx for r in report.restickifies] == [True]  # through LX ports, not DDR
+    assert "(1 restickifies, 1 of them relaid in LX as a matmul loads them)" in str(report)
     assert_matches_jax_jit(f, x, w, reduce_len=160)
 
 

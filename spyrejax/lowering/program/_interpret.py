@@ -30,6 +30,7 @@ from ...primitives._widened_sum import Pointwise, widened_sum
 from .._graph import Graph, Node, Scalar, Value
 from .._planner import Move, Plan
 from .._registry import lower_node
+from .._traffic import through_ddr
 from . import _record as recorded
 from ._cores import CoreCheck, CoreExecutor
 from ._device import (
@@ -114,6 +115,8 @@ class Record:
         source_type: its type before (shows a view over ``source``).
         line: the user's source line it is charged to: the line of the node that needs
             it (``file:line (function)``).
+        in_lx: relaid in LX as a matmul loads it (``LoadRelayout``): its elements move
+            through the cores' LX ports, never to DDR and back.
     """
 
     value: str
@@ -123,6 +126,7 @@ class Record:
     cost: int
     source_type: str = ""
     line: str = ""
+    in_lx: bool = False
 
 
 def records(plan: Plan) -> list[Record]:
@@ -140,7 +144,8 @@ def records(plan: Plan) -> list[Record]:
                     )
                     value = moved_value(node, option.ins, prim)
                     src = prim.in_avals[0]
-                    out.append(_record(value, src, prim.layout, prim.moves, why, node))
+                    record = _record(value, src, prim.layout, prim.moves, why, node)
+                    out.append(replace(record, in_lx=not through_ddr(prim)))
     return out
 
 
