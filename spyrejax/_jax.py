@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import jax
 from jax._src import api as _api
 from jax._src import core as _core
 from jax._src import linear_util as _lu
@@ -354,11 +355,30 @@ def with_bodies(eqn: Any, fn: Callable[[Jaxpr], Jaxpr]) -> dict[str, Any]:
     return params
 
 
-_ARRAY_OPERATORS = frozenset(
-    f.__code__
-    for name, f in vars(_array_methods).items()
-    if name.startswith("_operator_") and callable(f) and hasattr(f, "__code__")
-)
+def _operators_of(methods: Any) -> frozenset[Any]:
+    """The code of the ``_operator_*`` functions of ``methods`` (JAX's array methods module).
+
+    Raises:
+        ImportError: if there are none (a JAX that renamed them): :func:`array_operator`
+            would then find no operator, and a host array beside a SpyreArray would be
+            converted silently instead of refused.
+    """
+    found = frozenset(
+        f.__code__
+        for name, f in vars(methods).items()
+        if name.startswith("_operator_") and callable(f) and hasattr(f, "__code__")
+    )
+    if not found:
+        raise ImportError(
+            f"spyrejax: {methods.__name__} has no _operator_* functions in JAX "
+            f"{jax.__version__}; spyrejax reads them to tell a jax.Array operator (x + a, a "
+            "SpyreArray beside it) from other callers of __jax_array__, and without them "
+            "would convert host operands silently. Use the JAX version pyproject.toml pins."
+        )
+    return found
+
+
+_ARRAY_OPERATORS = _operators_of(_array_methods)
 """The code of ``jax.Array``'s operators (``_operator_add``...): each reads the other
 operand's ``__jax_array__`` and returns ``NotImplemented`` when that gives no array."""
 

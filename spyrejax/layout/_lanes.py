@@ -502,7 +502,8 @@ class LaneMapping(HostMapping):
         out = self._valid._coords_at(index, shape)
         out[..., -1] = self._spread(out[..., -1])
         dim, t = self._tile
-        out[..., dim] += t
+        if t:  # a tile window's tile (a plain laned layout's is 0: no pass)
+            out[..., dim] += t
         return out
 
     def host_index(self, coord: Any) -> tuple[int, ...] | None:
@@ -520,8 +521,9 @@ class LaneMapping(HostMapping):
         c = np.array(coords, dtype=np.int64)
         on, lane = self._on_lanes(c[..., -1])
         dim, t = self._tile
-        on = on & (c[..., dim] >= t)
-        c[..., dim] = np.where(on, c[..., dim] - t, 0)
+        if t:  # a tile window: the tiles before its own hold none of it
+            on = on & (c[..., dim] >= t)
+            c[..., dim] = np.where(on, c[..., dim] - t, 0)
         c[..., -1] = np.where(on, lane, 0)
         return np.where(on, self._valid.host_offsets_of(c), -1)
 

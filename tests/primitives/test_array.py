@@ -1,5 +1,6 @@
 import copy
 import pickle
+import types
 import warnings
 from dataclasses import replace
 
@@ -271,6 +272,16 @@ def test_a_host_operand_beside_a_spyre_array_raises_the_same_in_both_orders():
     np.testing.assert_array_equal(x + sj.to_host(a), 2 * x)
     assert isinstance(2.0 + a, sj.SpyreArray) and isinstance(a * 2, sj.SpyreArray)
     np.testing.assert_array_equal(jnp.add(j, a), 2 * x)
+
+
+def test_a_jax_without_the_array_operators_spyrejax_reads_fails_at_import_saying_why():
+    # spyrejax._jax finds jax.Array's operators by their names (_operator_add...): renamed
+    # by a JAX, the set would be empty and host operands converted silently.
+    from spyrejax._jax import _ARRAY_OPERATORS, _operators_of
+
+    assert {c.co_name for c in _ARRAY_OPERATORS} >= {"_operator_add", "_operator_floordiv"}
+    with pytest.raises(ImportError, match=r"array_methods has no _operator_\* functions"):
+        _operators_of(types.ModuleType("jax._src.numpy.array_methods"))
 
 
 def test_a_jax_array_method_under_a_plain_jax_jit_names_the_ways_to_it():

@@ -169,8 +169,8 @@ def _product(
     (lc, rc), (lb, rb), (lfree, rfree) = contract, batch, free
     # Several free dims of A: the largest is the matmul's M, the others batch dims B
     # broadcasts over (q's tokens, not a group of 1 or 4 heads, are attention's M).
-    m_at = _m_dim(jax.typeof(a).shape, lfree)
-    a = sp.transpose(a, (*lb, *_m_last(lfree, m_at), *lc))
+    moved = _m_last(lfree, _m_dim(jax.typeof(a).shape, lfree))  # A's free dims, M last
+    a = sp.transpose(a, (*lb, *moved, *lc))
     b = sp.transpose(b, (*rb, *rc, *rfree))
     nb = len(lb)
     if len(lc) > 1:  # one k: the contracting dims merged, in the same order on both
@@ -197,7 +197,7 @@ def _product(
         layout = SpyreTensorLayout.row_major(shape, want)
     elif m_first:
         shape = (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
-        rows = nb + _m_last(lfree, m_at).index(lfree[-1]) if lfree else len(shape) - 2
+        rows = nb + moved.index(lfree[-1]) if lfree else len(shape) - 2
         layout = _m_first_layout(shape, want, rows)
     try:
         out = sp.matmul(a, b, layout=layout, preferred_element_type=want)
@@ -210,7 +210,6 @@ def _product(
         out = sp.squeeze(out, out.ndim - 1)
     if not lfree:
         out = sp.squeeze(out, len(lb))
-    moved = _m_last(lfree, m_at)
     if moved != lfree:  # M back among A's free dims (a view)
         nb_f = len(lb)
         where = [nb_f + moved.index(d) for d in lfree]
