@@ -31,10 +31,11 @@ from .._jax import (
     called_by_device_put,
     register_hitype,
 )
+from ._arguments import host_operand
 from ._array import SpyreArray, SpyreType
 from ._astype import astype
 from ._base import image, wrap
-from ._elementwise import elementwise
+from ._elementwise import _is_scalar, elementwise
 from ._matmul import matmul
 from ._reduce import REDUCTIONS, reduce
 from ._transfer import to_host
@@ -47,6 +48,41 @@ def _binary(op: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
     if reflected:
         return lambda self, other: elementwise(op, other, self)
     return lambda self, other: elementwise(op, self, other)
+
+
+def _shift_right(reflected: bool = False) -> Callable[[Any, Any], Any]:
+    """``>>`` as ``jax.Array``'s: logical on unsigned integers, arithmetic on the others."""
+
+    def method(self: Any, other: Any) -> Any:
+        x, y = (other, self) if reflected else (self, other)
+        logical = np.issubdtype(self.dtype, np.unsignedinteger)
+        return elementwise("shift_right_logical" if logical else "shift_right_arithmetic", x, y)
+
+    return method
+
+
+def _host_only(symbol: str, reflected: bool = False) -> Callable[[Any, Any], Any]:
+    """An operator of ``jax.Array`` with no eager Spyre op: refused by name.
+
+    A host operand is refused as every operator refuses it (``host_operand``).
+
+    Raises:
+        SpyreTypeError: if the other operand is a host array.
+        SpyreUnsupportedError: otherwise, naming ``spyrejax.jit`` (which runs it on the
+            device, as JAX defines it from ``div``, ``rem`` and ``sign``) and ``to_host``.
+    """
+
+    def method(self: Any, other: Any) -> Any:
+        pos = 0 if reflected else 1
+        if not _is_scalar(other) and not isinstance(jax.typeof(other), SpyreType):
+            raise host_operand(symbol, f"operand {pos}", jax.typeof(other))
+        raise SpyreUnsupportedError(
+            f"{symbol}: a Spyre array has no eager {symbol!r} operator; "
+            f"spyrejax.jit(lambda a, b: a {symbol} b)(a, b) runs it on the device, or "
+            "spyrejax.to_host reads the arrays to the host"
+        )
+
+    return method
 
 
 _OPERATORS: dict[str, Callable[..., Any]] = {
@@ -70,6 +106,16 @@ _OPERATORS: dict[str, Callable[..., Any]] = {
     "rand": _binary("bitwise_and", True),
     "or": _binary("bitwise_or"),
     "ror": _binary("bitwise_or", True),
+    "xor": _binary("bitwise_xor"),
+    "rxor": _binary("bitwise_xor", True),
+    "lshift": _binary("shift_left"),
+    "rlshift": _binary("shift_left", True),
+    "rshift": _shift_right(),
+    "rrshift": _shift_right(True),
+    "floordiv": _host_only("//"),
+    "rfloordiv": _host_only("//", True),
+    "mod": _host_only("%"),
+    "rmod": _host_only("%", True),
     "invert": lambda self: elementwise("bitwise_not", self),
     "neg": lambda self: elementwise("neg", self),
     "abs": lambda self: elementwise("abs", self),

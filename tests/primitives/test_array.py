@@ -1,4 +1,5 @@
 import copy
+import operator
 import pickle
 import types
 import warnings
@@ -272,6 +273,30 @@ def test_a_host_operand_beside_a_spyre_array_raises_the_same_in_both_orders():
     np.testing.assert_array_equal(x + sj.to_host(a), 2 * x)
     assert isinstance(2.0 + a, sj.SpyreArray) and isinstance(a * 2, sj.SpyreArray)
     np.testing.assert_array_equal(jnp.add(j, a), 2 * x)
+
+
+def test_integer_operators_beside_a_host_operand_raise_as_add_does():
+    # ^, <<, >> are the device's ops (>> arithmetic, logical on unsigned, as jax.Array's);
+    # // and % have no eager Spyre op: a host operand is refused as + refuses it, in both
+    # orders, and Spyre operands by name, pointing to spyrejax.jit (plain TypeErrors).
+    x = np.array([[-7, 7, 5, -5]], np.int32)
+    a = sj.to_device(x)
+    np.testing.assert_array_equal(np.asarray(a ^ 3), x ^ 3)
+    np.testing.assert_array_equal(np.asarray(1 << a.astype(np.uint32)), 1 << x.astype(np.uint32))
+    np.testing.assert_array_equal(np.asarray(a >> 1), x >> 1)  # arithmetic: -7 >> 1 == -4
+    u = x.view(np.uint32)
+    np.testing.assert_array_equal(np.asarray(sj.to_device(u) >> 1), u >> 1)  # logical
+    ops = [(operator.floordiv, "//"), (operator.mod, "%"), (operator.xor, "bitwise_xor")]
+    ops += [(operator.lshift, "shift_left"), (operator.rshift, "shift_right_arithmetic")]
+    for host in (jnp.asarray(x), x):
+        for op, name in ops:
+            for pos, pair in enumerate([(host, a), (a, host)]):
+                with pytest.raises(sj.SpyreTypeError, match=rf"^{name}: operand {pos} .*host"):
+                    op(*pair)
+    for f in (lambda a: a // a, lambda a: 2 % a):
+        with pytest.raises(sj.SpyreUnsupportedError, match=r"no eager .* spyrejax.jit"):
+            f(a)
+    np.testing.assert_array_equal(sj.to_host(sj.jit(lambda a, b: a // b)(a, x)), x // x)
 
 
 def test_a_jax_without_the_array_operators_spyrejax_reads_fails_at_import_saying_why():
