@@ -410,10 +410,11 @@ def _device_lines(program: DeviceProgram) -> list[str]:
     """The predicted time, and what the loops and branches count, for the summary."""
     m, ops = program.machine, program.counted
     bound = {b: sum(op.time_s for op in ops if op.bound == b) for b in ("compute", "memory")}
+    classes = ", ".join(f"{t * 1e6:.3f} us {b}-bound" for b, t in bound.items() if t > 0)
     out = [
         f"predicted time on {m.name} ({m.cores} cores, LX fraction {m.lx_fraction:g}): "
-        f"{program.time_s * 1e6:.3f} us of device time ({bound['compute'] * 1e6:.3f} us "
-        f"compute-bound, {bound['memory'] * 1e6:.3f} us memory-bound; report.ops per op)",
+        f"{program.time_s * 1e6:.3f} us of device time (each op by its larger term: "
+        f"{classes or 'none'}; report.ops per op)",
         f"  LX peak {program.lx_peak} of {program.lx_budget} B per core; host overhead "
         f"per call {m.host_call_s * 1e3:g} ms wall, not in the device time",
     ]

@@ -223,3 +223,19 @@ def test_a_deep_graph_plans_with_totals_at_the_scale_of_bytes():
 
     r = sj.explain(deep, jax.ShapeDtypeStruct((2, 32), jnp.float32))
     assert len(r.ops) == 1400 and not r.restickifies and r.copy_cost == 0
+
+
+def test_the_device_time_line_says_how_ops_are_classed():
+    # Each op is classed by its larger term (compute, or memory: DDR or LX traffic), and
+    # the line says so; a class of no op is left out ("0.000 us compute-bound" read as a
+    # claim about the program).
+    def time_line(report):
+        (line,) = [r for r in str(report).splitlines() if "us of device time" in r]
+        return line
+
+    small = time_line(sj.explain(lambda x: x * 2, rand((8, 64))))
+    assert "us of device time (each op by its larger term: " in small
+    assert "memory-bound" in small and "compute-bound" not in small
+    cube = jax.ShapeDtypeStruct((4096, 4096), jnp.float16)
+    large = time_line(sj.explain(jnp.matmul, cube, cube))
+    assert re.search(r"larger term: [\d.]+ us compute-bound;", large), large
