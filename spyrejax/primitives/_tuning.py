@@ -21,7 +21,7 @@ class Tuning:
 
     Attributes:
         staged_reduction_bytes: images larger than this reduce over tiles and lanes in
-            two stages (``_reduce._staged``): fused in one pass, XLA's CPU reduction
+            two stages (``_reduce_data._staged``): fused in one pass, XLA's CPU reduction
             walks the image a stick at a time across tiles, 2x slower than native once
             the image leaves the cache.
         tile_group_bytes: the most bytes of a matmul's B (in the accumulator's dtype)
