@@ -7,17 +7,8 @@ emulator kernel and transformation rules.
 from . import _public
 from ._arguments import target_layout
 from ._astype import astype, bitcast
-from ._base import (
-    SpyrePrim,
-    abstract,
-    abstract_calls,
-    abstract_eval,
-    current_executor,
-    executing,
-    image,
-    recording,
-    wrap,
-)
+from ._base import SpyrePrim, abstract, image, wrap
+from ._calls import abstract_calls, abstract_eval, current_executor, executing, recording
 from ._collectives import all_gather, all_to_all, ppermute, psum, psum_scatter, pvary
 from ._copies import concatenate, pad, reshape_copy, slice_copy
 from ._device_put import device_put

@@ -10,7 +10,7 @@ computes on device images with plain JAX. From the kernel alone the base class d
   bridges, which transpose into each other),
 - ``batch`` (vmap): the primitive rebuilt on batched types, batch at logical dim 0.
 
-Inside :func:`abstract_eval` a primitive is not bound at all: calling it returns an
+Inside ``abstract_eval`` (``primitives._calls``) a primitive is not bound: calling it returns an
 abstract Spyre array of its output type (no data) and lists the primitive. Its
 constructor is its layout rule, so this is exactly the type and the copies a
 computation would have: the planner evaluates lowering rules this way.
@@ -18,9 +18,7 @@ computation would have: the planner evaluates lowering rules this way.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Hashable, Iterator, Sequence
-from contextvars import ContextVar
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -34,6 +32,7 @@ from ..device._division import WorkDivision
 from ..device._space import OpSpace, TensorSpec
 from ..layout._lanes import lane_text
 from ._array import MOVES, SpyreArray, SpyreType, batched_type
+from ._calls import abstract_calls, current_executor, current_recorder, unwatched, watched
 from ._eager import differentiable, eager_call, eager_jvp, eager_transpose, run_eagerly
 from ._rounding import Rounding
 
@@ -42,92 +41,13 @@ __all__ = [
     "SpyrePrim",
     "Wrap",
     "abstract",
-    "abstract_calls",
-    "abstract_eval",
-    "current_executor",
-    "evaluating_abstractly",
     "image",
     "is_spyre",
     "normalize_axes",
-    "recording",
     "wrap",
 ]
 
 _PVARY: list[Any] = []  # spyrejax.primitives._collectives registers its pvary here
-
-_ABSTRACT: ContextVar[list[Any] | None] = ContextVar("spyrejax_abstract_eval", default=None)
-_EXECUTOR: ContextVar[Callable[[Any, tuple[Any, ...]], Any] | None] = ContextVar(
-    "spyrejax_executor", default=None
-)
-_RECORDER: ContextVar[Callable[[Any, tuple[Any, ...], Any], None] | None] = ContextVar(
-    "spyrejax_recorder", default=None
-)
-
-
-@contextlib.contextmanager
-def _setting(var: ContextVar[Any], value: Any) -> Iterator[Any]:
-    """``var`` set to ``value`` inside the block (yielded), reset after it."""
-    token = var.set(value)
-    try:
-        yield value
-    finally:
-        var.reset(token)
-
-
-@contextlib.contextmanager
-def abstract_eval() -> Iterator[list[SpyrePrim]]:
-    """Evaluate Spyre computations on types alone, listing the primitives they call.
-
-    Inside the block every Spyre primitive returns :func:`abstract` values of its
-    output type instead of running; the yielded list fills with the primitives in call
-    order. Their constructors still check every layout rule (a ``LayoutError`` means
-    the computation is infeasible on those types).
-    """
-    with _setting(_ABSTRACT, []) as calls:
-        yield calls
-
-
-def abstract_calls() -> list[Any] | None:
-    """The list :func:`abstract_eval` fills, inside one; None outside (values are computed).
-
-    A lowering that would run a computation (a loop) checks it to give types instead,
-    and may add what the computation would copy (see ``SpyrePrim.role``/``moves``).
-    """
-    return _ABSTRACT.get()
-
-
-@contextlib.contextmanager
-def executing(executor: Callable[[SpyrePrim, tuple[Any, ...]], Any]) -> Iterator[None]:
-    """Let ``executor`` run the primitives called inside the block (when tracing them).
-
-    ``executor(prim, args)`` returns the primitive's result computed its own way, or
-    None to bind the primitive as usual. The per-core emulation of ``spyrejax.jit(f,
-    emulate="cores")`` runs compute primitives this way; while the executor runs, the
-    primitives it calls itself are bound as usual.
-    """
-    with _setting(_EXECUTOR, executor):
-        yield
-
-
-@contextlib.contextmanager
-def recording(recorder: Callable[[SpyrePrim, tuple[Any, ...], Any], None]) -> Iterator[None]:
-    """Let ``recorder(prim, args, out)`` see every primitive bound inside the block.
-
-    It is called once per primitive, after the primitive gave ``out`` (bound, or run by
-    an executor). The primitives an executor calls itself are not recorded.
-    """
-    with _setting(_RECORDER, recorder):
-        yield
-
-
-def current_executor() -> Callable[[Any, tuple[Any, ...]], Any] | None:
-    """The executor :func:`executing` installed, or None (also while it runs itself)."""
-    return _EXECUTOR.get()
-
-
-def evaluating_abstractly() -> bool:
-    """Whether primitives run on types alone (inside :func:`abstract_eval`)."""
-    return _ABSTRACT.get() is not None
 
 
 def abstract(aval: Any) -> Any:
@@ -345,9 +265,9 @@ class SpyrePrim(HiPrim):
         return tuple(outs) if isinstance(self.out_aval, tuple) else outs[0]
 
     def __call__(self, *args: Any) -> Any:
-        called = _ABSTRACT.get()
+        called = abstract_calls()
         if called is None:
-            rec = _RECORDER.get()
+            rec = current_recorder()
             out = self._bind(args)
             if rec is not None:
                 rec(self, args, out)
@@ -357,14 +277,14 @@ class SpyrePrim(HiPrim):
 
     def _bind(self, args: tuple[Any, ...]) -> Any:
         """The result of the primitive: from the executor if it runs it, else bound."""
-        run = _EXECUTOR.get()
+        run = current_executor()
         if run is not None:
-            with _setting(_EXECUTOR, None), _setting(_RECORDER, None):
+            with unwatched():
                 out = run(self, args)
             if out is not None:
                 return out
         if self.eager_jit and eager_call(self, args):
-            with _setting(_RECORDER, None):  # the call the eager jit traces is this one
+            with unwatched(executor=False):  # the call the eager jit traces is this one
                 return run_eagerly(self, args)
         return super().__call__(*args)
 
@@ -404,9 +324,7 @@ class SpyrePrim(HiPrim):
         As for a call: eager and keyed; and no executor, recorder or abstract evaluation
         is watching the primitives the rule calls.
         """
-        if not self.eager_rules or _EXECUTOR.get() is not None or _RECORDER.get() is not None:
-            return False
-        return _ABSTRACT.get() is None and eager_call(self, args)
+        return self.eager_rules and not watched() and eager_call(self, args)
 
     def jvp(self, primals: Any, tangents: Any) -> tuple[Any, Any]:
         """Forward mode: ``jax.jvp`` of the kernel on the device images.

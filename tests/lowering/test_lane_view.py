@@ -21,7 +21,7 @@ from spyrejax.device import divide_op
 from spyrejax.layout._lanes import lane_window, laned
 from spyrejax.lowering import checking_cores
 from spyrejax.lowering.program._cores import CoreExecutor, dividing
-from spyrejax.primitives._base import executing
+from spyrejax.primitives._calls import executing
 from spyrejax.primitives._lanes import lane_assemble, lane_place, lane_view
 
 F16 = np.float16
