@@ -25,6 +25,7 @@ __all__ = [
     "host_format",
     "narrow_int64",
     "poison_value",
+    "stick_elems",
 ]
 
 BYTES_PER_STICK = 128
@@ -172,6 +173,17 @@ def has_spyre_format(dtype: Any) -> bool:
         return np.dtype(dtype) in _HOST_TO_FORMAT
     except TypeError:  # not a NumPy dtype at all
         return False
+
+
+def stick_elems(dtype: Any) -> int:
+    """Elements of ``dtype`` in one device stick: its format's (bool is 16-bit: 64).
+
+    A dtype with no Spyre format (one a program narrows or keeps on the host) counts
+    by its host bytes.
+    """
+    if has_spyre_format(dtype):
+        return format_for_dtype(dtype).elems_per_stick()
+    return max(BYTES_PER_STICK // np.dtype(dtype).itemsize, 1)
 
 
 _HINTS = {

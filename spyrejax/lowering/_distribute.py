@@ -37,7 +37,7 @@ import dataclasses
 import itertools
 from typing import TYPE_CHECKING, Any
 
-from ..layout._dtypes import BYTES_PER_STICK, has_spyre_format
+from ..layout._dtypes import has_spyre_format, stick_elems
 from ..layout._lanes import in_one_stick
 from ..primitives._stick import grouped_layout
 from ._distribute_lanes import _distribute_lanes_once, _fold_lane_slice, _lanes_hold
@@ -93,8 +93,8 @@ def _aligned(offsets: list[int], dim: int, values: list[Value], sizes: list[int]
 
 
 def _eps(v: Value) -> int:
-    """Elements a stick of ``v``'s dtype."""
-    return max(BYTES_PER_STICK // v.dtype.itemsize, 1)
+    """Elements a stick of ``v``'s dtype (the device format's: a bool's stick is 64)."""
+    return stick_elems(v.dtype)
 
 
 def _within_sticks(offsets: list[int], values: list[Value]) -> bool:

@@ -142,3 +142,12 @@ def test_poison_values():
     assert sj.poison_value(np.int32).dtype == np.int32
     assert sj.poison_value(np.uint32) == np.iinfo(np.uint32).max  # all bits set, not 0
     assert sj.poison_value(np.uint32).dtype == np.uint32
+
+
+def test_stick_elems_is_the_device_formats_count():
+    from spyrejax.layout._dtypes import stick_elems
+
+    # bool is stored 16-bit: a stick holds 64 of them, not its host bytes' 128.
+    assert stick_elems(np.bool_) == 64 == stick_elems(np.float16) == stick_elems(jnp.bfloat16)
+    assert stick_elems(np.int8) == 128 and stick_elems(np.float32) == 32
+    assert stick_elems(np.float64) == 16  # no format: by its host bytes

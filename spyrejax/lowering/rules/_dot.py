@@ -11,7 +11,7 @@ import numpy as np
 
 from ... import primitives as sp
 from ..._errors import LayoutError
-from ...layout._dtypes import has_spyre_format
+from ...layout._dtypes import has_spyre_format, stick_elems
 from ...layout._layout import SpyreTensorLayout
 from ...primitives._restickify import load_relayout
 from ...primitives._stick import (
@@ -239,12 +239,7 @@ def _by_heads(node: Node) -> bool:
         return False
     if any(rhs.shape[d] == 1 for d in rfree):
         return False
-    return has_spyre_format(dtype) and rhs.shape[rfree[-1]] % _eps(dtype) != 0
-
-
-def _eps(dtype: Any) -> int:
-    """Elements a stick of ``dtype``."""
-    return SpyreTensorLayout((1,), dtype).elems_per_stick
+    return has_spyre_format(dtype) and rhs.shape[rfree[-1]] % stick_elems(dtype) != 0
 
 
 def _heads_product(
