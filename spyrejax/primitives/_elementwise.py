@@ -308,6 +308,20 @@ def _is_scalar(x: Any) -> bool:
     )
 
 
+def scalar_operand(op: str, pos: int, x: Any) -> bool:
+    """Whether an eager op's operand ``pos`` is a scalar (else it is a Spyre array).
+
+    Raises:
+        SpyreTypeError: if it is a host array (``host_operand``: both ways out).
+    """
+    if _is_scalar(x):
+        return True
+    aval = jax.typeof(x)
+    if not isinstance(aval, SpyreType):
+        raise host_operand(op, f"operand {pos}", aval)
+    return False
+
+
 def elementwise(op: str, *operands: Any) -> SpyreArray:
     """Apply the elementwise op ``op`` to Spyre arrays and Python/NumPy scalars.
 
@@ -327,13 +341,10 @@ def elementwise(op: str, *operands: Any) -> SpyreArray:
         raise SpyreTypeError(f"{op} takes {OP[op].arity} operands, got {len(operands)}")
     arrays, consts = [], []
     for pos, x in enumerate(operands):
-        if _is_scalar(x):
+        if scalar_operand(op, pos, x):
             consts.append((pos, np.asarray(x).item()))
-            continue
-        aval = jax.typeof(x)
-        if not isinstance(aval, SpyreType):
-            raise host_operand(op, f"operand {pos}", aval)
-        arrays.append(x)
+        else:
+            arrays.append(x)
     if not arrays:
         raise SpyreTypeError(f"{op}: needs at least one Spyre array operand")
     prim = _CLASSES[op](*[jax.typeof(a) for a in arrays], consts=tuple(consts))

@@ -31,11 +31,10 @@ from .._jax import (
     called_by_device_put,
     register_hitype,
 )
-from ._arguments import host_operand
 from ._array import SpyreArray, SpyreType
 from ._astype import astype
 from ._base import image, wrap
-from ._elementwise import _is_scalar, elementwise
+from ._elementwise import elementwise, scalar_operand
 from ._matmul import matmul
 from ._reduce import REDUCTIONS, reduce
 from ._transfer import to_host
@@ -73,9 +72,7 @@ def _host_only(symbol: str, reflected: bool = False) -> Callable[[Any, Any], Any
     """
 
     def method(self: Any, other: Any) -> Any:
-        pos = 0 if reflected else 1
-        if not _is_scalar(other) and not isinstance(jax.typeof(other), SpyreType):
-            raise host_operand(symbol, f"operand {pos}", jax.typeof(other))
+        scalar_operand(symbol, 0 if reflected else 1, other)
         raise SpyreUnsupportedError(
             f"{symbol}: a Spyre array has no eager {symbol!r} operator; "
             f"spyrejax.jit(lambda a, b: a {symbol} b)(a, b) runs it on the device, or "
