@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ._machine import Machine
-from ._matmul_cost import matmul_time, pt_rate
+from ._matmul_cost import matmul_time, pt_rate, relaid_read
 
 if TYPE_CHECKING:
     from ._division import WorkDivision
@@ -206,10 +206,14 @@ def lx_seconds(machine: Machine, moved: int, cores: int) -> float:
 
 
 def _matmul_cost(
-    division: WorkDivision, machine: Machine, in_lx: frozenset[int], kernel: bool
+    division: WorkDivision,
+    machine: Machine,
+    in_lx: frozenset[int],
+    kernel: bool,
+    relaid: tuple[tuple[int, int], ...],
 ) -> OpCost:
     """A calibrated profile's matmul (:mod:`._matmul_cost`), as an :class:`OpCost`."""
-    t = matmul_time(division, machine, in_lx)
+    t = matmul_time(division, machine, in_lx, relaid)
     bound = "compute" if t.pt_s > t.memory_s else "memory"
     sticks = (t.read_bytes + t.write_bytes) // machine.stick_bytes
     launch = machine.launch_s if kernel else 0.0
@@ -234,6 +238,7 @@ def op_cost(
     in_lx: frozenset[int] = frozenset(),
     fills: frozenset[int] = frozenset(),
     launch: bool = True,
+    relaid: tuple[tuple[int, int], ...] = (),
 ) -> OpCost:
     """The cost of a divided op.
 
@@ -245,10 +250,14 @@ def op_cost(
         launch: whether it launches a kernel (not an op inside a fused kernel but its
             first). A cast inside a fused kernel (not its first) is no stage of its
             own: the vector units convert formats as they load and store.
+        relaid: ``(index, source bytes)`` of the inputs a matmul lays out anew in LX
+            as it loads them (``LoadRelayout``): read from DDR at their source image's
+            bytes (``_matmul_cost.relaid_read``).
     """
     space = division.space
     cores = division.cores_used
     read, moved, seen, reads = 0, 0, set(), []
+    sources = dict(relaid)
     for i, op in enumerate(space.operands[:-1]):
         # One value read twice (x + x) is read once; so are the sticks of one buffer
         # read on several of their lane sets (x[..., 0::2] * x[..., 1::2]).
@@ -259,8 +268,9 @@ def op_cost(
         size = machine.stick_bytes if i in fills else op.tensor.nbytes
         moved += size
         if i not in in_lx:
-            read += size
-            reads.append(size)
+            ddr = relaid_read(size, size, sources[i]) if i in sources else size
+            read += ddr
+            reads.append(ddr)
     out = len(space.operands) - 1
     write = 0 if out in in_lx else space.output.tensor.nbytes
     moved += space.output.tensor.nbytes
@@ -269,7 +279,7 @@ def op_cost(
     lx = 0.0
     if space.kind == "matmul":
         if machine.matmul_model == "calibrated":
-            return _matmul_cost(division, machine, in_lx, launch)
+            return _matmul_cost(division, machine, in_lx, launch, relaid)
         k = division.splits[space.names[-1]]
         ring = (k - 1) * space.output.tensor.nbytes  # partial sums to a K partner
         fmt = space.operands[0].tensor.layout.device_dtype.name

@@ -81,7 +81,7 @@ from ._machine import Machine
 if TYPE_CHECKING:
     from ._division import WorkDivision
 
-__all__ = ["MatmulTime", "block_passes", "matmul_time", "pt_rate"]
+__all__ = ["MatmulTime", "block_passes", "matmul_time", "pt_rate", "relaid_read"]
 
 
 @dataclass(frozen=True)
@@ -140,6 +140,18 @@ def pt_rate(machine: Machine, device_format: str) -> float:
             f"Machine {machine.name!r} has no PT rate for {device_format}; it has {sorted(rates)}"
         )
     return rates[device_format]
+
+
+def relaid_read(read: int, image: int, source: int) -> int:
+    """The DDR bytes of reading ``read`` bytes of an operand relaid in LX as it is loaded.
+
+    A matmul's operand laid out anew as the matmul loads it (``LoadRelayout``: an image
+    of ``image`` bytes that never goes to DDR) is brought in from its source image
+    (``source`` bytes, in its own layout) and relaid in LX: a read of the relaid image
+    moves the source's share of it, not the relaid image's padding. The one rule the
+    device model's matmul and the planner's objective (``lowering._traffic``) read.
+    """
+    return -(-read * source // image) if image else 0
 
 
 def _fits_lx(batch: int, m: int, n: int, k: int, itemsize: int, acc: int, lx: int) -> bool:
@@ -224,7 +236,10 @@ def _sharers(division: WorkDivision, operand: int) -> int:
 
 
 def matmul_time(
-    division: WorkDivision, machine: Machine, in_lx: frozenset[int] = frozenset()
+    division: WorkDivision,
+    machine: Machine,
+    in_lx: frozenset[int] = frozenset(),
+    relaid: tuple[tuple[int, int], ...] = (),
 ) -> MatmulTime:
     """The terms of a divided matmul's time on ``machine`` (a ``calibrated`` profile).
 
@@ -233,6 +248,9 @@ def matmul_time(
         machine: the machine profile (its PT, DDR and matmul constants, ``lx_usable``).
         in_lx: indices of the operands (A, B, then the output) living in LX: they cost
             no DDR bytes, runs or re-reads.
+        relaid: ``(index, source bytes)`` of the operands relaid in LX as the matmul
+            loads them (``LoadRelayout``): their DDR reads are the source image's
+            (:func:`relaid_read`).
     """
     space = division.space
     names = space.names
@@ -264,12 +282,15 @@ def matmul_time(
     runs = 0.0
     sync = 0.0
     chunk = machine.lx_usable / 3
+    sources = dict(relaid)
     for i, p in ((0, passes[0]), (1, passes[1])):
         if i in in_lx:
             continue
         g = _sharers(division, i)
         per_core = division.core_bytes(i)
         unique = _all_boxes_bytes(division, i) // g * p
+        if i in sources:  # loaded from its source image, relaid in LX
+            unique = relaid_read(unique, space.operands[i].tensor.nbytes, sources[i])
         read_bytes += unique
         streams = cores / g  # distinct tiles read at once
         if division.core_bytes(1 - i) <= machine.mm_alone_fraction * machine.lx_usable:

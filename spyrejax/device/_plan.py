@@ -26,6 +26,10 @@ from ._space import TensorSpec
 
 __all__ = ["plan_program"]
 
+_LOAD_RELAYOUT = "loadrelayout"
+"""The op of a matmul's operand relaid in LX as the matmul loads it (``LoadRelayout``:
+``lowering.program`` names a copy by its primitive's class)."""
+
 
 def _counted(descs: Sequence[OpDesc], times: Sequence[float]) -> list[bool]:
     """Which ops the totals count: of each ``cond``, the costliest branch's only.
@@ -145,13 +149,14 @@ class _Memo:
         filled: frozenset[int],
         launch: bool,
         held: int = 0,
+        relaid: tuple[tuple[int, int], ...] = (),
     ) -> OpCost:
-        """``op_cost`` of the division with these operands in LX and filled.
+        """``op_cost`` of the division with these operands in LX, filled and relaid.
 
         ``held``: LX bytes per core other values keep across a matmul (:func:`_held`):
         its blocking has the rest of the budget.
         """
-        key = (self.key(div), where, filled, launch, held)
+        key = (self.key(div), where, filled, launch, held, relaid)
         cost = self.costs.get(key)
         if cost is None:
             count("device.cost")
@@ -159,7 +164,7 @@ class _Memo:
             if held:
                 usable = max(machine.lx_usable - held, machine.lx_alignment)
                 machine = replace(machine, lx_fraction=usable / machine.lx_bytes)
-            cost = self.costs[key] = op_cost(div, machine, where, filled, launch)
+            cost = self.costs[key] = op_cost(div, machine, where, filled, launch, relaid)
         return cost
 
     def streams_of(self, div: WorkDivision) -> tuple[tuple[int, Stream], ...]:
@@ -212,6 +217,7 @@ def plan_program(
     ops = []
     peaks = lx.live_bytes(len(descs))
     fills = {d.output[0] for d in descs if is_fill(d)} - set(keep_in_ddr)
+    relaid = _relaid_sources(descs)
     fusions = find_fusions(descs, frozenset(keep_in_ddr)) if fuse else []
     member = {i: k for k, f in enumerate(fusions) for i in f.ops}
     made = {d.output[0]: d.output[1] for d in descs}
@@ -223,14 +229,14 @@ def plan_program(
         lx_in = tuple(n for n, _ in d.inputs if lx.in_lx(n))
         lx_out = lx.in_lx(d.output[0])
         held = _held(d, div, peaks[i], lx)
-        own = _own_cost(d, div, memo, fills, lx.in_lx, held=held)
+        own = _own_cost(d, div, memo, fills, lx.in_lx, held=held, relaid=relaid)
         unfused.append(own.repeated(d.repeat).time_s)
         k = member.get(i)
         cost = own
         if k is not None:
             f = fusions[k]
             kept = fits[k] or passes[k] > 1  # streamed rows: no intermediate goes to DDR
-            cost = _member_cost(descs, i, div, f, kept, loaded[k], fills, lx, memo, held)
+            cost = _member_cost(descs, i, div, f, kept, loaded[k], fills, lx, memo, held, relaid)
             # its inputs' tiles and its result's stay for the kernel's next ops (a result
             # read after the kernel is written out too, not read back in)
             loaded[k] = loaded[k] | {n for n, _ in d.inputs} | {d.output[0]}
@@ -293,6 +299,7 @@ def _member_cost(
     lx: LXPlan,
     memo: _Memo,
     held: int = 0,
+    relaid: Mapping[str, int] | None = None,
 ) -> OpCost:
     """The cost of op ``i`` inside the fused kernel ``f`` (before the kernel shares its time).
 
@@ -305,7 +312,8 @@ def _member_cost(
         kept = kept | {n for j in f.ops for n, _ in descs[j].inputs}
     first = i == next(j for j in f.ops if descs[j].kind != "view")
     in_lx = lambda n: n in kept or lx.in_lx(n)  # noqa: E731
-    return _own_cost(descs[i], div, memo, fills, in_lx, fused=(kept, first), held=held)
+    fused = (kept, first)
+    return _own_cost(descs[i], div, memo, fills, in_lx, fused=fused, held=held, relaid=relaid)
 
 
 def _own_cost(
@@ -316,18 +324,22 @@ def _own_cost(
     in_lx: Any,
     fused: tuple[frozenset[str], bool] | None = None,
     held: int = 0,
+    relaid: Mapping[str, int] | None = None,
 ) -> OpCost:
     """An op's cost, the values ``in_lx(name)`` says in LX; ``fused``: (kept, first).
 
     ``held``: the LX bytes per core other values keep across it (a matmul's blocking
-    has the rest).
+    has the rest). ``relaid``: the source bytes of each value a matmul lays out anew
+    in LX as it loads it (:func:`_relaid_sources`): the matmul reads that value from
+    DDR at its source image's bytes.
 
     An op inside a fused kernel launches none unless it is the kernel's first, and a
     restickify of it with its input or its result in LX is each core relaying its tile
     through its LX port (``relayout_cost``): it reads from DDR only an input not in LX
     and writes to DDR only a result that leaves the kernel (one with neither in LX is a
     DDR restickify); so is a matmul's operand laid out anew as the matmul loads it
-    (``LoadRelayout``: its matmul reads the operand from DDR).
+    (``LoadRelayout``: its matmul reads the operand from DDR, at its source image's
+    bytes: ``relaid``).
     """
     launch = fused is None or fused[1]
     machine = memo.machine
@@ -336,8 +348,10 @@ def _own_cost(
         if in_lx(d.output[0]):
             where.add(len(d.inputs))
         filled = frozenset(k for k, (n, _) in enumerate(d.inputs) if n in fills)
-        return memo.op_cost(div, frozenset(where), filled, launch, held)
-    if d.opfunc == "loadrelayout":  # a matmul's operand relaid out in LX as it loads it
+        relaid = relaid or {}
+        sources = tuple((k, relaid[n]) for k, (n, _) in enumerate(d.inputs) if n in relaid)
+        return memo.op_cost(div, frozenset(where), filled, launch, held, sources)
+    if d.opfunc == _LOAD_RELAYOUT:  # a matmul's operand relaid out in LX as it loads it
         return relayout_cost(machine, d.output[1].nbytes, launch)
     if fused is not None and is_relayout(d):
         ddr_in = [(n, t) for n, t in d.inputs if not in_lx(n)]
@@ -348,6 +362,16 @@ def _own_cost(
             return relayout_cost(machine, d.output[1].nbytes, launch, read, write)
     cost = _transfer(d, machine, fills)
     return cost if launch or d.kind == "view" else _no_launch(cost)
+
+
+def _relaid_sources(descs: Sequence[OpDesc]) -> dict[str, int]:
+    """The bytes of the source image of each value relaid in LX as a matmul loads it.
+
+    A ``LoadRelayout``'s result, by name: its one reader, a matmul, brings it in from
+    the source image in DDR and lays each block out anew in LX, so it reads the
+    source's bytes (``_matmul_cost.relaid_read``), not the relaid image's padding.
+    """
+    return {d.output[0]: d.inputs[0][1].nbytes for d in descs if d.opfunc == _LOAD_RELAYOUT}
 
 
 def _held(d: OpDesc, div: WorkDivision | None, live: int, lx: LXPlan) -> int:

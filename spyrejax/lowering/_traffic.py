@@ -23,6 +23,7 @@ import numpy as np
 from .. import primitives as sp
 from ..device._fusion import CHAIN_SPACES
 from ..device._machine import Machine, default_machine
+from ..device._matmul_cost import relaid_read
 from ..layout import BYTES_PER_STICK, SpyreTensorLayout
 from ..layout._gaps import valid_nbytes
 from ..primitives._arranged import card_relayout_bytes
@@ -167,13 +168,17 @@ def traffic(called: list[Any]) -> float:
     their layouts' bytes (padding included); a collective also sends its elements
     between cards. A matmul's operand laid out anew as it is loaded (``LoadRelayout``,
     ``through_ddr`` False) moves nothing through DDR but the matmul's read of it, in a
-    loop body as at the top level. A charge standing for a body's copies
+    loop body as at the top level, and that read moves its source image's bytes
+    (:func:`_relaid_saving`). A charge standing for a body's copies
     (``lowering._control``) reads and writes the elements it moves, as often as it runs,
     unless it stands for such a relayout; a host fallback in a body moves its DMA bytes.
     """
     total = 0
     for p in called:
-        if p.role == "view" or not through_ddr(p):
+        if p.role == "view":
+            continue
+        if not through_ddr(p):
+            total += _relaid_saving(p)
             continue
         if isinstance(p, Full):  # a fill writes one stick, its readers broadcast it
             total += BYTES_PER_STICK
@@ -194,6 +199,21 @@ def traffic(called: list[Any]) -> float:
         else:
             total += 2 * _elements_bytes(p.moves, _spyre_types(p.in_avals))
     return total
+
+
+def _relaid_saving(p: Any) -> int:
+    """What a ``LoadRelayout``'s one reader, a matmul, reads less than its result's bytes.
+
+    The matmul reads its operand at its source image's bytes (the card loads the
+    source's blocks and lays them out in LX: ``device._matmul_cost.relaid_read``, the
+    rule the device model prices the read by), where :func:`traffic` charges it the
+    relaid image's (a negative number where the relayout pads). A loop body's charge
+    standing for one moves nothing itself: the body's plan holds its reader.
+    """
+    if not isinstance(p, sp.SpyrePrim):
+        return 0
+    (source,), relaid = _spyre_types(p.in_avals), nbytes(p.out_aval)
+    return relaid_read(relaid, relaid, read_bytes(source)) - relaid
 
 
 def reorder_bytes(p: Astype) -> int:

@@ -54,6 +54,35 @@ def test_a_weight_reshaped_into_heads_is_laid_out_per_head_as_the_product_loads_
     assert_matches_jax_jit(f, x, w, reduce_len=160)
 
 
+def _rotated_heads(x, w):
+    q = jnp.einsum("tk,khd->thd", x, w.reshape(160, 2, 80))
+    return jnp.concatenate([-q[..., 40:], q[..., :40]], -1) + q
+
+
+def test_a_weight_relaid_as_the_product_loads_it_is_read_at_its_stored_bytes():
+    # A LoadRelayout'd weight never goes to DDR: the matmul loads the stored image's
+    # blocks (61,440 bytes of [160, 160] float16) and relays them in LX, so the planner
+    # and the device model charge that read at the stored image's bytes, not at the
+    # relaid per-head image's (81,920: each head's 80 padded to 128). Charged at the
+    # relaid bytes, the planner kept the merged product at 4 tokens and the rotation
+    # copied its quarters (6,144 elements, 15.00 us predicted; per head 7.10 us).
+    from spyrejax.device import matmul_time
+
+    x = rand((4, 160), jnp.float16, seed=1)
+    w = rand((160, 160), jnp.float16, seed=2, low=-0.1, high=0.1)
+    report = sj.explain(_rotated_heads, x, w)
+    assert report.jaxpr.count("= LoadRelayout") == 1 and report.copy_cost == 0
+    (load,) = [op for op in report.ops if op.desc.opfunc == "loadrelayout"]
+    (source,) = [t for _, t in load.desc.inputs]
+    assert source.nbytes == 61_440 and load.desc.output[1].nbytes == 81_920
+    relaid = load.desc.output[0]
+    (mm,) = [op for op in report.ops if relaid in (n for n, _ in op.desc.inputs)]
+    machine = report.device.machine
+    stored = matmul_time(mm.division, machine, relaid=((1, source.nbytes),)).read_bytes
+    assert mm.cost.read_bytes == stored < matmul_time(mm.division, machine).read_bytes
+    assert_matches_jax_jit(_rotated_heads, x, w, reduce_len=160)
+
+
 def test_head_dims_of_whole_sticks_keep_the_merged_product():
     # At d 64 (float16) the merged product's sticks start at every head already: one
     # plain matmul of n = 128, the weight a view, nothing moved.
