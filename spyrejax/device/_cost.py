@@ -261,7 +261,7 @@ def op_cost(
     for i, op in enumerate(space.operands[:-1]):
         # One value read twice (x + x) is read once; so are the sticks of one buffer
         # read on several of their lane sets (x[..., 0::2] * x[..., 1::2]).
-        key = op.tensor.buffer or op.tensor.name or i
+        key = op.tensor.sticks_of or i
         if key in seen:
             continue
         seen.add(key)

@@ -179,10 +179,11 @@ class _Memo:
 def _division_key(div: WorkDivision) -> Hashable:
     """What a division's costs depend on: everything but its tensors' names.
 
-    Of the names, only which operands are one value (``x + x`` reads ``x`` once).
+    Of the names, only which operands read one value's sticks (``x + x`` reads ``x``
+    once; so do lane views of one buffer: ``TensorSpec.sticks_of``, as ``op_cost``).
     """
     space = div.space
-    names = [o.tensor.name for o in space.operands]
+    names = [o.tensor.sticks_of for o in space.operands]
     aliases = tuple(names.index(n) if n else k for k, n in enumerate(names))
     shape = (space.geometry(), space.transcendental, space.in_place, aliases)
     return (shape, tuple(div.splits.items()), div.cores, div.order, div.committed, div.how)

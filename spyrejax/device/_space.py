@@ -85,6 +85,16 @@ class TensorSpec:
         dims = device_dims(layout, base, shape, tuple(strides))
         return cls(shape, layout, dims, name, base, tuple(strides))
 
+    @property
+    def sticks_of(self) -> str:
+        """The value whose sticks a read of it moves: its ``buffer``, else its ``name``.
+
+        One op's reads of one such value are one read (``x + x``, or ``x[..., 0::2] *
+        x[..., 1::2]`` on one buffer's sticks); ``op_cost`` and the device plan's cost
+        cache both key reads by it.
+        """
+        return self.buffer or self.name
+
     @functools.cached_property
     def folds(self) -> tuple[FoldIndex | None, ...]:
         """Per device dim, how it indexes the logical dims it folds (None if it folds none).

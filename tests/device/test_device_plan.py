@@ -484,3 +484,24 @@ def test_a_scan_bodys_ops_are_listed_once_and_run_its_trip_count_times():
     )
     assert {o.repeat for o in nested.ops if o.opfunc == "matmul"} == {6}
     assert nested.ops[-1].desc.output[0] == r.ops[-1].desc.output[0]
+
+
+def test_an_ops_read_bytes_do_not_depend_on_another_op_of_its_geometry():
+    # x[..., 0::2] * x[..., 1::2] reads one buffer's sticks once; a[..., 0::2] * b[..., 1::2]
+    # reads two buffers'. Of one geometry, each op's cost is its own in one program (the
+    # device plan's cost cache keyed them alike: the second took the first's figure).
+    def one(x):
+        return x[..., 0::2] * x[..., 1::2]
+
+    def two(a, b):
+        return a[..., 0::2] * b[..., 1::2]
+
+    x = S((64, 512), jnp.float16)
+
+    def reads(f, *args):
+        return [op.read_bytes for op in sj.explain(f, *args).device.counted if op.division]
+
+    alone = reads(one, x) + reads(two, x, x)
+    assert alone[1] == 2 * alone[0]
+    assert reads(lambda x, a, b: (one(x), two(a, b)), x, x, x) == alone
+    assert reads(lambda x, a, b: (two(a, b), one(x)), x, x, x) == alone[::-1]
