@@ -85,7 +85,9 @@ class Move:
         source: its type before.
         target: its type after (the default layout of a stick).
         reason: which consumer needs it, in which stick.
-        consumer: that consumer (reports charge the move to its source line).
+        consumer: that consumer (reports charge the move to its source line); None for
+            a program's result.
+        producer: the node that makes the value (None for an input).
     """
 
     value: Value
@@ -93,6 +95,12 @@ class Move:
     target: SpyreType
     reason: str
     consumer: Node | None = None
+    producer: Node | None = None
+
+    @property
+    def charged_to(self) -> Node | None:
+        """The node whose source line the move counts on: its consumer, else its producer."""
+        return self.consumer if self.consumer is not None else self.producer
 
     @property
     def cost(self) -> int:
@@ -417,7 +425,8 @@ class _Planner:
                 plan.runs[node] = [min(self.options[node], key=lambda to: to[0])[1]]
             elif len(node.outs) == 1:
                 (v,), (w,) = node.outs, wanted
-                plan.runs[node] = [self.produced[v][t][1] for t in self._serve(plan, v, w)]
+                runs = self._serve(plan, v, w, node)
+                plan.runs[node] = [self.produced[v][t][1] for t in runs]
             else:
                 plan.runs[node] = self._serve_outputs(plan, node, wanted)
             for option in plan.runs[node]:
@@ -432,14 +441,16 @@ class _Planner:
         for v in self.graph.inputs:
             wanted = demands.pop(v, {})
             if wanted:
-                self._serve(plan, v, wanted)
+                self._serve(plan, v, wanted, None)
             plan.sources[v] = [self.input_types[v]]
         for c in self.graph.consts:  # built directly in every type they are read in
             wanted = demands.pop(c, {})
             if wanted:
                 plan.sources[c] = [t for t in wanted if t is not None] or _defaults(c)[:1]
 
-    def _serve(self, plan: Plan, v: Value, wanted: dict[SpyreType | None, Any]) -> list[Any]:
+    def _serve(
+        self, plan: Plan, v: Value, wanted: dict[SpyreType | None, Any], producer: Node | None
+    ) -> list[Any]:
         """The types ``v``'s producer runs for; plans restickifies for the other demands."""
         produced = self.produced[v]
         movable = self._movable(v)
@@ -470,7 +481,7 @@ class _Planner:
             if d in produced and produced[d][0] < move_bytes(src, d):
                 runs.append(d)
             else:
-                moves.append(Move(v, src, d, _why(consumer, src, d), consumer))
+                moves.append(Move(v, src, d, _why(consumer, src, d, producer), consumer, producer))
         if moves:
             plan.moves[v] = moves
         return runs
@@ -494,7 +505,7 @@ class _Planner:
                 if d in movable and not (
                     d in self.produced[v] and self.produced[v][d][0] < move_bytes(src, d)
                 ):
-                    moves.append(Move(v, src, d, _why(consumer, src, d)))
+                    moves.append(Move(v, src, d, _why(consumer, src, d, node), consumer, node))
                 else:
                     runs.append(self.produced[v][d][1])
             if moves:
@@ -548,9 +559,15 @@ def _sets_layout(node: Node) -> bool:
     return getattr(RULES.get(node.prim), "sets_layout", False)
 
 
-def _why(consumer: Node | None, source: SpyreType, target: SpyreType) -> str:
+def _why(consumer: Node | None, source: SpyreType, target: SpyreType, producer: Node | None) -> str:
+    """Why a move is made, naming the node whose line it is charged to.
+
+    Reports read that line back from the text (``lowering._graph.reason_line``: the
+    source after the first ``" at "``), so the node's description comes first.
+    """
     if consumer is None:
-        return f"returned in the default layout of its shape (it is made in {source.str_short()})"
+        made = f"{producer.describe()} makes" if producer is not None else "it is"
+        return f"returned in the default layout of its shape: {made} it in {source.str_short()}"
     need = stick_name(stick_of(target))
     if stick_of(source) == SPARSE and stick_of(target) != SPARSE:
         return f"compact: {consumer.describe()} needs it dense, stuck on {need}"

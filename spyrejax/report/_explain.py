@@ -113,12 +113,15 @@ def _view_names(lowering: Lowering) -> frozenset[str]:
 
 
 def _ops(plan: Plan) -> tuple[OpInfo, ...]:
-    """Every planned node with its costs; planned moves are charged to their consumer."""
+    """Every planned node with its costs; a planned move is charged to its consumer.
+
+    A move of a program's result (no consumer) is charged to the node that makes it.
+    """
     moved: dict[Node, list[Move]] = {}
     for ms in plan.moves.values():
         for m in ms:
-            if m.consumer is not None:
-                moved.setdefault(m.consumer, []).append(m)
+            if m.charged_to is not None:
+                moved.setdefault(m.charged_to, []).append(m)
     return tuple(_op(node, options, moved.get(node, [])) for node, options in plan.runs.items())
 
 

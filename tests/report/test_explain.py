@@ -105,6 +105,22 @@ def test_a_move_for_an_op_of_no_user_line_counts_on_that_ops_row():
     assert report.lines[0].device_s == pytest.approx(report.time_s)
 
 
+def _row_sums(x):
+    return jnp.sum(x, axis=-1)  # its own source line: the sum makes the result sparse
+
+
+def test_a_move_of_a_result_counts_on_the_line_that_makes_it():
+    # A sum over the stick dim is sparse; the result is returned in the default layout of
+    # its shape, a restickify no node reads: charged to the sum's line, with the time.
+    report = sj.explain(_row_sums, jax.ShapeDtypeStruct((8, 200), jnp.float32))
+    (move,) = report.restickifies
+    assert move.reason.startswith("returned in the default layout")
+    (row,) = report.lines
+    assert move.line == row.line and "test_explain.py" in row.line
+    assert (row.restickifies, row.restickify_cost) == (1, report.restickify_cost)
+    assert row.device_s == pytest.approx(report.time_s)
+
+
 def test_details_hold_every_record(report):
     text = report.details()
     assert "Spyre-level jaxpr:" in text and report.jaxpr in text

@@ -114,7 +114,7 @@ class Record:
         cost: elements moved, ``prod(source.device_size)``.
         source_type: its type before (shows a view over ``source``).
         line: the user's source line it is charged to: the line of the node that needs
-            it (``file:line (function)``).
+            it, or of the node that makes a program's result (``file:line (function)``).
         in_lx: relaid in LX as a matmul loads it (``LoadRelayout``): its elements move
             through the cores' LX ports, never to DDR and back.
     """
@@ -132,7 +132,7 @@ class Record:
 def records(plan: Plan) -> list[Record]:
     """The plan's restickifies (planned moves, and those a lowering makes itself)."""
     out = [
-        _record(m.value, m.source, m.target.layout, m.cost, m.reason, m.consumer)
+        _record(m.value, m.source, m.target.layout, m.cost, m.reason, m.charged_to)
         for m in _moves(plan)
     ]
     for node, options in plan.runs.items():
