@@ -304,7 +304,12 @@ def op_cost(
 
 
 def relayout_cost(
-    machine: Machine, nbytes: int, launch: bool = False, read: int = 0, write: int = 0
+    machine: Machine,
+    nbytes: int,
+    launch: bool = False,
+    read: int = 0,
+    write: int = 0,
+    stage: bool = True,
 ) -> OpCost:
     """A restickify of ``nbytes`` inside a fused kernel: each core relays its own tile.
 
@@ -312,11 +317,15 @@ def relayout_cost(
     read and written through the core's LX port, not moved over the ring. ``read``:
     the DDR bytes it loads first (its input is not in LX); ``write``: those it stores
     after (its result leaves the kernel), each a plain stream of its own layout.
+    ``stage=False``: a part of another op's load (a matmul's ``LoadRelayout``), no
+    stage of its own: its LX ports' time only.
     """
     cores = machine.cores
     lx = lx_seconds(machine, 2 * nbytes, cores)
     burst = burst_seconds(machine, (read,) if read else (), (write,) if write else (), cores)
-    return _finish(machine, read, write, 0, 0, 0.0, cores, "ddr", lx, kernel=launch, burst=burst)
+    return _finish(
+        machine, read, write, 0, 0, 0.0, cores, "ddr", lx, kernel=launch, stage=stage, burst=burst
+    )
 
 
 def transfer_cost(

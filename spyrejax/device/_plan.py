@@ -352,8 +352,9 @@ def _own_cost(
         relaid = relaid or {}
         sources = tuple((k, relaid[n]) for k, (n, _) in enumerate(d.inputs) if n in relaid)
         return memo.op_cost(div, frozenset(where), filled, launch, held, sources)
-    if d.opfunc == _LOAD_RELAYOUT:  # a matmul's operand relaid out in LX as it loads it
-        return relayout_cost(machine, d.output[1].nbytes, launch)
+    if d.opfunc == _LOAD_RELAYOUT:  # a matmul's operand relaid in LX as the matmul loads
+        # it: a part of the matmul's kernel, no launch or stage of its own
+        return relayout_cost(machine, d.output[1].nbytes, launch=False, stage=False)
     if fused is not None and is_relayout(d):
         ddr_in = [(n, t) for n, t in d.inputs if not in_lx(n)]
         out_lx = in_lx(d.output[0])

@@ -505,3 +505,19 @@ def test_an_ops_read_bytes_do_not_depend_on_another_op_of_its_geometry():
     assert alone[1] == 2 * alone[0]
     assert reads(lambda x, a, b: (one(x), two(a, b)), x, x, x) == alone
     assert reads(lambda x, a, b: (two(a, b), one(x)), x, x, x) == alone[::-1]
+
+
+def test_a_load_relayout_is_a_part_of_its_matmuls_kernel_with_no_launch_or_stage():
+    # w.reshape(k, H, D) of a [k, H * D] weight: its sticks fold the heads, so the
+    # per-head product relays it in LX as the matmul loads it. It is no kernel of its
+    # own: its LX ports' time only (it was charged a launch and a stage, 1.0 us of 4.5).
+    def f(x, w):
+        return jnp.einsum("tk,khd->thd", x, w.reshape(160, 2, 80))
+
+    report = sj.explain(f, S((256, 160), jnp.float16), S((160, 160), jnp.float16))
+    (relaid,) = [op for op in report.device.counted if op.opfunc == "loadrelayout"]
+    (product,) = [op for op in report.device.counted if op.desc.kind == "compute"]
+    machine = Machine.spyre()
+    assert relaid.cost.launch_s == 0 and relaid.cost.stage_s == 0
+    assert 0 < relaid.time_s < machine.stage_s / 10
+    assert product.cost.launch_s == machine.launch_s  # the matmul launches the kernel
