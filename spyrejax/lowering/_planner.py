@@ -225,6 +225,7 @@ class _Planner:
         self.warned: set[tuple[str, str]] = set()
         self.produced: dict[Value, dict[SpyreType, tuple[float, Option | None]]] = {}
         self.avail: dict[Value, dict[SpyreType, float]] = {}
+        self.relative: set[Value] = set()  # values whose totals are rebased (_traffic.rebased)
         # Evaluations and best options (_chosen): a repeated layer's nodes search once.
         self.cache, self.chosen = searches(fallback)
         self.options: dict[Node, list[tuple[float, Option]]] = {}
@@ -245,11 +246,20 @@ class _Planner:
                 for total, option in options:
                     if total < produced.get(option.outs[i], (INF,))[0]:
                         produced[option.outs[i]] = (total, option)
-                self._produce(v, produced)
+                self._produce(v, produced, any(u in self.relative for u in node.ins))
         return self._reconstruct()
 
-    def _produce(self, v: Value, produced: dict[SpyreType, tuple[float, Option | None]]) -> None:
-        self.produced[v] = produced = _traffic.rebased(produced)  # deep graphs: byte scale
+    def _produce(
+        self,
+        v: Value,
+        produced: dict[SpyreType, tuple[float, Option | None]],
+        relative: bool = False,
+    ) -> None:
+        """Record ``v``'s totals by type (``relative``: an input's totals are rebased)."""
+        self.produced[v] = _traffic.rebased(produced)  # deep graphs: byte scale
+        if relative or self.produced[v] is not produced:
+            self.relative.add(v)
+        produced = self.produced[v]
         avail = {t: cost for t, (cost, _) in produced.items()}
         read = min(c + _traffic.source_bytes(t) for t, c in avail.items())  # a restickify's source
         # A value varies over the same mesh axes in every layout (types compare without
@@ -460,7 +470,7 @@ class _Planner:
             cost = produced[p][0]
             for d in wanted:
                 if d is not None and d != p:
-                    make = produced[d][0] if d in produced else INF
+                    make = self._again(v, d)
                     cost += min(make, move_bytes(p, d) if d in movable else INF)
             return cost
 
@@ -478,13 +488,29 @@ class _Planner:
             if d is None or d in runs:
                 continue
             src = min(runs, key=nbytes)
-            if d in produced and produced[d][0] < move_bytes(src, d):
+            if self._again(v, d) < move_bytes(src, d):
                 runs.append(d)
             else:
                 moves.append(Move(v, src, d, _why(consumer, src, d, producer), consumer, producer))
         if moves:
             plan.moves[v] = moves
         return runs
+
+    def _again(self, v: Value, d: SpyreType) -> float:
+        """What making ``v`` once more in type ``d`` costs: its total, if one is known.
+
+        A demanded type is made by ``v``'s producer again only where that costs less
+        than a restickify into it (:func:`move_bytes`). A total is the whole cost of
+        making ``v`` so; a rebased one (``_traffic.rebased``: past ``REBASE`` bytes,
+        upstream of ``v`` or at it) is that cost less an unknown part, which a
+        restickify's bytes must not be weighed against (INF: restickified). Weighed so,
+        the 4-layer GPT step ran a layer norm's backward ``add`` again in a second
+        layout rather than restickify its result, and the duplicate kept the device
+        model from fusing the layer norm's backward kernel (benchmarks/README item 69).
+        """
+        if v in self.relative or d not in self.produced[v]:
+            return INF
+        return self.produced[v][d][0]
 
     def _serve_outputs(
         self, plan: Plan, node: Node, wanted: list[dict[SpyreType | None, Any]]
@@ -502,9 +528,7 @@ class _Planner:
                 if d is None or any(o.outs[i] == d for o in runs):
                     continue
                 src = runs[0].outs[i]
-                if d in movable and not (
-                    d in self.produced[v] and self.produced[v][d][0] < move_bytes(src, d)
-                ):
+                if d in movable and not self._again(v, d) < move_bytes(src, d):
                     moves.append(Move(v, src, d, _why(consumer, src, d, node), consumer, node))
                 else:
                     runs.append(self.produced[v][d][1])
