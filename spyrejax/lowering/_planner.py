@@ -503,10 +503,8 @@ class _Planner:
         than a restickify into it (:func:`move_bytes`). A total is the whole cost of
         making ``v`` so; a rebased one (``_traffic.rebased``: past ``REBASE`` bytes,
         upstream of ``v`` or at it) is that cost less an unknown part, which a
-        restickify's bytes must not be weighed against (INF: restickified). Weighed so,
-        the 4-layer GPT step ran a layer norm's backward ``add`` again in a second
-        layout rather than restickify its result, and the duplicate kept the device
-        model from fusing the layer norm's backward kernel (benchmarks/README item 69).
+        restickify's bytes must not be weighed against (INF: restickified; weighed so, a
+        GPT step's layer norms' backward ``add`` ran twice, unfused: benchmarks item 69).
         """
         if v in self.relative or d not in self.produced[v]:
             return INF
