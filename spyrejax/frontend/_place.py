@@ -71,7 +71,7 @@ def in_place_layouts(closed: ClosedJaxpr) -> list[Placement | str | None]:
     otherwise elementwise ops only read (not a result): its own layout, ``-inf``
     padding. None for other inputs (an activation, the ``x`` of ``x @ w``).
     """
-    graph = build_graph(closed)
+    graph = build_graph(closed, heads=False)  # products as written: see lowering._heads
     readers = graph.consumers()
     outputs = {id(o) for o in graph.outputs}
     made = {id(o): n for n in graph.nodes for o in n.outs}

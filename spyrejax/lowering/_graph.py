@@ -40,6 +40,7 @@ from .._jax import (
 )
 from . import _expansions, _keys
 from ._distribute import Facts, distribute
+from ._heads import split_heads
 from ._pair_sums import unroll_pair_sums
 from ._rounding import keep_excess_precision
 
@@ -492,11 +493,16 @@ def _read(env: dict[Any, Any], atom: Any) -> Any:
     return env[atom]
 
 
-def build_graph(closed: ClosedJaxpr, bound: Sequence[Scalar | None] = ()) -> Graph:
+def build_graph(
+    closed: ClosedJaxpr, bound: Sequence[Scalar | None] = (), *, heads: bool = True
+) -> Graph:
     """Flatten a closed jaxpr into a :class:`Graph`.
 
     ``bound`` gives inputs known at trace time (a loop body's scalar operands): they
-    are folded in as scalars and are no inputs of the graph.
+    are folded in as scalars and are no inputs of the graph. ``heads``: projections
+    split into heads rewritten as products over heads (``lowering._heads``); without,
+    the products as written (``SpyreJit.place`` reads a weight's products so: the
+    merged product is the one that may read the weight in place).
     """
     b = _Builder()
     env: dict[Any, Any] = {}
@@ -512,4 +518,5 @@ def build_graph(closed: ClosedJaxpr, bound: Sequence[Scalar | None] = ()) -> Gra
     b.inline(closed.jaxpr, env)
     b.graph.outputs = [_read(env, a) for a in closed.jaxpr.outvars]
     facts = Facts.of(b.graph)  # one walk for every rewrite until one changes the graph
-    return keep_excess_precision(distribute(unroll_pair_sums(b.graph, facts), facts))
+    graph = split_heads(b.graph, facts) if heads else b.graph
+    return keep_excess_precision(distribute(unroll_pair_sums(graph, facts), facts))

@@ -166,3 +166,25 @@ def test_an_equinox_mlp_has_its_weights_placed():
     (message,) = (str(w.message) for w in caught)
     assert "[0].weight" in message and "(parameter 'x')" in message
     assert_close(sj.to_host(jf(placed, px)), jax.jit(f)(layers, x), reduce_len=48, ops=3)
+
+
+def test_a_weight_split_into_heads_is_placed_for_its_product_as_written():
+    # (x @ w).reshape(T, H, 80) is planned as a product over heads (lowering._heads:
+    # dot_general(x, w.reshape(K, H, 80))), so w's one reader is that reshape; place
+    # reads the product as written, which reads w in place row-major (the per-head
+    # product relays it in LX as it loads it).
+    def f(x, w):
+        q = (x @ w).reshape(4, 2, 80)
+        return jnp.concatenate([-q[..., 40:], q[..., :40]], -1) * 2.0
+
+    x = rand((4, 160), jnp.float16, seed=1)
+    w = rand((160, 160), jnp.float16, seed=2, low=-0.1, high=0.1)
+    jf = sj.jit(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sj.SpyrePlacementWarning)
+        px, pw = jf.place(sj.to_device(x), sj.to_device(w))
+    assert _row_major(pw) and not _row_major(px)
+    report = sj.explain(f, px, pw)
+    assert report.jaxpr.count("= LoadRelayout") == 1 and report.copy_cost == 0
+    assert [r.in_lx for r in report.restickifies] == [True]
+    assert_close(sj.to_host(jf(px, pw)), f(x, w), reduce_len=160, ops=2)

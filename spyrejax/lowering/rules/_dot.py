@@ -11,7 +11,6 @@ import numpy as np
 
 from ... import primitives as sp
 from ..._errors import LayoutError
-from ...layout._dtypes import has_spyre_format, stick_elems
 from ...layout._layout import SpyreTensorLayout
 from ...primitives._restickify import load_relayout
 from ...primitives._stick import (
@@ -22,6 +21,7 @@ from ...primitives._stick import (
     stick_options,
 )
 from .._graph import Node, Scalar, Value
+from .._heads import head_dim_splits
 from .._registry import Mode, Rule, _arg, _register
 
 # --- dot_general ----------------------------------------------------------------------
@@ -239,7 +239,7 @@ def _by_heads(node: Node) -> bool:
         return False
     if any(rhs.shape[d] == 1 for d in rfree):
         return False
-    return has_spyre_format(dtype) and rhs.shape[rfree[-1]] % stick_elems(dtype) != 0
+    return head_dim_splits(dtype, rhs.shape[rfree[-1]])
 
 
 def _heads_product(
