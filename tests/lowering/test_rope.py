@@ -371,8 +371,8 @@ def test_rotate_half_on_projections_split_into_heads_copies_nothing(d, dtype, mo
     # w.reshape(dm, H, D)), whose per-head mode lays each weight out per head as the
     # matmul loads it (in LX, its read charged at the stored bytes): nothing is copied
     # or restickified through DDR on the rotation's or the projections' lines, and the
-    # block is predicted faster than the product as written (44.15 us at 16 bits,
-    # 55.37 at float32 D 80).
+    # block is predicted faster than the product as written (41.23 us at 16-bit D 80,
+    # 52.49 at float32 D 80).
     import spyrejax.lowering._graph as graph
 
     dm = 2 * d
