@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Hashable, Iterable, Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -140,8 +140,7 @@ def _named_space(prim: SpyrePrim, specs: list[TensorSpec]) -> OpSpace | None:
         if all(_unnamed(a) == _unnamed(b) for a, b in zip(kept, specs, strict=True)):
             at = {id(s): k for k, s in enumerate(kept)}
             if all(id(o.tensor) in at for o in space.operands):
-                operands = tuple(replace(o, tensor=specs[at[id(o.tensor)]]) for o in space.operands)
-                return replace(space, operands=operands)
+                return space.renamed([specs[at[id(o.tensor)]] for o in space.operands])
     return prim.space(specs[:-1], specs[-1])
 
 
