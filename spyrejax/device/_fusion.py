@@ -134,6 +134,8 @@ def _chains(descs: Sequence[OpDesc]) -> list[list[int]]:
     def close(c: int) -> None:
         closed.add(c)
         ops = chains[c]
+        ops.sort()  # joined chains are sorted once, here (not at each join: an optimizer's
+        # update of every parameter is one chain that joins once per parameter)
         while ops and (is_relayout(descs[ops[-1]]) or descs[ops[-1]].kind == "view"):
             ops.pop()
 
@@ -151,8 +153,6 @@ def _chains(descs: Sequence[OpDesc]) -> list[list[int]]:
                         owner[n] = c
                         owned[c].append(n)
                 owned[other] = []
-            if len(mine) > 1:
-                chains[c].sort()
             chains[c].append(i)
             owner[d.output[0]] = c
             owned[c].append(d.output[0])
