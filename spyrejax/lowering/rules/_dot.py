@@ -229,13 +229,13 @@ def _by_heads(node: Node) -> bool:
     mid-stick (the weight is copied into the merged layout, and a slice of one head's
     dim, rotate-half's halves, is no window of the product). Run per head, each head's
     ``D`` is on sticks of its own: the product in the default layout of ``[T, H, D]``,
-    the weight read as it arrives. No batch dims, one contracting dim, a sized lhs free
-    dim, every rhs free dim sized.
+    the weight read as it arrives. No batch dims, one contracting dim, an lhs free dim
+    (of size 1 too: a decode step's one token), every rhs free dim sized.
     """
     lc, _, lb, _, lfree, rfree = _DotGeneral._dims(node)
-    lhs, rhs = node.ins
+    rhs = node.ins[1]
     dtype = node.outs[0].dtype
-    if lb or len(lc) != 1 or len(rfree) < 2 or _last_sized(lhs.shape, lfree) is None:
+    if lb or len(lc) != 1 or len(rfree) < 2 or not lfree:
         return False
     if any(rhs.shape[d] == 1 for d in rfree):
         return False
