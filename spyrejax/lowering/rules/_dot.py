@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import numpy as np
@@ -25,6 +25,9 @@ from .._heads import head_dim_splits
 from .._registry import Mode, Rule, _arg, _register
 
 # --- dot_general ----------------------------------------------------------------------
+
+_Order = Literal["default", "row_major", "m_first"]
+"""How :func:`_product` lays its product out."""
 
 
 class _DotGeneral(Rule):
@@ -110,15 +113,15 @@ class _DotGeneral(Rule):
         if mode.variant == "heads":
             return [_heads_product(args[0], args[1], (lc, rc), (lfree, rfree), want)]
         if not mode.variant.startswith("swapped"):
-            row_major = mode.variant == "row_major"
-            return [_product(args[0], args[1], (lc, rc), (lb, rb), (lfree, rfree), want, row_major)]
+            order: _Order = "row_major" if mode.variant == "row_major" else "default"
+            return [_product(args[0], args[1], (lc, rc), (lb, rb), (lfree, rfree), want, order)]
         lhs = args[0]
         if mode.variant == "swapped_load":  # stuck on its free dim n as the matmul loads it
             t = jax.typeof(lhs)
             n = _last_sized(t.shape, lfree)
             lhs = load_relayout(lhs, default_layout(t.shape, t.layout.device_dtype, n))
-        m_first = len(lb) > 1 and _as_stored_swapped(node)
-        out = _product(args[1], lhs, (rc, lc), (rb, lb), (rfree, lfree), want, False, m_first)
+        order: _Order = "m_first" if len(lb) > 1 and _as_stored_swapped(node) else "default"
+        out = _product(args[1], lhs, (rc, lc), (rb, lb), (rfree, lfree), want, order)
         nb, nr = len(lb), len(rfree)  # [batch, rhs free, lhs free] -> [batch, lhs free, rhs free]
         back = (*range(nb), *range(nb + nr, out.ndim), *range(nb, nb + nr))
         return [sp.transpose(out, back)]
@@ -158,13 +161,14 @@ def _product(
     batch: tuple[Sequence[int], Sequence[int]],
     free: tuple[Sequence[int], Sequence[int]],
     want: Any,
-    row_major: bool,
-    m_first: bool = False,
+    order: _Order = "default",
 ) -> Any:
     """``dot_general(a, b)`` as one matmul with ``a`` as A: ``[batch, a free, b free]``.
 
-    ``m_first``: the product laid out with A's rows (its last free dim: attention's
-    queries) outside its batch dims but the first (:func:`_m_first_layout`).
+    ``order``: how the product is laid out: ``"default"`` (the matmul's own layout),
+    ``"row_major"`` (``SpyreTensorLayout.row_major``), or ``"m_first"`` (A's rows, its
+    last free dim, attention's queries, outside its batch dims but the first:
+    :func:`_m_first_layout`).
     """
     (lc, rc), (lb, rb), (lfree, rfree) = contract, batch, free
     # Several free dims of A: the largest is the matmul's M, the others batch dims B
@@ -191,12 +195,11 @@ def _product(
         b = sp.expand_dims(b, b.ndim)
     if len(lfree) > 1:  # B broadcasts over A's outer free dims
         b = sp.expand_dims(b, tuple(range(len(rb), len(rb) + len(lfree) - 1)))
+    shape = (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
     layout = None
-    if row_major:
-        shape = (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
+    if order == "row_major":
         layout = SpyreTensorLayout.row_major(shape, want)
-    elif m_first:
-        shape = (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
+    elif order == "m_first":
         rows = nb + moved.index(lfree[-1]) if lfree else len(shape) - 2
         layout = _m_first_layout(shape, want, rows)
     try:
@@ -416,16 +419,17 @@ def _as_stored_swapped(node: Node) -> bool:
     """Whether only the swapped product reads both operands stuck on their last dims.
 
     Swapped, the rhs is A (stuck on its contracting dim) and the lhs B (stuck on its
-    free dim): when the rhs's last dim is contracted and the lhs's last dim is free,
-    both are read as stored in the default layout (a softmax's probabilities stuck on
-    the keys, v on its head dim), and the product ``[batch, rhs free, lhs free]`` is
-    stuck on the lhs's last dim. ``jax.nn.dot_product_attention`` and the einsum form
-    write ``P @ V`` as ``V^T @ P^T`` (``dot_general(v, p)``): as written it restickifies
-    v onto the keys and p onto the queries, and its product, stuck on the queries,
-    is copied into the result's layout. Not a plain ``q @ k^T`` (q's last dim is
-    contracted): there the swap is the 2x slower plan of ``benchmarks/README.md`` item 35.
+    free dim), the sticks :func:`_sticks` gives them: when those are the rhs's and the
+    lhs's last dims, both are read as stored in the default layout (a softmax's
+    probabilities stuck on the keys, v on its head dim), and the product ``[batch, rhs
+    free, lhs free]`` is stuck on the lhs's last dim. ``jax.nn.dot_product_attention``
+    and the einsum form write ``P @ V`` as ``V^T @ P^T`` (``dot_general(v, p)``): as
+    written it restickifies v onto the keys and p onto the queries, and its product,
+    stuck on the queries, is copied into the result's layout. Not a plain ``q @ k^T``
+    (q's last dim is contracted): there the swap is the 2x slower plan of
+    ``benchmarks/README.md`` item 35.
     """
-    _, rc, _, _, lfree, _ = _DotGeneral._dims(node)
+    _, rc, lb, _, lfree, rfree = _DotGeneral._dims(node)
     lhs, rhs = node.ins
-    last_l = lhs.ndim - 1
-    return last_l in lfree and lhs.shape[last_l] > 1 and rhs.ndim - 1 in rc
+    a_stick, b_stick, _ = _sticks(rhs.shape, lhs.shape, rc, len(lb), rfree, lfree)
+    return a_stick == rhs.ndim - 1 and b_stick == lhs.ndim - 1
